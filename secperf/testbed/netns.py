@@ -1,0 +1,390 @@
+"""Namespaces, the hosts that live in them, and the processes they run.
+
+Everything here drives iproute2 (`ip netns ...`, `ip netns exec ...`) through
+subprocess, on purpose: the testbed is made of exactly the commands a network
+engineer would type to rebuild or inspect it, every failure comes with the
+command and its stderr, and no netlink helper process or library sits between
+secperf and the kernel. `ip netns exec` execs the target in place, so the pid
+Popen returns is the pid of the real program, and that is what the ledger
+records.
+
+`Host` is the seam for other kinds of hosts: a remote machine reached over SSH
+implements the same three members (`name`, `run`, `spawn`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol, runtime_checkable
+
+from secperf.errors import TestbedError
+from secperf.testbed.ledger import Ledger, proc_starttime, proc_state, process_matches
+
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
+NETNS_DIR = Path("/run/netns")
+
+Redirect = int | IO[Any] | None
+
+
+def new_prefix() -> str:
+    """A fresh run prefix: 'sp' + 5 random hex digits, e.g. 'sp1a2b3'."""
+    return "sp" + secrets.token_hex(3)[:5]
+
+
+def check_prefix(prefix: str) -> str:
+    """A prefix must be short and plain: it goes into interface names (≤ 15 chars)."""
+    if not PREFIX_RE.match(prefix):
+        raise TestbedError(
+            f"bad run prefix {prefix!r}",
+            fix="use 2-12 lowercase letters and digits, starting with a letter",
+        )
+    return prefix
+
+
+def netns_name(prefix: str, role: str) -> str:
+    return f"{prefix}-{role}"
+
+
+# -- running commands --------------------------------------------------------
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    input: str | None = None,
+    timeout: float = 30.0,
+    fix: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command; with check, a failure is a TestbedError naming it and its stderr."""
+    cmd = shlex.join(argv)
+    try:
+        proc = subprocess.run(
+            list(argv),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise TestbedError(
+            f"program not found: {argv[0]}",
+            where=cmd,
+            fix=f"install {argv[0]} (iproute2 for ip and tc)",
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise TestbedError(f"command timed out after {timeout} s: {cmd}", where=cmd) from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()
+        raise TestbedError(
+            f"command failed (exit {proc.returncode}): {cmd}\n  {detail}",
+            where=cmd,
+            fix=fix or "read the command's error above; `secperf clean` removes leftovers",
+        )
+    return proc
+
+
+def run_ip_batch(netns: str, lines: Sequence[str]) -> None:
+    """Run `ip` commands in a namespace in one process (`ip -n NS -batch -`).
+
+    One process instead of hundreds keeps a testbed with 200 emulated hosts
+    fast to build; a failure still names the exact line that failed.
+    """
+    if not lines:
+        return
+    argv = ["ip", "-n", netns, "-batch", "-"]
+    proc = run_command(argv, check=False, input="\n".join(lines) + "\n")
+    if proc.returncode != 0:
+        match = re.search(r"Command failed -:(\d+)", proc.stderr)
+        failed = lines[int(match.group(1)) - 1] if match else "(unknown line)"
+        cmd = f"ip -n {netns} {failed}"
+        raise TestbedError(
+            f"command failed: {cmd}\n  {proc.stderr.strip()}",
+            where=cmd,
+            fix="read the command's error above; `secperf clean` removes leftovers",
+        )
+
+
+# -- namespaces --------------------------------------------------------------
+
+
+def netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def create_netns(ledger: Ledger, name: str) -> None:
+    """Create a namespace (recorded first) with its loopback up."""
+    ledger.add("netns", name=name)
+    run_command(["ip", "netns", "add", name])
+    run_command(["ip", "-n", name, "link", "set", "lo", "up"])
+
+
+def delete_netns(name: str) -> bool:
+    """Delete a namespace (and the interfaces in it); False if it was already gone."""
+    if not netns_exists(name):
+        return False
+    proc = run_command(["ip", "netns", "del", name], check=False)
+    if proc.returncode != 0 and netns_exists(name):
+        raise TestbedError(f"could not delete namespace {name}: {proc.stderr.strip()}", where=name)
+    return True
+
+
+def set_sysctls(netns: str, values: dict[str, str | int]) -> None:
+    """Write net.* sysctls inside a namespace (they are per namespace)."""
+    if values:
+        argv = ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in values.items())]
+        run_command(["ip", "netns", "exec", netns, *argv])
+
+
+# -- processes -----------------------------------------------------------------
+
+
+def _signal_group(pgid: int | None, pid: int, sig: int) -> None:
+    try:
+        if pgid is not None and pgid == pid:
+            os.killpg(pgid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def kill_recorded_process(
+    pid: int, starttime: int, pgid: int | None = None, timeout: float = 5.0
+) -> bool:
+    """Stop a process that is not our child (e.g. a dead run's), only if pid+starttime match.
+
+    SIGTERM to its group, wait with a deadline, then SIGKILL. Returns True if a
+    matching process was found and signalled.
+    """
+    if not process_matches(pid, starttime):
+        return False
+    _signal_group(pgid, pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process_matches(pid, starttime):
+        time.sleep(0.01)
+    if process_matches(pid, starttime):
+        _signal_group(pgid, pid, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and process_matches(pid, starttime):
+            time.sleep(0.01)
+    return True
+
+
+class ManagedProcess:
+    """A process started in a host, recorded in the ledger until it is stopped.
+
+    It leads its own process group, so `stop` also reaches the children it forks
+    (daemons' workers).
+    """
+
+    def __init__(
+        self, popen: subprocess.Popen[Any], *, ledger: Ledger, label: str, host: str
+    ) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.label = label
+        self.host = host
+        self.argv = list(popen.args) if isinstance(popen.args, list | tuple) else [str(popen.args)]
+        # Read before anyone can reap it: a zombie still has its stat.
+        self.starttime = proc_starttime(self.pid) or 0
+        self._ledger = ledger
+        self._stopped = False
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    @property
+    def stdout(self) -> IO[Any] | None:
+        return self.popen.stdout
+
+    @property
+    def stderr(self) -> IO[Any] | None:
+        return self.popen.stderr
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    def _exited(self) -> bool:
+        """True once the leader has exited, without reaping it (its pid stays ours)."""
+        if self.popen.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """SIGTERM the group, wait up to `timeout`, then SIGKILL; idempotent.
+
+        Returns the exit status (negative signal number if killed).
+        """
+        if not self._stopped:
+            if not self._exited():
+                self._signal(signal.SIGTERM)
+                deadline = time.monotonic() + timeout
+                while not self._exited() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                if not self._exited():
+                    self._signal(signal.SIGKILL)
+            # The leader is a zombie at worst, so its group id can't be reused yet:
+            # kill any children it left behind, then reap it.
+            if self.popen.returncode is None:
+                self._signal(signal.SIGKILL)
+            try:
+                self.popen.wait(timeout=5.0)
+            finally:
+                self._stopped = True
+                self._ledger.remove("process", pid=self.pid, starttime=self.starttime)
+        return self.popen.returncode
+
+    def _signal(self, sig: int) -> None:
+        if self.popen.returncode is None:
+            _signal_group(self.pid, self.pid, sig)
+
+    def __repr__(self) -> str:
+        return f"ManagedProcess(pid={self.pid}, label={self.label!r}, host={self.host!r})"
+
+
+# -- hosts --------------------------------------------------------------------
+
+
+@runtime_checkable
+class Host(Protocol):
+    """Somewhere commands run: a namespace here, an SSH host in a lab."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run to completion; with check, a non-zero exit raises a SecperfError."""
+        ...
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: Redirect = subprocess.DEVNULL,
+        stderr: Redirect = subprocess.DEVNULL,
+        label: str = "",
+    ) -> ManagedProcess:
+        """Start a long-running process, recorded until it is stopped."""
+        ...
+
+
+class NetnsHost:
+    """A host that is a network namespace on this machine."""
+
+    def __init__(
+        self,
+        role: str,
+        netns: str,
+        ledger: Ledger,
+        processes: list[ManagedProcess] | None = None,
+    ) -> None:
+        self.role = role
+        self.netns = netns
+        self._ledger = ledger
+        # Shared with the Testbed so teardown can stop (and reap) what we spawned.
+        self._processes = processes if processes is not None else []
+
+    @property
+    def name(self) -> str:
+        return self.netns
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The argv that runs `argv` in this namespace."""
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> subprocess.CompletedProcess[str]:
+        return run_command(self.command(argv), check=check, input=input, timeout=timeout)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: Redirect = subprocess.DEVNULL,
+        stderr: Redirect = subprocess.DEVNULL,
+        label: str = "",
+        stdin: Redirect = subprocess.DEVNULL,
+        env: dict[str, str] | None = None,
+    ) -> ManagedProcess:
+        full = self.command(argv)
+        try:
+            popen = subprocess.Popen(
+                full,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                text=True,
+                start_new_session=True,  # its own group: stop() reaches its children
+            )
+        except FileNotFoundError:
+            raise TestbedError("program not found: ip", fix="install iproute2") from None
+        proc = ManagedProcess(popen, ledger=self._ledger, label=label or argv[0], host=self.netns)
+        # Recorded right after the fork: the pid is not known before it. A crash in
+        # this gap is still covered: teardown kills whatever runs in its namespaces.
+        self._ledger.add(
+            "process",
+            pid=proc.pid,
+            starttime=proc.starttime,
+            pgid=proc.pid,
+            label=proc.label,
+            host=self.netns,
+            argv=list(argv),
+        )
+        self._processes.append(proc)
+        return proc
+
+    def __repr__(self) -> str:
+        return f"NetnsHost({self.role!r}, netns={self.netns!r})"
+
+
+def netns_pids(name: str) -> list[int]:
+    """Pids of every process whose network namespace is `name`."""
+    if not netns_exists(name):
+        return []
+    proc = run_command(["ip", "netns", "pids", name], check=False)
+    return [int(tok) for tok in proc.stdout.split() if tok.isdigit()]
+
+
+def kill_netns_processes(name: str, timeout: float = 2.0) -> list[int]:
+    """SIGKILL whatever still runs in a namespace of ours, wait until it is gone."""
+    pids = [p for p in netns_pids(name) if p != os.getpid()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(proc_state(p) not in (None, "Z", "X") for p in pids):
+        time.sleep(0.005)
+    return pids

@@ -1,0 +1,380 @@
+"""The running testbed: a Topology built into namespaces, and taken down again.
+
+Build order (each item written to the ledger before it is made): namespaces,
+their sysctls (forwarding on in the dut only, IPv6 DAD off), veth pairs born
+inside their namespaces, then per namespace one `ip -batch` with loopback,
+addresses, links up and default routes, then tbf on shaped links.
+
+Teardown removes exactly what the ledger holds, newest first within each
+kind: processes (only while pid + starttime still match), whatever else still
+runs inside our namespaces, interfaces and nft tables not inside one of our
+namespaces, the namespaces (which takes their veths and tables with them),
+then files. `clean()` does the same for the ledgers of runs that died.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from secperf.errors import TestbedError
+from secperf.testbed import links
+from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
+from secperf.testbed.netns import (
+    Host,
+    ManagedProcess,
+    NetnsHost,
+    check_prefix,
+    create_netns,
+    delete_netns,
+    kill_netns_processes,
+    kill_recorded_process,
+    netns_exists,
+    netns_name,
+    new_prefix,
+    run_command,
+    run_ip_batch,
+    set_sysctls,
+)
+from secperf.testbed.topology import Topology
+
+__all__ = ["Host", "Testbed", "clean", "install_teardown_handlers"]
+
+REQUIRED_TOOLS = ("ip", "tc", "sysctl")
+# Ledger entries that live inside a namespace and vanish with it.
+IN_NETNS: tuple[EntryType, ...] = ("nft_table", "link", "veth")
+
+
+def _sysctls(forwarding: bool) -> dict[str, str | int]:
+    on = int(forwarding)
+    return {
+        # Explicit either way: a new namespace may inherit ip_forward from the root one.
+        "net.ipv4.ip_forward": on,
+        "net.ipv6.conf.all.forwarding": on,
+        # Set before the veths exist so they inherit it: addresses usable at once.
+        "net.ipv6.conf.all.accept_dad": 0,
+        "net.ipv6.conf.default.accept_dad": 0,
+    }
+
+
+def _preflight() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError(
+            "building a namespace testbed needs root",
+            fix="run secperf as root (sudo), or with CAP_NET_ADMIN and CAP_SYS_ADMIN",
+        )
+    for tool in REQUIRED_TOOLS:
+        if shutil.which(tool) is None:
+            raise TestbedError(
+                f"{tool} is not installed",
+                fix="install iproute2 and procps (apt-get install iproute2 procps)",
+            )
+
+
+class Testbed:
+    """A built topology: one namespace per host, veths, addresses, routes, shaping."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, topology: Topology, prefix: str, ledger: Ledger) -> None:
+        self.topology = topology
+        self.prefix = prefix
+        self.ledger = ledger
+        self._processes: list[ManagedProcess] = []
+        self._hosts = {
+            role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes)
+            for role in topology.roles
+        }
+        self._torn_down = False
+        self._lock = threading.RLock()
+
+    # -- building ------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        topology: Topology,
+        *,
+        prefix: str | None = None,
+        state_dir: Path | None = None,
+    ) -> Testbed:
+        """Build `topology`; if any step fails, take down what was made and raise TestbedError."""
+        _preflight()
+        prefix = check_prefix(prefix) if prefix is not None else new_prefix()
+        ledger = Ledger.open(prefix, state_dir)
+        tb = cls(topology, prefix, ledger)
+        try:
+            tb._build()
+        except BaseException as exc:
+            try:
+                tb.teardown()
+            except TestbedError as cleanup_exc:
+                exc.add_note(f"teardown after the failed build also failed: {cleanup_exc}")
+            if isinstance(exc, TestbedError | KeyboardInterrupt | SystemExit):
+                raise
+            raise TestbedError(
+                f"building the testbed failed: {exc!r}", where=str(ledger.path)
+            ) from exc
+        return tb
+
+    def _build(self) -> None:
+        topo = self.topology
+        for spec in topo.hosts:
+            ns = self.netns(spec.role)
+            create_netns(self.ledger, ns)
+            set_sysctls(ns, _sysctls(spec.forwarding))
+        for link in topo.links:
+            links.create_veth(
+                self.ledger,
+                self.ifname(link.name, link.a),
+                self.netns(link.a),
+                self.ifname(link.name, link.b),
+                self.netns(link.b),
+            )
+        for role in topo.roles:
+            names = {lk.name: self.ifname(lk.name, role) for lk in topo.links_of(role)}
+            run_ip_batch(self.netns(role), links.host_ip_lines(topo, role, names))
+        for link in topo.links:
+            if link.rate_bps is not None:
+                for role in link.ends():
+                    links.shape(self.netns(role), self.ifname(link.name, role), link.rate_bps)
+
+    # -- access ----------------------------------------------------------------
+
+    def host(self, role: str) -> Host:
+        return self._host(role)
+
+    def _host(self, role: str) -> NetnsHost:
+        try:
+            return self._hosts[role]
+        except KeyError:
+            raise KeyError(
+                f"no host {role!r} in this testbed (have {self.topology.roles})"
+            ) from None
+
+    def netns(self, role: str) -> str:
+        """The namespace name of `role`, e.g. 'sp1a2b3-dut'."""
+        if role not in self._hosts:
+            raise KeyError(f"no host {role!r} in this testbed (have {self.topology.roles})")
+        return netns_name(self.prefix, role)
+
+    def ifname(self, link: str, role: str) -> str:
+        """`role`'s interface on `link`, e.g. ifname('client-dut', 'client') == 'sp1a2b3-cd'."""
+        spec = self.topology.link(link)
+        return links.ifname(self.prefix, role, spec.peer(role))
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        return list(self._processes)
+
+    # -- teardown ----------------------------------------------------------------
+
+    def teardown(self) -> list[str]:
+        """Remove everything the ledger holds (idempotent); returns what was removed.
+
+        The ledger file goes last, and only if everything in it is gone, so that
+        `secperf clean` can finish a teardown that failed.
+        """
+        with self._lock:
+            if self._torn_down:
+                return []
+            removed: list[str] = []
+            for proc in reversed(self._processes):
+                if proc.returncode is None:
+                    removed.append(f"process {proc.pid} ({proc.label})")
+                proc.stop(timeout=2.0)
+            removed += teardown_entries(self.ledger)
+            self._torn_down = True
+            return removed
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.teardown()
+
+    def __repr__(self) -> str:
+        return f"Testbed(prefix={self.prefix!r}, roles={self.topology.roles})"
+
+
+def teardown_entries(ledger: Ledger) -> list[str]:
+    """Remove the live entries of a ledger in the safe order; delete the ledger when empty.
+
+    Raises TestbedError listing what could not be removed (after trying all of it).
+    """
+    live = ledger.live_entries()
+    our_netns = {e["name"] for e in live if e["type"] == "netns"}
+    removed: list[str] = []
+    errors: list[str] = []
+
+    def attempt(what: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+            removed.append(what)
+        except (TestbedError, OSError) as exc:
+            errors.append(f"{what}: {exc}")
+
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for entry in reversed(live):
+        by_type.setdefault(entry["type"], []).append(entry)
+
+    for e in by_type.get("process", []):
+
+        def stop(e: dict[str, Any] = e) -> None:
+            kill_recorded_process(int(e["pid"]), int(e["starttime"]), e.get("pgid"))
+            ledger.remove("process", pid=e["pid"], starttime=e["starttime"])
+
+        attempt(f"process {e['pid']} ({e.get('label', '')})", stop)
+
+    # Anything else running in our namespaces (a daemon that left its group) is ours too.
+    for ns in sorted(our_netns):
+        for pid in kill_netns_processes(ns):
+            removed.append(f"process {pid} (left in {ns})")
+
+    for kind in IN_NETNS:
+        for e in by_type.get(kind, []):
+            ns = e.get("netns")
+            if ns in our_netns:
+                # Goes with its namespace; recorded as removed when that is deleted.
+                continue
+            attempt(f"{kind} {e.get('name')} in {ns or 'root'}", _remover(ledger, kind, e))
+
+    for e in by_type.get("netns", []):
+        name = e["name"]
+
+        def drop(name: str = name) -> None:
+            delete_netns(name)
+            for kind in IN_NETNS:
+                for inner in by_type.get(kind, []):
+                    if inner.get("netns") == name:
+                        ledger.remove(kind, **_key(kind, inner))
+            ledger.remove("netns", name=name)
+
+        attempt(f"netns {name}", drop)
+
+    for e in by_type.get("file", []):
+        attempt(f"file {e['path']}", _remover(ledger, "file", e))
+
+    if errors:
+        raise TestbedError(
+            "teardown left things behind:\n  " + "\n  ".join(errors),
+            where=str(ledger.path),
+            fix="fix the cause above, then run `secperf clean`",
+        )
+    if not ledger.live_entries():
+        ledger.delete()
+    return removed
+
+
+def _key(kind: str, e: dict[str, Any]) -> dict[str, Any]:
+    keys = {"nft_table": ("netns", "family", "name"), "link": ("netns", "name")}
+    return {k: e.get(k) for k in keys.get(kind, ("netns", "name"))}
+
+
+def _remover(ledger: Ledger, kind: EntryType, e: dict[str, Any]) -> Callable[[], None]:
+    def remove() -> None:
+        ns = e.get("netns")
+        if kind == "file":
+            path = Path(e["path"])
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+            ledger.remove("file", path=e["path"])
+            return
+        if ns is not None and not netns_exists(ns):
+            ledger.remove(kind, **_key(kind, e))
+            return  # its namespace is gone, so is it
+        prefix = ["ip", "netns", "exec", ns] if ns else []
+        if kind == "nft_table":
+            argv = [*prefix, "nft", "delete", "table", e["family"], e["name"]]
+        else:
+            argv = ["ip", *(["-n", ns] if ns else []), "link", "del", e["name"]]
+        proc = run_command(argv, check=False)
+        if (
+            proc.returncode != 0
+            and "No such" not in proc.stderr
+            and "does not exist" not in (proc.stderr)
+        ):
+            raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        ledger.remove(kind, **_key(kind, e))
+
+    return remove
+
+
+# -- signals ---------------------------------------------------------------------
+
+
+@contextmanager
+def install_teardown_handlers(testbed: Testbed) -> Iterator[Testbed]:
+    """While active, SIGINT/SIGTERM tear the testbed down first.
+
+    SIGINT then raises KeyboardInterrupt, SIGTERM exits with status 143. The
+    previous handlers come back on exit. Signals can only be handled in the
+    main thread: elsewhere this does nothing (the caller's own cleanup runs).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield testbed
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        # A second Ctrl-C must not interrupt the teardown it asked for.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            testbed.teardown()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signal.SIGTERM)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield testbed
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- clean -------------------------------------------------------------------------
+
+
+def clean(state_dir: Path | None = None) -> list[str]:
+    """Tear down what dead runs left behind, by their ledgers only; returns what was removed.
+
+    A ledger whose owner still runs is left alone. Nothing outside a ledger is touched.
+    """
+    removed: list[str] = []
+    errors: list[str] = []
+    for ledger in ledgers(resolve_state_dir(state_dir)):
+        if ledger.owner_alive():
+            continue
+        try:
+            removed.extend(teardown_entries(ledger))
+        except TestbedError as exc:
+            errors.append(str(exc))  # keep its ledger, go on with the others
+            continue
+        ledger.delete()
+        removed.append(f"ledger {ledger.path}")
+    if errors:
+        raise TestbedError(
+            "clean could not remove everything:\n" + "\n".join(errors),
+            fix="fix the cause above and run `secperf clean` again",
+        )
+    return removed
