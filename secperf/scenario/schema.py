@@ -1,0 +1,478 @@
+"""The scenario file's schema: what every key means, its type and its default.
+
+A scenario is data only. These models validate it strictly (an unknown key is
+an error, `"3"` is not an int) so that a typo stops the run before any traffic.
+`docs/scenario-format.md` documents every key; keep the two in step.
+
+Adding a mechanism or workload kind: write a model with `kind: Literal["..."]`
+and add it to the `Mechanism` or `Workload` union at the bottom of its section.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from secperf.scenario.units import parse_duration, parse_rate, parse_size
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_POINTS_PER_WORKLOAD = 1000
+UDP_MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4) - 8 (UDP)
+
+
+def check_name(value: str) -> str:
+    """Names become file and directory names and point ids: keep them plain."""
+    if not NAME_PATTERN.match(value):
+        raise ValueError(
+            f"expected a name of lowercase letters, digits and '-' (such as 'acl-1000'), "
+            f"got {value!r}"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+
+
+# ---------------------------------------------------------------- value types
+
+T = TypeVar("T")
+
+
+def _bounded(
+    parse: Callable[[object], T], lo: float | None, hi: float | None, what: str
+) -> Callable[[object], T]:
+    def check(value: object) -> T:
+        parsed = parse(value)
+        if parsed is None:
+            return parsed
+        assert isinstance(parsed, int | float)
+        if lo is not None and parsed < lo:
+            raise ValueError(f"{what} must be at least {lo:g} (got {value!r})")
+        if hi is not None and parsed > hi:
+            raise ValueError(f"{what} must be at most {hi:g} (got {value!r})")
+        return parsed
+
+    return check
+
+
+def _parse_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _sweepable(
+    parse_one: Callable[[object], T],
+) -> Callable[[object, ValidationInfo], T | list[T]]:
+    """A value or a list of values (a sweep), every item parsed alike.
+
+    A product sweep must not repeat a value (it would measure a point twice);
+    a zip sweep may (request = [32, 32], response = [256, 512])."""
+
+    def parse(value: object, info: ValidationInfo) -> T | list[T]:
+        if not isinstance(value, list | tuple):
+            return parse_one(value)
+        if not value:
+            raise ValueError("a sweep list needs at least one value")
+        items: list[T] = []
+        for i, item in enumerate(value):
+            if isinstance(item, list | tuple):
+                raise ValueError(f"item {i}: expected a single value, got a nested list")
+            try:
+                items.append(parse_one(item))
+            except ValueError as exc:
+                raise ValueError(f"item {i}: {exc}") from None
+        zipped = info.data.get("sweep") == "zip"
+        if not zipped and len(set(map(repr, items))) != len(items):
+            raise ValueError(f"a sweep list repeats a value: {list(value)!r}")
+        return items
+
+    return parse
+
+
+Rate = Annotated[int | None, PlainValidator(parse_rate)]
+
+MessageSize = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 1, 64 * 1024**2, "a size")))
+]
+TransactionSize = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 1, 64 * 1024**2, "a size")))
+]
+
+
+def _socket_buffer(value: object) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "default"):
+        return None
+    return _bounded(parse_size, 1, 2**31 - 1, "a socket buffer")(value)
+
+
+SocketBuffer = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(_socket_buffer))]
+SweepRate = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(parse_rate))]
+Parallel = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 128, "parallel")))
+]
+Inflight = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 64, "inflight")))
+]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors; no silent coercion of "3" to 3."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# ---------------------------------------------------------------- testbed, repeat, timing
+
+
+class Testbed(StrictModel):
+    __test__ = False  # not a pytest test class
+
+    link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
+    baseline: Literal["forward", "direct"] = "forward"
+    family: Literal["ipv4", "ipv6"] = "ipv4"
+
+    @property
+    def rate_bps(self) -> int | None:
+        return self.link_rate
+
+
+class Repeat(StrictModel):
+    min: int = Field(default=3, ge=2)
+    max: int = Field(default=10, le=1000)
+    confidence: float = Field(default=0.95, ge=0.5, le=0.999)
+    halfwidth_pct: float = Field(default=2.0, gt=0)
+
+    @field_validator("max")
+    @classmethod
+    def _max_at_least_min(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("min")
+        if isinstance(low, int) and value < low:
+            raise ValueError(f"max ({value}) must be at least min ({low})")
+        return value
+
+
+NonNegativeDuration = Annotated[
+    float, PlainValidator(_bounded(parse_duration, 0, 600, "a warm-up"))
+]
+PositiveDuration = Annotated[
+    float, PlainValidator(_bounded(parse_duration, 0.001, 3600, "a duration"))
+]
+
+
+class Timing(StrictModel):
+    duration: PositiveDuration = 5.0
+    warmup: NonNegativeDuration = 1.0
+
+
+# ---------------------------------------------------------------- mechanisms
+
+
+class AclMechanism(StrictModel):
+    """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
+
+    kind: Literal["acl"]
+    rules: int = Field(ge=0, le=100_000)
+    layout: Literal["linear", "set"] = "linear"
+    entries: Literal["standard", "extended"] = "extended"
+    match: Literal["first", "last"] = "last"
+    backend: Literal["nft", "iptables-legacy", "iptables-nft"] = "nft"
+    stateful: bool = False
+
+
+class CustomMechanism(StrictModel):
+    """A rule file the user wrote, loaded as is on the DUT."""
+
+    kind: Literal["custom"]
+    file: Path = Field(strict=False)
+    format: Literal["nft", "iptables"]
+    backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
+
+    @field_validator("file")
+    @classmethod
+    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
+        # Relative to the scenario file (the loader passes its directory).
+        context = info.context if isinstance(info.context, dict) else {}
+        base = context.get("base_dir")
+        resolved = value if value.is_absolute() else Path(base or Path.cwd()) / value
+        if context.get("check_files", True) and not resolved.is_file():
+            raise ValueError(f"rule file {str(value)!r} not found (looked for {resolved})")
+        return resolved
+
+
+Mechanism = Annotated[AclMechanism | CustomMechanism, Field(discriminator="kind")]
+
+
+class Variant(StrictModel):
+    description: str = ""
+    # Empty = a plain forwarding DUT: the cost of the hop itself (against
+    # baseline = "direct"), or an A/A check of the noise (against "forward").
+    mechanisms: list[Mechanism] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- workloads
+
+
+class WorkloadBase(StrictModel):
+    """Keys every workload has. `sweepable` names the keys that take a list."""
+
+    sweepable: ClassVar[dict[str, str]] = {}  # key -> unit: size | rate | count
+
+    kind: str  # each subclass narrows it to its Literal; declared here to come first
+    name: Name = ""
+    duration: PositiveDuration = 5.0
+    warmup: NonNegativeDuration = 1.0
+    sweep: Literal["product", "zip"] = "product"
+    _derived_name: bool = PrivateAttr(default=False)
+
+    @property
+    def derived_name(self) -> bool:
+        """True when the file gave no name and it was made from kind and protocol."""
+        return self._derived_name
+
+    def default_name(self) -> str:
+        raise NotImplementedError
+
+    def swept_values(self) -> dict[str, list[object]]:
+        """Every sweepable key whose value is a list, in field order."""
+        return {
+            key: list(value)
+            for key in self.sweepable
+            if isinstance(value := getattr(self, key), list)
+        }
+
+    @model_validator(mode="after")
+    def _fill_name_and_check_sweep(self) -> WorkloadBase:
+        if not self.name:
+            self.name = self.default_name()
+            self._derived_name = True
+        swept = self.swept_values()
+        if self.sweep == "zip" and swept:
+            lengths = {key: len(values) for key, values in swept.items()}
+            if len(set(lengths.values())) > 1:
+                detail = ", ".join(f"{key} has {n}" for key, n in lengths.items())
+                raise ValueError(f"sweep = 'zip' needs lists of equal length: {detail}")
+            points = next(iter(lengths.values()))
+            combos = list(zip(*swept.values(), strict=True))
+            if len(set(map(repr, combos))) != len(combos):
+                raise ValueError("sweep = 'zip' lists give the same point twice")
+        else:
+            points = 1
+            for values in swept.values():
+                points *= len(values)
+        if points > MAX_POINTS_PER_WORKLOAD:
+            raise ValueError(
+                f"this workload sweeps {points} points, more than {MAX_POINTS_PER_WORKLOAD}; "
+                "split it or shorten the lists"
+            )
+        return self
+
+
+Payload = Literal["random", "zeros", "text"]
+
+
+class StreamWorkload(WorkloadBase):
+    """Bulk transfer (netperf TCP_STREAM / UDP_STREAM)."""
+
+    sweepable: ClassVar[dict[str, str]] = {
+        "message": "size",
+        "socket_buffer": "size",
+        "parallel": "count",
+        "rate": "rate",
+    }
+
+    kind: Literal["stream"]
+    protocol: Literal["tcp", "udp"] = "tcp"
+    direction: Literal["send", "receive", "both"] = "send"
+    message: MessageSize = 131072  # the engine's default; udp: 1024 (set below)
+    socket_buffer: SocketBuffer = None
+    parallel: Parallel = 1
+    payload: Payload = "random"
+    rate: SweepRate = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _udp_message_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "message" not in data and data.get("protocol") == "udp":
+            return {**data, "message": 1024}
+        return data
+
+    @field_validator("message")
+    @classmethod
+    def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
+        if info.data.get("protocol") == "udp":
+            too_big = [
+                v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
+            ]
+            if too_big:
+                raise ValueError(
+                    f"a UDP message is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})"
+                )
+        return value
+
+    def default_name(self) -> str:
+        return f"{self.protocol}-stream"
+
+
+class RrWorkload(WorkloadBase):
+    """Request/response on one connection (netperf TCP_RR / UDP_RR)."""
+
+    sweepable: ClassVar[dict[str, str]] = {
+        "request": "size",
+        "response": "size",
+        "inflight": "count",
+    }
+
+    kind: Literal["rr"]
+    protocol: Literal["tcp", "udp"] = "tcp"
+    request: TransactionSize = 1
+    response: TransactionSize = 1
+    inflight: Inflight = 1
+    payload: Payload = "random"
+
+    @field_validator("request", "response")
+    @classmethod
+    def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
+        if info.data.get("protocol") == "udp":
+            too_big = [
+                v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
+            ]
+            if too_big:
+                raise ValueError(
+                    f"a UDP datagram is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})"
+                )
+        return value
+
+    def default_name(self) -> str:
+        return f"{self.protocol}-rr"
+
+
+class CrrWorkload(WorkloadBase):
+    """A new TCP connection per transaction (netperf TCP_CRR): connections/s."""
+
+    sweepable: ClassVar[dict[str, str]] = {
+        "request": "size",
+        "response": "size",
+        "parallel": "count",
+    }
+
+    kind: Literal["crr"]
+    protocol: Literal["tcp"] = "tcp"
+    request: TransactionSize = 1
+    response: TransactionSize = 1
+    parallel: Parallel = 1
+    payload: Payload = "random"
+
+    def default_name(self) -> str:
+        return "tcp-crr"
+
+
+Workload = Annotated[StreamWorkload | RrWorkload | CrrWorkload, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+def _variant_name(value: str) -> str:
+    check_name(value)
+    if value == "baseline":
+        raise ValueError("'baseline' is reserved for the path without the mechanism")
+    return value
+
+
+VariantName = Annotated[str, AfterValidator(_variant_name)]
+
+
+class Scenario(StrictModel):
+    name: Name
+    description: str = ""
+    testbed: Testbed = Field(default_factory=Testbed)
+    repeat: Repeat = Field(default_factory=Repeat)
+    timing: Timing = Field(default_factory=Timing)
+    variants: dict[VariantName, Variant]
+    workloads: list[Workload]
+    # Where the scenario came from; set by the loader, never read from the file.
+    source: Path | None = Field(default=None, exclude=True, strict=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_timing_defaults(cls, data: Any) -> Any:
+        """Workloads without duration/warmup take them from [timing]."""
+        if not isinstance(data, dict):
+            return data
+        try:
+            timing = Timing.model_validate(data.get("timing", {}))
+        except ValueError:
+            return data  # reported where [timing] is validated
+        workloads = data.get("workloads")
+        if isinstance(workloads, list):
+            data = {
+                **data,
+                "workloads": [
+                    {"duration": timing.duration, "warmup": timing.warmup, **w}
+                    if isinstance(w, dict)
+                    else w
+                    for w in workloads
+                ],
+            }
+        return data
+
+    @field_validator("variants")
+    @classmethod
+    def _at_least_one_variant(cls, value: dict[str, Variant]) -> dict[str, Variant]:
+        if not value:
+            raise ValueError("a scenario needs at least one variant: add a [variants.NAME] table")
+        return value
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads_named_uniquely(
+        cls, value: list[StreamWorkload | RrWorkload | CrrWorkload]
+    ) -> list[StreamWorkload | RrWorkload | CrrWorkload]:
+        if not value:
+            raise ValueError("a scenario needs at least one workload: add a [[workloads]] table")
+        explicit: dict[str, int] = {}
+        for i, workload in enumerate(value):
+            if workload.derived_name:
+                continue
+            if workload.name in explicit:
+                raise ValueError(
+                    f"workloads[{explicit[workload.name]}] and workloads[{i}] are both named "
+                    f"{workload.name!r}; give each workload its own name"
+                )
+            explicit[workload.name] = i
+        # Derived names that collide get -2, -3, … in file order.
+        taken = set(explicit)
+        for workload in value:
+            if not workload.derived_name:
+                continue
+            base, n = workload.name, 1
+            while workload.name in taken:
+                n += 1
+                workload.name = f"{base}-{n}"
+            taken.add(workload.name)
+        return value
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (sizes in bytes, rates in bits/s, durations in s) that
+        `from_json_dict` reads back; the runner embeds it in run.json."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any], *, check_files: bool = False) -> Scenario:
+        """Rebuild a scenario embedded in a run directory (rule files may be gone)."""
+        return cls.model_validate(data, context={"check_files": check_files})
