@@ -1,0 +1,153 @@
+"""Confidence intervals, paired degradation and unpaired differences.
+
+Every figure secperf prints carries a Student-t interval. Degradation pairs a
+variant's repetition i with the baseline's repetition i (they ran back to back,
+interleaved), so drift on a shared machine cancels. Outliers are flagged with
+Tukey's fences and reported, never removed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    stddev: float  # sample standard deviation (n - 1); 0 when n == 1
+    ci_low: float  # -inf when n < 2: one value gives no interval
+    ci_high: float  # +inf when n < 2
+    halfwidth_pct: float  # CI half width as % of |mean| (inf if n < 2 or mean == 0)
+    outliers: tuple[int, ...]  # indices outside Tukey's fences (1.5 IQR), reported only
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1 (got {confidence})")
+
+
+def _t(confidence: float, df: float) -> float:
+    """Two-sided Student-t quantile."""
+    return float(sps.t.ppf((1 + confidence) / 2, df))
+
+
+def tukey_outliers(values: Sequence[float]) -> tuple[int, ...]:
+    """Indices of values outside [Q1 - 1.5 IQR, Q3 + 1.5 IQR]; none below 4 values."""
+    if len(values) < 4:
+        return ()
+    q1, q3 = np.percentile(np.asarray(values, dtype=float), [25, 75])
+    low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
+    return tuple(i for i, v in enumerate(values) if v < low or v > high)
+
+
+def _halfwidth_pct(halfwidth: float, mean: float) -> float:
+    if mean == 0 or not math.isfinite(halfwidth):
+        return INF
+    return halfwidth / abs(mean) * 100.0
+
+
+def summarize(values: Sequence[float], confidence: float) -> Summary:
+    """Mean, sample stddev and the two-sided t interval of the mean."""
+    _check_confidence(confidence)
+    n = len(values)
+    if n == 0:
+        raise ValueError("cannot summarize no values")
+    data = np.asarray(values, dtype=float)
+    mean = float(data.mean())
+    if n < 2:
+        return Summary(1, mean, 0.0, -INF, INF, INF, ())
+    stddev = float(data.std(ddof=1))
+    halfwidth = _t(confidence, n - 1) * stddev / math.sqrt(n)
+    return Summary(
+        n=n,
+        mean=mean,
+        stddev=stddev,
+        ci_low=mean - halfwidth,
+        ci_high=mean + halfwidth,
+        halfwidth_pct=_halfwidth_pct(halfwidth, mean),
+        outliers=tukey_outliers(values),
+    )
+
+
+def ci_met(values: Sequence[float], confidence: float, halfwidth_pct: float) -> bool:
+    """Is the interval as narrow as asked (half width ≤ halfwidth_pct % of the mean)?"""
+    if len(values) < 2:
+        return False
+    return summarize(values, confidence).halfwidth_pct <= halfwidth_pct
+
+
+def degradation(
+    baseline: Sequence[float],
+    variant: Sequence[float],
+    *,
+    higher_is_better: bool,
+    confidence: float,
+) -> Summary:
+    """Paired degradation in %: positive = the variant is worse.
+
+    d_i = (b_i - v_i) / b_i * 100 when higher is better (throughput),
+    d_i = (v_i - b_i) / b_i * 100 when lower is better (latency, CPU).
+    The Summary is over d_i; its halfwidth_pct is the CI half width in
+    percentage points (not relative to the mean degradation)."""
+    if len(baseline) != len(variant):
+        raise ValueError(
+            f"paired samples differ in length: {len(baseline)} baseline vs {len(variant)} variant"
+        )
+    if any(b == 0 for b in baseline):
+        raise ValueError("a baseline value is 0: degradation in % is undefined")
+    sign = 1.0 if higher_is_better else -1.0
+    d = [sign * (b - v) / b * 100.0 for b, v in zip(baseline, variant, strict=True)]
+    s = summarize(d, confidence)
+    halfwidth = (s.ci_high - s.ci_low) / 2 if s.n >= 2 else INF
+    return Summary(s.n, s.mean, s.stddev, s.ci_low, s.ci_high, halfwidth, s.outliers)
+
+
+def difference(a: Sequence[float], b: Sequence[float], confidence: float) -> Summary:
+    """Unpaired (Welch) difference mean(b) - mean(a), in % of mean(a), with its CI.
+
+    For comparing two runs (`secperf compare`), whose repetitions are not
+    paired. The CI treats mean(a) as exact when scaling to %. `n` is
+    len(a) + len(b); `stddev` is the standard error of the difference in %;
+    `halfwidth_pct` is the CI half width in percentage points."""
+    _check_confidence(confidence)
+    na, nb = len(a), len(b)
+    if na == 0 or nb == 0:
+        raise ValueError("cannot compare an empty sample")
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    mean_a, mean_b = float(xa.mean()), float(xb.mean())
+    if mean_a == 0:
+        raise ValueError("mean of the reference sample is 0: a difference in % is undefined")
+    scale = 100.0 / abs(mean_a)
+    diff = (mean_b - mean_a) * scale
+    if na < 2 or nb < 2:
+        return Summary(na + nb, diff, 0.0, -INF, INF, INF, ())
+    va, vb = float(xa.var(ddof=1)) / na, float(xb.var(ddof=1)) / nb
+    se = math.sqrt(va + vb)
+    if se == 0:
+        halfwidth = 0.0
+    else:
+        # Welch–Satterthwaite degrees of freedom
+        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        halfwidth = _t(confidence, df) * se * scale
+    return Summary(
+        n=na + nb,
+        mean=diff,
+        stddev=se * scale,
+        ci_low=diff - halfwidth,
+        ci_high=diff + halfwidth,
+        halfwidth_pct=halfwidth,
+        outliers=(),
+    )
+
+
+def significant(summary: Summary) -> bool:
+    """Does the interval exclude 0?"""
+    return summary.ci_low > 0 or summary.ci_high < 0
