@@ -1,0 +1,28 @@
+"""Mechanisms: what the DUT does to traffic, built from the scenario's mechanism entries."""
+
+from __future__ import annotations
+
+from secperf.errors import MechanismError
+from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.base import Mechanism
+from secperf.mechanisms.custom import Custom
+from secperf.scenario.schema import AclMechanism, CustomMechanism
+from secperf.scenario.schema import Mechanism as MechanismSpec
+
+__all__ = ["Mechanism", "from_schema"]
+
+
+def from_schema(spec: MechanismSpec) -> Mechanism:
+    """The runnable mechanism for one `mechanisms = [...]` entry of a variant."""
+    if isinstance(spec, AclMechanism):
+        return Acl(
+            rules=spec.rules,
+            layout=spec.layout,
+            entries=spec.entries,
+            match=spec.match,
+            backend=spec.backend,
+            stateful=spec.stateful,
+        )
+    if isinstance(spec, CustomMechanism):
+        return Custom(file=spec.file, format=spec.format, backend=spec.backend)
+    raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -1,0 +1,245 @@
+"""An access-control list on the DUT's forward path, as a router would have it.
+
+The ACL is stateless by default, like a router ACL (document 004): every packet of
+the measured flow, in both directions, walks the list. `rules = N` generated
+entries never match the measured traffic; the permits that do are placed before
+(`match = "first"`) or after (`match = "last"`) them, and the chain's policy drops
+everything else.
+
+Generated entries come from 198.19.0.0/16 (2001:2:0:ff::/64), which no testbed
+host uses. `standard` entries match the source only; `extended` entries match
+source, destination, protocol and port: they share the measured hosts and differ
+in the port, so a packet compares every field of every entry, as on a router.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Literal
+
+from secperf.errors import MechanismError
+from secperf.mechanisms.base import (
+    IPTABLES_TOOLS,
+    MechanismContext,
+    RenderedFile,
+    TrafficPlan,
+    run_tool,
+)
+from secperf.testbed.testbed import Host
+
+GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")
+GENERATED_V6 = ipaddress.ip_network("2001:2:0:ff::/64")
+FIRST_GENERATED_PORT = 10000  # above every port the engine uses
+MAX_RULES = 65536
+
+Layout = Literal["linear", "set"]
+Entries = Literal["standard", "extended"]
+Match = Literal["first", "last"]
+Backend = Literal["nft", "iptables-legacy", "iptables-nft"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One generated ACL entry; `dst`, `proto` and `port` are None for standard entries."""
+
+    src: str
+    dst: str | None = None
+    proto: str | None = None
+    port: int | None = None
+
+
+def generated_address(i: int, family: int) -> str:
+    net = GENERATED_V4 if family == 4 else GENERATED_V6
+    return str(net.network_address + 1 + i)
+
+
+def generated_entries(n: int, entries: Entries, plan: TrafficPlan) -> list[Entry]:
+    """N entries that match none of the measured traffic (nor its replies)."""
+    if n > MAX_RULES:
+        raise MechanismError(
+            f"rules = {n} is more than the {MAX_RULES} distinct entries secperf can generate",
+            fix=f"ask for at most {MAX_RULES} rules",
+        )
+    if entries == "standard":
+        return [Entry(src=generated_address(i, plan.family)) for i in range(n)]
+    span = 65535 - FIRST_GENERATED_PORT
+    out = []
+    for i in range(n):
+        # Same hosts as the measured flow, another port; past the port space,
+        # another destination too.
+        dst = plan.server_addr if i < span else generated_address(i, plan.family)
+        proto = "tcp" if i % 2 == 0 else "udp"
+        out.append(Entry(plan.client_addr, dst, proto, FIRST_GENERATED_PORT + i % span))
+    return out
+
+
+@dataclass(frozen=True)
+class Acl:
+    rules: int
+    layout: Layout = "linear"
+    entries: Entries = "extended"
+    match: Match = "last"
+    backend: Backend = "nft"
+    stateful: bool = False
+    kind: str = "acl"
+
+    # -- rendering -------------------------------------------------------------------
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        gen = generated_entries(self.rules, self.entries, ctx.plan)
+        ctx.files_dir.mkdir(parents=True, exist_ok=True)
+        if self.backend == "nft":
+            path = ctx.files_dir / f"{ctx.name}.nft"
+            path.write_text(render_nft(self, gen, ctx.plan, ctx.table))
+            return [RenderedFile(path, "nft")]
+        files: list[RenderedFile] = []
+        if self.layout == "set":
+            sets = ctx.files_dir / f"{ctx.name}.ipset"
+            sets.write_text(render_ipset(self, gen, ctx.plan, set_name(ctx.table)))
+            files.append(RenderedFile(sets, "ipset"))
+        rules = ctx.files_dir / f"{ctx.name}.iptables"
+        rules.write_text(render_iptables(self, gen, ctx.plan, set_name(ctx.table)))
+        files.append(RenderedFile(rules, "iptables-restore"))
+        return files
+
+    def backends(self) -> set[str]:
+        used = {self.backend}
+        if self.backend != "nft" and self.layout == "set":
+            used.add("ipset")
+        return used
+
+    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+        apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
+
+
+def set_name(table: str) -> str:
+    return f"{table}_acl"[:31]
+
+
+def _nft_proto_match(family: int) -> str:
+    return "ip" if family == 4 else "ip6"
+
+
+def render_nft(acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str) -> str:
+    ip = _nft_proto_match(plan.family)
+    addr_type = "ipv4_addr" if plan.family == 4 else "ipv6_addr"
+    ports = f"{{ {plan.control_port}, {plan.data_ports[0]}-{plan.data_ports[1]} }}"
+    if acl.entries == "standard":
+        permits = [f"{ip} saddr {plan.client_net} accept", f"{ip} saddr {plan.server_net} accept"]
+    else:
+        permits = [
+            f"{ip} saddr {plan.client_net} {ip} daddr {plan.server_net} "
+            f"meta l4proto {{ tcp, udp }} th dport {ports} accept",
+            f"{ip} saddr {plan.server_net} {ip} daddr {plan.client_net} "
+            f"meta l4proto {{ tcp, udp }} th sport {ports} accept",
+        ]
+    lines = [
+        f"# secperf acl family {plan.family}: rules={acl.rules} layout={acl.layout} "
+        f"entries={acl.entries} match={acl.match} stateful={acl.stateful}",
+        f"table inet {table} {{",
+    ]
+    body: list[str] = []
+    if acl.layout == "set" and gen:
+        if acl.entries == "standard":
+            lines.append(f"  set acl {{ type {addr_type}; size {max(len(gen), 1) * 2}")
+            elems = [e.src for e in gen]
+            body.append(f"{ip} saddr @acl accept")
+        else:
+            lines.append(
+                f"  set acl {{ type {addr_type} . {addr_type} . inet_proto . inet_service; "
+                f"size {max(len(gen), 1) * 2}"
+            )
+            elems = [f"{e.src} . {e.dst} . {e.proto} . {e.port}" for e in gen]
+            body.append(f"{ip} saddr . {ip} daddr . meta l4proto . th dport @acl accept")
+        lines.append("    elements = {")
+        lines.extend(f"      {e}," for e in elems)
+        lines.append("    }")
+        lines.append("  }")
+    elif acl.entries == "standard":
+        body = [f"{ip} saddr {e.src} accept" for e in gen]
+    else:
+        body = [
+            f"{ip} saddr {e.src} {ip} daddr {e.dst} {e.proto} dport {e.port} accept" for e in gen
+        ]
+    chain = permits + body if acl.match == "first" else body + permits
+    if acl.stateful:
+        chain.insert(0, "ct state established,related accept")
+    lines.append("  chain forward {")
+    lines.append("    type filter hook forward priority filter; policy drop;")
+    lines.extend(f"    {rule}" for rule in chain)
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_ipset(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> str:
+    fam = "inet" if plan.family == 4 else "inet6"
+    kind = "hash:ip" if acl.entries == "standard" else "hash:ip,port,ip"
+    lines = [f"create {name} {kind} family {fam} hashsize 1024 maxelem {max(len(gen), 1) * 2}"]
+    for e in gen:
+        if acl.entries == "standard":
+            lines.append(f"add {name} {e.src}")
+        else:
+            lines.append(f"add {name} {e.src},{e.proto}:{e.port},{e.dst}")
+    return "\n".join(lines) + "\n"
+
+
+def render_iptables(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> str:
+    ports = f"{plan.control_port},{plan.data_ports[0]}:{plan.data_ports[1]}"
+    if acl.entries == "standard":
+        permits = [f"-A FORWARD -s {plan.client_net} -j ACCEPT"]
+        permits.append(f"-A FORWARD -s {plan.server_net} -j ACCEPT")
+    else:
+        permits = []
+        for proto in ("tcp", "udp"):
+            permits.append(
+                f"-A FORWARD -s {plan.client_net} -d {plan.server_net} -p {proto} "
+                f"-m multiport --dports {ports} -j ACCEPT"
+            )
+            permits.append(
+                f"-A FORWARD -s {plan.server_net} -d {plan.client_net} -p {proto} "
+                f"-m multiport --sports {ports} -j ACCEPT"
+            )
+    if acl.layout == "set" and gen:
+        flags = "src" if acl.entries == "standard" else "src,dst,dst"
+        body = [f"-A FORWARD -m set --match-set {name} {flags} -j ACCEPT"]
+    elif acl.entries == "standard":
+        body = [f"-A FORWARD -s {e.src} -j ACCEPT" for e in gen]
+    else:
+        body = [
+            f"-A FORWARD -s {e.src} -d {e.dst} -p {e.proto} --dport {e.port} -j ACCEPT" for e in gen
+        ]
+    chain = permits + body if acl.match == "first" else body + permits
+    if acl.stateful:
+        chain.insert(0, "-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT")
+    lines = [
+        f"# secperf acl family {plan.family}: rules={acl.rules} layout={acl.layout} "
+        f"entries={acl.entries} match={acl.match} stateful={acl.stateful}",
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD DROP [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        *chain,
+        "COMMIT",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def apply_files(dut: Host, files: list[RenderedFile], backend: str, family: int) -> None:
+    """Load rendered files on the DUT in order (ipsets before the rules that use them)."""
+    for f in files:
+        if f.tool == "nft":
+            run_tool(dut, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
+        elif f.tool == "ipset":
+            run_tool(
+                dut, ["ipset", "restore", "-f", str(f.path)], what="ipset restore", source=f.path
+            )
+        else:
+            restore = IPTABLES_TOOLS[(backend, family)][1]
+            proc = dut.run([restore], input=f.path.read_text(), check=False)
+            if proc.returncode != 0:
+                raise MechanismError(
+                    f"{restore} failed: {(proc.stderr or proc.stdout).strip()}",
+                    where=str(f.path),
+                    fix="correct the rule file at the line the tool names",
+                )

@@ -1,0 +1,132 @@
+"""What every mechanism is: rendered to files, checked by its own tool, applied on the DUT.
+
+A mechanism never guesses what state it left behind: the DUT namespace belongs to
+the run, so `reset_dut` returns it to plain forwarding by flushing every packet
+filter backend, which is exactly the baseline state.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from secperf.errors import MechanismError
+from secperf.testbed.testbed import Host
+from secperf.testbed.topology import Topology
+
+# The engine server's control port and the data port range it allocates from:
+# a firewall that matches ports must know them.
+CONTROL_PORT = 5201
+DATA_PORTS = (5300, 5399)
+
+
+@dataclass(frozen=True)
+class TrafficPlan:
+    """The measured traffic, as a rule writer needs to know it."""
+
+    family: int  # 4 or 6
+    client_net: str  # e.g. 198.18.1.0/24
+    server_net: str  # e.g. 198.18.2.0/24
+    client_addr: str
+    server_addr: str
+    control_port: int = CONTROL_PORT
+    data_ports: tuple[int, int] = DATA_PORTS
+
+    def __post_init__(self) -> None:
+        for net in (self.client_net, self.server_net):
+            if ipaddress.ip_network(net).version != self.family:
+                raise ValueError(f"{net} is not an IPv{self.family} network")
+
+
+def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
+    """The measured flow between the client and the server across the DUT."""
+    client = topology.address("client", "client-dut", family)
+    server = topology.address("server", "dut-server", family)
+    host_len = 32 if family == 4 else 128
+    return TrafficPlan(
+        family=family,
+        client_net=f"{client}/{host_len}",
+        server_net=f"{server}/{host_len}",
+        client_addr=client,
+        server_addr=server,
+    )
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """A file a mechanism wrote into the run directory, and the tool that loads it."""
+
+    path: Path
+    tool: str  # "nft", "iptables-restore", "ipset"
+
+
+@dataclass
+class MechanismContext:
+    plan: TrafficPlan
+    files_dir: Path
+    name: str  # a unique stem for this variant's files, e.g. "acl-linear.0"
+    table: str  # nft table name, carries the run prefix
+    rendered: list[RenderedFile] = field(default_factory=list)
+
+
+class Mechanism(Protocol):
+    kind: str
+
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        """Write the files this mechanism loads; no side effects beyond files_dir."""
+        ...
+
+    def backends(self) -> set[str]:
+        """The packet-filter backends (and ipset) this mechanism loads into, for reset_dut."""
+        ...
+
+    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+        """Load the files render() wrote (ctx.rendered) on the DUT."""
+        ...
+
+
+def run_tool(dut: Host, argv: list[str], *, what: str, source: Path | None = None) -> None:
+    """Run a rule loader in the DUT and turn its failure into an error that names the file."""
+    proc = dut.run(argv, check=False)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()
+        raise MechanismError(
+            f"{what} failed: {detail}",
+            where=str(source) if source else None,
+            fix="correct the rule file at the line the tool names, then run `secperf check` again",
+        )
+
+
+IPTABLES_TOOLS = {
+    ("iptables-legacy", 4): ("iptables-legacy", "iptables-legacy-restore"),
+    ("iptables-legacy", 6): ("ip6tables-legacy", "ip6tables-legacy-restore"),
+    ("iptables-nft", 4): ("iptables-nft", "iptables-nft-restore"),
+    ("iptables-nft", 6): ("ip6tables-nft", "ip6tables-nft-restore"),
+}
+
+
+LEGACY_EMPTY = "".join(
+    f"*{table}\n" + "".join(f":{chain} ACCEPT [0:0]\n" for chain in chains) + "COMMIT\n"
+    for table, chains in (
+        ("filter", ("INPUT", "FORWARD", "OUTPUT")),
+        ("nat", ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")),
+        ("mangle", ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")),
+    )
+)
+
+
+def reset_dut(dut: Host, backends: set[str]) -> None:
+    """Return the DUT to plain forwarding: undo what the named backends loaded.
+
+    iptables-nft rules live in nft tables, so flushing the nft ruleset clears them too.
+    The legacy backend has tables of its own: restoring empty ones flushes them.
+    ipsets go last, once no rule refers to them.
+    """
+    dut.run(["nft", "flush", "ruleset"])
+    if "iptables-legacy" in backends:
+        for restore in ("iptables-legacy-restore", "ip6tables-legacy-restore"):
+            dut.run([restore], input=LEGACY_EMPTY)
+    if "ipset" in backends:
+        dut.run(["ipset", "destroy"])
