@@ -74,7 +74,11 @@ def create_veth(ledger: Ledger, name: str, netns: str, peer: str, peer_netns: st
     """One veth pair, each end born in its namespace (recorded before it is made)."""
     ledger.add("veth", name=name, netns=netns, peer=peer, peer_netns=peer_netns)
     argv = ["ip", "link", "add", name, "netns", netns, "type", "veth"]
-    run_command([*argv, "peer", "name", peer, "netns", peer_netns])
+    try:
+        run_command([*argv, "peer", "name", peer, "netns", peer_netns])
+    except TestbedError:
+        ledger.remove("veth", name=name, netns=netns)  # not made: not ours to delete
+        raise
 
 
 def shape(netns: str, dev: str, rate_bps: int) -> None:

@@ -123,10 +123,14 @@ def netns_exists(name: str) -> bool:
 
 
 def create_netns(ledger: Ledger, name: str) -> None:
-    """Create a namespace (recorded first) with its loopback up."""
+    """Create a namespace, recorded first (its loopback comes up with the host's batch)."""
     ledger.add("netns", name=name)
-    run_command(["ip", "netns", "add", name])
-    run_command(["ip", "-n", name, "link", "set", "lo", "up"])
+    try:
+        run_command(["ip", "netns", "add", name])
+    except TestbedError:
+        # Not made by us (it may exist already and belong to someone else).
+        ledger.remove("netns", name=name)
+        raise
 
 
 def delete_netns(name: str) -> bool:
