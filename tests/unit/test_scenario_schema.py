@@ -1,0 +1,246 @@
+"""The scenario models: defaults, sweeps, names, limits and the JSON round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from secperf.scenario.schema import (
+    AclMechanism,
+    CrrWorkload,
+    CustomMechanism,
+    RrWorkload,
+    Scenario,
+    StreamWorkload,
+)
+
+
+def minimal(**extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "t",
+        "variants": {"acl": {"mechanisms": [{"kind": "acl", "rules": 10}]}},
+        "workloads": [{"kind": "rr"}],
+    }
+    data.update(extra)
+    return data
+
+
+def errors(data: dict[str, Any]) -> list[dict[str, Any]]:
+    with pytest.raises(ValidationError) as info:
+        Scenario.model_validate(data)
+    return [dict(e) for e in info.value.errors()]
+
+
+def test_defaults() -> None:
+    sc = Scenario.model_validate(minimal())
+    assert sc.testbed.link_rate is None and sc.testbed.rate_bps is None
+    assert (sc.testbed.baseline, sc.testbed.family) == ("forward", "ipv4")
+    assert (sc.repeat.min, sc.repeat.max, sc.repeat.confidence) == (3, 10, 0.95)
+    assert sc.repeat.halfwidth_pct == 2.0
+    acl = sc.variants["acl"].mechanisms[0]
+    assert isinstance(acl, AclMechanism)
+    assert (acl.layout, acl.entries, acl.match, acl.backend, acl.stateful) == (
+        "linear",
+        "extended",
+        "last",
+        "nft",
+        False,
+    )
+    rr = sc.workloads[0]
+    assert isinstance(rr, RrWorkload)
+    assert (rr.name, rr.request, rr.response, rr.inflight) == ("tcp-rr", 1, 1, 1)
+    assert (rr.duration, rr.warmup) == (5.0, 1.0)
+
+
+def test_workload_timing_comes_from_timing_table_unless_given() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            timing={"duration": "30s", "warmup": "2s"},
+            workloads=[{"kind": "rr"}, {"kind": "rr", "name": "short", "duration": "500ms"}],
+        )
+    )
+    assert (sc.workloads[0].duration, sc.workloads[0].warmup) == (30.0, 2.0)
+    assert (sc.workloads[1].duration, sc.workloads[1].warmup) == (0.5, 2.0)
+
+
+def test_link_rate_parses_to_bits_per_second() -> None:
+    sc = Scenario.model_validate(minimal(testbed={"link_rate": "33.6kbit"}))
+    assert sc.testbed.rate_bps == 33600
+
+
+def test_stream_defaults_depend_on_protocol() -> None:
+    sc = Scenario.model_validate(
+        minimal(workloads=[{"kind": "stream"}, {"kind": "stream", "protocol": "udp"}])
+    )
+    tcp, udp = sc.workloads
+    assert isinstance(tcp, StreamWorkload) and isinstance(udp, StreamWorkload)
+    assert (tcp.name, tcp.message, tcp.direction, tcp.payload) == (
+        "tcp-stream",
+        131072,
+        "send",
+        "random",
+    )
+    assert (udp.name, udp.message) == ("udp-stream", 1024)
+    assert tcp.socket_buffer is None and tcp.rate is None
+
+
+def test_sweepable_fields_take_lists_of_units() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            workloads=[
+                {
+                    "kind": "stream",
+                    "message": ["4KB", "16KiB"],
+                    "socket_buffer": ["56KiB", "default"],
+                    "parallel": [1, 2],
+                    "rate": ["10mbit", "unlimited"],
+                },
+                {"kind": "crr", "parallel": [1, 8], "request": "1KiB"},
+            ]
+        )
+    )
+    stream, crr = sc.workloads
+    assert isinstance(stream, StreamWorkload) and isinstance(crr, CrrWorkload)
+    assert stream.message == [4000, 16384]
+    assert stream.socket_buffer == [57344, None]
+    assert stream.rate == [10_000_000, None]
+    assert crr.parallel == [1, 8] and crr.request == 1024 and crr.name == "tcp-crr"
+
+
+def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
+    sc = Scenario.model_validate(
+        minimal(workloads=[{"kind": "rr"}, {"kind": "rr"}, {"kind": "rr", "name": "tcp-rr-2"}])
+    )
+    assert [w.name for w in sc.workloads] == ["tcp-rr", "tcp-rr-3", "tcp-rr-2"]
+    errs = errors(minimal(workloads=[{"kind": "rr", "name": "a"}, {"kind": "crr", "name": "a"}]))
+    assert errs[0]["loc"] == ("workloads",)
+    assert "both named 'a'" in errs[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("data", "loc", "fragment"),
+    [
+        (minimal(name="Bad Name"), ("name",), "lowercase"),
+        (minimal(repeat={"min": 1}), ("repeat", "min"), "greater than or equal to 2"),
+        (minimal(repeat={"min": 5, "max": 3}), ("repeat", "max"), "at least min"),
+        (minimal(repeat={"max": 1001}), ("repeat", "max"), "less than or equal to 1000"),
+        (minimal(repeat={"confidence": 0.9999}), ("repeat", "confidence"), "0.999"),
+        (minimal(repeat={"halfwidth_pct": 0}), ("repeat", "halfwidth_pct"), "greater than 0"),
+        (minimal(repeat={"min": "3"}), ("repeat", "min"), "valid integer"),
+        (minimal(timing={"duration": "-5s"}), ("timing", "duration"), "negative"),
+        (minimal(timing={"duration": 0}), ("timing", "duration"), "at least"),
+        (minimal(testbed={"link_rate": "fast"}), ("testbed", "link_rate"), "rate"),
+        (minimal(testbed={"baseline": "none"}), ("testbed", "baseline"), "'forward' or 'direct'"),
+        (minimal(variants={}), ("variants",), "at least one variant"),
+        (minimal(workloads=[]), ("workloads",), "at least one workload"),
+        (minimal(variants={"baseline": {}}), ("variants", "baseline", "[key]"), "reserved"),
+        (minimal(variants={"Upper": {}}), ("variants", "Upper", "[key]"), "lowercase"),
+        (
+            minimal(variants={"x": {"mechanisms": [{"kind": "acl", "rules": -1}]}}),
+            ("variants", "x", "mechanisms", 0, "acl", "rules"),
+            "greater than or equal to 0",
+        ),
+        (
+            minimal(variants={"x": {"mechanisms": [{"kind": "vpn"}]}}),
+            ("variants", "x", "mechanisms", 0),
+            "'acl', 'custom'",
+        ),
+        (
+            minimal(workloads=[{"kind": "stream", "protocol": "udp", "message": "64KiB"}]),
+            ("workloads", 0, "stream", "message"),
+            "at most 65507",
+        ),
+        (
+            minimal(workloads=[{"kind": "rr", "request": [1, 1]}]),
+            ("workloads", 0, "rr", "request"),
+            "repeats a value",
+        ),
+        (
+            minimal(workloads=[{"kind": "rr", "request": []}]),
+            ("workloads", 0, "rr", "request"),
+            "at least one value",
+        ),
+        (
+            minimal(workloads=[{"kind": "rr", "inflight": [1, 65]}]),
+            ("workloads", 0, "rr", "inflight"),
+            "item 1: inflight must be at most 64",
+        ),
+        (
+            minimal(workloads=[{"kind": "stream", "parallel": 1.5}]),
+            ("workloads", 0, "stream", "parallel"),
+            "whole number",
+        ),
+        (
+            minimal(workloads=[{"kind": "rr", "request": [1, 2], "response": [1], "sweep": "zip"}]),
+            ("workloads", 0, "rr"),
+            "equal length",
+        ),
+        (
+            minimal(
+                workloads=[
+                    {"kind": "rr", "request": list(range(1, 41)), "response": list(range(1, 41))}
+                ]
+            ),
+            ("workloads", 0, "rr"),
+            "1600 points",
+        ),
+        (minimal(extra=1), ("extra",), "Extra inputs"),
+    ],
+)
+def test_rejects(data: dict[str, Any], loc: tuple[Any, ...], fragment: str) -> None:
+    errs = errors(data)
+    matching = [e for e in errs if tuple(e["loc"]) == loc]
+    assert matching, f"no error at {loc}: {errs}"
+    assert fragment in matching[0]["msg"]
+
+
+def test_zip_sweep_may_repeat_values_in_one_list() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            workloads=[{"kind": "rr", "request": [32, 32], "response": [256, 512], "sweep": "zip"}]
+        )
+    )
+    assert sc.workloads[0].swept_values() == {"request": [32, 32], "response": [256, 512]}
+    errs = errors(
+        minimal(workloads=[{"kind": "rr", "request": [32, 32], "response": [1, 1], "sweep": "zip"}])
+    )
+    assert "same point twice" in errs[0]["msg"]
+
+
+def test_custom_file_resolves_relative_to_base_dir(tmp_path: Path) -> None:
+    (tmp_path / "rules.nft").write_text("table inet t {}\n")
+    data = minimal(
+        variants={
+            "mine": {"mechanisms": [{"kind": "custom", "file": "rules.nft", "format": "nft"}]}
+        }
+    )
+    sc = Scenario.model_validate(data, context={"base_dir": tmp_path})
+    custom = sc.variants["mine"].mechanisms[0]
+    assert isinstance(custom, CustomMechanism)
+    assert custom.file == tmp_path / "rules.nft"
+    assert custom.backend == "iptables-nft"
+    with pytest.raises(ValidationError, match="not found"):
+        Scenario.model_validate(data, context={"base_dir": tmp_path / "elsewhere"})
+    # A run directory's copy may outlive the rule file.
+    gone = Scenario.from_json_dict(sc.to_json_dict() | {}, check_files=False)
+    assert gone.variants["mine"].mechanisms[0] == custom
+
+
+def test_json_round_trip_and_source_not_dumped() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            testbed={"link_rate": "100mbit"},
+            workloads=[{"kind": "stream", "message": ["1KiB", "4KiB"], "duration": "2s"}],
+        )
+    )
+    sc.source = Path("/tmp/x.toml")
+    data = sc.to_json_dict()
+    assert "source" not in data
+    assert data["testbed"]["link_rate"] == 100_000_000
+    assert data["workloads"][0]["message"] == [1024, 4096]
+    assert data["workloads"][0]["duration"] == 2.0
+    again = Scenario.from_json_dict(data)
+    assert again.to_json_dict() == data

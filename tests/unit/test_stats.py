@@ -1,0 +1,151 @@
+"""Statistics against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as sps
+
+from secperf.stats import ci_met, degradation, difference, significant, summarize
+
+
+def test_summarize_textbook_t_interval() -> None:
+    # mean 14, s = sqrt(40/4) = sqrt(10); t(0.975, df=4) = 2.776445 (tables)
+    s = summarize([10, 12, 14, 16, 18], 0.95)
+    halfwidth = 2.776445 * math.sqrt(10) / math.sqrt(5)
+    assert s.n == 5
+    assert s.mean == pytest.approx(14.0)
+    assert s.stddev == pytest.approx(math.sqrt(10))
+    assert s.ci_low == pytest.approx(14 - halfwidth, rel=1e-6)
+    assert s.ci_high == pytest.approx(14 + halfwidth, rel=1e-6)
+    assert s.halfwidth_pct == pytest.approx(halfwidth / 14 * 100, rel=1e-6)
+    assert s.outliers == ()
+
+
+def test_summarize_99_percent_is_wider() -> None:
+    # t(0.995, df=4) = 4.604095
+    s = summarize([10, 12, 14, 16, 18], 0.99)
+    assert s.ci_high - 14 == pytest.approx(4.604095 * math.sqrt(2), rel=1e-6)
+
+
+def test_one_value_has_no_interval() -> None:
+    s = summarize([42.0], 0.95)
+    assert (s.n, s.mean, s.stddev) == (1, 42.0, 0.0)
+    assert s.ci_low == -math.inf and s.ci_high == math.inf
+    assert s.halfwidth_pct == math.inf
+    assert not ci_met([42.0], 0.95, 50.0)
+
+
+def test_zero_mean_has_infinite_relative_halfwidth() -> None:
+    s = summarize([0.0, 0.0, 0.0], 0.95)
+    assert s.mean == 0 and s.stddev == 0 and s.halfwidth_pct == math.inf
+    s = summarize([-1.0, 1.0], 0.95)
+    assert s.halfwidth_pct == math.inf
+
+
+def test_constant_values_have_zero_width() -> None:
+    s = summarize([5.0, 5.0, 5.0], 0.95)
+    assert (s.ci_low, s.ci_high, s.halfwidth_pct) == (5.0, 5.0, 0.0)
+
+
+def test_summarize_rejects_nothing_and_bad_confidence() -> None:
+    with pytest.raises(ValueError):
+        summarize([], 0.95)
+    with pytest.raises(ValueError):
+        summarize([1.0, 2.0], 1.0)
+
+
+def test_outliers_are_flagged_not_removed() -> None:
+    values = [10.0, 10.0, 11.0, 10.0, 50.0]
+    s = summarize(values, 0.95)
+    assert s.outliers == (4,)
+    assert s.mean == pytest.approx(18.2)  # the outlier still counts
+    assert summarize([1.0, 2.0, 100.0], 0.95).outliers == ()  # too few for quartiles
+
+
+def test_ci_met() -> None:
+    values = [100.0, 101.0, 99.0, 100.0]
+    # s = sqrt(2/3), t(0.975, 3) = 3.182446 -> half width 1.2993 = 1.30 % of 100
+    assert ci_met(values, 0.95, 1.5)
+    assert not ci_met(values, 0.95, 1.2)
+
+
+def test_degradation_paired_higher_is_better() -> None:
+    # d = [10, 5, 15, 10]: mean 10, s = sqrt(50/3), t(0.975, 3) = 3.182446
+    d = degradation(
+        [100.0, 100.0, 100.0, 100.0],
+        [90.0, 95.0, 85.0, 90.0],
+        higher_is_better=True,
+        confidence=0.95,
+    )
+    halfwidth = 3.182446 * math.sqrt(50 / 3) / 2
+    assert d.n == 4 and d.mean == pytest.approx(10.0)
+    assert d.stddev == pytest.approx(math.sqrt(50 / 3))
+    assert d.ci_low == pytest.approx(10 - halfwidth, rel=1e-6)
+    assert d.halfwidth_pct == pytest.approx(halfwidth, rel=1e-6)  # percentage points
+    assert significant(d)
+
+
+def test_degradation_pairs_by_index_so_drift_cancels() -> None:
+    # The machine slows down over the run; each pair loses exactly 10 %.
+    base = [100.0, 200.0, 50.0]
+    variant = [90.0, 180.0, 45.0]
+    d = degradation(base, variant, higher_is_better=True, confidence=0.95)
+    assert d.mean == pytest.approx(10.0) and d.stddev == pytest.approx(0.0, abs=1e-12)
+    assert d.ci_low == pytest.approx(10.0) and d.ci_high == pytest.approx(10.0)
+
+
+def test_degradation_lower_is_better() -> None:
+    d = degradation([10.0, 20.0], [11.0, 22.0], higher_is_better=False, confidence=0.95)
+    assert d.mean == pytest.approx(10.0)  # latency up 10 % = 10 % worse
+    better = degradation([10.0, 20.0], [9.0, 18.0], higher_is_better=False, confidence=0.95)
+    assert better.mean == pytest.approx(-10.0)
+
+
+def test_degradation_edge_cases() -> None:
+    with pytest.raises(ValueError, match="length"):
+        degradation([1.0, 2.0], [1.0], higher_is_better=True, confidence=0.95)
+    with pytest.raises(ValueError, match="0"):
+        degradation([0.0, 1.0], [1.0, 1.0], higher_is_better=True, confidence=0.95)
+    one = degradation([100.0], [80.0], higher_is_better=True, confidence=0.95)
+    assert one.mean == pytest.approx(20.0) and one.halfwidth_pct == math.inf
+    assert not significant(one)
+
+
+def test_difference_welch_by_hand() -> None:
+    a = [20.0, 22.0, 24.0]  # mean 22, var 4
+    b = [30.0, 36.0, 42.0]  # mean 36, var 36
+    va, vb = 4 / 3, 36 / 3
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    assert df == pytest.approx(2.439, rel=1e-3)
+    halfwidth = float(sps.t.ppf(0.975, df)) * math.sqrt(va + vb)
+    d = difference(a, b, 0.95)
+    assert d.mean == pytest.approx((36 - 22) / 22 * 100)
+    assert d.ci_low == pytest.approx((14 - halfwidth) / 22 * 100)
+    assert d.ci_high == pytest.approx((14 + halfwidth) / 22 * 100)
+    assert d.n == 6
+
+
+def test_difference_matches_scipy_welch_interval() -> None:
+    a = [5.1, 4.9, 5.3, 5.0, 5.2]
+    b = [5.6, 5.8, 5.5, 6.0]
+    ref = sps.ttest_ind(b, a, equal_var=False).confidence_interval(0.9)
+    d = difference(a, b, 0.9)
+    mean_a = sum(a) / len(a)
+    assert d.ci_low == pytest.approx(ref.low / mean_a * 100)
+    assert d.ci_high == pytest.approx(ref.high / mean_a * 100)
+    assert significant(d)
+
+
+def test_difference_not_significant_and_edges() -> None:
+    d = difference([10.0, 11.0, 9.0], [10.5, 9.5, 10.0], 0.95)
+    assert d.ci_low < 0 < d.ci_high and not significant(d)
+    same = difference([3.0, 3.0], [3.0, 3.0], 0.95)
+    assert (same.mean, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
+    single = difference([10.0], [12.0, 12.0], 0.95)
+    assert single.mean == pytest.approx(20.0) and single.ci_high == math.inf
+    with pytest.raises(ValueError):
+        difference([0.0, 0.0], [1.0, 2.0], 0.95)
+    with pytest.raises(ValueError):
+        difference([], [1.0], 0.95)
