@@ -33,24 +33,39 @@ class TrafficPlan:
     server_addr: str
     control_port: int = CONTROL_PORT
     data_ports: tuple[int, int] = DATA_PORTS
+    # Every inside source: the client and its emulated hosts (static NAT maps each).
+    client_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.client_hosts:
+            object.__setattr__(self, "client_hosts", (self.client_addr,))
         for net in (self.client_net, self.server_net):
             if ipaddress.ip_network(net).version != self.family:
                 raise ValueError(f"{net} is not an IPv{self.family} network")
 
 
 def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
-    """The measured flow between the client and the server across the DUT."""
+    """The measured flow between the client and the server across the DUT.
+
+    The permits match the client and server hosts exactly, or their whole links
+    when emulated hosts stand beside them.
+    """
     client = topology.address("client", "client-dut", family)
     server = topology.address("server", "dut-server", family)
-    host_len = 32 if family == 4 else 128
+    emulated = topology.emulated_addresses("client", family)
+    if emulated:
+        client_net = str(topology.interface("client", "client-dut", family).network)
+        server_net = str(topology.interface("server", "dut-server", family).network)
+    else:
+        host_len = 32 if family == 4 else 128
+        client_net, server_net = f"{client}/{host_len}", f"{server}/{host_len}"
     return TrafficPlan(
         family=family,
-        client_net=f"{client}/{host_len}",
-        server_net=f"{server}/{host_len}",
+        client_net=client_net,
+        server_net=server_net,
         client_addr=client,
         server_addr=server,
+        client_hosts=(client, *emulated),
     )
 
 
