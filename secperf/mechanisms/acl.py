@@ -103,7 +103,7 @@ class Acl:
         return files
 
     def backends(self) -> set[str]:
-        used = {self.backend}
+        used: set[str] = {self.backend}
         if self.backend != "nft" and self.layout == "set":
             used.add("ipset")
         return used

@@ -87,7 +87,8 @@ class MechanismContext:
 
 
 class Mechanism(Protocol):
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         """Write the files this mechanism loads; no side effects beyond files_dir."""
