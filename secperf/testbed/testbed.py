@@ -45,7 +45,16 @@ from secperf.testbed.netns import (
 )
 from secperf.testbed.topology import Topology
 
-__all__ = ["Host", "Testbed", "clean", "install_teardown_handlers"]
+# Host, ManagedProcess and NetnsHost are re-exported: callers import them from here.
+__all__ = [
+    "Host",
+    "ManagedProcess",
+    "NetnsHost",
+    "Testbed",
+    "clean",
+    "install_teardown_handlers",
+    "teardown_entries",
+]
 
 REQUIRED_TOOLS = ("ip", "tc", "sysctl")
 # Ledger entries that live inside a namespace and vanish with it.

@@ -4,8 +4,8 @@ A Topology is pure data. `Testbed.build` turns it into namespaces and veths; the
 mechanisms and workloads read addresses from it. Every address comes from the
 benchmarking ranges (RFC 2544 198.18.0.0/15, RFC 5180 2001:2::/48) and is
 checked on construction, so a testbed can never answer for a real network.
-198.19.0.0/16 is kept free: ACL generators draw their non-matching entries
-from it, so no testbed host may ever live there.
+198.19.0.0/16 and 2001:2:0:ff::/64 are kept free: ACL generators draw their
+non-matching entries from them, so no testbed host may ever live there.
 
 Address plan (link: v4 net / v6 net, host numbers):
   client-dut    198.18.1.0/24 2001:2:0:1::/64   dut .1/::1  client .2/::2
@@ -29,14 +29,14 @@ from ipaddress import (
     IPv6Network,
     ip_address,
 )
-from typing import Literal
 
 from secperf.errors import TestbedError
 
 TESTBED_NET4 = IPv4Network("198.18.0.0/15")
 TESTBED_NET6 = IPv6Network("2001:2::/48")
-# Generated non-matching ACL entries come from here; no host may use it.
+# Generated non-matching ACL entries come from here; no host may use them.
 ACL_RESERVED_NET4 = IPv4Network("198.19.0.0/16")
+ACL_RESERVED_NET6 = IPv6Network("2001:2:0:ff::/64")
 
 MAX_EMULATED_HOSTS = 200
 EMULATED_FIRST = 10  # .10 / ::a: clear of the .1/.2 host addresses
@@ -51,12 +51,13 @@ def check_testbed_address(addr: str | IPv4Address | IPv6Address, *, where: str =
     ok = (
         a in TESTBED_NET4 and a not in ACL_RESERVED_NET4
         if isinstance(a, IPv4Address)
-        else a in TESTBED_NET6
+        else a in TESTBED_NET6 and a not in ACL_RESERVED_NET6
     )
     if not ok:
         raise TestbedError(
             f"address {a} is outside the testbed ranges "
-            f"({TESTBED_NET4} without {ACL_RESERVED_NET4}, {TESTBED_NET6})",
+            f"({TESTBED_NET4} and {TESTBED_NET6}, without {ACL_RESERVED_NET4} "
+            f"and {ACL_RESERVED_NET6})",
             where=where or None,
             fix="use addresses from 198.18.0.0/16 or 2001:2::/48 only",
         )
@@ -169,6 +170,7 @@ class Topology:
             link.net4.subnet_of(TESTBED_NET4)
             and not link.net4.overlaps(ACL_RESERVED_NET4)
             and link.net6.subnet_of(TESTBED_NET6)
+            and not link.net6.overlaps(ACL_RESERVED_NET6)
         ):
             raise TestbedError(
                 f"{where}: {link.net4} / {link.net6} is outside the testbed ranges",
@@ -253,8 +255,8 @@ class Topology:
         """Bare address of `role`'s end of `link`, e.g. '198.18.1.2'."""
         return str(self.interface(role, link, family).ip)
 
-    def server_address(self, family: int = 4, via: Literal["dut", "direct"] = "dut") -> str:
-        """The server address a client targets: through the dut, or over the direct link."""
+    def server_address(self, family: int = 4, via: str = "dut") -> str:
+        """The server address a client targets: via "dut" (through it) or "direct"."""
         if via == "dut":
             link = self.link_between(DUT, "server")
         elif via == "direct":

@@ -74,7 +74,7 @@ def test_every_address_within_testbed_ranges() -> None:
         if ip.version == 4:
             assert ip in V4 and ip not in V4_RESERVED, a
         else:
-            assert ip in V6, a
+            assert ip in V6 and ip not in IPv6Network("2001:2:0:ff::/64"), a
 
 
 def test_emulated_hosts() -> None:
@@ -109,6 +109,7 @@ def _bad_link(net4: str, net6: str = "2001:2:0:9::/64") -> LinkSpec:
         ("10.0.0.0/24", "2001:2:0:9::/64"),  # private, not the benchmark range
         ("198.19.5.0/24", "2001:2:0:9::/64"),  # reserved for generated ACL entries
         ("198.18.9.0/24", "2001:db8::/64"),  # documentation v6, not 2001:2::/48
+        ("198.18.9.0/24", "2001:2:0:ff::/64"),  # reserved for generated v6 ACL entries
     ],
 )
 def test_addresses_outside_ranges_refused(net4: str, net6: str) -> None:
@@ -119,8 +120,8 @@ def test_addresses_outside_ranges_refused(net4: str, net6: str) -> None:
 
 def test_check_testbed_address() -> None:
     check_testbed_address("198.18.200.1")
-    check_testbed_address("2001:2:0:ff::1")
-    for bad in ("8.8.8.8", "198.19.0.1", "127.0.0.1", "2001:3::1", "::1"):
+    check_testbed_address("2001:2:0:fe::1")
+    for bad in ("8.8.8.8", "198.19.0.1", "127.0.0.1", "2001:3::1", "::1", "2001:2:0:ff::5"):
         with pytest.raises(TestbedError):
             check_testbed_address(bad)
 
