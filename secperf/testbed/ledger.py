@@ -13,7 +13,8 @@ Entry types and their fields:
   veth        name, netns, peer, peer_netns   (gone with its namespace)
   link        name, netns                     (any other interface in a namespace)
   process     pid, starttime, pgid, label, host, argv
-  file        path                            (a file or a directory)
+  file        path                            (a file or directory, deleted at teardown:
+                                               temporary state only, never results)
   nft_table   netns, family, name             (gone with its namespace)
 """
 
@@ -79,7 +80,8 @@ class Ledger:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler's teardown may write while the main thread is mid-write.
+        self._lock = threading.RLock()
         self._entries: list[dict[str, Any]] = []
         self._header: dict[str, Any] = {}
         if self.path.exists():
