@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from secperf.scenario.loader import (
     parse_scenario,
 )
 from secperf.scenario.schema import CustomMechanism, StreamWorkload
+from secperf.scenario.sweep import expand_scenario
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 SHIPPED = Path(__file__).resolve().parents[2] / "scenarios"
@@ -246,3 +248,29 @@ def test_format_path() -> None:
     assert format_path(("workloads", 1, "message")) == "workloads[1].message"
     assert format_path(("variants", "a b", "mechanisms", 0)) == 'variants."a b".mechanisms[0]'
     assert format_path(()) == ""
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "scenario-format.md"
+
+
+def _toml_blocks() -> list[str]:
+    return re.findall(r"```toml\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+
+
+def test_documented_full_example_loads(tmp_path: Path) -> None:
+    full = next(b for b in _toml_blocks() if b.startswith('name = "acl-cost"'))
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "filter.nft").write_text("table inet t {}\n")
+    sc = load_scenario(write(tmp_path, full))
+    assert list(sc.variants) == ["acl-linear", "acl-set", "my-rules"]
+    assert [w.name for w in sc.workloads] == ["tcp-rr", "tcp-stream", "udp-modem", "tcp-crr"]
+
+
+def test_documented_sweep_labels_are_true() -> None:
+    block = next(b for b in _toml_blocks() if 'sweep = "zip"' in b)
+    sc = parse_scenario('name = "d"\n[variants.v]\n' + block, Path("/nowhere/d.toml"))
+    claimed = re.findall(r"# (\S+#\d+) (.*)", block)
+    points = {p.point_id: p.label for p in expand_scenario(sc)}
+    assert len(points) == 9
+    for point_id, label in claimed:
+        assert points[point_id] == label.strip()
