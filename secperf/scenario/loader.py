@@ -336,6 +336,13 @@ def _child(raw: Any, key: Key) -> Any:
     return None
 
 
+def _is_union(path: KeyPath, raw: Any) -> bool:
+    tp = _type_at(path, raw)
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
 def _clean_loc(loc: tuple[int | str, ...], raw: Any) -> tuple[KeyPath, bool]:
     """Drop pydantic's union tags ('workloads', 1, 'rr', 'x' -> 'workloads', 1, 'x').
 
@@ -343,16 +350,18 @@ def _clean_loc(loc: tuple[int | str, ...], raw: Any) -> tuple[KeyPath, bool]:
     path: list[Key] = []
     is_key = False
     node = raw
+    tagged: KeyPath | None = None
     for part in loc:
         if part == "[key]":
             is_key = True
             continue
         if (
-            isinstance(part, str)
-            and isinstance(node, dict)
-            and part not in node
+            isinstance(node, dict)
             and node.get("kind") == part
+            and tuple(path) != tagged
+            and _is_union(tuple(path), raw)
         ):
+            tagged = tuple(path)  # one tag per union; a second 'stream' is a key
             continue  # the discriminator's tag, not a key of the file
         path.append(part)
         node = _child(node, part)

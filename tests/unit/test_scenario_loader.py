@@ -274,3 +274,9 @@ def test_documented_sweep_labels_are_true() -> None:
     assert len(points) == 9
     for point_id, label in claimed:
         assert points[point_id] == label.strip()
+
+
+def test_key_named_like_the_kind_is_not_mistaken_for_the_tag(tmp_path: Path) -> None:
+    text = GOOD_HEAD + '[[workloads]]\nkind = "stream"\nstream = 1\n'
+    (problem,) = problems(write(tmp_path, text))
+    assert (problem.key, problem.line) == ("workloads[0].stream", 6)
