@@ -6,7 +6,8 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
-from secperf.scenario.schema import AclMechanism, CustomMechanism
+from secperf.mechanisms.nat import Nat
+from secperf.scenario.schema import AclMechanism, CustomMechanism, NatMechanism
 from secperf.scenario.schema import Mechanism as MechanismSpec
 
 __all__ = ["Mechanism", "from_schema"]
@@ -25,4 +26,6 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         )
     if isinstance(spec, CustomMechanism):
         return Custom(file=spec.file, format=spec.format, backend=spec.backend)
+    if isinstance(spec, NatMechanism):
+        return Nat(mode=spec.mode, backend=spec.backend, pool_size=spec.pool_size)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -186,7 +186,7 @@ class AclMechanism(StrictModel):
     """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
 
     kind: Literal["acl"]
-    rules: int = Field(ge=0, le=100_000)
+    rules: int = Field(ge=0, le=65_536)
     layout: Literal["linear", "set"] = "linear"
     entries: Literal["standard", "extended"] = "extended"
     match: Literal["first", "last"] = "last"
@@ -214,7 +214,16 @@ class CustomMechanism(StrictModel):
         return resolved
 
 
-Mechanism = Annotated[AclMechanism | CustomMechanism, Field(discriminator="kind")]
+class NatMechanism(StrictModel):
+    """Address translation on the DUT: static 1:1, a pool, or PAT (masquerade)."""
+
+    kind: Literal["nat"]
+    mode: Literal["static", "pool", "pat"]
+    backend: Literal["nft", "iptables-legacy", "iptables-nft"] = "nft"
+    pool_size: int = Field(default=16, ge=1, le=200)
+
+
+Mechanism = Annotated[AclMechanism | CustomMechanism | NatMechanism, Field(discriminator="kind")]
 
 
 class Variant(StrictModel):

@@ -1,0 +1,5 @@
+"""python -m secperf: the same CLI as the secperf command."""
+
+from secperf.cli import app
+
+app(prog_name="secperf")
