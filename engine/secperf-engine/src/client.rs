@@ -1,0 +1,430 @@
+//! `run`: one test against a server. Sets the test up over the control
+//! connection, starts the kind's data threads, takes snapshots at the
+//! warm-up boundary and each interval, finishes, and builds the result.
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::control::{CountersReply, LineConn, Request, SetupReply};
+use crate::cpu::{self, ProcStat};
+use crate::error::{EngineError, Result};
+use crate::kinds;
+use crate::net;
+use crate::record::{
+    Clock, CpuTimes, Flow, Interval, IntervalLatency, Loss, Record, ResultRecord, SideCpu, Sink,
+    Start, Totals, FORMAT, VERSION,
+};
+use crate::shared::{Counters, Role, Shared};
+use crate::spec::{Kind, Protocol, Spec};
+use crate::sys;
+use crate::target;
+
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(5);
+const FINISH_TIMEOUT: Duration = Duration::from_secs(25);
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Both sides' counters (and our CPU) at one moment of the test.
+#[derive(Clone, Copy, Debug, Default)]
+struct Snap {
+    /// Seconds since the traffic started (client clock).
+    at: f64,
+    local: Counters,
+    server: Option<Counters>,
+    cpu: CpuTimes,
+}
+
+struct Run<'a> {
+    spec: &'a Spec,
+    conn: LineConn,
+    shared: Arc<Shared>,
+    began: Instant,
+}
+
+impl Run<'_> {
+    fn snap(&mut self, t0: Instant, with_server: bool) -> Result<Snap> {
+        let local = self.shared.counters();
+        let server = if with_server {
+            let r: CountersReply = self.conn.call(&Request::Snapshot, SNAPSHOT_TIMEOUT)?;
+            Some(r.counters)
+        } else {
+            None
+        };
+        Ok(Snap {
+            at: t0.elapsed().as_secs_f64(),
+            local,
+            server,
+            cpu: sys::process_cpu(),
+        })
+    }
+
+    fn t(&self) -> f64 {
+        self.began.elapsed().as_secs_f64()
+    }
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Sleeps until `when`, waking to fail fast if a data thread failed.
+fn sleep_until(when: Instant, shared: &Shared) -> Result<()> {
+    loop {
+        if let Some(e) = shared.take_error() {
+            return Err(e);
+        }
+        let now = Instant::now();
+        if now >= when {
+            return Ok(());
+        }
+        std::thread::sleep((when - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Runs one test; every record goes to `sink` (the caller writes the
+/// `error` record if this returns Err). `began` is when the command started.
+pub fn run(
+    spec: &Spec,
+    allow_any_target: bool,
+    began: Instant,
+    sink: &mut dyn Sink,
+) -> Result<ResultRecord> {
+    target::check("server", spec.server.ip(), allow_any_target)?;
+    spec.check_local_limits()?;
+    let stream =
+        TcpStream::connect_timeout(&spec.server, net::CONNECT_TIMEOUT).map_err(|source| {
+            EngineError::Connect {
+                what: "server's control port",
+                addr: spec.server,
+                source,
+                fix: "start `secperf-engine serve --listen ADDR:PORT` there, or fix `server`",
+            }
+        })?;
+    let mut conn = LineConn::new(stream);
+    let setup: SetupReply = conn.call(
+        &Request::Setup {
+            spec: spec.to_value(),
+        },
+        SETUP_TIMEOUT,
+    )?;
+    let data = SocketAddr::new(spec.server.ip(), setup.data_port);
+    let shared = Shared::new();
+    let mut run = Run {
+        spec,
+        conn,
+        shared: shared.clone(),
+        began,
+    };
+    let r = drive(&mut run, data, setup, sink);
+    if r.is_err() {
+        shared.abort.store(true, Relaxed);
+        shared.stop.store(true, Relaxed);
+    }
+    r
+}
+
+fn drive(
+    run: &mut Run<'_>,
+    data: SocketAddr,
+    setup: SetupReply,
+    sink: &mut dyn Sink,
+) -> Result<ResultRecord> {
+    let spec = run.spec;
+    let shared = run.shared.clone();
+    let started = kinds::start(spec, data, &shared)?;
+    let t0 = Instant::now();
+    let realtime_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let socket = net::probe_granted(spec);
+    sink.emit(Record::Start(Box::new(Start {
+        t: run.t(),
+        format: FORMAT,
+        engine: "secperf-engine",
+        version: VERSION,
+        spec: spec.to_value(),
+        clock: Clock {
+            realtime_ns,
+            monotonic_ns: sys::monotonic_ns(),
+        },
+        local: started.local.map(|a| a.to_string()),
+        data: data.to_string(),
+        socket,
+        server_socket: setup.socket,
+        host: cpu::host(),
+    })));
+
+    // Stream intervals need the receiver's bytes, which the server has
+    // unless the client is the only receiver.
+    let interval_needs_server = spec.kind == Kind::Stream && spec.direction.client_sends();
+    let warm_at = Duration::from_secs_f64(spec.warmup);
+    let end_at = warm_at + Duration::from_secs_f64(spec.duration);
+    let events = schedule(spec.warmup, spec.duration, spec.interval);
+
+    let mut prev = run.snap(t0, interval_needs_server)?;
+    let mut warm: Option<(Snap, ProcStat)> = None;
+    if spec.warmup == 0.0 {
+        shared.measuring.store(true, Relaxed);
+        warm = Some((run.snap(t0, true)?, ProcStat::read()));
+    }
+    let mut end = prev;
+    for ev in events {
+        sleep_until(t0 + Duration::from_secs_f64(ev), &shared)?;
+        let is_warm = warm.is_none() && t0.elapsed() >= warm_at;
+        let is_end = ev >= end_at.as_secs_f64() - 1e-9;
+        if is_end {
+            shared.measuring.store(false, Relaxed);
+        }
+        let snap = run.snap(t0, interval_needs_server || is_warm)?;
+        if is_warm {
+            shared.measuring.store(true, Relaxed);
+            warm = Some((snap, ProcStat::read()));
+        }
+        if spec.interval > 0.0 {
+            sink.emit(Record::Interval(interval(
+                spec,
+                &shared,
+                &prev,
+                &snap,
+                run.t(),
+                ev <= spec.warmup + 1e-9,
+            )));
+        }
+        prev = snap;
+        if is_end {
+            end = snap;
+        }
+    }
+    let (warm, warm_stat) =
+        warm.ok_or_else(|| EngineError::Internal("no warm-up snapshot: report this bug".into()))?;
+
+    // Stop: senders finish their message and shut down; loops drain.
+    shared.stop.store(true, Relaxed);
+    if !shared.wait_role(Role::Active, Instant::now() + STOP_WAIT) {
+        shared.abort.store(true, Relaxed);
+    }
+    let fin: CountersReply = run.conn.call(&Request::Finish, FINISH_TIMEOUT)?;
+    shared.set_drain();
+    shared.wait_all(Instant::now() + STOP_WAIT);
+    let local_final = shared.counters();
+    let cpu_final = sys::process_cpu();
+    let machine = ProcStat::read().since(&warm_stat);
+    if let Some(e) = shared.take_error() {
+        return Err(e);
+    }
+    if let Some(msg) = fin.error {
+        return Err(EngineError::Server {
+            field: None,
+            message: format!("the server's side of the test failed: {}", msg),
+        });
+    }
+    let server_warm = warm.server.unwrap_or_default();
+    let server_final = fin.counters;
+
+    let mut res = ResultRecord {
+        t: 0.0,
+        kind: spec.kind.name(),
+        protocol: spec.protocol.name(),
+        duration_s: 0.0,
+        warmup_s: spec.warmup,
+        bytes: 0,
+        bits_per_second: 0.0,
+        messages: 0,
+        sender: Flow::default(),
+        receiver: Flow::default(),
+        loss: None,
+        retransmits: None,
+        transactions: 0,
+        transactions_per_second: 0.0,
+        latency_us: shared.measured_latency(),
+        cpu: SideCpu {
+            client: cpu_final.minus(warm.cpu),
+            server: server_final.cpu().minus(server_warm.cpu()),
+        },
+        machine_cpu: machine,
+        totals: Totals {
+            client: local_final.totals(),
+            server: server_final.totals(),
+        },
+        time_wait_avoidance: (spec.kind == Kind::Crr).then_some(crate::crr::TIME_WAIT_AVOIDANCE),
+        socket,
+        server_socket: setup.socket,
+    };
+    if spec.protocol == Protocol::Tcp && spec.kind != Kind::Crr {
+        res.retransmits = Some(
+            local_final
+                .retransmits
+                .saturating_sub(warm.local.retransmits)
+                + server_final
+                    .retransmits
+                    .saturating_sub(server_warm.retransmits),
+        );
+    }
+    match spec.kind {
+        Kind::Stream => {
+            // Each receiving side: bytes since the warm-up snapshot over
+            // its own time from that snapshot to the last byte.
+            let mut sides = Vec::new();
+            if spec.direction.client_sends() {
+                sides.push((server_warm, server_final, warm.local, local_final));
+            }
+            if spec.direction.client_receives() {
+                sides.push((warm.local, local_final, server_warm, server_final));
+            }
+            let mut lost = 0u64;
+            let mut sent_msgs = 0u64;
+            for (rw, rf, sw, sf) in sides {
+                let bytes = rf.bytes_received.saturating_sub(rw.bytes_received);
+                let msgs = rf.messages_received.saturating_sub(rw.messages_received);
+                let elapsed = if rf.t_last_byte_ns > rw.t_ns {
+                    secs(rf.t_last_byte_ns - rw.t_ns)
+                } else {
+                    spec.duration
+                };
+                res.bytes += bytes;
+                res.messages += msgs;
+                res.bits_per_second += bytes as f64 * 8.0 / elapsed;
+                res.duration_s = res.duration_s.max(elapsed);
+                res.receiver.bytes += bytes;
+                res.receiver.messages += msgs;
+                let s_msgs = sf.messages_sent.saturating_sub(sw.messages_sent);
+                res.sender.bytes += sf.bytes_sent.saturating_sub(sw.bytes_sent);
+                res.sender.messages += s_msgs;
+                sent_msgs += s_msgs;
+                lost += s_msgs.saturating_sub(msgs);
+            }
+            if spec.protocol == Protocol::Udp {
+                res.loss = Some(Loss {
+                    lost,
+                    ratio: if sent_msgs > 0 {
+                        lost as f64 / sent_msgs as f64
+                    } else {
+                        0.0
+                    },
+                });
+            }
+        }
+        Kind::Rr | Kind::Crr => {
+            let window = (end.at - warm.at).max(1e-9);
+            let d = |f: fn(&Counters) -> u64| f(&end.local).saturating_sub(f(&warm.local));
+            res.duration_s = window;
+            res.transactions = d(|c| c.transactions);
+            res.transactions_per_second = res.transactions as f64 / window;
+            res.bytes = d(|c| c.bytes);
+            res.bits_per_second = res.bytes as f64 * 8.0 / window;
+            res.messages = d(|c| c.messages);
+            res.sender = Flow {
+                bytes: d(|c| c.bytes_sent),
+                messages: d(|c| c.messages_sent),
+            };
+            res.receiver = Flow {
+                bytes: d(|c| c.bytes_received),
+                messages: d(|c| c.messages_received),
+            };
+            if spec.protocol == Protocol::Udp {
+                let lost = d(|c| c.lost);
+                let tried = lost + res.transactions;
+                res.loss = Some(Loss {
+                    lost,
+                    ratio: if tried > 0 {
+                        lost as f64 / tried as f64
+                    } else {
+                        0.0
+                    },
+                });
+            }
+        }
+    }
+    res.t = run.t();
+    sink.emit(Record::Result(Box::new(res.clone())));
+    Ok(res)
+}
+
+/// Snapshot times (seconds after the traffic starts): every `interval`
+/// from the start, one at the warm-up boundary, every `interval` after it,
+/// and the end of the measured window.
+pub fn schedule(warmup: f64, duration: f64, interval: f64) -> Vec<f64> {
+    let end = warmup + duration;
+    let mut v = Vec::new();
+    if interval > 0.0 {
+        let mut k = 1.0;
+        while k * interval < warmup - 1e-9 {
+            v.push(k * interval);
+            k += 1.0;
+        }
+    }
+    if warmup > 0.0 {
+        v.push(warmup);
+    }
+    if interval > 0.0 {
+        let mut k = 1.0;
+        while warmup + k * interval < end - 1e-9 {
+            v.push(warmup + k * interval);
+            k += 1.0;
+        }
+    }
+    v.push(end);
+    v
+}
+
+fn interval(spec: &Spec, shared: &Shared, a: &Snap, b: &Snap, t: f64, warmup: bool) -> Interval {
+    let span = (b.at - a.at).max(1e-9);
+    let mut rec = Interval {
+        t,
+        t_start: a.at,
+        t_end: b.at,
+        warmup,
+        bytes: 0,
+        bits_per_second: 0.0,
+        messages: 0,
+        transactions: 0,
+        rate: 0.0,
+        latency_us: None,
+    };
+    match spec.kind {
+        Kind::Stream => {
+            let mut add = |x: &Counters, y: &Counters| {
+                rec.bytes += y.bytes_received.saturating_sub(x.bytes_received);
+                rec.messages += y.messages_received.saturating_sub(x.messages_received);
+            };
+            if spec.direction.client_sends() {
+                if let (Some(x), Some(y)) = (&a.server, &b.server) {
+                    add(x, y);
+                }
+            }
+            if spec.direction.client_receives() {
+                add(&a.local, &b.local);
+            }
+        }
+        Kind::Rr | Kind::Crr => {
+            rec.transactions = b.local.transactions.saturating_sub(a.local.transactions);
+            rec.rate = rec.transactions as f64 / span;
+            rec.bytes = b.local.bytes.saturating_sub(a.local.bytes);
+            rec.messages = b.local.messages.saturating_sub(a.local.messages);
+            let l = shared.take_interval_latency();
+            rec.latency_us = Some(IntervalLatency {
+                mean: l.mean,
+                p50: l.p50,
+                p99: l.p99,
+            });
+        }
+    }
+    rec.bits_per_second = rec.bytes as f64 * 8.0 / span;
+    rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schedule;
+
+    #[test]
+    fn schedule_has_warm_boundary_and_end() {
+        assert_eq!(schedule(1.0, 3.0, 1.0), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(schedule(1.5, 1.0, 1.0), vec![1.0, 1.5, 2.5]);
+        assert_eq!(schedule(0.0, 2.0, 0.0), vec![2.0]);
+        assert_eq!(schedule(0.5, 0.3, 0.0), vec![0.5, 0.8]);
+    }
+}

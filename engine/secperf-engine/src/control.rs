@@ -1,0 +1,207 @@
+//! The control protocol: newline-delimited JSON on the control TCP
+//! connection, one request and one reply at a time.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+use crate::record::SocketBufs;
+use crate::shared::Counters;
+
+const MAX_LINE: usize = 1 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request {
+    Setup { spec: Value },
+    Snapshot,
+    Finish,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SetupReply {
+    pub ok: bool,
+    pub data_port: u16,
+    pub socket: SocketBufs,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CountersReply {
+    pub ok: bool,
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// A data-path failure on the server side (finish only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub ok: bool,
+    pub kind: String,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn from_error(e: &EngineError) -> ErrorReply {
+        ErrorReply {
+            ok: false,
+            kind: e.kind().to_string(),
+            field: e.field().map(str::to_string),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Outcome of waiting for one line.
+pub enum Recv {
+    Line(Value),
+    Eof,
+    TimedOut,
+}
+
+/// A control connection with its own line buffer (so a read timeout never
+/// loses part of a line).
+pub struct LineConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl LineConn {
+    pub fn new(stream: TcpStream) -> LineConn {
+        // Control messages are small and must not wait for Nagle.
+        let _ = stream.set_nodelay(true);
+        LineConn {
+            stream,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
+        let mut line = serde_json::to_vec(msg).map_err(io::Error::other)?;
+        line.push(b'\n');
+        self.stream.write_all(&line)
+    }
+
+    /// Waits up to `timeout` for one complete line.
+    pub fn recv(&mut self, timeout: Duration) -> io::Result<Recv> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                let v = serde_json::from_slice(&line).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("bad control line: {}", e),
+                    )
+                })?;
+                return Ok(Recv::Line(v));
+            }
+            if self.buf.len() > MAX_LINE {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "control line longer than 1 MiB",
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Recv::TimedOut);
+            }
+            self.stream
+                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))))?;
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Ok(Recv::Eof),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Client side: one request, one reply; `ok:false` becomes a Server error.
+    pub fn call<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        req: &Request,
+        timeout: Duration,
+    ) -> Result<T> {
+        let what = match req {
+            Request::Setup { .. } => "setup",
+            Request::Snapshot => "snapshot",
+            Request::Finish => "finish",
+        };
+        self.send(req).map_err(EngineError::io(format!(
+            "cannot send `{}` to the server: check that the server is still running",
+            what
+        )))?;
+        let reply = match self.recv(timeout).map_err(EngineError::io(format!(
+            "no valid reply to `{}` from the server: check the server's stderr",
+            what
+        )))? {
+            Recv::Line(v) => v,
+            Recv::Eof => {
+                return Err(EngineError::Server {
+                    field: None,
+                    message: format!(
+                        "the server closed the control connection during `{}`: check the server's stderr and that it still runs",
+                        what
+                    ),
+                })
+            }
+            Recv::TimedOut => {
+                return Err(EngineError::Server {
+                    field: None,
+                    message: format!(
+                        "no reply to `{}` within {:.0} s: check that the server is alive and the path between the hosts",
+                        what,
+                        timeout.as_secs_f64()
+                    ),
+                })
+            }
+        };
+        if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+            let e: ErrorReply = serde_json::from_value(reply.clone()).unwrap_or(ErrorReply {
+                ok: false,
+                kind: "server".into(),
+                field: None,
+                message: format!("unexpected reply {}", reply),
+            });
+            return Err(match e.kind.as_str() {
+                "spec" => EngineError::Spec {
+                    field: e.field,
+                    message: format!("the server refused the spec: {}", e.message),
+                },
+                "target" => EngineError::Target {
+                    field: e.field.unwrap_or_else(|| "server".into()),
+                    message: e.message,
+                },
+                _ => EngineError::Server {
+                    field: e.field,
+                    message: e.message,
+                },
+            });
+        }
+        serde_json::from_value(reply).map_err(|e| EngineError::Server {
+            field: None,
+            message: format!(
+                "malformed reply to `{}` ({}): run the same engine version on both sides",
+                what, e
+            ),
+        })
+    }
+}

@@ -1,0 +1,138 @@
+//! Kind `crr`: connect, send a request, read the response, close with
+//! SO_LINGER 0 (an RST, so no TIME_WAIT is left on either side), repeated by
+//! `parallel` loops. The server accepts on several threads at once.
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+
+use crate::error::{EngineError, Result};
+use crate::kinds::{ClientStart, ServerEnv, ServerSetup};
+use crate::net;
+use crate::payload;
+use crate::rr::Tally;
+use crate::shared::{Role, Shared, ThreadStats};
+use crate::spec::Spec;
+
+pub const TIME_WAIT_AVOIDANCE: &str = "so_linger_0";
+/// Consecutive failed connects after which the test fails.
+const MAX_CONSECUTIVE_FAILURES: u32 = 50;
+
+fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::io(format!("crr {} failed", what))(e)
+}
+
+pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
+    let (listener, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
+    let data_port = listener
+        .local_addr()
+        .map_err(EngineError::io("cannot read the data listener's address"))?
+        .port();
+    let listener = Arc::new(listener);
+    for _ in 0..spec.parallel.clamp(2, 64) {
+        let (listener, spec) = (listener.clone(), spec.clone());
+        sh.spawn("crr-accept", Role::Active, move |sh, st| {
+            let req_len = spec.request_size;
+            let mut req = vec![0u8; req_len];
+            let resp = payload::make(spec.payload, spec.response_size, 99);
+            let mut t = Tally::default();
+            let mut connections = 0u64;
+            let r = net::accept_loop(&listener, sh, |s| {
+                connections += 1;
+                st.connections.store(connections, Relaxed);
+                serve_one(&s, &mut req, &resp, &mut t, sh);
+                t.publish(st);
+                Ok(())
+            });
+            t.publish(st);
+            r
+        })?;
+    }
+    Ok(ServerSetup { data_port, socket })
+}
+
+/// One connection: request in, response out, then wait for the client's close.
+/// A client that resets early only costs its transaction.
+fn serve_one(s: &TcpStream, req: &mut [u8], resp: &[u8], t: &mut Tally, sh: &Shared) {
+    if net::set_wake_timeouts(s).is_err() {
+        return;
+    }
+    let mut io = s;
+    if !matches!(net::read_full(&mut io, req, sh), Ok(true)) {
+        return;
+    }
+    t.received(req.len());
+    if !matches!(net::write_full(&mut io, resp, sh), Ok(true)) {
+        return;
+    }
+    t.sent(resp.len());
+    t.transactions += 1;
+    // The client closes first (with RST), so no TIME_WAIT stays here.
+    let mut b = [0u8; 64];
+    let _ = net::read_full(&mut io, &mut b[..1], sh);
+}
+
+pub fn start(spec: &Spec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientStart> {
+    for i in 0..spec.parallel {
+        let spec = spec.clone();
+        sh.spawn(&format!("crr-{}", i), Role::Active, move |sh, st| {
+            client_loop(&spec, data, sh, st)
+        })?;
+    }
+    Ok(ClientStart { local: None })
+}
+
+fn client_loop(spec: &Spec, data: SocketAddr, sh: &Shared, st: &ThreadStats) -> Result<()> {
+    let req = payload::make(spec.payload, spec.request_size, 5);
+    let mut resp = vec![0u8; spec.response_size];
+    let mut t = Tally::default();
+    let (mut connections, mut failed, mut consecutive) = (0u64, 0u64, 0u32);
+    while !sh.stopped() {
+        let t0 = Instant::now();
+        let s = match net::tcp_connect(spec, data, None) {
+            Ok(s) => s,
+            Err(e) => {
+                failed += 1;
+                consecutive += 1;
+                st.lost.store(failed, Relaxed);
+                if consecutive >= MAX_CONSECUTIVE_FAILURES {
+                    return Err(e);
+                }
+                continue;
+            }
+        };
+        consecutive = 0;
+        connections += 1;
+        st.connections.store(connections, Relaxed);
+        net::set_wake_timeouts(&s).map_err(data_err("socket setup"))?;
+        let mut io = &s;
+        if !net::write_full(&mut io, &req, sh).map_err(data_err("request"))? {
+            break;
+        }
+        t.sent(req.len());
+        if !net::read_full(&mut io, &mut resp, sh).map_err(data_err("response"))? {
+            if sh.aborted() {
+                break;
+            }
+            return Err(EngineError::Server {
+                field: None,
+                message:
+                    "the server closed a crr connection before answering: check the server's stderr"
+                        .into(),
+            });
+        }
+        sh.record_rtt(t0.elapsed());
+        t.received(resp.len());
+        t.transactions += 1;
+        t.publish(st);
+        SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .map_err(data_err("SO_LINGER"))?;
+        drop(s);
+    }
+    t.publish(st);
+    Ok(())
+}

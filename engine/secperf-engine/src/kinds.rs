@@ -1,0 +1,51 @@
+//! The one dispatch point from a spec's kind to its module, on each side.
+//! A new kind adds a module with `serve` and `start` and one arm here.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::net::PortPolicy;
+use crate::record::SocketBufs;
+use crate::shared::Shared;
+use crate::spec::{Kind, Spec};
+use crate::{crr, rr, stream};
+
+/// Where the server side of a test lives.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerEnv {
+    /// The control connection's local address: data sockets bind here.
+    pub ip: IpAddr,
+    pub ports: PortPolicy,
+}
+
+/// What the server tells the client after `setup`.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerSetup {
+    pub data_port: u16,
+    pub socket: SocketBufs,
+}
+
+/// What the client side knows once its data sockets are up.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientStart {
+    pub local: Option<SocketAddr>,
+}
+
+/// Server side: binds the test's data socket(s) and starts its threads.
+pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<ServerSetup> {
+    match spec.kind {
+        Kind::Stream => stream::serve(spec, env, shared),
+        Kind::Rr => rr::serve(spec, env, shared),
+        Kind::Crr => crr::serve(spec, env, shared),
+    }
+}
+
+/// Client side: opens the data connections, then starts the traffic threads.
+pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<ClientStart> {
+    match spec.kind {
+        Kind::Stream => stream::start(spec, data, shared),
+        Kind::Rr => rr::start(spec, data, shared),
+        Kind::Crr => crr::start(spec, data, shared),
+    }
+}

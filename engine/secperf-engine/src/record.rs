@@ -1,0 +1,238 @@
+//! The NDJSON records the engine writes (see docs/engine-protocol.md), and
+//! the sinks they go to.
+
+use std::io::Write;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::EngineError;
+
+pub const FORMAT: u32 = 1;
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct SocketBufs {
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CpuTimes {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl CpuTimes {
+    pub fn minus(self, earlier: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user_s: (self.user_s - earlier.user_s).max(0.0),
+            system_s: (self.system_s - earlier.system_s).max(0.0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Listening {
+    pub t: f64,
+    pub listen: String,
+    pub version: &'static str,
+    pub pid: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Clock {
+    pub realtime_ns: u128,
+    pub monotonic_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Host {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpus: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Start {
+    pub t: f64,
+    pub format: u32,
+    pub engine: &'static str,
+    pub version: &'static str,
+    pub spec: Value,
+    pub clock: Clock,
+    pub local: Option<String>,
+    pub data: String,
+    pub socket: SocketBufs,
+    pub server_socket: SocketBufs,
+    pub host: Host,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IntervalLatency {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Interval {
+    pub t: f64,
+    pub t_start: f64,
+    pub t_end: f64,
+    pub warmup: bool,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub messages: u64,
+    pub transactions: u64,
+    pub rate: f64,
+    pub latency_us: Option<IntervalLatency>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub min: f64,
+    pub mean: f64,
+    pub stddev: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Flow {
+    pub bytes: u64,
+    pub messages: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Loss {
+    pub lost: u64,
+    pub ratio: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct SideCpu {
+    pub client: CpuTimes,
+    pub server: CpuTimes,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct MachineCpu {
+    pub busy_s: f64,
+    pub total_s: f64,
+    pub cpus: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SideTotals {
+    /// bytes_sent + bytes_received
+    pub bytes: u64,
+    /// messages_sent + messages_received
+    pub messages: u64,
+    pub transactions: u64,
+    pub connections: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    pub lost: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Totals {
+    pub client: SideTotals,
+    pub server: SideTotals,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResultRecord {
+    pub t: f64,
+    pub kind: &'static str,
+    pub protocol: &'static str,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub messages: u64,
+    pub sender: Flow,
+    pub receiver: Flow,
+    pub loss: Option<Loss>,
+    pub retransmits: Option<u64>,
+    pub transactions: u64,
+    pub transactions_per_second: f64,
+    pub latency_us: LatencySummary,
+    pub cpu: SideCpu,
+    pub machine_cpu: MachineCpu,
+    pub totals: Totals,
+    pub time_wait_avoidance: Option<&'static str>,
+    pub socket: SocketBufs,
+    pub server_socket: SocketBufs,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorRecord {
+    pub t: f64,
+    pub kind: &'static str,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ErrorRecord {
+    pub fn from_error(t: f64, e: &EngineError) -> ErrorRecord {
+        ErrorRecord {
+            t,
+            kind: e.kind(),
+            field: e.field().map(str::to_string),
+            message: e.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Record {
+    Listening(Listening),
+    Start(Box<Start>),
+    Interval(Interval),
+    Result(Box<ResultRecord>),
+    Error(ErrorRecord),
+}
+
+impl Record {
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(
+                "{{\"type\":\"error\",\"t\":0.0,\"kind\":\"internal\",\"field\":null,\"message\":\"cannot serialize a record ({}): report this bug\"}}",
+                e
+            )
+        })
+    }
+}
+
+/// Where records go: stdout for the binary, a Vec in tests.
+pub trait Sink {
+    fn emit(&mut self, record: Record);
+}
+
+impl Sink for Vec<Record> {
+    fn emit(&mut self, record: Record) {
+        self.push(record);
+    }
+}
+
+/// One record a line on stdout, flushed at once so a caller can poll.
+#[derive(Default)]
+pub struct StdoutSink;
+
+impl Sink for StdoutSink {
+    fn emit(&mut self, record: Record) {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout leaves nobody to tell; the exit code still says it.
+        let _ = writeln!(out, "{}", record.to_line());
+        let _ = out.flush();
+    }
+}

@@ -1,0 +1,253 @@
+//! `serve`: accepts control connections, one thread each; each runs one
+//! test (setup → snapshots → finish) and tears it down when the connection
+//! drops or the test overruns its time.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
+
+use crate::control::{CountersReply, ErrorReply, LineConn, Recv, Request, SetupReply};
+use crate::error::{EngineError, Result};
+use crate::kinds::{self, ServerEnv};
+use crate::net::PortPolicy;
+use crate::record::{Listening, Record, Sink, VERSION};
+use crate::shared::Shared;
+use crate::spec::Spec;
+use crate::target;
+
+/// Everything `serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    /// Server-chosen data ports come from this range (inclusive).
+    pub data_ports: Option<(u16, u16)>,
+    pub allow_any_target: bool,
+}
+
+/// How long a connection may stay idle before its `setup`.
+const SETUP_WAIT: Duration = Duration::from_secs(30);
+/// Grace beyond warm-up + duration before a test is torn down regardless.
+const TEST_GRACE: Duration = Duration::from_secs(120);
+/// How long `finish` waits for the receivers to drain.
+const DRAIN_WAIT: Duration = Duration::from_secs(15);
+
+/// A bound control listener.
+pub struct Server {
+    listener: TcpListener,
+    opts: ServeOptions,
+}
+
+impl Server {
+    pub fn bind(opts: ServeOptions) -> Result<Server> {
+        let addr = opts.listen;
+        let fail = |e: std::io::Error| {
+            EngineError::Io {
+            context: format!(
+                "cannot listen on {}: pick a free port with --listen, stop the process holding it, or use an address of this host",
+                addr
+            ),
+            source: e,
+        }
+        };
+        let s = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(fail)?;
+        s.set_reuse_address(true).map_err(fail)?;
+        if addr.is_ipv6() {
+            // [::] takes IPv4 too, as the doc promises.
+            s.set_only_v6(false).map_err(fail)?;
+        }
+        s.bind(&addr.into()).map_err(fail)?;
+        s.listen(128).map_err(fail)?;
+        // accept() wakes up to look at the shutdown flag.
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .map_err(fail)?;
+        Ok(Server {
+            listener: s.into(),
+            opts,
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener.local_addr().map_err(EngineError::io(
+            "cannot read the control listener's address",
+        ))
+    }
+
+    /// Emits `listening`, then serves until `shutdown` is set.
+    pub fn run(self, shutdown: &AtomicBool, sink: &mut dyn Sink) -> Result<()> {
+        sink.emit(Record::Listening(Listening {
+            t: 0.0,
+            listen: self.local_addr()?.to_string(),
+            version: VERSION,
+            pid: std::process::id(),
+        }));
+        while !shutdown.load(Relaxed) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let opts = self.opts.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("control".into())
+                        .spawn(move || handle_control(stream, peer, &opts));
+                    if let Err(e) = spawned {
+                        eprintln!("secperf-engine: cannot start a control thread: {}", e);
+                    }
+                }
+                Err(e) if crate::net::would_block(&e) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    return Err(EngineError::io("accept failed on the control listener")(e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
+    let local_ip = match stream.local_addr() {
+        Ok(a) => a.ip().to_canonical(),
+        Err(_) => return,
+    };
+    let mut conn = LineConn::new(stream);
+    if let Err(e) = target::check("peer", peer.ip(), opts.allow_any_target) {
+        eprintln!("secperf-engine: refused control connection from {}", peer);
+        let _ = conn.send(&ErrorReply::from_error(&e));
+        return;
+    }
+    if let Err(e) = run_test(&mut conn, local_ip, opts) {
+        eprintln!("secperf-engine: test from {} ended: {}", peer, e);
+        let _ = conn.send(&ErrorReply::from_error(&e));
+    }
+}
+
+fn run_test(conn: &mut LineConn, local_ip: IpAddr, opts: &ServeOptions) -> Result<()> {
+    let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
+    let spec_value = match conn.recv(SETUP_WAIT).map_err(lost)? {
+        Recv::Line(v) => match serde_json::from_value::<Request>(v) {
+            Ok(Request::Setup { spec }) => spec,
+            Ok(_) => return Err(EngineError::Server {
+                field: None,
+                message:
+                    "the first request must be `setup`: run the same engine version on both sides"
+                        .into(),
+            }),
+            Err(e) => {
+                return Err(EngineError::Server {
+                    field: None,
+                    message: format!(
+                        "malformed request ({}): run the same engine version on both sides",
+                        e
+                    ),
+                })
+            }
+        },
+        Recv::Eof | Recv::TimedOut => return Ok(()),
+    };
+    let spec = Spec::from_value(spec_value)?;
+    spec.check_local_limits()?;
+    let env = ServerEnv {
+        ip: local_ip,
+        ports: PortPolicy {
+            fixed: spec.data_port,
+            range: opts.data_ports,
+        },
+    };
+    let shared = Shared::new();
+    let setup = match kinds::serve(&spec, &env, &shared) {
+        Ok(s) => s,
+        Err(e) => {
+            shared.abort.store(true, Relaxed);
+            return Err(e);
+        }
+    };
+    let r = drive(conn, &spec, &shared, setup);
+    // Whatever happened, the test's threads end now.
+    shared.stop.store(true, Relaxed);
+    shared.abort.store(true, Relaxed);
+    r
+}
+
+fn drive(
+    conn: &mut LineConn,
+    spec: &Spec,
+    shared: &Arc<Shared>,
+    setup: kinds::ServerSetup,
+) -> Result<()> {
+    let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
+    conn.send(&SetupReply {
+        ok: true,
+        data_port: setup.data_port,
+        socket: setup.socket,
+    })
+    .map_err(lost)?;
+    let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
+    loop {
+        if Instant::now() >= deadline {
+            return Err(EngineError::Server {
+                field: None,
+                message:
+                    "the test overran its duration by 120 s and was torn down: check the client"
+                        .into(),
+            });
+        }
+        let v = match conn.recv(Duration::from_secs(1)).map_err(lost)? {
+            Recv::Line(v) => v,
+            Recv::TimedOut => continue,
+            Recv::Eof => return Ok(()),
+        };
+        let req: Request = serde_json::from_value(v).map_err(|e| EngineError::Server {
+            field: None,
+            message: format!(
+                "malformed request ({}): run the same engine version on both sides",
+                e
+            ),
+        })?;
+        match req {
+            Request::Snapshot => {
+                let reply = CountersReply {
+                    ok: true,
+                    counters: shared.counters(),
+                    error: None,
+                };
+                conn.send(&reply).map_err(lost)?;
+            }
+            Request::Finish => {
+                shared.stop.store(true, Relaxed);
+                shared.set_drain();
+                shared.wait_all(Instant::now() + DRAIN_WAIT);
+                let reply = CountersReply {
+                    ok: true,
+                    counters: shared.counters(),
+                    error: shared.take_error().map(|e| e.to_string()),
+                };
+                conn.send(&reply).map_err(lost)?;
+                return Ok(());
+            }
+            Request::Setup { .. } => {
+                return Err(EngineError::Server {
+                    field: None,
+                    message:
+                        "one test per control connection: open a new connection for the next test"
+                            .into(),
+                })
+            }
+        }
+    }
+}
+
+/// Parses `LO-HI` for --data-ports.
+pub fn parse_port_range(s: &str) -> Result<(u16, u16)> {
+    let bad = || EngineError::Spec {
+        field: Some("data-ports".into()),
+        message: format!("--data-ports {:?} is not LO-HI: give e.g. 5300-5399", s),
+    };
+    let (lo, hi) = s.split_once('-').ok_or_else(bad)?;
+    let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || lo > hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}

@@ -1,0 +1,471 @@
+//! The test spec: parsing (unknown fields and bad values are errors naming the
+//! field and the fix), defaults, and which fields apply to which kind.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Stream,
+    Rr,
+    Crr,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Stream => "stream",
+            Kind::Rr => "rr",
+            Kind::Crr => "crr",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// client → server
+    Send,
+    /// server → client
+    Receive,
+    Both,
+}
+
+impl Direction {
+    pub fn client_sends(self) -> bool {
+        matches!(self, Direction::Send | Direction::Both)
+    }
+    pub fn client_receives(self) -> bool {
+        matches!(self, Direction::Receive | Direction::Both)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Payload {
+    Random,
+    Zeros,
+    Text,
+}
+
+/// Largest UDP payload over IPv4 (65535 − 20 − 8).
+pub const UDP_MAX: usize = 65507;
+/// Sanity bound for TCP message/request/response sizes.
+pub const TCP_MAX: usize = 64 << 20;
+/// Pipelined rr must fit the default socket buffers, or both ends block writing.
+pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
+
+/// The spec as the user writes it: every field optional, unknown fields refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    kind: Option<Kind>,
+    server: Option<String>,
+    protocol: Option<Protocol>,
+    duration: Option<f64>,
+    warmup: Option<f64>,
+    interval: Option<f64>,
+    bind: Option<IpAddr>,
+    data_port: Option<u16>,
+    client_port: Option<u16>,
+    socket_buffer: Option<u64>,
+    nodelay: Option<bool>,
+    direction: Option<Direction>,
+    message_size: Option<u64>,
+    parallel: Option<u64>,
+    payload: Option<Payload>,
+    rate_bps: Option<u64>,
+    request_size: Option<u64>,
+    response_size: Option<u64>,
+    inflight: Option<u64>,
+    udp_timeout: Option<f64>,
+}
+
+/// Every field name, in record order.
+pub const FIELDS: &[&str] = &[
+    "kind",
+    "server",
+    "protocol",
+    "duration",
+    "warmup",
+    "interval",
+    "bind",
+    "data_port",
+    "client_port",
+    "socket_buffer",
+    "nodelay",
+    "direction",
+    "message_size",
+    "parallel",
+    "payload",
+    "rate_bps",
+    "request_size",
+    "response_size",
+    "inflight",
+    "udp_timeout",
+];
+
+/// Whether `field` means something for this kind and protocol. The single
+/// table used both to refuse misplaced fields and to print the resolved spec.
+pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
+    use Kind::*;
+    match field {
+        "client_port" => matches!(kind, Stream | Rr),
+        "nodelay" => protocol == Protocol::Tcp,
+        "direction" | "message_size" | "rate_bps" => kind == Stream,
+        "parallel" => matches!(kind, Stream | Crr),
+        "request_size" | "response_size" => matches!(kind, Rr | Crr),
+        "inflight" => kind == Rr,
+        "udp_timeout" => kind == Rr && protocol == Protocol::Udp,
+        _ => true,
+    }
+}
+
+/// The resolved spec: every default filled in. One value of this type is
+/// passed to every part of a test.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spec {
+    pub kind: Kind,
+    pub server: SocketAddr,
+    pub protocol: Protocol,
+    pub duration: f64,
+    pub warmup: f64,
+    pub interval: f64,
+    pub bind: Option<IpAddr>,
+    pub data_port: Option<u16>,
+    pub client_port: Option<u16>,
+    pub socket_buffer: Option<u64>,
+    pub nodelay: bool,
+    pub direction: Direction,
+    pub message_size: usize,
+    pub parallel: usize,
+    pub payload: Payload,
+    pub rate_bps: Option<u64>,
+    pub request_size: usize,
+    pub response_size: usize,
+    pub inflight: usize,
+    pub udp_timeout: f64,
+}
+
+fn short(s: &str) -> String {
+    // serde's messages carry " at line 1 column 17"; the field already says where.
+    match s.find(" at line ") {
+        Some(i) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+impl Spec {
+    /// Parses a spec given as JSON text.
+    pub fn parse(text: &str) -> Result<Spec> {
+        let value: Value = serde_json::from_str(text).map_err(|e| EngineError::Spec {
+            field: None,
+            message: format!(
+                "the spec is not valid JSON ({}): give one JSON object such as \
+                 {{\"kind\":\"stream\",\"server\":\"198.18.2.2:5201\"}}",
+                e
+            ),
+        })?;
+        Spec::from_value(value)
+    }
+
+    /// Parses and validates a spec given as a JSON value.
+    pub fn from_value(value: Value) -> Result<Spec> {
+        let obj = value.as_object().ok_or_else(|| EngineError::Spec {
+            field: None,
+            message: "the spec must be a JSON object such as {\"kind\":\"rr\",\"server\":\"198.18.2.2:5201\"}".into(),
+        })?;
+        for key in obj.keys() {
+            if !FIELDS.contains(&key.as_str()) {
+                return Err(EngineError::spec(
+                    key,
+                    format!(
+                        "unknown field `{}`: remove it or use one of: {}",
+                        key,
+                        FIELDS.join(", ")
+                    ),
+                ));
+            }
+        }
+        let raw: RawSpec = serde_path_to_error::deserialize(&value).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = short(&e.inner().to_string());
+            EngineError::Spec {
+                message: format!("`{}` is malformed: {}; fix its value", field, inner),
+                field: Some(field),
+            }
+        })?;
+        let kind = raw.kind.ok_or_else(|| {
+            EngineError::spec(
+                "kind",
+                "`kind` is required: set it to \"stream\", \"rr\" or \"crr\"",
+            )
+        })?;
+        let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
+        for (key, v) in obj {
+            if !v.is_null() && !applies(key, kind, protocol) {
+                return Err(EngineError::spec(
+                    key,
+                    format!(
+                        "`{}` does not apply to kind {} over {}: remove it",
+                        key,
+                        kind.name(),
+                        protocol.name()
+                    ),
+                ));
+            }
+        }
+        resolve(raw, kind, protocol)
+    }
+
+    /// The resolved spec as JSON, with only the fields that apply to its kind.
+    pub fn to_value(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut v {
+            map.retain(|k, _| applies(k, self.kind, self.protocol));
+        }
+        v
+    }
+
+    /// Refuses a socket buffer above what this host's sysctls allow (the
+    /// kernel would silently clamp it).
+    pub fn check_local_limits(&self) -> Result<()> {
+        let Some(want) = self.socket_buffer else {
+            return Ok(());
+        };
+        for name in ["wmem_max", "rmem_max"] {
+            let path = format!("/proc/sys/net/core/{}", name);
+            let max = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            if let Some(max) = max {
+                if want > max {
+                    return Err(EngineError::spec(
+                        "socket_buffer",
+                        format!(
+                            "socket_buffer {} is above net.core.{} = {} on this host: \
+                             use at most {} or raise it (sysctl -w net.core.{}={})",
+                            want, name, max, max, name, want
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn total_seconds(&self) -> f64 {
+        self.warmup + self.duration
+    }
+}
+
+fn size(field: &str, v: Option<u64>, default: usize, protocol: Protocol) -> Result<usize> {
+    let v = v.unwrap_or(default as u64);
+    if v == 0 {
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} must be at least 1 byte (got 0): give a size such as {}",
+                field, default
+            ),
+        ));
+    }
+    let (max, why) = match protocol {
+        Protocol::Udp => (UDP_MAX, "the largest UDP payload"),
+        Protocol::Tcp => (TCP_MAX, "64 MiB"),
+    };
+    if v > max as u64 {
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} {} is above {} ({} bytes): use at most {}",
+                field, v, why, max, max
+            ),
+        ));
+    }
+    Ok(v as usize)
+}
+
+fn seconds(
+    field: &str,
+    v: f64,
+    min_exclusive: bool,
+    min: f64,
+    max: f64,
+    hint: &str,
+) -> Result<f64> {
+    let low_ok = if min_exclusive { v > min } else { v >= min };
+    if !v.is_finite() || !low_ok || v > max {
+        let low = if min_exclusive { ">" } else { "≥" };
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} must be {} {} and ≤ {} seconds (got {}): give e.g. {}",
+                field, low, min, max, v, hint
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
+    let server_text = raw.server.ok_or_else(|| {
+        EngineError::spec(
+            "server",
+            "`server` is required: give the server's control address, e.g. \"198.18.2.2:5201\" or \"[2001:2::2]:5201\"",
+        )
+    })?;
+    let server: SocketAddr = server_text.parse().map_err(|_| {
+        EngineError::spec(
+            "server",
+            format!(
+                "server \"{}\" is not ADDR:PORT: give an IP address and port, e.g. \"198.18.2.2:5201\" or \"[2001:2::2]:5201\"",
+                server_text
+            ),
+        )
+    })?;
+    if server.port() == 0 {
+        return Err(EngineError::spec(
+            "server",
+            "server port 0 is not a port: give the port `serve --listen` uses, e.g. 5201",
+        ));
+    }
+    if kind == Kind::Crr && protocol == Protocol::Udp {
+        return Err(EngineError::spec(
+            "protocol",
+            "crr (connect-request-response) is TCP only: set protocol to \"tcp\" or use kind \"rr\" for UDP",
+        ));
+    }
+    let duration = seconds(
+        "duration",
+        raw.duration.unwrap_or(10.0),
+        true,
+        0.0,
+        3600.0,
+        "10",
+    )?;
+    let warmup = seconds("warmup", raw.warmup.unwrap_or(1.0), false, 0.0, 600.0, "1")?;
+    let interval = raw.interval.unwrap_or(1.0);
+    if interval != 0.0 {
+        seconds(
+            "interval",
+            interval,
+            false,
+            0.01,
+            3600.0,
+            "1 (or 0 for no interval records)",
+        )?;
+    }
+    if let Some(bind) = raw.bind {
+        if bind.is_ipv4() != server.is_ipv4() {
+            return Err(EngineError::spec(
+                "bind",
+                format!(
+                    "bind {} and server {} are of different IP families: give a bind address of the server's family",
+                    bind, server
+                ),
+            ));
+        }
+    }
+    if let Some(b) = raw.socket_buffer {
+        if b < 1024 {
+            return Err(EngineError::spec(
+                "socket_buffer",
+                format!(
+                    "socket_buffer {} is too small: give at least 1024 bytes, e.g. 65536",
+                    b
+                ),
+            ));
+        }
+    }
+    let parallel = raw.parallel.unwrap_or(1);
+    if !(1..=128).contains(&parallel) {
+        return Err(EngineError::spec(
+            "parallel",
+            format!("parallel must be 1..=128 (got {}): give e.g. 4", parallel),
+        ));
+    }
+    let default_msg = match protocol {
+        Protocol::Tcp => 131072,
+        Protocol::Udp => 1024,
+    };
+    let message_size = size("message_size", raw.message_size, default_msg, protocol)?;
+    let request_size = size("request_size", raw.request_size, 1, protocol)?;
+    let response_size = size("response_size", raw.response_size, 1, protocol)?;
+    if raw.rate_bps == Some(0) {
+        return Err(EngineError::spec(
+            "rate_bps",
+            "rate_bps 0 sends nothing: give a rate in bits/s such as 100000000, or leave it out for no pacing",
+        ));
+    }
+    let inflight = raw.inflight.unwrap_or(1);
+    if !(1..=64).contains(&inflight) {
+        return Err(EngineError::spec(
+            "inflight",
+            format!("inflight must be 1..=64 (got {}): give e.g. 1", inflight),
+        ));
+    }
+    let inflight = inflight as usize;
+    if inflight > 1 && inflight * (request_size + response_size) > INFLIGHT_BYTES_MAX {
+        return Err(EngineError::spec(
+            "inflight",
+            format!(
+                "inflight {} × (request_size + response_size) = {} bytes is above {}: both ends could block writing; lower inflight or the sizes",
+                inflight,
+                inflight * (request_size + response_size),
+                INFLIGHT_BYTES_MAX
+            ),
+        ));
+    }
+    let udp_timeout = seconds(
+        "udp_timeout",
+        raw.udp_timeout.unwrap_or(0.1),
+        true,
+        0.0,
+        60.0,
+        "0.1",
+    )?;
+    Ok(Spec {
+        kind,
+        server,
+        protocol,
+        duration,
+        warmup,
+        interval,
+        bind: raw.bind,
+        data_port: raw.data_port,
+        client_port: raw.client_port,
+        socket_buffer: raw.socket_buffer,
+        nodelay: raw.nodelay.unwrap_or(kind != Kind::Stream),
+        direction: raw.direction.unwrap_or(Direction::Send),
+        message_size,
+        parallel: parallel as usize,
+        payload: raw.payload.unwrap_or(Payload::Random),
+        rate_bps: raw.rate_bps,
+        request_size,
+        response_size,
+        inflight,
+        udp_timeout,
+    })
+}

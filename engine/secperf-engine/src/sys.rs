@@ -1,0 +1,87 @@
+//! The few libc calls std and socket2 do not offer, each behind a safe function.
+
+use std::os::fd::RawFd;
+
+use crate::record::CpuTimes;
+
+fn timeval_s(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+fn rusage(who: libc::c_int) -> CpuTimes {
+    // Safety: rusage is plain old data, so all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // Safety: getrusage only writes into the struct we own; `who` is one of
+    // the RUSAGE_* constants.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    if rc != 0 {
+        return CpuTimes::default();
+    }
+    CpuTimes {
+        user_s: timeval_s(ru.ru_utime),
+        system_s: timeval_s(ru.ru_stime),
+    }
+}
+
+/// CPU time of the calling thread.
+pub fn thread_cpu() -> CpuTimes {
+    rusage(libc::RUSAGE_THREAD)
+}
+
+/// CPU time of this whole process (all threads, live and exited).
+pub fn process_cpu() -> CpuTimes {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// Kernel thread id of the calling thread.
+pub fn gettid() -> i32 {
+    // Safety: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock in every network namespace).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Clock ticks per second of /proc times.
+pub fn clk_tck() -> f64 {
+    // Safety: sysconf has no memory effects.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as f64
+    } else {
+        100.0
+    }
+}
+
+/// `tcpi_total_retrans` of a TCP socket, or None if TCP_INFO is not readable.
+pub fn tcp_total_retrans(fd: RawFd) -> Option<u64> {
+    // Safety: tcp_info is plain old data, so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // Safety: the kernel writes at most `len` bytes into `info`, which we own;
+    // a bad fd only yields an error return.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(info.tcpi_total_retrans as u64)
+}
