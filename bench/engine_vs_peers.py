@@ -465,7 +465,8 @@ def _last_record(client: ClientRun, tool: str) -> dict[str, Any]:
 
 def parse_engine_stream(client: ClientRun) -> tuple[dict[str, float], float]:
     rec = _last_record(client, "secperf-engine")
-    sent = rec.get("totals", {}).get("client", {}).get("bytes") or rec["sender"]["bytes"]
+    totals = rec.get("totals", {}).get("client", {})
+    sent = totals.get("bytes_sent") or totals.get("bytes") or rec["sender"]["bytes"]
     return {"gbps": rec["bits_per_second"] / 1e9}, float(sent)
 
 
