@@ -1,0 +1,157 @@
+//! The binary: error records as the last line, exit codes, time bounds,
+//! `serve` start-up and clean SIGTERM exit.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_secperf-engine");
+
+fn last_record(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("some stdout");
+    serde_json::from_str(last).expect("last line is JSON")
+}
+
+fn run(spec: &str) -> (Output, Duration) {
+    let t = Instant::now();
+    let out = Command::new(BIN)
+        .args(["run", "--spec", spec])
+        .output()
+        .expect("run binary");
+    (out, t.elapsed())
+}
+
+#[test]
+fn bad_spec_is_exit_2_with_error_record() {
+    let (out, _) = run(r#"{"kind":"stream","server":"127.0.0.1:5201","bogus":1}"#);
+    assert_eq!(out.status.code(), Some(2));
+    let r = last_record(&out);
+    assert_eq!(r["type"], "error");
+    assert_eq!(r["kind"], "spec");
+    assert_eq!(r["field"], "bogus");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn spec_from_missing_file_is_spec_error() {
+    let (out, _) = run("@/nonexistent/spec.json");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(last_record(&out)["kind"], "spec");
+}
+
+#[test]
+fn nothing_listening_fails_fast() {
+    // A port on loopback where nothing listens.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (out, took) = run(&format!(
+        r#"{{"kind":"rr","server":"127.0.0.1:{}","duration":1}}"#,
+        port
+    ));
+    assert_eq!(out.status.code(), Some(3));
+    let r = last_record(&out);
+    assert_eq!(r["type"], "error");
+    assert_eq!(r["kind"], "connect");
+    assert!(took < Duration::from_secs(5), "took {:?}", took);
+}
+
+#[test]
+fn unreachable_server_fails_within_5s() {
+    // A testbed address nobody holds here: no route, or no answer until the connect timeout.
+    let (out, took) = run(r#"{"kind":"stream","server":"198.18.255.254:5201","duration":1}"#);
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(last_record(&out)["type"], "error");
+    assert!(took < Duration::from_secs(5), "took {:?}", took);
+}
+
+#[test]
+fn target_outside_ranges_is_refused() {
+    let (out, _) = run(r#"{"kind":"stream","server":"8.8.8.8:5201","duration":1}"#);
+    assert_eq!(out.status.code(), Some(4));
+    let r = last_record(&out);
+    assert_eq!(r["kind"], "target");
+    assert!(r["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-any-target"));
+}
+
+#[test]
+fn serve_port_in_use_is_an_error() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", &addr.to_string()])
+        .output()
+        .expect("serve");
+    assert_ne!(out.status.code(), Some(0));
+    let r = last_record(&out);
+    assert_eq!(r["type"], "error");
+    assert!(r["message"].as_str().unwrap().contains("cannot listen"));
+}
+
+#[test]
+fn serve_runs_a_test_and_exits_0_on_sigterm() {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-ports",
+            "40000-40100",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["type"], "listening");
+    let listen = first["listen"].as_str().unwrap().to_string();
+    let (out, _) = run(&format!(
+        r#"{{"kind":"rr","server":"{}","duration":0.2,"warmup":0,"interval":0}}"#,
+        listen
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let start: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let data_port: u16 = start["data"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (40000..=40100).contains(&data_port),
+        "data port {}",
+        data_port
+    );
+    assert_eq!(last_record(&out)["type"], "result");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let t = Instant::now();
+    let code = child.wait().unwrap();
+    assert_eq!(code.code(), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn version_prints_json() {
+    let out = Command::new(BIN).arg("version").output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], 1);
+}

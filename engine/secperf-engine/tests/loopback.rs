@@ -1,0 +1,210 @@
+//! Each kind over loopback, with both sides' counts checked against each other.
+
+mod common;
+
+use common::{ok, TestServer};
+
+const SHORT: &str = r#""duration":0.3,"warmup":0.1,"interval":0.1"#;
+
+fn spec(extra: &str) -> String {
+    format!("{{{},{}}}", SHORT, extra)
+}
+
+#[test]
+fn tcp_stream_send_bytes_match_and_records_in_order() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, recs) = ok(srv.addr, &spec(r#""kind":"stream","message_size":16384"#));
+    assert_eq!(recs.first().unwrap()["type"], "start");
+    assert_eq!(recs.last().unwrap()["type"], "result");
+    assert_eq!(recs[0]["format"], 1);
+    assert_eq!(recs[0]["spec"]["message_size"], 16384);
+    assert!(
+        recs[0]["spec"].get("request_size").is_none(),
+        "rr fields are not in a stream spec"
+    );
+    let intervals: Vec<_> = recs.iter().filter(|r| r["type"] == "interval").collect();
+    assert!(intervals.len() >= 3, "intervals: {}", intervals.len());
+    assert_eq!(intervals[0]["warmup"], true);
+    assert_eq!(intervals.last().unwrap()["warmup"], false);
+    assert!(r.totals.client.bytes_sent > 0);
+    assert_eq!(r.totals.client.bytes_sent, r.totals.server.bytes_received);
+    assert!(
+        r.bytes > 0 && r.bytes < r.totals.server.bytes_received,
+        "window excludes warm-up"
+    );
+    assert!(r.bits_per_second > 1e6);
+    assert!(
+        (r.duration_s - 0.3).abs() < 0.2,
+        "duration {}",
+        r.duration_s
+    );
+    assert!(r.retransmits.is_some() && r.loss.is_none());
+    assert!(r.cpu.client.system_s + r.cpu.client.user_s > 0.0);
+    assert!(r.cpu.server.system_s + r.cpu.server.user_s > 0.0);
+    assert!(r.machine_cpu.total_s > 0.0 && r.machine_cpu.cpus >= 1);
+    assert_eq!(r.totals.server.connections, 1);
+}
+
+#[test]
+fn tcp_stream_receive_and_both_parallel() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"stream","direction":"receive","parallel":2,"payload":"text""#),
+    );
+    assert!(r.totals.server.bytes_sent > 0);
+    assert_eq!(r.totals.server.bytes_sent, r.totals.client.bytes_received);
+    assert_eq!(r.totals.client.bytes_sent, 0);
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"stream","direction":"both","parallel":2,"payload":"zeros""#),
+    );
+    assert!(r.totals.client.bytes_sent > 0 && r.totals.server.bytes_sent > 0);
+    assert_eq!(r.totals.client.bytes_sent, r.totals.server.bytes_received);
+    assert_eq!(r.totals.server.bytes_sent, r.totals.client.bytes_received);
+    assert_eq!(r.totals.server.connections, 4);
+}
+
+#[test]
+fn tcp_stream_paced_rate_is_held() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"stream","rate_bps":80000000,"message_size":8192,"socket_buffer":65536"#),
+    );
+    let ratio = r.bits_per_second / 80e6;
+    assert!(
+        (0.85..1.15).contains(&ratio),
+        "paced rate {} bit/s",
+        r.bits_per_second
+    );
+    assert!(
+        r.socket.sndbuf >= 65536 && r.server_socket.rcvbuf >= 65536,
+        "granted {:?}",
+        r.socket
+    );
+}
+
+#[test]
+fn udp_stream_send_loss_counters_are_sane() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"stream","protocol":"udp","rate_bps":50000000,"message_size":1200"#),
+    );
+    let loss = r.loss.expect("udp has loss");
+    assert!(r.totals.server.messages_received > 0);
+    assert!(r.totals.server.messages_received <= r.totals.client.messages_sent);
+    // Paced at 50 Mbit/s over loopback: nothing should be dropped.
+    assert!(loss.ratio < 0.01, "loss {:?}", loss);
+    assert!(loss.lost <= r.sender.messages);
+    assert_eq!(r.retransmits, None);
+    let ratio = r.bits_per_second / 50e6;
+    assert!((0.8..1.2).contains(&ratio), "rate {}", r.bits_per_second);
+}
+
+#[test]
+fn udp_stream_receive_over_ipv6() {
+    let Ok(sock) = std::net::UdpSocket::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here; skipping");
+        return;
+    };
+    drop(sock);
+    let srv = TestServer::start("[::1]:0");
+    let (r, recs) = ok(
+        srv.addr,
+        &spec(
+            r#""kind":"stream","protocol":"udp","direction":"receive","rate_bps":20000000,"parallel":2"#,
+        ),
+    );
+    assert!(recs[0]["data"].as_str().unwrap().starts_with("[::1]"));
+    assert!(r.totals.client.messages_received > 0);
+    assert!(r.totals.client.messages_received <= r.totals.server.messages_sent);
+    assert!(r.loss.unwrap().ratio < 0.05);
+}
+
+#[test]
+fn tcp_rr_transactions_agree() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, recs) = ok(
+        srv.addr,
+        &spec(r#""kind":"rr","request_size":32,"response_size":256"#),
+    );
+    assert!(r.transactions > 10);
+    assert_eq!(r.totals.client.transactions, r.totals.server.transactions);
+    assert_eq!(
+        r.totals.client.bytes_received,
+        r.totals.server.transactions * 256
+    );
+    // Histogram window and counter window are cut a few transactions apart.
+    assert!(
+        r.latency_us.count.abs_diff(r.transactions) <= 3 + r.transactions / 100,
+        "{} vs {}",
+        r.latency_us.count,
+        r.transactions
+    );
+    assert!(
+        r.latency_us.p50 > 0.0
+            && r.latency_us.min <= r.latency_us.p50
+            && r.latency_us.p50 <= r.latency_us.max
+    );
+    assert!((r.transactions_per_second - r.transactions as f64 / r.duration_s).abs() < 1.0);
+    let iv = recs.iter().find(|x| x["type"] == "interval").unwrap();
+    assert!(iv["latency_us"]["p50"].as_f64().unwrap() > 0.0);
+    assert!(recs[0]["spec"]["nodelay"] == true);
+}
+
+#[test]
+fn tcp_rr_pipelined_inflight() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(srv.addr, &spec(r#""kind":"rr","inflight":8"#));
+    assert!(r.transactions > 10);
+    assert_eq!(r.totals.client.transactions, r.totals.server.transactions);
+}
+
+#[test]
+fn udp_rr_counts_and_no_loss_on_loopback() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"rr","protocol":"udp","inflight":2,"request_size":3"#),
+    );
+    assert!(r.transactions > 10);
+    assert!(r.totals.client.transactions <= r.totals.server.transactions);
+    assert!(r.totals.server.transactions - r.totals.client.transactions <= 2);
+    assert_eq!(r.loss.unwrap().lost, 0);
+}
+
+#[test]
+fn crr_connections_match_accepts() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"crr","parallel":2,"request_size":10,"response_size":100"#),
+    );
+    assert!(r.transactions > 10);
+    assert_eq!(r.totals.client.connections, r.totals.server.connections);
+    assert_eq!(r.totals.client.transactions, r.totals.server.transactions);
+    assert_eq!(r.time_wait_avoidance, Some("so_linger_0"));
+    assert!(r.latency_us.p50 > 0.0);
+    assert_eq!(r.retransmits, None);
+}
+
+#[test]
+fn many_tests_at_once_on_one_server() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let addr = srv.addr;
+    let hs: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let kind = ["stream", "rr", "crr"][i];
+                let (r, _) = ok(addr, &spec(&format!(r#""kind":"{}""#, kind)));
+                r.totals
+            })
+        })
+        .collect();
+    for h in hs {
+        let t = h.join().unwrap();
+        assert_eq!(t.client.bytes_sent, t.server.bytes_received);
+    }
+}

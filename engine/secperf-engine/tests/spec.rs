@@ -1,0 +1,118 @@
+//! Spec parsing and validation: each bad field is an error naming it.
+
+use secperf_engine::spec::{Direction, Kind, Protocol, Spec};
+
+fn err(json: &str) -> (String, Option<String>, String) {
+    let e = Spec::parse(json).expect_err("spec should be refused");
+    (
+        e.kind().to_string(),
+        e.field().map(str::to_string),
+        e.to_string(),
+    )
+}
+
+const S: &str = r#""server":"127.0.0.1:5201""#;
+
+#[test]
+fn defaults_are_filled_in() {
+    let s = Spec::parse(&format!(r#"{{"kind":"stream",{}}}"#, S)).unwrap();
+    assert_eq!(s.kind, Kind::Stream);
+    assert_eq!(s.protocol, Protocol::Tcp);
+    assert_eq!(s.duration, 10.0);
+    assert_eq!(s.warmup, 1.0);
+    assert_eq!(s.message_size, 131072);
+    assert_eq!(s.direction, Direction::Send);
+    assert!(!s.nodelay);
+    let u = Spec::parse(&format!(r#"{{"kind":"stream","protocol":"udp",{}}}"#, S)).unwrap();
+    assert_eq!(u.message_size, 1024);
+    let rr = Spec::parse(&format!(r#"{{"kind":"rr",{}}}"#, S)).unwrap();
+    assert!(rr.nodelay);
+    assert_eq!((rr.request_size, rr.response_size, rr.inflight), (1, 1, 1));
+    let v = rr.to_value();
+    assert!(v.get("message_size").is_none() && v.get("udp_timeout").is_none());
+    assert_eq!(v["inflight"], 1);
+    // The resolved spec parses back to the same thing (the server does this).
+    let back = Spec::from_value(v).unwrap();
+    assert_eq!(back.to_value(), rr.to_value());
+}
+
+#[test]
+fn unknown_field_is_named() {
+    let (kind, field, msg) = err(&format!(r#"{{"kind":"rr",{},"mesage_size":5}}"#, S));
+    assert_eq!(kind, "spec");
+    assert_eq!(field.as_deref(), Some("mesage_size"));
+    assert!(msg.contains("remove it"), "{}", msg);
+}
+
+#[test]
+fn message_size_zero() {
+    let (_, field, msg) = err(&format!(r#"{{"kind":"stream",{},"message_size":0}}"#, S));
+    assert_eq!(field.as_deref(), Some("message_size"));
+    assert!(msg.contains("at least 1"), "{}", msg);
+}
+
+#[test]
+fn duration_zero_and_negative_and_too_long() {
+    for d in ["0", "-1", "3601"] {
+        let (_, field, _) = err(&format!(r#"{{"kind":"stream",{},"duration":{}}}"#, S, d));
+        assert_eq!(field.as_deref(), Some("duration"), "duration {}", d);
+    }
+}
+
+#[test]
+fn udp_message_above_max() {
+    let (_, field, msg) = err(&format!(
+        r#"{{"kind":"stream","protocol":"udp",{},"message_size":65508}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("message_size"));
+    assert!(msg.contains("65507"));
+}
+
+#[test]
+fn crr_over_udp_refused() {
+    let (_, field, _) = err(&format!(r#"{{"kind":"crr","protocol":"udp",{}}}"#, S));
+    assert_eq!(field.as_deref(), Some("protocol"));
+}
+
+#[test]
+fn misplaced_and_malformed_fields() {
+    let (_, field, msg) = err(&format!(r#"{{"kind":"rr",{},"direction":"send"}}"#, S));
+    assert_eq!(field.as_deref(), Some("direction"));
+    assert!(msg.contains("does not apply"));
+    let (_, field, _) = err(&format!(r#"{{"kind":"rr",{},"inflight":"many"}}"#, S));
+    assert_eq!(field.as_deref(), Some("inflight"));
+    let (_, field, _) = err(r#"{"kind":"rr","server":"localhost"}"#);
+    assert_eq!(field.as_deref(), Some("server"));
+    let (_, field, _) = err(r#"{"server":"127.0.0.1:1"}"#);
+    assert_eq!(field.as_deref(), Some("kind"));
+    let (_, field, _) = err(&format!(r#"{{"kind":"bulk",{}}}"#, S));
+    assert_eq!(field.as_deref(), Some("kind"));
+    let (_, field, _) = err(&format!(r#"{{"kind":"stream",{},"parallel":0}}"#, S));
+    assert_eq!(field.as_deref(), Some("parallel"));
+    let (_, field, _) = err(&format!(
+        r#"{{"kind":"rr",{},"inflight":64,"request_size":1024}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("inflight"));
+    let (kind, field, _) = err("[1,2]");
+    assert_eq!((kind.as_str(), field), ("spec", None));
+}
+
+#[test]
+fn socket_buffer_above_host_max() {
+    let max: u64 = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let s = Spec::parse(&format!(
+        r#"{{"kind":"stream",{},"socket_buffer":{}}}"#,
+        S,
+        max + 1
+    ))
+    .unwrap();
+    let e = s.check_local_limits().expect_err("above wmem_max");
+    assert_eq!(e.field(), Some("socket_buffer"));
+    assert!(e.to_string().contains("sysctl"), "{}", e);
+}
