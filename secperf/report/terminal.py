@@ -1,0 +1,281 @@
+"""Tables of a run's summary, as the source papers print them.
+
+One table per workload and metric: a row per workload point (the sweep label),
+then the baseline's value and, for each variant, its value and its degradation
+with the confidence interval. `build_tables` is the plain model that both the
+terminal (rich) and the HTML report render.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+BASELINE = "baseline"
+MISSED = "*"  # marks a value whose CI target was not met
+SIGNIFICANT = "†"  # marks a degradation whose CI excludes 0
+
+_STOP_WORDS = {
+    "max_reached": "repetition cap reached",
+    "interrupted": "run interrupted",
+    # the runner stops on its primary metrics; a secondary one may still be wide
+    "ci_met": "repetitions stopped when the primary metrics met it",
+}
+
+
+@dataclass
+class Cell:
+    text: str
+    significant: bool = False
+    missed: bool = False
+    numeric: bool = True
+
+
+@dataclass
+class ReportTable:
+    """One workload x metric table, independent of how it is drawn."""
+
+    workload: str
+    metric: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    footnotes: list[str] = field(default_factory=list)
+
+
+def fmt_value(x: float | None) -> str:
+    """A number with about four significant digits and no exponent."""
+    if x is None or not math.isfinite(x):
+        return "–"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 10:
+        return f"{x:.2f}"
+    if a >= 1 or a == 0:
+        return f"{x:.3f}"
+    return f"{x:.3g}"
+
+
+def fmt_pct(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "–"
+    text = f"{x:+.1f}"
+    return "0.0" if text in ("+0.0", "-0.0") else text
+
+
+def _metric_rank(row: Mapping[str, Any]) -> int:
+    """Primary first, service demand beside it, then latency, loss and the rest."""
+    if row.get("primary"):
+        return 0
+    if str(row.get("metric", "")).startswith("sd_"):
+        return 1
+    return 2
+
+
+def _value_cell(row: Mapping[str, Any] | None) -> Cell:
+    if row is None:
+        return Cell("–")
+    text = fmt_value(row.get("mean"))
+    hw = row.get("halfwidth_pct")
+    if hw is not None:
+        text += f" ±{hw:.1f}%"
+    missed = not row.get("ci_target_met", False)
+    if missed:
+        text += MISSED
+    return Cell(text, missed=missed)
+
+
+def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:
+    if row is None or row.get("degradation_pct") is None:
+        return Cell("–")
+    text = fmt_pct(row["degradation_pct"])
+    lo, hi = row.get("degradation_ci_low"), row.get("degradation_ci_high")
+    if lo is not None and hi is not None:
+        text += f" [{fmt_pct(lo)}, {fmt_pct(hi)}]"
+    significant = bool(row.get("significant"))
+    if significant:
+        text += SIGNIFICANT
+    return Cell(text, significant=significant)
+
+
+def _ordered_unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def build_tables(summary: Mapping[str, Any]) -> list[ReportTable]:
+    """The report's tables, in workload order, primary metrics first."""
+    rows: list[Mapping[str, Any]] = list(summary.get("rows") or [])
+    confidence = float(summary.get("confidence", 0.95))
+    target = summary.get("halfwidth_target_pct")
+    tables: list[ReportTable] = []
+    for workload in _ordered_unique([str(r["workload"]) for r in rows]):
+        wrows = [r for r in rows if r["workload"] == workload]
+        metrics = _ordered_unique([str(r["metric"]) for r in wrows])
+        metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
+        for metric in metrics:
+            mrows = [r for r in wrows if r["metric"] == metric]
+            tables.append(_table(workload, metric, mrows, confidence, target))
+    return tables
+
+
+def _table(
+    workload: str,
+    metric: str,
+    mrows: list[Mapping[str, Any]],
+    confidence: float,
+    target: Any,
+) -> ReportTable:
+    first = mrows[0]
+    unit = str(first.get("unit", ""))
+    label = str(first.get("metric_label") or metric)
+    better = "higher" if first.get("higher_is_better") else "lower"
+    title = f"{workload} — {label} ({unit}, {better} is better)"
+    points = _ordered_unique([str(r["point_id"]) for r in mrows])
+    variants = _ordered_unique([str(r["variant"]) for r in mrows if r["variant"] != BASELINE])
+    by_key = {(str(r["point_id"]), str(r["variant"])): r for r in mrows}
+    columns = ["point", BASELINE]
+    for v in variants:
+        columns += [v, f"{v} Δ% [CI]"]
+    columns.append("n")
+    body: list[list[Cell]] = []
+    stops: set[str] = set()
+    outliers: list[str] = []
+    any_missed = any_significant = False
+    for pid in points:
+        base = by_key.get((pid, BASELINE))
+        some = base or next(r for r in mrows if r["point_id"] == pid)
+        cells = [Cell(str(some.get("label") or pid), numeric=False), _value_cell(base)]
+        counts = [str(base["n"]) if base else "0"]
+        for v in variants:
+            row = by_key.get((pid, v))
+            cells += [_value_cell(row), _degradation_cell(row)]
+            counts.append(str(row["n"]) if row else "0")
+        cells.append(Cell("/".join(counts)))
+        body.append(cells)
+        for row in [base] + [by_key.get((pid, v)) for v in variants]:
+            if row is None:
+                continue
+            if not row.get("ci_target_met", False):
+                any_missed = True
+                reason = row.get("stop_reason")
+                stops.add(_STOP_WORDS.get(str(reason), str(reason)) if reason else "")
+            if row.get("significant"):
+                any_significant = True
+            if row.get("outliers"):
+                reps = ", ".join(str(x) for x in row["outliers"])
+                outliers.append(f"{row['variant']} @ {some.get('label') or pid}: rep {reps}")
+    pct = f"{confidence * 100:g} %"
+    notes = [
+        f"Δ% = cost against the baseline, positive = worse; [CI] at {pct} (paired by repetition)"
+    ]
+    if any_significant:
+        notes.append(f"{SIGNIFICANT} the degradation's CI excludes 0 (significant)")
+    if any_missed:
+        why = "; ".join(sorted(s for s in stops if s)) or "too few repetitions"
+        tgt = f" ±{target:g} %" if isinstance(target, int | float) else ""
+        notes.append(f"{MISSED} CI target{tgt} not met: {why}")
+    if outliers:
+        notes.append("outliers (kept): " + "; ".join(outliers))
+    notes.append("n = repetitions: " + "/".join([BASELINE, *variants]))
+    return ReportTable(workload, metric, title, columns, body, notes)
+
+
+# -- header -------------------------------------------------------------------
+
+
+def _host_facts(run_meta: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(kernel, cpus, cpu model) from run.json's host, flat or under `machine`."""
+    host: Mapping[str, Any] = run_meta.get("host") or {}
+    nested = host.get("machine")
+    if isinstance(nested, Mapping):
+        host = {**host, **nested}
+    kernel = host.get("kernel") or host.get("kernel_release")
+    cpus = host.get("cpus") or host.get("cpu_count")
+    model = host.get("cpu_model")
+    return _text(kernel), _text(cpus), _text(model)
+
+
+def _text(x: Any) -> str | None:
+    return str(x) if x else None
+
+
+def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[str]:
+    """What was run, where, and how to read the numbers."""
+    scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
+    name = scenario.get("name") or summary.get("scenario") or "?"
+    lines = [f"secperf report — scenario {name}"]
+    if scenario.get("description"):
+        lines.append(str(scenario["description"]))
+    status = run_meta.get("status", "?")
+    lines.append(
+        f"run: started {run_meta.get('started', '?')}, finished "
+        f"{run_meta.get('finished') or '–'}, status {status}"
+    )
+    baseline = summary.get("baseline", "forward")
+    what = {
+        "forward": "a plain forwarding DUT (mechanism off)",
+        "direct": "the direct path, no DUT",
+    }.get(str(baseline), str(baseline))
+    conf = float(summary.get("confidence", 0.95))
+    target = summary.get("halfwidth_target_pct")
+    tgt = f", CI target ±{target:g} %" if isinstance(target, int | float) else ""
+    lines.append(f"baseline: {what}; confidence {conf * 100:g} %{tgt}")
+    kernel, cpus, model = _host_facts(run_meta)
+    cpu = f" ({model})" if model else ""
+    lines.append(f"host: kernel {kernel or '?'}, {cpus or '?'} CPUs{cpu}")
+    lines.append(
+        "note: the traffic generator and the DUT share this machine's CPUs; "
+        "prefer degradation % and service demand to absolute rates"
+    )
+    if status != "complete":
+        lines.append(f"warning: the run is {status}; the figures cover what was measured")
+    if summary.get("errors"):
+        lines.append(f"engine errors: {len(summary['errors'])} (see records.jsonl)")
+    return lines
+
+
+# -- rich rendering -------------------------------------------------------------
+
+
+def _rich_cell(cell: Cell) -> Text:
+    style = ""
+    if cell.significant:
+        style = "bold red"
+    elif cell.missed:
+        style = "yellow"
+    return Text(cell.text, style=style)
+
+
+def to_rich(table: ReportTable) -> Table:
+    t = Table(title=table.title, caption="\n".join(table.footnotes), caption_justify="left")
+    for i, column in enumerate(table.columns):
+        t.add_column(column, justify="left" if i == 0 else "right", no_wrap=i != 0)
+    for cells in table.rows:
+        t.add_row(*(_rich_cell(c) for c in cells))
+    return t
+
+
+def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Table]:
+    """The report's tables as rich Tables (footnotes in each caption)."""
+    del run_meta  # the tables depend on the summary only; kept for a stable signature
+    return [to_rich(t) for t in build_tables(summary)]
+
+
+def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> None:
+    for line in header_lines(summary, run_meta):
+        console.print(line, highlight=False, markup=False)
+    tables = render_tables(summary, run_meta)
+    if not tables:
+        console.print("no result records: nothing to report", markup=False)
+    for table in tables:
+        console.print()
+        console.print(table)

@@ -1,0 +1,139 @@
+"""What a result record measures: the metric table.
+
+Each engine `kind` maps to rows of (metric, extractor). A new kind (latency,
+flood, http, connections) adds rows to `_TABLE`; nothing else branches on kind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Record = Mapping[str, Any]
+Extractor = Callable[[Record], float | None]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number a report shows for a workload point."""
+
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    primary: bool
+
+    @property
+    def service_demand(self) -> bool:
+        """CPU spent per unit of work: holds on a shared machine where rates do not."""
+        return self.name.startswith("sd_")
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for absent, null, boolean or non-finite values."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _path(record: Record, *keys: str) -> float | None:
+    node: Any = record
+    for key in keys:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return _num(node)
+
+
+def _busy_us_per(record: Record, units: float | None) -> float | None:
+    """Machine CPU µs per unit of work (service demand)."""
+    busy = _path(record, "machine_cpu", "busy_s")
+    if busy is None or units is None or units <= 0:
+        return None
+    return busy * 1e6 / units
+
+
+def _throughput(r: Record) -> float | None:
+    bps = _path(r, "bits_per_second")
+    return None if bps is None else bps / 1e6
+
+
+def _loss_pct(r: Record) -> float | None:
+    ratio = _path(r, "loss", "ratio")  # null for TCP: no row
+    return None if ratio is None else ratio * 100.0
+
+
+def _sd_per_kb(r: Record) -> float | None:
+    nbytes = _path(r, "bytes")
+    return _busy_us_per(r, None if nbytes is None else nbytes / 1024.0)
+
+
+def _latency(field: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        if _path(r, "latency_us", "count") == 0:
+            return None  # no samples: a zero would read as "no latency"
+        return _path(r, "latency_us", field)
+
+    return get
+
+
+def _sd_per_tx(r: Record) -> float | None:
+    return _busy_us_per(r, _path(r, "transactions"))
+
+
+THROUGHPUT = Metric("throughput", "Throughput", "Mbit/s", True, True)
+LOSS = Metric("loss_pct", "Loss", "%", False, False)
+SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/KB", False, False)
+TPS = Metric("tps", "Transaction rate", "trans/s", True, True)
+CPS = Metric("cps", "Connection rate", "conn/s", True, True)
+LAT_MEAN = Metric("latency_mean_us", "Latency mean", "µs", False, False)
+LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
+SD_TX = Metric("sd_cpu_us_per_tx", "Service demand", "CPU µs/trans", False, False)
+SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
+
+# kind -> ordered (metric, extractor) rows; the order is the report's order.
+_TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
+    "stream": (
+        (THROUGHPUT, _throughput),
+        (SD_KB, _sd_per_kb),
+        (LOSS, _loss_pct),
+    ),
+    "rr": (
+        (TPS, lambda r: _path(r, "transactions_per_second")),
+        (SD_TX, _sd_per_tx),
+        (LAT_MEAN, _latency("mean")),
+        (LAT_P99, _latency("p99")),
+    ),
+    "crr": (
+        # each crr transaction is one connection: connect, request, response, close
+        (CPS, lambda r: _path(r, "transactions_per_second")),
+        (SD_CONN, _sd_per_tx),
+        (LAT_MEAN, _latency("mean")),
+        (LAT_P99, _latency("p99")),
+    ),
+}
+
+METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}
+
+
+def metrics_for_kind(kind: str) -> list[Metric]:
+    """The metrics a record of this kind can yield, in report order ([] if unknown)."""
+    return [metric for metric, _ in _TABLE.get(kind, ())]
+
+
+def metric(name: str) -> Metric:
+    """Look a metric up by name (KeyError if unknown)."""
+    return METRICS[name]
+
+
+def extract(result_record: Mapping[str, Any]) -> dict[str, float]:
+    """The metric values of one engine `result` record; absent metrics are left out."""
+    values: dict[str, float] = {}
+    for m, get in _TABLE.get(str(result_record.get("kind", "")), ()):
+        value = get(result_record)
+        if value is not None:
+            values[m.name] = value
+    return values

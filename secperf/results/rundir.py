@@ -1,0 +1,255 @@
+"""The run directory: everything one run produced, enough to rebuild its report.
+
+Layout (format 1, documented in docs/data-format.md):
+
+    results/<UTC timestamp>-<scenario name>/
+        run.json        scenario, host, times, status
+        records.jsonl   every engine record, tagged with variant/workload/point/rep
+        summary.json    derived statistics (rebuildable)
+        report.html     derived report (rebuildable)
+        files/          rendered rule files and configs the run applied
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from secperf import __version__
+from secperf.errors import SecperfError
+
+FORMAT = 1
+RUN_JSON = "run.json"
+RECORDS = "records.jsonl"
+SUMMARY = "summary.json"
+REPORT_HTML = "report.html"
+FILES = "files"
+
+# Keys a tagged record line carries besides `record`.
+TAG_KEYS = ("variant", "workload", "point_id", "point", "label", "rep")
+
+
+class RunDirError(SecperfError):
+    """A directory is not a readable secperf run directory."""
+
+
+def _safe_name(name: str) -> str:
+    """A scenario name usable as part of a directory name."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return cleaned or "run"
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+class RunDir:
+    """One run's directory. Create it with `create`, read it back with `open`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seq: int | None = None
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    def create(cls, root: Path, scenario_name: str, *, now: datetime | None = None) -> RunDir:
+        """Make a new, unique `root/<YYYYmmddTHHMMSSZ>-<name>` directory."""
+        stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        base = f"{stamp}-{_safe_name(scenario_name)}"
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            path = root / (base if n == 1 else f"{base}-{n}")
+            try:
+                path.mkdir()  # atomic: two runs in the same second get distinct names
+            except FileExistsError:
+                continue
+            (path / FILES).mkdir()
+            run = cls(path)
+            run._seq = 0
+            return run
+        raise RunDirError(
+            f"cannot find a free run directory name for {base!r}",
+            where=str(root),
+            fix="remove old run directories or choose another results directory",
+        )
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        """Open an existing run directory, checking its format version."""
+        path = Path(path)
+        meta_path = path / RUN_JSON
+        if not meta_path.is_file():
+            raise RunDirError(
+                "not a secperf run directory (no run.json)",
+                where=str(path),
+                fix="give a directory made by `secperf run`, e.g. results/20261122T010203Z-quick",
+            )
+        run = cls(path)
+        meta = run.read_run_json()
+        fmt = meta.get("format")
+        if fmt != FORMAT:
+            raise RunDirError(
+                f"run directory format {fmt!r} is not supported (this secperf reads {FORMAT})",
+                where=str(meta_path),
+                fix="use the secperf version that wrote this run to report it",
+            )
+        return run
+
+    # -- paths --------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def run_json_path(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def records_path(self) -> Path:
+        return self.path / RECORDS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def report_html_path(self) -> Path:
+        return self.path / REPORT_HTML
+
+    @property
+    def files_dir(self) -> Path:
+        """Where rendered rule files and configs go (created on demand)."""
+        files = self.path / FILES
+        files.mkdir(exist_ok=True)
+        return files
+
+    # -- run.json -----------------------------------------------------------
+
+    def write_run_json(self, meta: Mapping[str, Any]) -> None:
+        """Write run.json (at the start, and again at the end with `finished`/`status`)."""
+        data: dict[str, Any] = {"format": FORMAT, "secperf_version": __version__}
+        data.update(meta)
+        data["format"] = FORMAT
+        _write_json_atomic(self.run_json_path, data)
+
+    def read_run_json(self) -> dict[str, Any]:
+        return self._read_json(self.run_json_path)
+
+    def update_run_json(self, **changes: Any) -> dict[str, Any]:
+        """Rewrite run.json with some keys changed (e.g. status, finished, stops)."""
+        meta = self.read_run_json()
+        meta.update(changes)
+        self.write_run_json(meta)
+        return meta
+
+    # -- records.jsonl ------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        if self._seq is None:  # opened an existing run: continue its numbering
+            self._seq = sum(1 for _ in self.iter_records())
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def append_record(self, tags: Mapping[str, Any], record: Mapping[str, Any]) -> int:
+        """Append one tagged engine record; the line is on disk when this returns.
+
+        `seq` is the caller's when `tags` has one, else the record's index in the file.
+        Returns it.
+        """
+        given = tags.get("seq")
+        seq = given if isinstance(given, int) else self._next_seq()
+        line: dict[str, Any] = {key: tags[key] for key in TAG_KEYS if key in tags}
+        line.update({k: v for k, v in tags.items() if k not in line and k != "record"})
+        line["seq"] = seq
+        line["record"] = dict(record)
+        text = json.dumps(line, ensure_ascii=False, allow_nan=False)
+        # Open, write, close per line: a Ctrl-C or crash keeps every line written.
+        with self.records_path.open("a", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+        return seq
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Every tagged record line, in file order.
+
+        A last line cut short (the process was killed mid-write) is skipped;
+        a damaged line elsewhere is an error.
+        """
+        if not self.records_path.exists():
+            return
+        with self.records_path.open("r", encoding="utf-8") as f:
+            lines = f.readlines()
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                if number == len(lines) and not raw.endswith("\n"):
+                    return
+                raise RunDirError(
+                    f"damaged record line: {exc.msg}",
+                    where=f"{self.records_path}:{number}",
+                    fix="remove or repair that line; the other records are intact",
+                ) from exc
+            if not isinstance(line, dict) or not isinstance(line.get("record"), dict):
+                raise RunDirError(
+                    "record line is not an object with a `record` object",
+                    where=f"{self.records_path}:{number}",
+                    fix="remove or repair that line",
+                )
+            yield line
+
+    # -- summary.json -------------------------------------------------------
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        _write_json_atomic(self.summary_path, summary)
+
+    def read_summary(self) -> dict[str, Any]:
+        return self._read_json(self.summary_path)
+
+    def has_summary(self) -> bool:
+        return self.summary_path.is_file()
+
+    # -- helpers --------------------------------------------------------------
+
+    def _read_json(self, path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise RunDirError(
+                f"{path.name} is missing",
+                where=str(path),
+                fix="check the run directory path",
+            ) from exc
+        except json.JSONDecodeError as exc:
+            raise RunDirError(
+                f"{path.name} is not valid JSON: {exc.msg}",
+                where=f"{path}:{exc.lineno}",
+                fix="restore the file; summary.json can be rebuilt with `secperf report`",
+            ) from exc
+        if not isinstance(data, dict):
+            raise RunDirError(
+                f"{path.name} is not a JSON object",
+                where=str(path),
+                fix="restore the file",
+            )
+        return data

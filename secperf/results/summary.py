@@ -1,0 +1,269 @@
+"""Statistics of a run, derived from run.json and records.jsonl alone.
+
+`collect` groups the per-repetition metric values; `build_summary` turns them
+into rows (one per workload point, variant and metric) with means, confidence
+intervals and, for each variant, the paired degradation against the baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from secperf import stats
+from secperf.results.metrics import METRICS, Metric, extract, metrics_for_kind
+from secperf.results.rundir import RunDir
+
+FORMAT = 1
+BASELINE = "baseline"
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_HALFWIDTH_PCT = 2.0
+
+
+@dataclass
+class Group:
+    """Every repetition of one workload point under one variant."""
+
+    workload: str
+    point_id: str
+    variant: str
+    label: str
+    point: dict[str, Any]
+    kind: str = ""
+    # metric name -> rep -> value
+    values: dict[str, dict[int, float]] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def series(self, metric: str) -> dict[int, float]:
+        return self.values.get(metric, {})
+
+
+GroupKey = tuple[str, str, str]  # (workload, point_id, variant)
+
+
+def _point_index(point_id: str) -> float:
+    """`tcp-rr#3` -> 3, so points sort as swept; no index sorts last."""
+    _, _, tail = point_id.rpartition("#")
+    try:
+        return float(tail)
+    except ValueError:
+        return math.inf
+
+
+def collect(run: RunDir) -> dict[GroupKey, Group]:
+    """Group the run's result records, ordered: workloads in scenario order,
+    points in sweep order, baseline first then variants in scenario order."""
+    meta = run.read_run_json()
+    scenario: Mapping[str, Any] = meta.get("scenario") or {}
+    groups: dict[GroupKey, Group] = {}
+    seen_reps: dict[GroupKey, int] = {}
+    for line in run.iter_records():
+        record = line["record"]
+        rtype = record.get("type")
+        if rtype not in ("result", "error"):
+            continue
+        key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
+        group = groups.get(key)
+        if group is None:
+            point = line.get("point")
+            group = Group(
+                workload=key[0],
+                point_id=key[1],
+                variant=key[2],
+                label=str(line.get("label") or key[1]),
+                point=dict(point) if isinstance(point, Mapping) else {},
+            )
+            groups[key] = group
+        rep_tag = line.get("rep")
+        rep = rep_tag if isinstance(rep_tag, int) else seen_reps.get(key, 0)
+        seen_reps[key] = max(seen_reps.get(key, 0), rep + 1)
+        if rtype == "error":
+            group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
+            continue
+        group.kind = group.kind or str(record.get("kind", ""))
+        for name, value in extract(record).items():
+            group.values.setdefault(name, {})[rep] = value
+    return _ordered(groups, scenario)
+
+
+def _variant(line: Mapping[str, Any]) -> str:
+    return str(line.get("variant") or BASELINE)
+
+
+def _ordered(groups: dict[GroupKey, Group], scenario: Mapping[str, Any]) -> dict[GroupKey, Group]:
+    appearance = {key: i for i, key in enumerate(groups)}
+    workload_rank: dict[str, float] = {}
+    for i, w in enumerate(scenario.get("workloads") or []):
+        if isinstance(w, Mapping) and isinstance(w.get("name"), str):
+            workload_rank.setdefault(w["name"], i)
+    first_seen: dict[str, int] = {}
+    for key in groups:
+        first_seen.setdefault(key[0], appearance[key])
+    variant_rank = {name: i for i, name in enumerate(scenario.get("variants") or {})}
+
+    def sort_key(key: GroupKey) -> tuple[float, int, float, int, int, float, int]:
+        workload, point_id, variant = key
+        in_scenario = workload in workload_rank
+        return (
+            0 if in_scenario else 1,
+            # scenario order when the workloads are named, else the runner's order
+            int(workload_rank[workload]) if in_scenario else first_seen[workload],
+            _point_index(point_id),
+            min(appearance[k] for k in groups if k[:2] == key[:2]),
+            0 if variant == BASELINE else 1,
+            variant_rank.get(variant, math.inf),
+            appearance[key],
+        )
+
+    return {key: groups[key] for key in sorted(groups, key=sort_key)}
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _summarize(values: Sequence[float], confidence: float) -> stats.Summary | None:
+    """stats.summarize, or None when there are too few values for an interval."""
+    if len(values) < 2:
+        return None
+    return stats.summarize(values, confidence)
+
+
+def _point_degradation(baseline: float, variant: float, higher_is_better: bool) -> float | None:
+    if baseline == 0:
+        return None
+    change = (variant - baseline) / baseline * 100.0
+    return -change if higher_is_better else change
+
+
+def scenario_settings(meta: Mapping[str, Any]) -> tuple[float, float, str]:
+    """(confidence, halfwidth target %, baseline kind) from run.json's scenario."""
+    scenario: Mapping[str, Any] = meta.get("scenario") or {}
+    repeat: Mapping[str, Any] = scenario.get("repeat") or {}
+    testbed: Mapping[str, Any] = scenario.get("testbed") or {}
+    confidence = float(repeat.get("confidence", DEFAULT_CONFIDENCE))
+    target = float(repeat.get("halfwidth_pct", DEFAULT_HALFWIDTH_PCT))
+    baseline = str(testbed.get("baseline", "forward"))
+    return confidence, target, baseline
+
+
+def _stops(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    stops = meta.get("stops")
+    return [s for s in stops if isinstance(s, Mapping)] if isinstance(stops, list) else []
+
+
+def _stop_for(stops: list[Mapping[str, Any]], point_id: str, variant: str) -> Mapping[str, Any]:
+    """The runner's stop record for a point (a variant-specific one wins)."""
+    found: Mapping[str, Any] = {}
+    for stop in stops:
+        if stop.get("point_id") != point_id:
+            continue
+        if stop.get("variant") == variant:
+            return stop
+        if "variant" not in stop:
+            found = stop
+    return found
+
+
+def _row(
+    group: Group,
+    metric: Metric,
+    base: Group | None,
+    confidence: float,
+    target: float,
+    stop: Mapping[str, Any],
+) -> dict[str, Any]:
+    series = group.series(metric.name)
+    reps = sorted(series)
+    values = [series[r] for r in reps]
+    s = _summarize(values, confidence)
+    row: dict[str, Any] = {
+        "workload": group.workload,
+        "point_id": group.point_id,
+        "label": group.label,
+        "point": group.point,
+        "kind": group.kind,
+        "variant": group.variant,
+        "metric": metric.name,
+        "metric_label": metric.label,
+        "unit": metric.unit,
+        "higher_is_better": metric.higher_is_better,
+        "primary": metric.primary,
+        "n": len(values),
+        "mean": _finite(s.mean) if s else (values[0] if values else None),
+        "stddev": _finite(s.stddev) if s else None,
+        "ci_low": _finite(s.ci_low) if s else None,
+        "ci_high": _finite(s.ci_high) if s else None,
+        "halfwidth_pct": _finite(s.halfwidth_pct) if s else None,
+        "ci_target_met": bool(len(values) >= 2 and stats.ci_met(values, confidence, target)),
+        # reported as repetition numbers, not list positions
+        "outliers": [reps[i] for i in s.outliers] if s else [],
+        "stop_reason": stop.get("reason"),
+        "stop_reps": stop.get("reps"),
+        "errors": len(group.errors),
+        "baseline_mean": None,
+        "degradation_pct": None,
+        "degradation_ci_low": None,
+        "degradation_ci_high": None,
+        "degradation_n": None,
+        "significant": None,
+    }
+    if base is None:
+        return row
+    base_series = base.series(metric.name)
+    base_values = [base_series[r] for r in sorted(base_series)]
+    if base_values:
+        row["baseline_mean"] = sum(base_values) / len(base_values)
+    paired = sorted(set(series) & set(base_series))  # only reps measured under both
+    row["degradation_n"] = len(paired)
+    if len(paired) >= 2 and all(base_series[r] != 0 for r in paired):
+        d = stats.degradation(
+            [base_series[r] for r in paired],
+            [series[r] for r in paired],
+            higher_is_better=metric.higher_is_better,
+            confidence=confidence,
+        )
+        row["degradation_pct"] = _finite(d.mean)
+        row["degradation_ci_low"] = _finite(d.ci_low)
+        row["degradation_ci_high"] = _finite(d.ci_high)
+        row["significant"] = bool(stats.significant(d))
+    elif len(paired) == 1:  # one pair: a figure without an interval
+        r = paired[0]
+        row["degradation_pct"] = _point_degradation(
+            base_series[r], series[r], metric.higher_is_better
+        )
+    return row
+
+
+def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
+    """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
+    meta = run.read_run_json()
+    scen_conf, target, baseline_kind = scenario_settings(meta)
+    conf = scen_conf if confidence is None else confidence
+    stops = _stops(meta)
+    groups = collect(run)
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for (workload, point_id, variant), group in groups.items():
+        base = None if variant == BASELINE else groups.get((workload, point_id, BASELINE))
+        names = [m.name for m in metrics_for_kind(group.kind)]
+        names += [n for n in group.values if n not in names and n in METRICS]
+        stop = _stop_for(stops, point_id, variant)
+        for name in names:
+            if not group.series(name):
+                continue  # e.g. loss for TCP
+            rows.append(_row(group, METRICS[name], base, conf, target, stop))
+        for err in group.errors:
+            errors.append({"workload": workload, "point_id": point_id, "variant": variant, **err})
+    scenario: Mapping[str, Any] = meta.get("scenario") or {}
+    return {
+        "format": FORMAT,
+        "scenario": scenario.get("name"),
+        "confidence": conf,
+        "halfwidth_target_pct": target,
+        "baseline": baseline_kind,
+        "rows": rows,
+        "errors": errors,
+    }
