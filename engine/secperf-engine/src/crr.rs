@@ -22,7 +22,12 @@ pub const TIME_WAIT_AVOIDANCE: &str = "so_linger_0";
 const MAX_CONSECUTIVE_FAILURES: u32 = 50;
 
 fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
-    move |e| EngineError::io(format!("crr {} failed", what))(e)
+    move |e| {
+        EngineError::io(format!(
+            "crr {} failed (check that the server still runs and nothing in the path resets or blocks the connection)",
+            what
+        ))(e)
+    }
 }
 
 pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {

@@ -20,7 +20,12 @@ use crate::spec::{Protocol, Spec};
 const UDP_QUIET: Duration = Duration::from_millis(200);
 
 fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
-    move |e| EngineError::io(format!("rr {} failed", what))(e)
+    move |e| {
+        EngineError::io(format!(
+            "rr {} failed (check that the server still runs and nothing in the path resets or blocks the connection)",
+            what
+        ))(e)
+    }
 }
 
 /// Running totals of one thread, published after each transaction.

@@ -42,7 +42,12 @@ fn per_stream_rate(spec: &Spec) -> Option<f64> {
 }
 
 fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
-    move |e| EngineError::io(format!("stream {} failed", what))(e)
+    move |e| {
+        EngineError::io(format!(
+            "stream {} failed (check that the server still runs and nothing in the path resets or blocks the connection)",
+            what
+        ))(e)
+    }
 }
 
 /// Sends messages until the test stops, then shuts the write side down.
