@@ -67,12 +67,12 @@ SCENARIO = {
 DURATION = 5.0
 
 # point_id -> variant -> per-rep primary value (None = that rep failed)
-RR = {
+RR: dict[str, list[float | None]] = {
     "baseline": [100.0, 102.0, 98.0, 100.0, 100.0],
     "acl-linear": [75.0, 76.0, 74.0, 75.0, None],
     "acl-set": [99.0, 103.0, 98.0, 101.0, 99.0],
 }
-STREAM = {  # Mbit/s
+STREAM: dict[str, dict[str, list[float]]] = {  # Mbit/s
     "tcp-stream#0": {
         "baseline": [8000.0, 8040.0, 7960.0],
         "acl-linear": [6000.0, 6030.0, 5970.0],
@@ -196,7 +196,7 @@ def lines() -> list[dict[str, Any]]:
     rr_point = {"protocol": "tcp", "request": 1, "response": 1, "duration": 5.0, "warmup": 1.0}
     for rep in range(5):
         for variant, values in RR.items():
-            tags = {
+            tags: dict[str, Any] = {
                 "variant": variant,
                 "workload": "tcp-rr",
                 "point_id": "tcp-rr#0",
@@ -222,8 +222,8 @@ def lines() -> list[dict[str, Any]]:
         message = [16384, 131072][i]
         point = {"protocol": "tcp", "message": message, "duration": 5.0, "warmup": 1.0}
         for rep in range(len(per_variant["baseline"])):
-            for variant, values in per_variant.items():
-                tags = {
+            for variant, mbits in per_variant.items():
+                stags: dict[str, Any] = {
                     "variant": variant,
                     "workload": "tcp-stream",
                     "point_id": point_id,
@@ -231,8 +231,8 @@ def lines() -> list[dict[str, Any]]:
                     "label": f"message={message // 1024}KiB",
                     "rep": rep,
                 }
-                add(tags, start("stream", {"message_size": message}))
-                add(tags, stream_result(values[rep], message))
+                add(stags, start("stream", {"message_size": message}))
+                add(stags, stream_result(mbits[rep], message))
     return out
 
 

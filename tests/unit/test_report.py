@@ -1,0 +1,135 @@
+"""Terminal tables, the self-contained HTML report, charts and run comparison."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from secperf.report.compare import compare_runs, print_comparison
+from secperf.report.html import write_html
+from secperf.report.plots import numeric, swept_parameter
+from secperf.report.terminal import build_tables, print_report, render_tables
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+
+DATA_RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "20261122T010203Z-quick"
+
+
+def data_run(tmp_path: Path) -> RunDir:
+    return RunDir.open(shutil.copytree(DATA_RUN, tmp_path / DATA_RUN.name))
+
+
+def rr_run(root: Path, per_variant: dict[str, list[float]]) -> RunDir:
+    run = RunDir.create(root, "cmp")
+    run.write_run_json({"scenario": {"name": "cmp", "repeat": {"confidence": 0.95}}})
+    for variant, values in per_variant.items():
+        for rep, tps in enumerate(values):
+            tags = {"variant": variant, "workload": "tcp-rr", "point_id": "tcp-rr#0", "rep": rep}
+            record = {
+                "type": "result",
+                "kind": "rr",
+                "transactions": tps * 5,
+                "transactions_per_second": tps,
+                "machine_cpu": {"busy_s": 5.0},
+            }
+            run.append_record(tags, record)
+    return run
+
+
+def terminal_text(summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    console = Console(record=True, width=220, color_system=None)
+    print_report(console, summary, meta)
+    return console.export_text()
+
+
+def test_terminal_tables_hold_the_numbers_and_marks(tmp_path: Path) -> None:
+    run = data_run(tmp_path)
+    summary, meta = build_summary(run), run.read_run_json()
+    text = terminal_text(summary, meta)
+    # header: scenario, baseline kind, confidence, host, shared-CPU note
+    assert "scenario quick" in text
+    assert "forwarding DUT" in text and "confidence 95 %" in text
+    assert "6.1.0-synthetic" in text and "2 CPUs" in text
+    assert "share this machine's CPUs" in text
+    # tcp-rr: baseline 100, acl-linear 75 and about +25 % worse, marked significant
+    assert "100.0" in text and "75.00" in text
+    assert re.search(r"\+25\.0 \[\+2[34]\.\d, \+2[56]\.\d\]†", text)
+    # acl-set's 128 KiB stream point scatters: CI target missed, cap reached
+    assert re.search(r"10,500 ±\d+\.\d%\*", text)
+    assert "CI target ±2 % not met: repetition cap reached" in text
+    assert "engine errors: 1" in text
+
+
+def test_one_table_per_workload_and_metric_primary_first(tmp_path: Path) -> None:
+    summary = build_summary(data_run(tmp_path))
+    tables = build_tables(summary)
+    keys = [(t.workload, t.metric) for t in tables]
+    assert keys[:2] == [("tcp-rr", "tps"), ("tcp-rr", "sd_cpu_us_per_tx")]
+    assert ("tcp-stream", "throughput") in keys
+    stream = next(t for t in tables if t.metric == "throughput")
+    assert [row[0].text for row in stream.rows] == ["message=16KiB", "message=128KiB"]
+    assert stream.columns[:4] == ["point", "baseline", "acl-linear", "acl-linear Δ% [CI]"]
+    assert len(render_tables(summary, {})) == len(tables)
+
+
+def test_html_report_is_self_contained(tmp_path: Path) -> None:
+    run = data_run(tmp_path)
+    path = write_html(run)
+    assert path == run.path / "report.html"
+    html = path.read_text()
+    assert html.count("<table") == len(build_tables(build_summary(run)))
+    assert "acl-linear" in html and "+25.0" in html
+    assert "data:image/png;base64," in html
+    # no external resources of any kind
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert "url(" not in html
+    # scenario text is escaped: its description says <synthetic>
+    assert "&lt;synthetic&gt;" in html and "<synthetic>" not in html
+
+
+def test_html_without_summary_json_derives_it(tmp_path: Path) -> None:
+    run = data_run(tmp_path)
+    assert not run.has_summary()
+    assert "<table" in write_html(run).read_text()
+
+
+def test_sweep_detection_for_line_charts() -> None:
+    assert numeric("16KiB") == 16384 and numeric(1.5) == 1.5 and numeric("fast") is None
+    points = [{"message": 16384, "duration": 5}, {"message": 131072, "duration": 5}]
+    assert swept_parameter(points) == "message"
+    assert swept_parameter(points[:1]) is None
+    assert swept_parameter([{"a": 1, "b": 1}, {"a": 2, "b": 2}]) is None  # two at once
+    assert swept_parameter([{"p": "tcp"}, {"p": "udp"}]) is None  # not numeric
+
+
+def test_compare_flags_a_significant_difference_only(tmp_path: Path) -> None:
+    a = rr_run(tmp_path / "a", {"baseline": [100, 102, 98, 100], "acl": [90, 91, 89, 90]})
+    b = rr_run(tmp_path / "b", {"baseline": [101, 99, 100, 100], "acl": [75, 76, 74, 75]})
+    rows = {(r["variant"], r["metric"]): r for r in compare_runs(a, b)}
+    same, slower = rows[("baseline", "tps")], rows[("acl", "tps")]
+    assert same["significant"] is False
+    assert same["ci_low"] < 0 < same["ci_high"]
+    assert slower["significant"] is True and slower["worse"] is True
+    assert slower["mean_a"] == pytest.approx(90) and slower["mean_b"] == pytest.approx(75)
+    assert slower["difference_pct"] == pytest.approx(-16.67, abs=0.01)
+    assert slower["ci_high"] < 0
+    # service demand rises when tps falls at the same CPU: also worse
+    assert rows[("acl", "sd_cpu_us_per_tx")]["worse"] is True
+
+    console = Console(record=True, width=200, color_system=None)
+    print_comparison(console, list(rows.values()))
+    text = console.export_text()
+    assert "-16.7" in text and "†" in text
+    assert "2 of 4 figures changed significantly" in text
+
+
+def test_compare_skips_what_only_one_run_has(tmp_path: Path) -> None:
+    a = rr_run(tmp_path / "a", {"baseline": [100, 101], "acl": [90, 91]})
+    b = rr_run(tmp_path / "b", {"baseline": [100, 101]})
+    assert {r["variant"] for r in compare_runs(a, b)} == {"baseline"}

@@ -1,0 +1,282 @@
+"""The run directory and the summary derived from it alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from secperf.errors import SecperfError
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+
+DATA_RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "20261122T010203Z-quick"
+
+Values = dict[tuple[str, str, str], list[float | None]]  # (workload, point_id, variant)
+
+
+def rr_result(tps: float) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "kind": "rr",
+        "protocol": "tcp",
+        "transactions": tps * 5,
+        "transactions_per_second": tps,
+        "latency_us": {"count": 10, "mean": 1e6 / tps, "p99": 2e6 / tps},
+        "machine_cpu": {"busy_s": 5.0, "total_s": 10.0, "cpus": 2},
+    }
+
+
+def make_run(
+    root: Path,
+    values: Values,
+    *,
+    variants: tuple[str, ...] = ("acl",),
+    workloads: tuple[str, ...] = ("tcp-rr",),
+    halfwidth_pct: float = 2.0,
+    stops: list[dict[str, Any]] | None = None,
+) -> RunDir:
+    """A run whose records are written in the order `values` lists them (rep by rep)."""
+    run = RunDir.create(root, "t")
+    run.write_run_json(
+        {
+            "scenario": {
+                "name": "t",
+                "testbed": {"baseline": "direct"},
+                "repeat": {"min": 2, "max": 6, "confidence": 0.95, "halfwidth_pct": halfwidth_pct},
+                "variants": {v: {"mechanisms": []} for v in variants},
+                "workloads": [{"name": w, "kind": "rr"} for w in workloads],
+            },
+            "host": {"kernel": "6.1.0-test", "cpus": 2},
+            "status": "complete",
+            "stops": stops or [],
+        }
+    )
+    reps = max(len(v) for v in values.values())
+    for rep in range(reps):
+        for (workload, point_id, variant), series in values.items():
+            if rep >= len(series) or series[rep] is None:
+                continue
+            tags = {
+                "variant": variant,
+                "workload": workload,
+                "point_id": point_id,
+                "point": {"request": 1, "response": 1 + int(point_id.rpartition("#")[2])},
+                "label": f"label of {point_id}",
+                "rep": rep,
+            }
+            run.append_record(tags, {"type": "start", "t": 0.0, "format": 1})
+            value = series[rep]
+            assert value is not None
+            run.append_record(tags, rr_result(value))
+    return run
+
+
+def rows_of(summary: dict[str, Any], metric: str = "tps") -> list[dict[str, Any]]:
+    return [r for r in summary["rows"] if r["metric"] == metric]
+
+
+# -- run directory ----------------------------------------------------------------
+
+
+def test_create_names_by_utc_time_and_scenario_and_stays_unique(tmp_path: Path) -> None:
+    when = datetime(2026, 11, 22, 1, 2, 3, tzinfo=UTC)
+    a = RunDir.create(tmp_path, "quick", now=when)
+    b = RunDir.create(tmp_path, "quick", now=when)
+    assert a.name == "20261122T010203Z-quick"
+    assert b.name != a.name and b.name.startswith("20261122T010203Z-quick")
+    assert a.files_dir.is_dir()
+    c = RunDir.create(tmp_path, "../../etc odd name")
+    assert c.path.parent == tmp_path
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+", c.name)
+
+
+def test_open_refuses_a_non_run_dir_and_a_wrong_format(tmp_path: Path) -> None:
+    with pytest.raises(SecperfError) as info:
+        RunDir.open(tmp_path)
+    assert "run.json" in str(info.value) and info.value.fix
+    (tmp_path / "run.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(SecperfError, match="format 99"):
+        RunDir.open(tmp_path)
+
+
+def test_run_json_is_format_1_and_rewritable(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "x")
+    run.write_run_json({"status": "running", "scenario": {"name": "x"}})
+    run.update_run_json(status="interrupted")
+    meta = RunDir.open(run.path).read_run_json()
+    assert meta["format"] == 1 and meta["status"] == "interrupted"
+    assert meta["secperf_version"]
+
+
+def test_records_are_on_disk_at_once_and_tagged(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "x")
+    tags = {"variant": "baseline", "workload": "w", "point_id": "w#0", "point": {}, "rep": 0}
+    assert run.append_record(tags, {"type": "start"}) == 0
+    assert run.append_record(tags, {"type": "result", "kind": "rr"}) == 1
+    # read with a fresh object and the raw file: nothing is buffered in the writer
+    raw = run.records_path.read_text().splitlines()
+    assert len(raw) == 2
+    first = json.loads(raw[0])
+    assert first["variant"] == "baseline" and first["seq"] == 0
+    assert first["record"] == {"type": "start"}
+    assert run.append_record({**tags, "seq": 40}, {"type": "result"}) == 40
+    assert [line["seq"] for line in RunDir(run.path).iter_records()] == [0, 1, 40]
+
+
+def test_reopened_run_continues_seq(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "x")
+    run.write_run_json({})
+    run.append_record({"rep": 0}, {"type": "start"})
+    again = RunDir.open(run.path)
+    assert again.append_record({"rep": 1}, {"type": "start"}) == 1
+
+
+def test_a_cut_last_line_is_skipped_and_a_damaged_middle_line_is_an_error(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "x")
+    run.append_record({"rep": 0}, {"type": "start"})
+    with run.records_path.open("a") as f:
+        f.write('{"rep": 1, "record": {"ty')  # killed mid-write
+    assert len(list(run.iter_records())) == 1
+    with run.records_path.open("a") as f:
+        f.write("\n" + json.dumps({"rep": 2, "record": {}}) + "\n")
+    with pytest.raises(SecperfError) as info:
+        list(run.iter_records())
+    assert info.value.where is not None and info.value.where.endswith(":2")
+
+
+# -- summary ------------------------------------------------------------------------
+
+
+def test_means_and_paired_degradation(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        {
+            ("tcp-rr", "tcp-rr#0", "baseline"): [100, 102, 98, 100],
+            ("tcp-rr", "tcp-rr#0", "acl"): [75, 76, 74, 75],
+        },
+    )
+    summary = build_summary(run, 0.95)
+    json.dumps(summary, allow_nan=False)  # JSON-ready, no NaN
+    assert summary["format"] == 1 and summary["baseline"] == "direct"
+    base, acl = rows_of(summary)
+    assert (base["variant"], acl["variant"]) == ("baseline", "acl")
+    assert base["mean"] == pytest.approx(100.0) and base["n"] == 4
+    assert acl["mean"] == pytest.approx(75.0)
+    assert base["ci_low"] < 100 < base["ci_high"]
+    assert base["degradation_pct"] is None and base["baseline_mean"] is None
+    assert acl["baseline_mean"] == pytest.approx(100.0)
+    assert acl["degradation_pct"] == pytest.approx(25.0, abs=0.05)
+    assert 0 < acl["degradation_ci_low"] < 25.0 < acl["degradation_ci_high"] < 27
+    assert acl["significant"] is True
+    assert acl["unit"] == "trans/s" and acl["primary"] and acl["higher_is_better"]
+    # latency is lower-is-better: 75 tps is 1/75 s per transaction, a third worse
+    lat = next(r for r in rows_of(summary, "latency_mean_us") if r["variant"] == "acl")
+    assert lat["degradation_pct"] == pytest.approx(33.3, abs=0.2)
+
+
+def test_an_insignificant_change_is_not_flagged(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        {
+            ("tcp-rr", "tcp-rr#0", "baseline"): [100, 102, 98, 100],
+            ("tcp-rr", "tcp-rr#0", "acl"): [101, 101, 99, 99],
+        },
+    )
+    acl = rows_of(build_summary(run, 0.95))[1]
+    assert acl["degradation_ci_low"] < 0 < acl["degradation_ci_high"]
+    assert acl["significant"] is False
+
+
+def test_degradation_pairs_by_rep(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        {
+            ("tcp-rr", "tcp-rr#0", "baseline"): [100, 102, 98, 100],
+            # rep 1 missing for the variant: baseline's 102 must not pair with 74
+            ("tcp-rr", "tcp-rr#0", "acl"): [75, None, 73.5, 75],
+        },
+    )
+    base, acl = rows_of(build_summary(run, 0.95))
+    assert base["n"] == 4 and acl["n"] == 3 and acl["degradation_n"] == 3
+    assert acl["degradation_pct"] == pytest.approx(25.0, abs=0.01)
+
+
+def test_ci_target_comes_from_the_scenario(tmp_path: Path) -> None:
+    values: Values = {("tcp-rr", "tcp-rr#0", "baseline"): [100, 102, 98, 100]}
+    wide = build_summary(make_run(tmp_path / "a", values, halfwidth_pct=5.0), 0.95)
+    narrow = build_summary(make_run(tmp_path / "b", values, halfwidth_pct=0.5), 0.95)
+    assert rows_of(wide)[0]["ci_target_met"] is True
+    assert rows_of(narrow)[0]["ci_target_met"] is False
+    assert narrow["halfwidth_target_pct"] == 0.5
+
+
+def test_confidence_defaults_to_the_scenario(tmp_path: Path) -> None:
+    values: Values = {("tcp-rr", "tcp-rr#0", "baseline"): [100, 102, 98, 100]}
+    run = make_run(tmp_path, values)
+    assert build_summary(run)["confidence"] == 0.95
+    s99 = rows_of(build_summary(run, 0.99))[0]
+    s95 = rows_of(build_summary(run, 0.95))[0]
+    assert s99["ci_high"] - s99["ci_low"] > s95["ci_high"] - s95["ci_low"]
+
+
+def test_rows_follow_scenario_order_not_record_order(tmp_path: Path) -> None:
+    values: Values = {
+        ("second", "second#1", "z-first"): [1, 1],
+        ("second", "second#0", "a-second"): [1, 1],
+        ("second", "second#0", "z-first"): [1, 1],
+        ("first", "first#0", "a-second"): [1, 1],
+        ("second", "second#1", "baseline"): [1, 1],
+        ("second", "second#0", "baseline"): [1, 1],
+        ("first", "first#0", "baseline"): [1, 1],
+    }
+    run = make_run(
+        tmp_path, values, variants=("z-first", "a-second"), workloads=("first", "second")
+    )
+    order = [(r["point_id"], r["variant"]) for r in rows_of(build_summary(run, 0.95))]
+    assert order == [
+        ("first#0", "baseline"),
+        ("first#0", "a-second"),
+        ("second#0", "baseline"),
+        ("second#0", "z-first"),
+        ("second#0", "a-second"),
+        ("second#1", "baseline"),
+        ("second#1", "z-first"),
+    ]
+
+
+def test_stop_reasons_are_carried(tmp_path: Path) -> None:
+    stops = [{"point_id": "tcp-rr#0", "reason": "max_reached", "reps": 6}]
+    values: Values = {("tcp-rr", "tcp-rr#0", "baseline"): [100, 130]}
+    row = rows_of(build_summary(make_run(tmp_path, values, stops=stops), 0.95))[0]
+    assert row["stop_reason"] == "max_reached" and row["stop_reps"] == 6
+
+
+def test_a_single_repetition_has_a_mean_but_no_interval(tmp_path: Path) -> None:
+    values: Values = {
+        ("tcp-rr", "tcp-rr#0", "baseline"): [100],
+        ("tcp-rr", "tcp-rr#0", "acl"): [80],
+    }
+    summary = build_summary(make_run(tmp_path, values), 0.95)
+    json.dumps(summary, allow_nan=False)
+    base, acl = rows_of(summary)
+    assert base["mean"] == 100 and base["ci_low"] is None and base["ci_target_met"] is False
+    assert acl["degradation_pct"] == pytest.approx(20.0) and acl["degradation_ci_low"] is None
+
+
+def test_shipped_synthetic_run_summarises(tmp_path: Path) -> None:
+    run = RunDir.open(shutil.copytree(DATA_RUN, tmp_path / DATA_RUN.name))
+    summary = build_summary(run)
+    assert [e["variant"] for e in summary["errors"]] == ["acl-linear"]  # its failed rep
+    tps = {r["variant"]: r for r in rows_of(summary)}
+    assert tps["baseline"]["n"] == 5 and tps["acl-linear"]["n"] == 4
+    assert tps["acl-linear"]["degradation_pct"] == pytest.approx(25.0, abs=0.1)
+    workloads = list(dict.fromkeys(r["workload"] for r in summary["rows"]))
+    assert workloads == ["tcp-rr", "tcp-stream"]
+    run.write_summary(summary)
+    assert run.read_summary() == json.loads(json.dumps(summary))
