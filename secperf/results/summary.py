@@ -72,7 +72,8 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
                 workload=key[0],
                 point_id=key[1],
                 variant=key[2],
-                label=str(line.get("label") or key[1]),
+                # nothing swept: the runner's label is "", the workload names the row
+                label=str(line.get("label") or key[0] or key[1]),
                 point=dict(point) if isinstance(point, Mapping) else {},
             )
             groups[key] = group

@@ -280,3 +280,12 @@ def test_shipped_synthetic_run_summarises(tmp_path: Path) -> None:
     assert workloads == ["tcp-rr", "tcp-stream"]
     run.write_summary(summary)
     assert run.read_summary() == json.loads(json.dumps(summary))
+
+
+def test_an_unswept_point_is_labelled_by_its_workload(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "x")
+    run.write_run_json({"scenario": {"name": "x"}})
+    tags = {"variant": "baseline", "workload": "tcp-rr", "point_id": "tcp-rr#0", "label": ""}
+    for rep in range(2):
+        run.append_record({**tags, "rep": rep}, rr_result(100.0 + rep))
+    assert rows_of(build_summary(run, 0.95))[0]["label"] == "tcp-rr"
