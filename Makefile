@@ -1,0 +1,40 @@
+# The two commands a new user needs: `make run` and `make test`.
+# Both install what is missing first (scripts/setup.sh).
+
+VENV := .venv/bin
+SCENARIO ?= scenarios/quick.toml
+CARGO := cargo
+ENGINE_MANIFEST := engine/Cargo.toml
+
+.PHONY: setup run test lint unit netns engine-test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(VENV)/secperf run $(SCENARIO)
+
+test: setup lint engine-test
+	$(VENV)/python -m pytest -q tests
+
+unit: setup
+	$(VENV)/python -m pytest -q tests/unit
+
+netns: setup
+	$(VENV)/python -m pytest -q tests/netns
+
+engine-test:
+	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST)
+
+lint: setup
+	$(VENV)/ruff format --check secperf tests bench
+	$(VENV)/ruff check secperf tests bench
+	$(VENV)/mypy secperf
+	$(CARGO) fmt --manifest-path $(ENGINE_MANIFEST) --all -- --check
+	$(CARGO) clippy --release --quiet --manifest-path $(ENGINE_MANIFEST) --all-targets -- -D warnings
+
+bench: setup
+	$(VENV)/python bench/engine_vs_peers.py
+
+clean:
+	$(VENV)/secperf clean

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install what secperf needs on a Debian 12 machine, only what is missing:
+# Debian packages (--no-install-recommends), a Python venv with secperf in it,
+# and the release build of secperf-engine. Safe to run again: it does nothing
+# when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
+          iperf3 sockperf python3-venv)
+
+need=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if ! command -v cargo >/dev/null 2>&1; then need+=(cargo); fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages: ${need[*]}; run as root (or apt-get install them)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.secperf-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing secperf and its Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi
+
+echo "setup: building secperf-engine (release)"
+cargo build --release --quiet --manifest-path engine/Cargo.toml

@@ -1,0 +1,204 @@
+"""Driving secperf-engine: find the binary, start servers, run tests, read records.
+
+The engine speaks NDJSON on stdout (docs/engine-protocol.md). Records are handed
+to the caller line by line as they arrive, so a run interrupted halfway keeps
+every record the engine had already written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from secperf.errors import EngineError, ToolMissingError
+from secperf.testbed.testbed import Host, ManagedProcess
+
+Record = dict[str, Any]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILT_ENGINE = REPO_ROOT / "engine" / "target" / "release" / "secperf-engine"
+
+
+def engine_path() -> str:
+    """The engine binary: $SECPERF_ENGINE, this checkout's release build, or PATH."""
+    env = os.environ.get("SECPERF_ENGINE")
+    if env:
+        if not Path(env).is_file():
+            raise ToolMissingError(
+                f"SECPERF_ENGINE points to {env}, which does not exist",
+                fix="unset SECPERF_ENGINE or point it at a built secperf-engine",
+            )
+        return env
+    if BUILT_ENGINE.is_file():
+        return str(BUILT_ENGINE)
+    found = shutil.which("secperf-engine")
+    if found:
+        return found
+    raise ToolMissingError(
+        "secperf-engine is not built",
+        fix="run `make engine` (or `make run`, which builds it) in the secperf checkout",
+    )
+
+
+def engine_version() -> str:
+    try:
+        out = subprocess.run(
+            [engine_path(), "version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (ToolMissingError, OSError):
+        return "missing"
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
+
+
+def _read_line(proc: subprocess.Popen[str], deadline: float) -> str | None:
+    """One stdout line, or None at EOF or when the deadline passes."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if sel.select(timeout=left):
+                line = proc.stdout.readline()
+                return line if line else None
+    finally:
+        sel.close()
+
+
+def _read_back(f: IO[str]) -> str:
+    f.seek(0)
+    return f.read().strip()[-2000:]
+
+
+def _parse(line: str, where: str) -> Record:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EngineError(
+            f"secperf-engine wrote a line that is not JSON: {line.strip()[:200]!r} ({exc})",
+            where=where,
+            fix="rebuild the engine (`make engine`); this is a bug, please report it",
+        ) from exc
+    if not isinstance(rec, dict) or "type" not in rec:
+        raise EngineError(f"secperf-engine wrote a record without a type: {line.strip()[:200]!r}")
+    return rec
+
+
+@dataclass
+class EngineServer:
+    process: ManagedProcess
+    listen: str
+    errors: IO[str]  # its stderr: a file, since a pipe nobody drains could block it
+
+    def stop(self) -> None:
+        self.process.stop()
+        self.errors.close()
+
+
+def start_server(
+    host: Host, listen: str, *, data_ports: tuple[int, int] | None = None, timeout: float = 10.0
+) -> EngineServer:
+    """Start `secperf-engine serve` in a host and wait for its `listening` record."""
+    argv = [engine_path(), "serve", "--listen", listen]
+    if data_ports:
+        argv += ["--data-ports", f"{data_ports[0]}-{data_ports[1]}"]
+    errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the server
+    proc = host.spawn(argv, stdout=subprocess.PIPE, stderr=errfile, label="engine-server")
+    server = EngineServer(proc, listen, errfile)
+    line = _read_line(proc.popen, time.monotonic() + timeout)
+    rec = _parse(line, f"engine server in {host.name}") if line else None
+    if rec is None or rec.get("type") != "listening":
+        proc.stop()
+        msg = rec.get("message") if rec else (_read_back(errfile) or "no output")
+        server.stop()
+        raise EngineError(
+            f"secperf-engine serve did not start in {host.name}: {msg}",
+            where=f"host {host.name}",
+            fix="check that the port is free in that host (`secperf doctor` lists the tools)",
+            record=rec,
+        )
+    return server
+
+
+@dataclass
+class EngineRun:
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def result(self) -> Record:
+        for rec in reversed(self.records):
+            if rec.get("type") == "result":
+                return rec
+        raise EngineError("secperf-engine finished without a result record")
+
+
+class EngineTest:
+    """One `secperf-engine run` under way in a host; several can run at once."""
+
+    def __init__(self, host: Host, spec: dict[str, Any], *, timeout: float | None = None):
+        self.spec = spec
+        self.where = f"{spec.get('kind')} test from {host.name} to {spec.get('server')}"
+        duration = float(spec.get("duration", 10)) + float(spec.get("warmup", 1))
+        self.budget = timeout or duration + 30.0
+        self.deadline = time.monotonic() + self.budget
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in collect()
+        argv = [engine_path(), "run", "--spec", json.dumps(spec, separators=(",", ":"))]
+        self.proc = host.spawn(argv, stdout=subprocess.PIPE, stderr=self.errors, label="engine-run")
+
+    def collect(self, on_record: Callable[[Record], None] | None = None) -> EngineRun:
+        """Read every record to the end; raise EngineError if the test failed."""
+        run = EngineRun()
+        try:
+            while True:
+                line = _read_line(self.proc.popen, self.deadline)
+                if line is None:
+                    break
+                rec = _parse(line, self.where)
+                run.records.append(rec)
+                if on_record:
+                    on_record(rec)
+            if time.monotonic() >= self.deadline:
+                raise EngineError(
+                    f"the {self.where} ran past its {self.budget:.0f} s budget",
+                    fix="the engine or the path is stuck; look at the records so far",
+                )
+        finally:
+            self.proc.stop()
+            stderr = _read_back(self.errors)
+            self.errors.close()
+        last = run.records[-1] if run.records else None
+        if last is None or last.get("type") == "error" or self.proc.returncode not in (0, None):
+            msg = str(last.get("message")) if last else (stderr or "no output")
+            raise EngineError(
+                f"{self.where} failed: {msg}",
+                where=f"field {last['field']}" if last and last.get("field") else None,
+                record=last,
+            )
+        return run
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+def run_test(
+    host: Host,
+    spec: dict[str, Any],
+    *,
+    on_record: Callable[[Record], None] | None = None,
+    timeout: float | None = None,
+) -> EngineRun:
+    """Run one engine test in `host`; every record goes to on_record as it arrives.
+
+    Raises EngineError carrying the engine's error record if the test failed.
+    """
+    return EngineTest(host, spec, timeout=timeout).collect(on_record)

@@ -1,0 +1,138 @@
+"""What the machine and the testbed were like during a run (embedded in run.json).
+
+A number is only comparable with another taken on a like machine: kernel, CPU,
+offloads, qdiscs, socket-buffer sysctls and tool versions all change results.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from secperf import __version__
+from secperf.engine import engine_version
+from secperf.testbed.testbed import Testbed
+
+SYSCTLS = (
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.core.netdev_max_backlog",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.ip_local_port_range",
+    "net.netfilter.nf_conntrack_max",
+)
+
+TOOLS = {
+    "nft": ["nft", "--version"],
+    "iptables": ["iptables", "--version"],
+    "iptables-legacy": ["iptables-legacy", "--version"],
+    "ipset": ["ipset", "--version"],
+    "ip": ["ip", "-V"],
+    "tc": ["tc", "-V"],
+    "iperf3": ["iperf3", "--version"],
+    "sockperf": ["sockperf", "--version"],
+}
+
+
+def _first_line(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def read_sysctl(name: str, root: Path = Path("/proc/sys")) -> str | None:
+    try:
+        return (root / name.replace(".", "/")).read_text().strip().replace("\t", " ")
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """The root namespace's view: kernel, CPU, memory, tools, sysctls."""
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    uname = platform.uname()
+    return {
+        "hostname": uname.node,
+        "kernel": uname.release,
+        "kernel_version": uname.version,
+        "machine": uname.machine,
+        "cpu_model": cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory_mib": mem_kb // 1024,
+        "python": platform.python_version(),
+        "secperf": __version__,
+        "engine": engine_version(),
+        "tools": {name: _first_line(argv) for name, argv in TOOLS.items()},
+        "sysctls": {name: read_sysctl(name) for name in SYSCTLS},
+    }
+
+
+def testbed_info(testbed: Testbed) -> dict[str, Any]:
+    """Each host's qdiscs, offloads and forwarding sysctls, as built for this run."""
+    hosts: dict[str, Any] = {}
+    for spec in testbed.topology.hosts:
+        host = testbed.host(spec.role)
+        qdisc = host.run(["tc", "qdisc", "show"], check=False).stdout.strip().splitlines()
+        offloads: dict[str, dict[str, str]] = {}
+        for link in testbed.topology.links:
+            if spec.role not in (link.a, link.b):
+                continue
+            dev = testbed.ifname(link.name, spec.role)
+            out = (
+                host.run(["ethtool", "-k", dev], check=False).stdout
+                if shutil.which("ethtool")
+                else ""
+            )
+            offloads[dev] = {
+                k.strip(): v.split()[0]
+                for k, v in (line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
+                if k.strip() in OFFLOADS and v.strip()
+            }
+        sysctl = host.run(
+            ["sysctl", "-n", "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"], check=False
+        ).stdout.split()
+        hosts[spec.role] = {
+            "netns": testbed.netns(spec.role),
+            "qdiscs": qdisc,
+            "offloads": offloads,
+            "ip_forward": sysctl[0] if sysctl else None,
+            "ipv6_forwarding": sysctl[1] if len(sysctl) > 1 else None,
+        }
+    return {"prefix": testbed.prefix, "hosts": hosts}
+
+
+OFFLOADS = (
+    "tcp-segmentation-offload",
+    "generic-segmentation-offload",
+    "generic-receive-offload",
+    "tx-checksumming",
+    "rx-checksumming",
+    "scatter-gather",
+)

@@ -1,0 +1,304 @@
+"""Turn a scenario into a run directory: build, measure interleaved, repeat, tear down.
+
+For every workload point the baseline and every variant are measured in rounds,
+A B C A B C …, on the one testbed, so that drift on a shared machine lands on all
+of them alike. Rounds go on until every variant's primary metric has a confidence
+interval as narrow as the scenario asks, or the cap is reached; the stop reason is
+recorded. Records are appended to the run directory the moment the engine writes
+them, so an interrupted run keeps everything it measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from secperf import __version__, stats
+from secperf.engine import EngineServer, Record, run_test, start_server
+from secperf.errors import EngineError, SecperfError
+from secperf.hostinfo import machine_info, testbed_info
+from secperf.mechanisms import Mechanism, from_schema
+from secperf.mechanisms.base import (
+    CONTROL_PORT,
+    DATA_PORTS,
+    MechanismContext,
+    TrafficPlan,
+    reset_dut,
+    traffic_plan,
+)
+from secperf.preflight import preflight
+from secperf.results.metrics import extract, metrics_for_kind
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+from secperf.scenario.schema import Scenario
+from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed.netns import new_prefix
+from secperf.testbed.testbed import Testbed, install_teardown_handlers
+from secperf.testbed.topology import Topology
+from secperf.workloads import engine_spec
+
+BASELINE = "baseline"
+# Seconds a test costs beyond its duration and warm-up: connect, setup, teardown.
+TEST_OVERHEAD_S = 0.3
+
+
+@dataclass
+class Variant:
+    """One configuration of the DUT, ready to apply."""
+
+    name: str
+    mechanisms: list[tuple[Mechanism, MechanismContext]] = field(default_factory=list)
+    direct: bool = False  # the baseline of a `direct` scenario bypasses the DUT
+
+    def backends(self) -> set[str]:
+        used: set[str] = set()
+        for mech, _ in self.mechanisms:
+            used |= mech.backends()
+        return used
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def topology_for(scenario: Scenario) -> Topology:
+    return Topology.standard(
+        link_rate_bps=scenario.testbed.rate_bps,
+        direct=scenario.testbed.baseline == "direct",
+    )
+
+
+def prepare_variants(
+    scenario: Scenario, plan: TrafficPlan, files_dir: Path, table: str
+) -> list[Variant]:
+    """Render every variant's mechanisms into the run directory (no side effects elsewhere)."""
+    variants = [Variant(BASELINE, direct=scenario.testbed.baseline == "direct")]
+    for name, spec in scenario.variants.items():
+        v = Variant(name)
+        for i, mspec in enumerate(spec.mechanisms):
+            mech = from_schema(mspec)
+            ctx = MechanismContext(plan=plan, files_dir=files_dir, name=f"{name}.{i}", table=table)
+            ctx.rendered = mech.render(ctx)
+            v.mechanisms.append((mech, ctx))
+        variants.append(v)
+    return variants
+
+
+def hostport(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+class Runner:
+    def __init__(self, scenario: Scenario, run: RunDir, console: Console) -> None:
+        self.scenario = scenario
+        self.run = run
+        self.console = console
+        self.family = 6 if scenario.testbed.family == "ipv6" else 4
+        self.topology = topology_for(scenario)
+        self.plan = traffic_plan(self.topology, self.family)
+        self.points: list[WorkloadPoint] = expand_scenario(scenario)
+        self.meta: dict[str, Any] = {}
+        self.stops: list[dict[str, Any]] = []
+        self.seq = 0
+        self.applied: Variant | None = None
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def _write_meta(self, **changes: Any) -> None:
+        self.meta.update(changes)
+        self.meta["stops"] = self.stops
+        self.run.write_run_json(self.meta)
+
+    def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
+        per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+        return rounds * nvariants * (per_test + TEST_OVERHEAD_S)
+
+    # -- the run ----------------------------------------------------------------------------
+    def execute(self) -> RunDir:
+        sc = self.scenario
+        self._write_meta(
+            format=1,
+            secperf_version=__version__,
+            scenario=sc.to_json_dict(),
+            scenario_file=str(sc.source) if sc.source else None,
+            scenario_text=sc.source.read_text() if sc.source else None,
+            host=machine_info(),
+            started=now_iso(),
+            finished=None,
+            status="running",
+            notes=[
+                "generator, server and DUT share this machine's CPUs: compare ratios and "
+                "service demand, not absolute rates, with other machines"
+            ],
+        )
+        try:
+            preflight(sc, self.family)
+            # Render before any namespace exists: a rule set that cannot be written stops here.
+            prefix = new_prefix()
+            variants = prepare_variants(sc, self.plan, self.run.files_dir, f"secperf_{prefix}")
+            with (
+                Testbed.build(self.topology, prefix=prefix) as testbed,
+                install_teardown_handlers(testbed),
+            ):
+                self._check_on_dut(testbed, variants)
+                self._write_meta(prefix=testbed.prefix, testbed=testbed_info(testbed))
+                server = self._start_server(testbed)
+                try:
+                    self._measure_all(testbed, variants)
+                finally:
+                    server.stop()
+        except KeyboardInterrupt:
+            self._write_meta(status="interrupted", finished=now_iso())
+            self._finish_summary()
+            raise
+        except BaseException as exc:
+            self._write_meta(status="failed", finished=now_iso(), error=str(exc))
+            self._finish_summary()
+            raise
+        self._write_meta(status="complete", finished=now_iso())
+        self._finish_summary()
+        return self.run
+
+    def _finish_summary(self) -> None:
+        """Summarise whatever was measured; a run with no result yet has an empty summary."""
+        try:
+            self.run.write_summary(build_summary(self.run, self.scenario.repeat.confidence))
+        except (SecperfError, ValueError, KeyError) as exc:
+            self.console.print(f"[yellow]could not summarise the run: {exc}[/]")
+
+    def _check_on_dut(self, testbed: Testbed, variants: list[Variant]) -> None:
+        """Load every variant once before any traffic: a rule the kernel rejects stops here."""
+        dut = testbed.host("dut")
+        for v in variants:
+            self._apply(dut, v)
+        self._apply(dut, variants[0])
+
+    def _apply(self, dut: Any, variant: Variant) -> None:
+        if self.applied is not None and self.applied.backends():
+            reset_dut(dut, self.applied.backends())
+        for mech, ctx in variant.mechanisms:
+            mech.apply(dut, ctx)
+        self.applied = variant
+
+    def _start_server(self, testbed: Testbed) -> EngineServer:
+        listen = hostport("::" if self.family == 6 else "0.0.0.0", CONTROL_PORT)
+        return start_server(testbed.host("server"), listen, data_ports=DATA_PORTS)
+
+    def _target(self, variant: Variant) -> str:
+        via = "direct" if variant.direct else "dut"
+        return hostport(self.topology.server_address(self.family, via), CONTROL_PORT)
+
+    def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
+        rep = self.scenario.repeat
+        n = len(variants)
+        total = sum(self._estimate(p, rep.min, n) for p in self.points)
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task("starting", total=total)
+            for point in self.points:
+                self._measure_point(testbed, variants, point, progress, task)
+
+    def _measure_point(
+        self,
+        testbed: Testbed,
+        variants: list[Variant],
+        point: WorkloadPoint,
+        progress: Progress,
+        task: TaskID,
+    ) -> None:
+        rep = self.scenario.repeat
+        client = testbed.host("client")
+        dut = testbed.host("dut")
+        primary = [m.name for m in metrics_for_kind(point.kind) if m.primary]
+        values: dict[str, dict[str, list[float]]] = {
+            v.name: {m: [] for m in primary} for v in variants
+        }
+        label = f"{point.point_id} {point.label}".strip()
+        rounds = 0
+        reason = "max_reached"
+        while rounds < rep.max:
+            if rounds >= rep.min:
+                # one more round than planned: grow the bar so the time left stays honest
+                task_total = progress.tasks[task].total or 0.0
+                progress.update(task, total=task_total + self._estimate(point, 1, len(variants)))
+            for v in variants:
+                progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
+                self._apply(dut, v)
+                result = self._one_test(client, v, point, rounds)
+                for metric, value in extract(result).items():
+                    if metric in values[v.name]:
+                        values[v.name][metric].append(value)
+                progress.advance(task, self._estimate(point, 1, 1))
+            rounds += 1
+            if rounds >= rep.min and all(
+                stats.ci_met(vals, rep.confidence, rep.halfwidth_pct)
+                for per_variant in values.values()
+                for vals in per_variant.values()
+            ):
+                reason = "ci_met"
+                break
+        self.stops.append({"point_id": point.point_id, "reason": reason, "reps": rounds})
+        self._write_meta()
+
+    def _one_test(self, client: Any, variant: Variant, point: WorkloadPoint, rep: int) -> Record:
+        """Run one engine test; a failure is recorded, retried once, then fatal."""
+        spec = engine_spec(point.kind, point.params, server=self._target(variant))
+        tags = {
+            "variant": variant.name,
+            "workload": point.name,
+            "point_id": point.point_id,
+            "point": point.params,
+            "label": point.label,
+            "rep": rep,
+        }
+
+        def keep(rec: Record) -> None:
+            self.seq += 1
+            self.run.append_record({**tags, "seq": self.seq}, rec)
+
+        last_error: EngineError | None = None
+        for _attempt in range(2):
+            try:
+                return run_test(client, spec, on_record=keep).result
+            except EngineError as exc:
+                last_error = exc
+                if exc.record is None or exc.record.get("type") != "error":
+                    keep({"type": "error", "kind": "runner", "message": str(exc)})
+        assert last_error is not None
+        raise EngineError(
+            f"{point.point_id} ({variant.name}) failed twice: {last_error.message}",
+            where=last_error.where,
+            fix="see records.jsonl in the run directory for the engine's error records",
+        )
+
+
+def default_results_root() -> Path:
+    return Path(os.environ.get("SECPERF_RESULTS", "results"))
+
+
+def run_scenario(scenario: Scenario, out_root: Path, console: Console) -> RunDir:
+    run = RunDir.create(out_root, scenario.name)
+    console.print(f"run directory: [bold]{run.path}[/]")
+    start = time.monotonic()
+    Runner(scenario, run, console).execute()
+    console.print(f"measured in {time.monotonic() - start:.0f} s")
+    return run
