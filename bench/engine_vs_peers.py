@@ -85,13 +85,13 @@ def proc_threads(pid: int) -> int:
     return int(proc_stat_fields(pid)[17])  # field 20
 
 
-def machine_busy_s() -> float:
-    """Whole-machine busy CPU seconds since boot (all but idle, iowait, steal)."""
+def machine_cpu_s() -> tuple[float, float]:
+    """Whole-machine (busy, steal) CPU seconds since boot; busy is all but idle, iowait, steal."""
     with open("/proc/stat") as fh:
         cols = [int(x) for x in fh.readline().split()[1:]]
     # user nice system idle iowait irq softirq steal (guest is inside user)
     total = sum(cols[:8])
-    return (total - cols[3] - cols[4] - cols[7]) / CLK_TCK
+    return (total - cols[3] - cols[4] - cols[7]) / CLK_TCK, cols[7] / CLK_TCK
 
 
 # -- processes -----------------------------------------------------------------
@@ -405,6 +405,8 @@ class Run:
     cpu_client_s: float = 0.0
     cpu_server_s: float = 0.0
     machine_busy_s: float = 0.0
+    # Time the hypervisor gave our vCPUs to someone else: a sign of outside interference.
+    steal_s: float = 0.0
     error: str | None = None
 
     def demand(self, per: float, *, machine: bool = False) -> float | None:
@@ -428,12 +430,12 @@ def measure(
 ) -> Run:
     threads0 = server.threads()
     srv0 = server.cpu_s()
-    busy0 = machine_busy_s()
+    busy0, steal0 = machine_cpu_s()
     try:
         client = run_client(spawner, argv, tool, timeout)
         server.settle(threads0)
         srv1 = server.cpu_s()
-        busy1 = machine_busy_s()
+        busy1, steal1 = machine_cpu_s()
         metrics, work = parse(client)
     except BenchError as exc:
         return Run(tool, False, error=str(exc))
@@ -445,6 +447,7 @@ def measure(
         cpu_client_s=client.cpu_s,
         cpu_server_s=srv1 - srv0,
         machine_busy_s=busy1 - busy0,
+        steal_s=steal1 - steal0,
     )
 
 
@@ -709,7 +712,12 @@ def _brief(run: Run) -> str:
     if not run.ok:
         return f"FAILED {run.error}"
     figs = ", ".join(f"{k}={v:.4g}" for k, v in run.metrics.items())
-    return f"{figs}; cpu client {run.cpu_client_s:.2f} s server {run.cpu_server_s:.2f} s"
+    # Busy CPU not charged to the two processes: softirq elsewhere, or someone else's load.
+    other = run.machine_busy_s - run.cpu_client_s - run.cpu_server_s
+    return (
+        f"{figs}; cpu client {run.cpu_client_s:.2f} s server {run.cpu_server_s:.2f} s, "
+        f"machine busy {run.machine_busy_s:.2f} s (other {other:.2f} s, steal {run.steal_s:.2f} s)"
+    )
 
 
 # -- summary -------------------------------------------------------------------
