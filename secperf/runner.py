@@ -28,7 +28,7 @@ from rich.progress import (
 )
 
 from secperf import __version__, stats
-from secperf.engine import EngineServer, Record, run_test, start_server
+from secperf.engine import EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms import Mechanism, from_schema
@@ -49,7 +49,8 @@ from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
 from secperf.testbed.topology import Topology
-from secperf.workloads import engine_spec
+from secperf.workloads import executor_for
+from secperf.workloads.base import MeasureContext
 
 BASELINE = "baseline"
 # Seconds a test costs beyond its duration and warm-up: connect, setup, teardown.
@@ -75,10 +76,14 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def topology_for(scenario: Scenario) -> Topology:
+def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
+    """The graph a scenario needs: an attacker only if a workload kind asks for one."""
+    hosts = frozenset().union(*(executor_for(p.kind).hosts for p in points))
     return Topology.standard(
         link_rate_bps=scenario.testbed.rate_bps,
         direct=scenario.testbed.baseline == "direct",
+        attacker="attacker" in hosts,
+        emulated_hosts=scenario.testbed.emulated_hosts,
     )
 
 
@@ -108,9 +113,9 @@ class Runner:
         self.run = run
         self.console = console
         self.family = 6 if scenario.testbed.family == "ipv6" else 4
-        self.topology = topology_for(scenario)
-        self.plan = traffic_plan(self.topology, self.family)
         self.points: list[WorkloadPoint] = expand_scenario(scenario)
+        self.topology = topology_for(scenario, self.points)
+        self.plan = traffic_plan(self.topology, self.family)
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
@@ -187,8 +192,11 @@ class Runner:
         self._apply(dut, variants[0])
 
     def _apply(self, dut: Any, variant: Variant) -> None:
-        if self.applied is not None and self.applied.backends():
-            reset_dut(dut, self.applied.backends())
+        if self.applied is not None:
+            for mech, ctx in self.applied.mechanisms:
+                mech.release(dut, ctx)  # daemons the mechanism started
+            if self.applied.backends():
+                reset_dut(dut, self.applied.backends())
         for mech, ctx in variant.mechanisms:
             mech.apply(dut, ctx)
         self.applied = variant
@@ -226,7 +234,6 @@ class Runner:
         task: TaskID,
     ) -> None:
         rep = self.scenario.repeat
-        client = testbed.host("client")
         dut = testbed.host("dut")
         primary = [m.name for m in metrics_for_kind(point.kind) if m.primary]
         values: dict[str, dict[str, list[float]]] = {
@@ -243,7 +250,7 @@ class Runner:
             for v in variants:
                 progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
                 self._apply(dut, v)
-                result = self._one_test(client, v, point, rounds)
+                result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
                     if metric in values[v.name]:
                         values[v.name][metric].append(value)
@@ -259,9 +266,10 @@ class Runner:
         self.stops.append({"point_id": point.point_id, "reason": reason, "reps": rounds})
         self._write_meta()
 
-    def _one_test(self, client: Any, variant: Variant, point: WorkloadPoint, rep: int) -> Record:
-        """Run one engine test; a failure is recorded, retried once, then fatal."""
-        spec = engine_spec(point.kind, point.params, server=self._target(variant))
+    def _one_test(
+        self, testbed: Testbed, variant: Variant, point: WorkloadPoint, rep: int
+    ) -> Record:
+        """Measure once; a failure is recorded, retried once, then fatal."""
         tags = {
             "variant": variant.name,
             "workload": point.name,
@@ -275,10 +283,22 @@ class Runner:
             self.seq += 1
             self.run.append_record({**tags, "seq": self.seq}, rec)
 
+        ctx = MeasureContext(
+            testbed=testbed,
+            topology=self.topology,
+            plan=self.plan,
+            family=self.family,
+            variant=variant.name,
+            direct=variant.direct,
+            target=self._target(variant),
+            mechanisms=variant.mechanisms,
+            keep=keep,
+        )
+        executor = executor_for(point.kind)
         last_error: EngineError | None = None
         for _attempt in range(2):
             try:
-                return run_test(client, spec, on_record=keep).result
+                return executor.measure(ctx, point)
             except EngineError as exc:
                 last_error = exc
                 if exc.record is None or exc.record.get("type") != "error":

@@ -111,6 +111,9 @@ class Acl:
     def apply(self, dut: Host, ctx: MechanismContext) -> None:
         apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
 
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Rules only: nothing to stop."""
+
 
 def set_name(table: str) -> str:
     return f"{table}_acl"[:31]

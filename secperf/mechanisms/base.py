@@ -99,7 +99,11 @@ class Mechanism(Protocol):
         ...
 
     def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        """Load the files render() wrote (ctx.rendered) on the DUT."""
+        """Load the files render() wrote (ctx.rendered) on the DUT; start its daemons."""
+        ...
+
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Stop what apply() started beyond rules (daemons); rules go with reset_dut."""
         ...
 
 

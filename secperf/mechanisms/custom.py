@@ -67,3 +67,6 @@ class Custom:
 
     def apply(self, dut: Host, ctx: MechanismContext) -> None:
         apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
+
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Rules only: nothing to stop."""

@@ -73,6 +73,9 @@ class Nat:
     def apply(self, dut: Host, ctx: MechanismContext) -> None:
         apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
 
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Rules only: nothing to stop."""
+
     def translated_source(self, plan: TrafficPlan, dut_outside: str) -> set[str]:
         """The source addresses the server may see for the client's traffic."""
         if self.mode == "static":

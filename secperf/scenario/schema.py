@@ -145,6 +145,8 @@ class Testbed(StrictModel):
     link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
     baseline: Literal["forward", "direct"] = "forward"
     family: Literal["ipv4", "ipv6"] = "ipv4"
+    # Extra addresses beside the client and the server (document 004's 100 hosts a side).
+    emulated_hosts: int = Field(default=0, ge=0, le=200)
 
     @property
     def rate_bps(self) -> int | None:

@@ -1,35 +1,34 @@
-"""Workloads: what the endpoints do, turned into secperf-engine specs.
+"""Workloads: what the endpoints do, one module a kind.
 
-One module a kind; each maps a workload point's parameters (scalars, sizes in
-bytes, rates in bit/s, times in seconds) to the engine's spec fields.
+Each kind maps to an executor (secperf.workloads.base): most are one engine test
+built from the point's parameters (sizes in bytes, rates in bit/s, times in
+seconds); kinds that need more bring their own executor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from secperf.workloads import crr, rr, stream
+from secperf.workloads.base import EngineExecutor, Executor
 
-Spec = dict[str, Any]
-SpecBuilder = Callable[[Mapping[str, Any]], Spec]
-
-BUILDERS: dict[str, SpecBuilder] = {
-    "stream": stream.engine_spec,
-    "rr": rr.engine_spec,
-    "crr": crr.engine_spec,
+EXECUTORS: dict[str, Executor] = {
+    "stream": EngineExecutor(stream.engine_spec),
+    "rr": EngineExecutor(rr.engine_spec),
+    "crr": EngineExecutor(crr.engine_spec),
 }
 
 
-def engine_spec(kind: str, params: Mapping[str, Any], *, server: str) -> Spec:
-    """The engine spec for one workload point, aimed at `server` (ADDR:PORT)."""
+def executor_for(kind: str) -> Executor:
     try:
-        build = BUILDERS[kind]
+        return EXECUTORS[kind]
     except KeyError:
-        raise ValueError(f"no engine mapping for workload kind {kind!r}") from None
-    spec = build(params)
-    spec["server"] = server
-    for key in ("duration", "warmup"):
-        if params.get(key) is not None:
-            spec[key] = float(params[key])
-    return spec
+        raise ValueError(f"no executor for workload kind {kind!r}") from None
+
+
+def engine_spec(kind: str, params: dict[str, Any], *, server: str) -> dict[str, Any]:
+    """The engine spec of an engine-driven kind (for tools and tests)."""
+    executor = executor_for(kind)
+    if not isinstance(executor, EngineExecutor):
+        raise ValueError(f"workload kind {kind!r} is not a single engine test")
+    return executor.spec(params, server)
