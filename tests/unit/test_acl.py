@@ -12,8 +12,8 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.acl import (
     Acl,
     generated_entries,
-    render_iptables,
     render_ipset,
+    render_iptables,
     render_nft,
 )
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
