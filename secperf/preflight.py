@@ -79,14 +79,12 @@ def tools_for(scenario: Scenario) -> list[Tool]:
 
 def check_custom_files(scenario: Scenario, family: int) -> None:
     """Parse every custom rule file with its own tool (a dry run that commits nothing)."""
-    from secperf.mechanisms import from_schema
     from secperf.mechanisms.custom import Custom
 
     for variant in scenario.variants.values():
         for mech in variant.mechanisms:
-            built = from_schema(mech)
-            if isinstance(built, Custom):
-                built.check(family)
+            if isinstance(mech, CustomMechanism):
+                Custom(file=mech.file, format=mech.format, backend=mech.backend).check(family)
 
 
 def preflight(scenario: Scenario, family: int) -> None:

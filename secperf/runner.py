@@ -92,15 +92,21 @@ def prepare_variants(
 ) -> list[Variant]:
     """Render every variant's mechanisms into the run directory (no side effects elsewhere)."""
     variants = [Variant(BASELINE, direct=scenario.testbed.baseline == "direct")]
-    for name, spec in scenario.variants.items():
+    for name, mechs, _swept in expanded_variants(scenario):
         v = Variant(name)
-        for i, mspec in enumerate(spec.mechanisms):
+        for i, mspec in enumerate(mechs):
             mech = from_schema(mspec)
-            ctx = MechanismContext(plan=plan, files_dir=files_dir, name=f"{name}.{i}", table=table)
+            stem = name.replace("[", ".").replace("]", "").replace(" ", ".").replace("=", "")
+            ctx = MechanismContext(plan=plan, files_dir=files_dir, name=f"{stem}.{i}", table=table)
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
         variants.append(v)
     return variants
+
+
+def expanded_variants(scenario: Scenario) -> list[tuple[str, list[Any], dict[str, object]]]:
+    """Every variant, a swept one (rules = [1, 10, ...]) as one variant per value."""
+    return [x for name, spec in scenario.variants.items() for x in spec.expand(name)]
 
 
 def hostport(addr: str, port: int) -> str:
@@ -138,6 +144,13 @@ class Runner:
             format=1,
             secperf_version=__version__,
             scenario=sc.to_json_dict(),
+            # Variants expanded from a list (rules = [1, 10, ...]): family and value,
+            # so reports can draw a line per family against the swept value.
+            variant_sweeps={
+                name: {"family": name.split("[", 1)[0], **swept}
+                for name, _mechs, swept in expanded_variants(sc)
+                if swept
+            },
             scenario_file=str(sc.source) if sc.source else None,
             scenario_text=sc.source.read_text() if sc.source else None,
             host=machine_info(),

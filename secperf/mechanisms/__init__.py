@@ -16,6 +16,10 @@ __all__ = ["Mechanism", "from_schema"]
 def from_schema(spec: MechanismSpec) -> Mechanism:
     """The runnable mechanism for one `mechanisms = [...]` entry of a variant."""
     if isinstance(spec, AclMechanism):
+        if isinstance(spec.rules, list):
+            raise MechanismError(
+                "a rule-count sweep must be expanded into variants first (Variant.expand)"
+            )
         return Acl(
             rules=spec.rules,
             layout=spec.layout,

@@ -12,8 +12,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from secperf.report.plots import charts
-from secperf.report.terminal import ReportTable, build_tables, header_lines
+from secperf.report.plots import charts, variant_sweep_charts
+from secperf.report.terminal import ReportTable, build_tables, header_lines, paper_layouts
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 
@@ -71,11 +71,11 @@ def render_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> str:
         "</div>",
         "<h2>Results</h2>",
     ]
-    tables = build_tables(summary)
+    tables = build_tables(summary, paper_layouts(run_meta))
     if not tables:
         parts.append("<p>No result records: nothing to report.</p>")
     parts += [_table_html(t) for t in tables]
-    figures = charts(summary)
+    figures = charts(summary) + variant_sweep_charts(summary, run_meta.get("variant_sweeps") or {})
     if figures:
         parts.append("<h2>Charts</h2>")
         parts.append('<p class="note">Whiskers: confidence interval of the mean.</p>')

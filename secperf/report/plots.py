@@ -169,3 +169,37 @@ def charts(summary: Mapping[str, Any]) -> list[Chart]:
                 stitle = f"{workload}: {label} against {parameter}"
                 out.append(Chart(stitle, sweep_chart(stitle, unit, parameter, mrows)))
     return out
+
+
+def variant_sweep_charts(
+    summary: Mapping[str, Any], sweeps: Mapping[str, Mapping[str, Any]]
+) -> list[Chart]:
+    """Variants expanded from a list (rules = [1, 10, ...]): a line per family against
+    the swept value, one chart per workload point and primary metric."""
+    if not sweeps:
+        return []
+    rows: list[Mapping[str, Any]] = list(summary.get("rows") or [])
+    out: list[Chart] = []
+    for pid in dict.fromkeys(str(r["point_id"]) for r in rows):
+        prows = [r for r in rows if r["point_id"] == pid and r.get("primary")]
+        for metric in dict.fromkeys(str(r["metric"]) for r in prows):
+            series: list[Mapping[str, Any]] = []
+            parameter = ""
+            for r in prows:
+                info = sweeps.get(str(r["variant"]))
+                if r["metric"] != metric or not info:
+                    continue
+                parameter = next(k for k in info if k != "family")
+                # the family is the line; the swept value is x (reusing sweep_chart)
+                series.append(
+                    {**r, "variant": info["family"], "point": {parameter: info[parameter]}}
+                )
+            if not series:
+                continue
+            first = series[0]
+            label = str(first.get("label") or first.get("workload"))
+            what = first.get("metric_label") or metric
+            title = f"{label}: {what} against {parameter}"
+            unit = str(first.get("unit", ""))
+            out.append(Chart(title, sweep_chart(title, unit, parameter, series)))
+    return out

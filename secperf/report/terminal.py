@@ -111,8 +111,24 @@ def _ordered_unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def build_tables(summary: Mapping[str, Any]) -> list[ReportTable]:
-    """The report's tables, in workload order, primary metrics first."""
+def paper_layouts(run_meta: Mapping[str, Any]) -> dict[str, str]:
+    """Workload name -> table title, for workloads the scenario asks to print as a paper does."""
+    scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
+    return {
+        str(w.get("name")): str(w["table"])
+        for w in scenario.get("workloads") or []
+        if isinstance(w, Mapping) and w.get("table")
+    }
+
+
+def build_tables(
+    summary: Mapping[str, Any], layouts: Mapping[str, str] | None = None
+) -> list[ReportTable]:
+    """The report's tables, in workload order, primary metrics first.
+
+    A workload named in `layouts` is laid out as its source paper prints it
+    (points as columns, variants and degradations as rows), under that title.
+    """
     rows: list[Mapping[str, Any]] = list(summary.get("rows") or [])
     confidence = float(summary.get("confidence", 0.95))
     target = summary.get("halfwidth_target_pct")
@@ -123,8 +139,26 @@ def build_tables(summary: Mapping[str, Any]) -> list[ReportTable]:
         metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
         for metric in metrics:
             mrows = [r for r in wrows if r["metric"] == metric]
-            tables.append(_table(workload, metric, mrows, confidence, target))
+            table = _table(workload, metric, mrows, confidence, target)
+            if layouts and workload in layouts:
+                table = transpose(table, layouts[workload])
+            tables.append(table)
     return tables
+
+
+def transpose(table: ReportTable, paper_title: str) -> ReportTable:
+    """Points become columns; baseline, each variant and each degradation become rows."""
+    if not table.rows:
+        return table
+    names = table.columns[1:-1]  # baseline, v1, v1 Δ%, v2, v2 Δ% ...
+    columns = ["", *(row[0].text for row in table.rows)]
+    rows = [
+        [Cell(name, numeric=False), *(row[1 + i] for row in table.rows)]
+        for i, name in enumerate(names)
+    ]
+    rows.append([Cell("n", numeric=False), *(row[-1] for row in table.rows)])
+    title = f"{paper_title} — {table.title.split(' — ', 1)[-1]}"
+    return ReportTable(table.workload, table.metric, title, columns, rows, table.footnotes)
 
 
 def _table(
@@ -256,18 +290,22 @@ def _rich_cell(cell: Cell) -> Text:
 
 
 def to_rich(table: ReportTable) -> Table:
-    t = Table(title=table.title, caption="\n".join(table.footnotes), caption_justify="left")
+    # Text, not markup: variant names such as "acl[rules=10]" must print as written.
+    t = Table(
+        title=Text(table.title),
+        caption=Text("\n".join(table.footnotes)),
+        caption_justify="left",
+    )
     for i, column in enumerate(table.columns):
-        t.add_column(column, justify="left" if i == 0 else "right", no_wrap=i != 0)
+        t.add_column(Text(column), justify="left" if i == 0 else "right", no_wrap=i != 0)
     for cells in table.rows:
         t.add_row(*(_rich_cell(c) for c in cells))
     return t
 
 
 def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Table]:
-    """The report's tables as rich Tables (footnotes in each caption)."""
-    del run_meta  # the tables depend on the summary only; kept for a stable signature
-    return [to_rich(t) for t in build_tables(summary)]
+    """The report's tables as rich Tables (footnotes in each caption); layouts from the scenario."""
+    return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
 
 
 def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> None:

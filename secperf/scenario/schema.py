@@ -10,6 +10,7 @@ and add it to the `Mechanism` or `Workload` union at the bottom of its section.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -184,11 +185,20 @@ class Timing(StrictModel):
 # ---------------------------------------------------------------- mechanisms
 
 
+RuleCount = Annotated[
+    int | list[int],
+    PlainValidator(_sweepable(_bounded(_parse_count, 0, 65_536, "a rule count"))),
+]
+
+
 class AclMechanism(StrictModel):
     """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
 
+    # Keys that take a list: the variant then expands into one variant per value.
+    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
+
     kind: Literal["acl"]
-    rules: int = Field(ge=0, le=65_536)
+    rules: RuleCount
     layout: Literal["linear", "set"] = "linear"
     entries: Literal["standard", "extended"] = "extended"
     match: Literal["first", "last"] = "last"
@@ -234,6 +244,31 @@ class Variant(StrictModel):
     # baseline = "direct"), or an A/A check of the noise (against "forward").
     mechanisms: list[Mechanism] = Field(default_factory=list)
 
+    def expand(self, name: str) -> list[tuple[str, list[Any], dict[str, object]]]:
+        """One (name, mechanisms, swept values) per combination of the listed values.
+
+        A variant without lists is itself: [(name, mechanisms, {})]. With
+        `rules = [1, 10]` it is `name[rules=1]` and `name[rules=10]`.
+        """
+        axes: list[tuple[int, str, list[object]]] = [
+            (i, key, list(value))
+            for i, mech in enumerate(self.mechanisms)
+            for key in getattr(mech, "sweepable", ())
+            if isinstance(value := getattr(mech, key), list)
+        ]
+        if not axes:
+            return [(name, list(self.mechanisms), {})]
+        out = []
+        for combo in itertools.product(*(values for _, _, values in axes)):
+            mechs = list(self.mechanisms)
+            swept: dict[str, object] = {}
+            for (i, key, _), value in zip(axes, combo, strict=True):
+                mechs[i] = mechs[i].model_copy(update={key: value})
+                swept[key] = value
+            label = " ".join(f"{k}={v}" for k, v in swept.items())
+            out.append((f"{name}[{label}]", mechs, swept))
+        return out
+
 
 # ---------------------------------------------------------------- workloads
 
@@ -248,6 +283,9 @@ class WorkloadBase(StrictModel):
     duration: PositiveDuration = 5.0
     warmup: NonNegativeDuration = 1.0
     sweep: Literal["product", "zip"] = "product"
+    # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
+    # the source paper does, workload points as columns and variants as rows.
+    table: str = ""
     _derived_name: bool = PrivateAttr(default=False)
 
     @property

@@ -16,7 +16,7 @@ from secperf.scenario.units import fmt_rate, fmt_size
 AnyWorkload = StreamWorkload | RrWorkload | CrrWorkload
 
 # Keys that describe the workload rather than parametrize one test.
-_NOT_PARAMS = frozenset({"kind", "name", "sweep"})
+_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table"})
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,24 @@ def test_compare_skips_what_only_one_run_has(tmp_path: Path) -> None:
     a = rr_run(tmp_path / "a", {"baseline": [100, 101], "acl": [90, 91]})
     b = rr_run(tmp_path / "b", {"baseline": [100, 101]})
     assert {r["variant"] for r in compare_runs(a, b)} == {"baseline"}
+
+
+def test_paper_layout_puts_points_in_columns_and_variants_in_rows() -> None:
+    from secperf.report.terminal import build_tables, paper_layouts
+
+    run = RunDir.open(Path(__file__).parent.parent / "data" / "runs" / "20261122T010203Z-quick")
+    meta = run.read_run_json()
+    meta["scenario"]["workloads"][1]["table"] = "Table 1: TCP_STREAM"
+    layouts = paper_layouts(meta)
+    assert layouts == {"tcp-stream": "Table 1: TCP_STREAM"}
+    summary = build_summary(run)
+    plain = [t for t in build_tables(summary) if t.workload == "tcp-stream"][0]
+    paper = [t for t in build_tables(summary, layouts) if t.workload == "tcp-stream"][0]
+    assert paper.title.startswith("Table 1: TCP_STREAM — ")
+    # the plain table's point labels are the paper table's columns
+    assert paper.columns[1:] == [row[0].text for row in plain.rows]
+    # baseline first, then each variant and its degradation, then n
+    assert [row[0].text for row in paper.rows] == [*plain.columns[1:-1], "n"]
+    # the same cells, transposed
+    assert paper.rows[0][1].text == plain.rows[0][1].text
+    assert paper.rows[2][2].text == plain.rows[1][3].text

@@ -141,7 +141,7 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
         (
             minimal(variants={"x": {"mechanisms": [{"kind": "acl", "rules": -1}]}}),
             ("variants", "x", "mechanisms", 0, "acl", "rules"),
-            "greater than or equal to 0",
+            "a rule count must be at least 0",
         ),
         (
             minimal(variants={"x": {"mechanisms": [{"kind": "vpn"}]}}),
@@ -244,3 +244,25 @@ def test_json_round_trip_and_source_not_dumped() -> None:
     assert data["workloads"][0]["duration"] == 2.0
     again = Scenario.from_json_dict(data)
     assert again.to_json_dict() == data
+
+
+def test_a_rule_count_list_expands_a_variant_into_one_per_value() -> None:
+    from secperf.scenario.schema import Variant
+
+    v = Variant.model_validate(
+        {"mechanisms": [{"kind": "acl", "rules": [1, 100, 10000], "layout": "set"}]}
+    )
+    expanded = v.expand("acl-set")
+    assert [name for name, _, _ in expanded] == [
+        "acl-set[rules=1]",
+        "acl-set[rules=100]",
+        "acl-set[rules=10000]",
+    ]
+    assert [m[0].rules for _, m, _ in expanded] == [1, 100, 10000]
+    assert all(m[0].layout == "set" for _, m, _ in expanded)
+    assert expanded[1][2] == {"rules": 100}
+    # a plain variant is itself
+    plain = Variant.model_validate({"mechanisms": [{"kind": "acl", "rules": 5}]})
+    assert plain.expand("acl") == [("acl", plain.mechanisms, {})]
+    with pytest.raises(ValueError, match="repeats a value"):
+        Variant.model_validate({"mechanisms": [{"kind": "acl", "rules": [1, 1]}]})
