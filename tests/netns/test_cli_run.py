@@ -192,3 +192,37 @@ def test_check_accepts_every_shipped_scenario() -> None:
     out = secperf("check", *shipped)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("ok ") == len(shipped)
+
+
+def test_ctrl_c_tears_down_and_keeps_the_records(tmp_path: Path, state_dir: Path) -> None:
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(TINY.format(baseline="forward", duration="1s"))
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "secperf", "run", str(scenario), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # wait (polling) until at least one result record is on disk
+    deadline = time.monotonic() + 60
+    records: Path | None = None
+    while time.monotonic() < deadline:
+        found = list(out.glob("*/records.jsonl"))
+        if found and '"result"' in found[0].read_text():
+            records = found[0]
+            break
+        time.sleep(0.05)
+    assert records is not None, "no result was recorded"
+    prefix = ledgers(state_dir)[0].prefix
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    meta = json.loads((records.parent / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    kept = [json.loads(line) for line in records.read_text().splitlines()]
+    assert any(r["record"]["type"] == "result" for r in kept)
+    assert (records.parent / "summary.json").is_file()
+    assert our_namespaces(prefix) == [] and ledgers(state_dir) == []
+    assert orphaned_engines() == set()
