@@ -144,8 +144,8 @@ def test_paper_layout_puts_points_in_columns_and_variants_in_rows() -> None:
     layouts = paper_layouts(meta)
     assert layouts == {"tcp-stream": "Table 1: TCP_STREAM"}
     summary = build_summary(run)
-    plain = [t for t in build_tables(summary) if t.workload == "tcp-stream"][0]
-    paper = [t for t in build_tables(summary, layouts) if t.workload == "tcp-stream"][0]
+    plain = next(t for t in build_tables(summary) if t.workload == "tcp-stream")
+    paper = next(t for t in build_tables(summary, layouts) if t.workload == "tcp-stream")
     assert paper.title.startswith("Table 1: TCP_STREAM — ")
     # the plain table's point labels are the paper table's columns
     assert paper.columns[1:] == [row[0].text for row in plain.rows]
