@@ -778,6 +778,17 @@ def summarize(path: str, results: list[TestResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def other_load(results: list[TestResult]) -> float | None:
+    """Median over all runs of the busy machine CPU not charged to the client or server."""
+    shares = [
+        (r.machine_busy_s - r.cpu_client_s - r.cpu_server_s) / r.machine_busy_s
+        for res in results
+        for r in [*res.engine, *res.peer]
+        if r.ok and r.machine_busy_s > 0
+    ]
+    return statistics.median(shares) if shares else None
+
+
 def _verdict(t: Case, m: Metric, row: dict[str, Any]) -> tuple[str, str]:
     ratio, dratio = row["ratio"], row["demand_ratio"]
     if t.name.startswith("stream") and m.key == "gbps":
@@ -959,11 +970,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = ["loopback", "forward"] if args.path == "both" else [args.path]
         all_rows: list[dict[str, Any]] = []
         raw: dict[str, Any] = {}
+        quiet: dict[str, float | None] = {}
         with sigterm_exits():
             for path in paths:
                 runner = run_loopback if path == "loopback" else run_forward
                 results = runner(args.engine, args.pairs, args.duration, log)
                 all_rows += summarize(path, results)
+                quiet[path] = other_load(results)
                 raw[path] = {
                     r.test.name: {
                         "engine": [asdict(x) for x in r.engine],
@@ -985,6 +998,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(all_rows))
     print()
     print(LEGEND)
+    for path, share in quiet.items():
+        print(
+            f"{path}: median share of busy machine CPU outside the two measured processes: "
+            f"{_fmt(share and share * 100, 3)} % (high on a loaded machine; forwarding softirq "
+            "also lands there on the forward path)"
+        )
     verdicts = [r for r in all_rows if r["verdict"]]
     print()
     for r in verdicts:
@@ -1004,6 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "rr_message_bytes": RR_SIZE,
             },
             "summary": all_rows,
+            "other_cpu_share": quiet,
             "runs": raw,
         }
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
