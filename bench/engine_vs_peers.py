@@ -1001,8 +1001,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path, share in quiet.items():
         print(
             f"{path}: median share of busy machine CPU outside the two measured processes: "
-            f"{_fmt(share and share * 100, 3)} % (high on a loaded machine; forwarding softirq "
-            "also lands there on the forward path)"
+            f"{_fmt(share and share * 100, 3)} % (softirq work such as TCP receive and forwarding, "
+            "plus anyone else's load: compare it between runs)"
         )
     verdicts = [r for r in all_rows if r["verdict"]]
     print()
