@@ -34,6 +34,7 @@ lint: setup
 	$(CARGO) clippy --release --quiet --manifest-path $(ENGINE_MANIFEST) --all-targets -- -D warnings
 
 bench: setup
+	$(VENV)/python bench/testbed_build.py
 	$(VENV)/python bench/engine_vs_peers.py
 
 clean:

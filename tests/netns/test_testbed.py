@@ -159,8 +159,9 @@ def test_traffic_crosses_the_dut(testbed: Testbed) -> None:
     assert connect(tb, "client", tb.topology.server_address(), timeout=0.5) is None
 
 
-def test_build_teardown_fast_and_complete(state_dir: Path) -> None:
-    t0 = time.monotonic()
+def test_build_teardown_complete(state_dir: Path) -> None:
+    # How fast is measured by bench/testbed_build.py, not here: a timed test fails
+    # on a loaded machine without anything being wrong.
     tb = Testbed.build(Topology.standard())
     sleeper = tb.host("server").spawn(["sleep", "60"], label="sleep")
     assert not gone(sleeper.pid)
@@ -168,8 +169,6 @@ def test_build_teardown_fast_and_complete(state_dir: Path) -> None:
     ledger = tb.ledger.path
     assert ledger.exists()
     removed = tb.teardown()
-    elapsed = time.monotonic() - t0
-    assert elapsed < 1.0, f"build + teardown took {elapsed:.3f} s"
     assert netns_with(tb.prefix) == []
     assert root_links_with(tb.prefix) == []
     assert gone(sleeper.pid)
