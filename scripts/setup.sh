@@ -14,6 +14,8 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ! command -v cargo >/dev/null 2>&1; then need+=(cargo); fi
+# http workloads serve files with nginx; any nginx flavour will do (nginx-light is the smallest).
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then need+=(nginx-light); fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: ${need[*]}; run as root (or apt-get install them)" >&2

@@ -306,6 +306,7 @@ class Runner:
             target=self._target(variant),
             mechanisms=variant.mechanisms,
             keep=keep,
+            extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
         )
         executor = executor_for(point.kind)
         last_error: EngineError | None = None

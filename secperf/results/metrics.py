@@ -94,6 +94,34 @@ LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
 SD_TX = Metric("sd_cpu_us_per_tx", "Service demand", "CPU µs/trans", False, False)
 SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
 
+FETCH_RATE = Metric("fetch_rate", "Fetch rate", "fetches/s", True, True)
+HTTP_THROUGHPUT = Metric("http_throughput", "Transfer rate", "Mbit/s", True, False)
+FIRST_BYTE = Metric("first_byte_mean_us", "First byte mean", "µs", False, False)
+FETCH_P99 = Metric("fetch_p99_us", "Fetch p99", "µs", False, False)
+CONNECT_MEAN = Metric("connect_mean_us", "Connect mean", "µs", False, False)
+FAILURES = Metric("failure_pct", "Failures", "%", False, False)
+SD_FETCH = Metric("sd_cpu_us_per_fetch", "Service demand", "CPU µs/fetch", False, False)
+CAPACITY = Metric("capacity", "Concurrent connections", "conn", True, True)
+OPEN_RATE = Metric("open_rate", "Open rate", "conn/s", True, False)
+TEARDOWN = Metric("teardown_rate", "Teardown rate", "conn/s", True, False)
+MAX_CPS = Metric("max_conn_rate", "Max setup rate (≤0.1 % failed)", "conn/s", True, True)
+MAX_TEARDOWN = Metric("max_teardown_rate", "Max teardown rate", "conn/s", True, True)
+
+
+def _sub_latency(which: str, field: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        if not _path(r, "latency_us", which, "count"):
+            return None
+        return _path(r, "latency_us", which, field)
+
+    return get
+
+
+def _ratio_pct(r: Record) -> float | None:
+    ratio = _path(r, "failure_ratio")
+    return None if ratio is None else ratio * 100.0
+
+
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
@@ -114,6 +142,23 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (LAT_MEAN, _latency("mean")),
         (LAT_P99, _latency("p99")),
     ),
+    "http": (
+        (FETCH_RATE, lambda r: _path(r, "fetches_per_second")),
+        (HTTP_THROUGHPUT, _throughput),
+        (SD_FETCH, lambda r: _busy_us_per(r, _path(r, "fetches"))),
+        (CONNECT_MEAN, _sub_latency("connect", "mean")),
+        (FIRST_BYTE, _sub_latency("first_byte", "mean")),
+        (FETCH_P99, _sub_latency("total", "p99")),
+        (FAILURES, _ratio_pct),
+    ),
+    "connections": (
+        (CAPACITY, lambda r: _path(r, "capacity")),
+        (OPEN_RATE, lambda r: _path(r, "open_rate")),
+        (TEARDOWN, lambda r: _path(r, "teardown_rate")),
+        (FAILURES, _ratio_pct),
+    ),
+    "conn_rate": ((MAX_CPS, lambda r: _path(r, "rate")),),
+    "teardown_rate": ((MAX_TEARDOWN, lambda r: _path(r, "rate")),),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

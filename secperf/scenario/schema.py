@@ -430,7 +430,109 @@ class CrrWorkload(WorkloadBase):
         return "tcp-crr"
 
 
-Workload = Annotated[StreamWorkload | RrWorkload | CrrWorkload, Field(discriminator="kind")]
+def _file_sizes(value: object) -> list[int]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError('files is a list of sizes, e.g. ["1KiB", "80KiB"]')
+    check = _bounded(parse_size, 1, 1024**3, "a file size")
+    sizes = [check(v) for v in value]
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"files repeats a size: {list(value)!r}")
+    return sizes
+
+
+FileSizes = Annotated[list[int], PlainValidator(_file_sizes)]
+HttpParallel = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 1024, "parallel")))
+]
+PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
+Timeout = Annotated[float, Field(gt=0, le=120)]
+
+
+class HttpWorkload(WorkloadBase):
+    """HTTP/1.1 GETs against nginx in the server host (http_load): fetches/s, bytes/s.
+
+    The files (one per size) are fetched round-robin. `parallel` fetches in flight
+    as fast as they go, or with `rate` that many new fetches a second (parallel is
+    then the most in flight)."""
+
+    sweepable: ClassVar[dict[str, str]] = {"parallel": "count"}
+
+    kind: Literal["http"]
+    files: FileSizes = Field(default_factory=lambda: [10240])
+    parallel: HttpParallel = 1
+    rate: PerSecond | None = None
+    keepalive: bool = False
+    timeout: Timeout = 5.0
+
+    def default_name(self) -> str:
+        return "http"
+
+
+class ConnectionsWorkload(WorkloadBase):
+    """RFC 3511 §5.2: concurrent TCP connections held and validated; §5.4 teardown rate.
+
+    `duration` bounds the opening phase."""
+
+    kind: Literal["connections"]
+    connections: int = Field(default=10_000, ge=1, le=1_000_000)
+    rate: PerSecond | None = None  # opens/s; None = as fast as possible
+    hold: Annotated[float, Field(ge=0, le=600)] = 1.0
+    close_rate: PerSecond | None = None
+    timeout: Timeout = 5.0
+
+    def default_name(self) -> str:
+        return "connections"
+
+
+class RateSearchBase(WorkloadBase):
+    """A search for the highest rate with at most `max_failure_pct` failures (RFC 3511)."""
+
+    low: PerSecond = 500.0
+    high: PerSecond = 20_000.0
+    resolution_pct: float = Field(default=10.0, gt=0, le=50)
+    max_failure_pct: float = Field(default=0.1, ge=0, le=100)
+    max_steps: int = Field(default=8, ge=1, le=30)
+    timeout: Timeout = 1.0
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> RateSearchBase:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        return self
+
+
+class ConnRateWorkload(RateSearchBase):
+    """RFC 3511 §5.3: the highest connection setup rate (crr at a paced rate)."""
+
+    kind: Literal["conn_rate"]
+    parallel: int = Field(default=16, ge=1, le=128)
+    request: int = Field(default=1, ge=1, le=65536)
+    response: int = Field(default=1, ge=1, le=65536)
+
+    def default_name(self) -> str:
+        return "conn-rate"
+
+
+class TeardownRateWorkload(RateSearchBase):
+    """RFC 3511 §5.4: the highest teardown rate (FINs the server sees a second)."""
+
+    kind: Literal["teardown_rate"]
+    connections: int = Field(default=2000, ge=2, le=1_000_000)
+
+    def default_name(self) -> str:
+        return "teardown-rate"
+
+
+Workload = Annotated[
+    StreamWorkload
+    | RrWorkload
+    | CrrWorkload
+    | HttpWorkload
+    | ConnectionsWorkload
+    | ConnRateWorkload
+    | TeardownRateWorkload,
+    Field(discriminator="kind"),
+]
 
 
 # ---------------------------------------------------------------- the scenario
@@ -489,9 +591,7 @@ class Scenario(StrictModel):
 
     @field_validator("workloads")
     @classmethod
-    def _workloads_named_uniquely(
-        cls, value: list[StreamWorkload | RrWorkload | CrrWorkload]
-    ) -> list[StreamWorkload | RrWorkload | CrrWorkload]:
+    def _workloads_named_uniquely(cls, value: list[WorkloadBase]) -> list[WorkloadBase]:
         if not value:
             raise ValueError("a scenario needs at least one workload: add a [[workloads]] table")
         explicit: dict[str, int] = {}

@@ -11,11 +11,21 @@ from typing import Any
 
 from secperf.workloads import crr, rr, stream
 from secperf.workloads.base import EngineExecutor, Executor
+from secperf.workloads.connections import (
+    ConnectionsExecutor,
+    ConnRateExecutor,
+    TeardownRateExecutor,
+)
+from secperf.workloads.http import HttpExecutor
 
 EXECUTORS: dict[str, Executor] = {
     "stream": EngineExecutor(stream.engine_spec),
     "rr": EngineExecutor(rr.engine_spec),
     "crr": EngineExecutor(crr.engine_spec),
+    "http": HttpExecutor(),
+    "connections": ConnectionsExecutor(),
+    "conn_rate": ConnRateExecutor(),
+    "teardown_rate": TeardownRateExecutor(),
 }
 
 

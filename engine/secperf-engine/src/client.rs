@@ -307,7 +307,8 @@ fn drive(
                 });
             }
         }
-        Kind::Rr | Kind::Crr => {
+        // http and connections never come here (standalone::run_spec).
+        Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {
             let window = (end.at - warm.at).max(1e-9);
             let d = |f: fn(&Counters) -> u64| f(&end.local).saturating_sub(f(&warm.local));
             res.duration_s = window;
@@ -324,7 +325,10 @@ fn drive(
                 bytes: d(|c| c.bytes_received),
                 messages: d(|c| c.messages_received),
             };
-            if spec.protocol == Protocol::Udp {
+            // crr with a rate or timeout counts failed connections instead of failing.
+            let counts_failures =
+                spec.kind == Kind::Crr && (spec.rate.is_some() || spec.timeout.is_some());
+            if spec.protocol == Protocol::Udp || counts_failures {
                 let lost = d(|c| c.lost);
                 let tried = lost + res.transactions;
                 res.loss = Some(Loss {
@@ -399,7 +403,8 @@ fn interval(spec: &Spec, shared: &Shared, a: &Snap, b: &Snap, t: f64, warmup: bo
                 add(&a.local, &b.local);
             }
         }
-        Kind::Rr | Kind::Crr => {
+        // http and connections never come here (standalone::run_spec).
+        Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {
             rec.transactions = b.local.transactions.saturating_sub(a.local.transactions);
             rec.rate = rec.transactions as f64 / span;
             rec.bytes = b.local.bytes.saturating_sub(a.local.bytes);

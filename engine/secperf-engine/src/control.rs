@@ -37,6 +37,9 @@ pub struct CountersReply {
     /// A data-path failure on the server side (finish only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Kind-specific server state (connections: held, validated, FINs seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -81,6 +81,16 @@ fn serve_one(s: &TcpStream, req: &mut [u8], resp: &[u8], t: &mut Tally, sh: &Sha
 }
 
 pub fn start(spec: &Spec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientStart> {
+    if spec.rate.is_some() || spec.timeout.is_some() {
+        let sched = crate::crr_paced::Schedule::new();
+        for i in 0..spec.parallel {
+            let (spec, sched) = (spec.clone(), sched.clone());
+            sh.spawn(&format!("crr-{}", i), Role::Active, move |sh, st| {
+                crate::crr_paced::client_loop(&spec, data, &sched, sh, st)
+            })?;
+        }
+        return Ok(ClientStart { local: None });
+    }
     for i in 0..spec.parallel {
         let spec = spec.clone();
         sh.spawn(&format!("crr-{}", i), Role::Active, move |sh, st| {

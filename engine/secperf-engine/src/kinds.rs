@@ -4,12 +4,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use crate::error::EngineError;
 use crate::error::Result;
 use crate::net::PortPolicy;
 use crate::record::SocketBufs;
 use crate::shared::Shared;
 use crate::spec::{Kind, Spec};
-use crate::{crr, rr, stream};
+use crate::{connections, crr, rr, stream};
 
 /// Where the server side of a test lives.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +39,11 @@ pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<Serve
         Kind::Stream => stream::serve(spec, env, shared),
         Kind::Rr => rr::serve(spec, env, shared),
         Kind::Crr => crr::serve(spec, env, shared),
+        Kind::Connections => connections::serve(spec, env, shared),
+        Kind::Http => Err(EngineError::spec(
+            "kind",
+            "kind http runs against a web server (nginx), not an engine server: point `server` at the web server",
+        )),
     }
 }
 
@@ -47,5 +53,9 @@ pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<Clie
         Kind::Stream => stream::start(spec, data, shared),
         Kind::Rr => rr::start(spec, data, shared),
         Kind::Crr => crr::start(spec, data, shared),
+        Kind::Http | Kind::Connections => Err(EngineError::Internal(
+            "http and connections have their own client (standalone::run_spec): report this bug"
+                .into(),
+        )),
     }
 }

@@ -1,12 +1,17 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
-//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, IPv4 and IPv6)
+//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, IPv4 and IPv6; `http`
+//! against a web server; `connections` for held-connection capacity)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
 
 pub mod client;
+pub mod connections;
 pub mod control;
 pub mod cpu;
 pub mod crr;
+pub mod crr_paced;
 pub mod error;
+pub mod http;
+pub mod http_wire;
 pub mod kinds;
 pub mod net;
 pub mod pacing;
@@ -16,6 +21,8 @@ pub mod rr;
 pub mod server;
 pub mod shared;
 pub mod spec;
+pub mod spec_extra;
+pub mod standalone;
 pub mod stream;
 pub mod sys;
 pub mod target;
@@ -25,3 +32,4 @@ pub use error::{EngineError, Result};
 pub use record::{Record, Sink, StdoutSink};
 pub use server::{ServeOptions, Server};
 pub use spec::Spec;
+pub use standalone::run_spec;

@@ -132,9 +132,8 @@ fn main() -> ExitCode {
         Command::Run {
             spec,
             allow_any_target,
-        } => load_spec(&spec).and_then(|s| {
-            secperf_engine::run(&s, allow_any_target, began, &mut StdoutSink).map(|_| ())
-        }),
+        } => load_spec(&spec)
+            .and_then(|s| secperf_engine::run_spec(&s, allow_any_target, began, &mut StdoutSink)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

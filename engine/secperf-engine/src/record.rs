@@ -200,10 +200,17 @@ pub enum Record {
     Interval(Interval),
     Result(Box<ResultRecord>),
     Error(ErrorRecord),
+    /// A record built as JSON by a kind with its own result shape (http,
+    /// connections); it carries its own `type`.
+    #[serde(skip)]
+    Json(Value),
 }
 
 impl Record {
     pub fn to_line(&self) -> String {
+        if let Record::Json(v) = self {
+            return v.to_string();
+        }
         serde_json::to_string(self).unwrap_or_else(|e| {
             format!(
                 "{{\"type\":\"error\",\"t\":0.0,\"kind\":\"internal\",\"field\":null,\"message\":\"cannot serialize a record ({}): report this bug\"}}",

@@ -210,6 +210,7 @@ fn drive(
                     ok: true,
                     counters: shared.counters(),
                     error: None,
+                    extra: shared.extra(),
                 };
                 conn.send(&reply).map_err(lost)?;
             }
@@ -221,6 +222,7 @@ fn drive(
                     ok: true,
                     counters: shared.counters(),
                     error: shared.take_error().map(|e| e.to_string()),
+                    extra: shared.extra(),
                 };
                 conn.send(&reply).map_err(lost)?;
                 return Ok(());

@@ -134,6 +134,8 @@ pub struct Shared {
     live: Mutex<[usize; 2]>,
     live_cv: Condvar,
     handles: Mutex<Vec<JoinHandle<()>>>,
+    /// Kind-specific state the server reports in snapshot/finish replies.
+    extra: Mutex<Option<serde_json::Value>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,7 +163,16 @@ impl Shared {
             live: Mutex::new([0, 0]),
             live_cv: Condvar::new(),
             handles: Mutex::new(Vec::new()),
+            extra: Mutex::new(None),
         })
+    }
+
+    pub fn set_extra(&self, v: serde_json::Value) {
+        *lock(&self.extra) = Some(v);
+    }
+
+    pub fn extra(&self) -> Option<serde_json::Value> {
+        lock(&self.extra).clone()
     }
 
     pub fn now_ns(&self) -> u64 {

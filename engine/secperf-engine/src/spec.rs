@@ -14,6 +14,8 @@ pub enum Kind {
     Stream,
     Rr,
     Crr,
+    Http,
+    Connections,
 }
 
 impl Kind {
@@ -22,6 +24,8 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Rr => "rr",
             Kind::Crr => "crr",
+            Kind::Http => "http",
+            Kind::Connections => "connections",
         }
     }
 }
@@ -100,6 +104,13 @@ struct RawSpec {
     response_size: Option<u64>,
     inflight: Option<u64>,
     udp_timeout: Option<f64>,
+    urls: Option<Vec<String>>,
+    keepalive: Option<bool>,
+    rate: Option<f64>,
+    timeout: Option<f64>,
+    connections: Option<u64>,
+    hold: Option<f64>,
+    close_rate: Option<f64>,
 }
 
 /// Every field name, in record order.
@@ -124,6 +135,13 @@ pub const FIELDS: &[&str] = &[
     "response_size",
     "inflight",
     "udp_timeout",
+    "urls",
+    "keepalive",
+    "rate",
+    "timeout",
+    "connections",
+    "hold",
+    "close_rate",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
@@ -132,9 +150,16 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
     use Kind::*;
     match field {
         "client_port" => matches!(kind, Stream | Rr),
+        // http talks to a web server (no engine server, no data port) and
+        // connections measures its own phases (no warm-up, no intervals).
+        "data_port" | "socket_buffer" => kind != Http,
+        "warmup" | "interval" => kind != Connections,
+        "urls" | "keepalive" => kind == Http,
+        "rate" | "timeout" => matches!(kind, Http | Crr | Connections),
+        "connections" | "hold" | "close_rate" => kind == Connections,
         "nodelay" => protocol == Protocol::Tcp,
         "direction" | "message_size" | "rate_bps" => kind == Stream,
-        "parallel" => matches!(kind, Stream | Crr),
+        "parallel" => matches!(kind, Stream | Crr | Http),
         "request_size" | "response_size" => matches!(kind, Rr | Crr),
         "inflight" => kind == Rr,
         "udp_timeout" => kind == Rr && protocol == Protocol::Udp,
@@ -166,6 +191,16 @@ pub struct Spec {
     pub response_size: usize,
     pub inflight: usize,
     pub udp_timeout: f64,
+    /// http: paths fetched round-robin.
+    pub urls: Vec<String>,
+    pub keepalive: bool,
+    /// http: fetches/s; crr: connections/s across the loops; connections: opens/s.
+    pub rate: Option<f64>,
+    /// Per-operation deadline (connect, each response); a miss is counted, not fatal.
+    pub timeout: Option<f64>,
+    pub connections: u64,
+    pub hold: f64,
+    pub close_rate: Option<f64>,
 }
 
 fn short(s: &str) -> String {
@@ -219,7 +254,7 @@ impl Spec {
         let kind = raw.kind.ok_or_else(|| {
             EngineError::spec(
                 "kind",
-                "`kind` is required: set it to \"stream\", \"rr\" or \"crr\"",
+                "`kind` is required: set it to \"stream\", \"rr\", \"crr\", \"http\" or \"connections\"",
             )
         })?;
         let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
@@ -276,7 +311,11 @@ impl Spec {
     }
 
     pub fn total_seconds(&self) -> f64 {
-        self.warmup + self.duration
+        match self.kind {
+            // open (at most `duration`), hold, validate, close and drain.
+            Kind::Connections => self.duration + self.hold + 2.0 * self.timeout.unwrap_or(5.0),
+            _ => self.warmup + self.duration,
+        }
     }
 }
 
@@ -351,6 +390,15 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
             "server port 0 is not a port: give the port `serve --listen` uses, e.g. 5201",
         ));
     }
+    if matches!(kind, Kind::Http | Kind::Connections) && protocol == Protocol::Udp {
+        return Err(EngineError::spec(
+            "protocol",
+            format!(
+                "{} is TCP only: set protocol to \"tcp\" or leave it out",
+                kind.name()
+            ),
+        ));
+    }
     if kind == Kind::Crr && protocol == Protocol::Udp {
         return Err(EngineError::spec(
             "protocol",
@@ -400,12 +448,26 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         }
     }
     let parallel = raw.parallel.unwrap_or(1);
-    if !(1..=128).contains(&parallel) {
+    // http's parallel is connections in flight (http_load -parallel), not threads of a stream.
+    let max_parallel = if kind == Kind::Http { 1024 } else { 128 };
+    if !(1..=max_parallel).contains(&parallel) {
         return Err(EngineError::spec(
             "parallel",
-            format!("parallel must be 1..=128 (got {}): give e.g. 4", parallel),
+            format!(
+                "parallel must be 1..={} (got {}): give e.g. 4",
+                max_parallel, parallel
+            ),
         ));
     }
+    let extra = crate::spec_extra::resolve(
+        &raw.urls,
+        raw.rate,
+        raw.timeout,
+        raw.connections,
+        raw.hold,
+        raw.close_rate,
+        kind,
+    )?;
     let default_msg = match protocol {
         Protocol::Tcp => 131072,
         Protocol::Udp => 1024,
@@ -467,5 +529,12 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         response_size,
         inflight,
         udp_timeout,
+        urls: extra.urls,
+        keepalive: raw.keepalive.unwrap_or(false),
+        rate: extra.rate,
+        timeout: extra.timeout,
+        connections: extra.connections,
+        hold: extra.hold,
+        close_rate: extra.close_rate,
     })
 }

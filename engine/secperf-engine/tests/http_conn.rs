@@ -1,0 +1,216 @@
+//! Loopback tests of kinds `http` (against a tiny in-test HTTP responder),
+//! `connections` and crr's `rate`/`timeout`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Instant;
+
+use common::TestServer;
+use secperf_engine::record::Record;
+use secperf_engine::Spec;
+use serde_json::Value;
+
+/// Serves /ok (1000 bytes), /missing (404), /short (claims 1000, sends 500
+/// and closes); honours Connection: keep-alive.
+fn http_responder() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind responder");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || serve_http(s));
+        }
+    });
+    addr
+}
+
+fn serve_http(mut s: TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end);
+        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+        let keep = head.to_ascii_lowercase().contains("connection: keep-alive");
+        let conn = if keep { "keep-alive" } else { "close" };
+        let (status, claimed, body) = match path.as_str() {
+            "/ok" => ("200 OK", 1000, vec![b'x'; 1000]),
+            "/short" => ("200 OK", 1000, vec![b'x'; 500]),
+            _ => ("404 Not Found", 4, b"nope".to_vec()),
+        };
+        let head = format!(
+            "HTTP/1.1 {}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+            status, claimed, conn
+        );
+        if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+            return;
+        }
+        if !keep || path == "/short" {
+            return; // close: the client sees EOF (short body: mid-body)
+        }
+    }
+}
+
+fn run(server: SocketAddr, spec_json: &str) -> Value {
+    let mut v: Value = serde_json::from_str(spec_json).expect("spec JSON");
+    v["server"] = Value::String(server.to_string());
+    let spec = Spec::from_value(v).expect("valid spec");
+    let mut records: Vec<Record> = Vec::new();
+    if let Err(e) = secperf_engine::run_spec(&spec, false, Instant::now(), &mut records) {
+        panic!("test failed: {} ({})", e, e.kind());
+    }
+    let values: Vec<Value> = records
+        .iter()
+        .map(|r| serde_json::from_str(&r.to_line()).expect("record is JSON"))
+        .collect();
+    assert_eq!(values.first().unwrap()["type"], "start");
+    let last = values.last().unwrap().clone();
+    assert_eq!(last["type"], "result", "{:?}", last);
+    last
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {:?}", v))
+}
+
+#[test]
+fn http_rate_gives_exact_fetch_and_byte_counts() {
+    let addr = http_responder();
+    let r = run(
+        addr,
+        r#"{"kind":"http","urls":["/ok"],"rate":50,"parallel":4,"duration":1,"warmup":0.2,"interval":0}"#,
+    );
+    assert_eq!(u(&r["fetches"]), 50, "{}", r);
+    assert_eq!(u(&r["bytes"]), 50_000);
+    assert_eq!(u(&r["failed"]), 0);
+    assert_eq!(u(&r["connections"]), 50, "one connection per fetch");
+    // warm-up fetches are in the totals, not in the window
+    assert_eq!(u(&r["totals"]["client"]["fetches"]), 60);
+    assert!(r["latency_us"]["total"]["p50"].as_f64().unwrap() > 0.0);
+    assert!(r["latency_us"]["connect"]["count"].as_u64().unwrap() == 50);
+}
+
+#[test]
+fn http_counts_bad_status_and_short_body() {
+    let addr = http_responder();
+    let r = run(
+        addr,
+        r#"{"kind":"http","urls":["/ok","/missing","/short"],"rate":30,"parallel":3,"duration":1,"warmup":0,"interval":0,"timeout":2}"#,
+    );
+    assert_eq!(u(&r["started"]), 30, "{}", r);
+    assert_eq!(u(&r["fetches"]), 10);
+    assert_eq!(u(&r["errors"]["bad_status"]), 10);
+    assert_eq!(u(&r["errors"]["short_body"]), 10);
+    assert_eq!(u(&r["failed"]), 20);
+    assert_eq!(u(&r["bytes"]), 10_000);
+}
+
+#[test]
+fn http_parallel_keepalive_reuses_connections() {
+    let addr = http_responder();
+    let r = run(
+        addr,
+        r#"{"kind":"http","urls":["/ok"],"parallel":2,"keepalive":true,"duration":0.5,"warmup":0,"interval":0}"#,
+    );
+    let fetches = u(&r["fetches"]);
+    assert!(fetches > 20, "{}", r);
+    assert!(u(&r["connections"]) <= 4, "{}", r);
+    assert_eq!(u(&r["bytes"]), fetches * 1000);
+    assert_eq!(u(&r["failed"]), 0);
+}
+
+#[test]
+fn http_refused_connections_are_counted() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l); // nothing listens there now
+    let r = run(
+        addr,
+        r#"{"kind":"http","rate":20,"duration":0.5,"warmup":0,"interval":0}"#,
+    );
+    assert_eq!(u(&r["started"]), 10);
+    assert_eq!(u(&r["errors"]["connect_refused"]), 10, "{}", r);
+    assert_eq!(u(&r["fetches"]), 0);
+}
+
+#[test]
+fn connections_held_validated_and_torn_down() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let r = run(
+        srv.addr,
+        r#"{"kind":"connections","connections":300,"hold":0.2,"duration":10}"#,
+    );
+    assert_eq!(u(&r["established"]), 300, "{}", r);
+    assert_eq!(u(&r["validated"]), 300);
+    assert_eq!(u(&r["server"]["accepted"]), 300);
+    assert_eq!(u(&r["server"]["validated"]), 300);
+    assert_eq!(u(&r["server"]["held"]), 300, "{}", r);
+    assert_eq!(u(&r["failed"]), 0);
+    assert!(r["first_failure_at"].is_null());
+    assert_eq!(u(&r["teardown"]["fins"]), 300);
+    assert_eq!(u(&r["teardown"]["missing"]), 0);
+    assert!(r["teardown_rate"].as_f64().unwrap() > 0.0);
+    assert!(u(&r["nofile"]) >= 1024);
+}
+
+#[test]
+fn connections_open_and_close_rates_are_paced() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let r = run(
+        srv.addr,
+        r#"{"kind":"connections","connections":200,"rate":400,"close_rate":400,"hold":0,"duration":10}"#,
+    );
+    assert_eq!(u(&r["established"]), 200, "{}", r);
+    let open = r["open_rate"].as_f64().unwrap();
+    assert!((open - 400.0).abs() / 400.0 < 0.1, "open rate {}", open);
+    let tear = r["teardown_rate"].as_f64().unwrap();
+    // seen by the server: a loaded machine may bunch FINs, so a wide band
+    assert!((tear - 400.0).abs() / 400.0 < 0.3, "teardown rate {}", tear);
+    assert_eq!(u(&r["teardown"]["fins"]), 200);
+}
+
+#[test]
+fn crr_rate_is_held_and_failures_counted() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let mut v: Value = serde_json::from_str(
+        r#"{"kind":"crr","rate":200,"parallel":2,"timeout":1,"duration":1,"warmup":0.2,"interval":0}"#,
+    )
+    .unwrap();
+    v["server"] = Value::String(srv.addr.to_string());
+    let spec = Spec::from_value(v).unwrap();
+    let mut recs: Vec<Record> = Vec::new();
+    let r = secperf_engine::run(&spec, false, Instant::now(), &mut recs).expect("crr runs");
+    let tx = r.transactions as f64;
+    assert!((tx - 200.0).abs() <= 10.0, "transactions {}", tx);
+    let loss = r.loss.expect("crr with a rate reports failures");
+    assert_eq!(loss.lost, 0);
+    assert_eq!(r.totals.client.connections, r.totals.server.connections);
+}
+
+#[test]
+fn spec_fields_apply_to_their_kinds() {
+    let bad = [
+        r#"{"kind":"http","server":"127.0.0.1:80","data_port":5300}"#,
+        r#"{"kind":"connections","server":"127.0.0.1:5201","warmup":1}"#,
+        r#"{"kind":"http","server":"127.0.0.1:80","protocol":"udp"}"#,
+        r#"{"kind":"rr","server":"127.0.0.1:5201","rate":10}"#,
+        r#"{"kind":"http","server":"127.0.0.1:80","urls":["http://x/"]}"#,
+        r#"{"kind":"connections","server":"127.0.0.1:5201","connections":0}"#,
+    ];
+    for b in bad {
+        assert!(Spec::parse(b).is_err(), "accepted {}", b);
+    }
+    let s = Spec::parse(r#"{"kind":"http","server":"127.0.0.1:80","parallel":500}"#).unwrap();
+    assert_eq!(s.timeout, Some(5.0));
+    assert_eq!(s.urls, vec!["/".to_string()]);
+    let c = Spec::parse(r#"{"kind":"crr","server":"127.0.0.1:5201"}"#).unwrap();
+    assert_eq!(c.timeout, None, "crr keeps failing fast without a timeout");
+}

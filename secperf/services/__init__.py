@@ -1,0 +1,1 @@
+"""Real servers secperf starts inside a testbed host (nginx, …), each in the foreground."""

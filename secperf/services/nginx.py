@@ -1,0 +1,199 @@
+"""nginx as the web server of `http` workloads, started in a testbed host.
+
+Everything it writes (config, error log, pid file, temp dirs, the served files)
+lives in one directory of the run; nothing under /etc or /var. It runs in the
+foreground (`daemon off;`) as a ManagedProcess, so stopping it (or the testbed's
+teardown) reaches its workers through the process group.
+
+It listens on HTTP_PORT on every address of its host: 5380 lies inside the
+engine's data-port range (secperf.mechanisms.base.DATA_PORTS, 5300–5399), which
+every ACL the mechanisms write already permits. The engine server skips the
+port when it picks a data port, since nginx holds it.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from secperf.errors import SecperfError, ToolMissingError
+from secperf.mechanisms.base import DATA_PORTS
+from secperf.testbed.testbed import Host, ManagedProcess
+
+HTTP_PORT = 5380
+assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
+START_TIMEOUT_S = 10.0
+FILES = "files"  # URL prefix and directory under the web root
+
+
+class NginxError(SecperfError):
+    """nginx could not be configured or did not start."""
+
+
+def nginx_path() -> str:
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").is_file() else None
+    )
+    if found is None:
+        raise ToolMissingError(
+            "nginx is not installed (http workloads serve their files with it)",
+            fix="apt-get install -y --no-install-recommends nginx-light",
+        )
+    return found
+
+
+def file_name(size: int) -> str:
+    return f"{size}.bin"
+
+
+def url_for(size: int) -> str:
+    return f"/{FILES}/{file_name(size)}"
+
+
+def write_files(root: Path, sizes: list[int]) -> list[str]:
+    """Write one file per size (random, incompressible; same bytes every run); return URLs."""
+    directory = root / FILES
+    directory.mkdir(parents=True, exist_ok=True)
+    urls = []
+    for size in sizes:
+        path = directory / file_name(size)
+        if not path.is_file() or path.stat().st_size != size:
+            path.write_bytes(random.Random(size).randbytes(size))
+        urls.append(url_for(size))
+    return urls
+
+
+def _missing_modules(binary: str) -> set[str]:
+    out = subprocess.run([binary, "-V"], capture_output=True, text=True, check=False)
+    flags = (out.stdout + out.stderr).split()
+    return {
+        f.removeprefix("--without-http_").removesuffix("_module")
+        for f in flags
+        if f.startswith("--without-http_")
+    }
+
+
+def render_config(directory: Path, port: int, *, ipv6: bool, missing: set[str]) -> str:
+    """The whole nginx.conf: every path inside `directory`."""
+    d = directory.resolve()
+    temps = [f"client_body_temp_path {d}/tmp/body;", f"proxy_temp_path {d}/tmp/proxy;"]
+    for module in ("fastcgi", "uwsgi", "scgi"):
+        if module not in missing:
+            temps.append(f"{module}_temp_path {d}/tmp/{module};")
+    listens = [f"listen {port} reuseport backlog=4096;"]
+    if ipv6:
+        listens.append(f"listen [::]:{port} ipv6only=on reuseport backlog=4096;")
+    lines = [
+        "# written by secperf: one run's web server, in the server's namespace",
+        # The run directory may be private to root; workers must read the files.
+        "user root;",
+        "worker_processes 1;",
+        "worker_rlimit_nofile 65536;",
+        f"pid {d}/nginx.pid;",
+        f"error_log {d}/error.log warn;",
+        "events { worker_connections 16384; }",
+        "http {",
+        "    access_log off;",
+        "    sendfile on;",
+        "    tcp_nopush on;",
+        "    keepalive_requests 1000000;",
+        "    default_type application/octet-stream;",
+        *(f"    {t}" for t in temps),
+        "    server {",
+        *(f"        {x}" for x in listens),
+        f"        root {d}/www;",
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _accepts(host: Host, address: str, port: int) -> bool:
+    family = "AF_INET6" if ":" in address else "AF_INET"
+    probe = (
+        "import socket,sys\n"
+        f"s=socket.socket(socket.{family});s.settimeout(0.5)\n"
+        f"sys.exit(s.connect_ex(({address!r},{port})))\n"
+    )
+    return host.run(["python3", "-c", probe], check=False, timeout=5).returncode == 0
+
+
+@dataclass
+class Nginx:
+    """A running nginx: its directory, web root and process."""
+
+    host: Host
+    directory: Path
+    port: int
+    process: ManagedProcess
+    address: str
+    urls: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.directory / "www"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def serve(self, sizes: list[int]) -> list[str]:
+        """Make sure a file of each size is served; their URLs, in order."""
+        urls = write_files(self.root, sizes)
+        self.urls.update(zip(sizes, urls, strict=True))
+        return urls
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def error_log(self) -> str:
+        path = self.directory / "error.log"
+        return path.read_text(errors="replace")[-2000:] if path.is_file() else ""
+
+
+def start_nginx(
+    host: Host, directory: Path, address: str, *, port: int = HTTP_PORT, ipv6: bool = False
+) -> Nginx:
+    """Start nginx in `host` serving `directory`/www; wait until `address`:`port` accepts."""
+    binary = nginx_path()
+    directory.mkdir(parents=True, exist_ok=True)
+    for sub in ("www", "tmp"):
+        (directory / sub).mkdir(exist_ok=True)
+    conf = directory / "nginx.conf"
+    conf.write_text(render_config(directory, port, ipv6=ipv6, missing=_missing_modules(binary)))
+    errors = directory / "stderr.log"
+    with errors.open("w") as err:
+        proc = host.spawn(
+            # -e: the log before the config is read; -p: no default prefix under /usr/share.
+            [
+                binary,
+                "-p",
+                str(directory.resolve()),
+                "-e",
+                str((directory / "error.log").resolve()),
+                "-c",
+                str(conf.resolve()),
+                "-g",
+                "daemon off;",
+            ],
+            stderr=err,
+            label="nginx",
+        )
+    server = Nginx(host=host, directory=directory, port=port, process=proc, address=address)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not server.alive():
+            break
+        if _accepts(host, address, port):
+            return server
+    proc.stop()
+    detail = (errors.read_text(errors="replace") if errors.is_file() else "") + server.error_log()
+    raise NginxError(
+        f"nginx did not accept on {address}:{port} in {host.name} within {START_TIMEOUT_S:.0f} s: "
+        f"{detail.strip()[-500:] or 'no output'}",
+        where=str(conf),
+        fix="check that the port is free in that host and the config above loads (`nginx -t -c`)",
+    )

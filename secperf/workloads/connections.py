@@ -1,0 +1,183 @@
+"""RFC 3511 connection tests: §5.2 capacity (`connections`), §5.3 setup rate
+(`conn_rate`, a search over crr at a paced rate) and §5.4 teardown rate
+(`teardown_rate`, a search over the close rate of held connections)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from secperf.engine import Record, run_test
+from secperf.errors import EngineError
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.search import bisect_rate, passes
+from secperf.workloads.base import MeasureContext
+
+# Below this share of the offered rate, the rate was not achieved: a failure too.
+ACHIEVED_SHARE = 0.95
+_WIDENED: set[str] = set()
+
+
+def _f(params: dict[str, Any], key: str, default: float) -> float:
+    value = params.get(key)
+    return default if value is None else float(str(value))
+
+
+def widen_ports(ctx: MeasureContext) -> None:
+    """Give the client host 64k source ports, so the capacity is the path's, not the
+    default 28k ephemeral range's (a namespace sysctl: only the testbed's client)."""
+    if ctx.testbed.prefix in _WIDENED:
+        return
+    ctx.testbed.host("client").run(["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"])
+    _WIDENED.add(ctx.testbed.prefix)
+
+
+def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "kind": "connections",
+        "server": server,
+        "connections": int(str(params.get("connections", 10000))),
+        "hold": _f(params, "hold", 1.0),
+        "timeout": _f(params, "timeout", 5.0),
+        "duration": _f(params, "duration", 5.0),
+    }
+    for key in ("rate", "close_rate"):
+        if params.get(key) is not None:
+            spec[key] = float(str(params[key]))
+    return spec
+
+
+def _run(ctx: MeasureContext, spec: dict[str, Any], keep_all: bool) -> Record:
+    budget = (
+        spec["duration"] + spec.get("hold", 0) + spec.get("warmup", 0) + 4 * spec["timeout"] + 30
+    )
+    keep = ctx.keep if keep_all else (lambda _r: None)
+    return run_test(ctx.testbed.host("client"), spec, on_record=keep, timeout=budget).result
+
+
+@dataclass(frozen=True)
+class ConnectionsExecutor:
+    hosts: frozenset[str] = frozenset()
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        widen_ports(ctx)
+        return _run(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
+
+
+def _trial_record(kind: str, rate: float, detail: dict[str, Any]) -> Record:
+    # Not a "result": the summary reads one result per round, the search's.
+    return {"type": "trial", "kind": kind, "offered": rate, **detail}
+
+
+@dataclass(frozen=True)
+class ConnRateExecutor:
+    """§5.3: the highest crr rate with at most max_failure_pct failed connections."""
+
+    hosts: frozenset[str] = frozenset()
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        p = dict(point.params)
+        max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
+
+        def trial(rate: float) -> tuple[bool, dict[str, Any]]:
+            spec = {
+                "kind": "crr",
+                "server": ctx.target,
+                "rate": rate,
+                "parallel": int(str(p.get("parallel", 16))),
+                "timeout": _f(p, "timeout", 1.0),
+                "request_size": int(str(p.get("request", 1))),
+                "response_size": int(str(p.get("response", 1))),
+                "duration": _f(p, "duration", 2.0),
+                "warmup": _f(p, "warmup", 0.5),
+                "interval": 0,
+            }
+            try:
+                r = _run(ctx, spec, keep_all=False)
+            except EngineError as exc:
+                detail: dict[str, Any] = {"error": exc.message}
+                ctx.keep(_trial_record("crr", rate, detail))
+                return False, detail
+            done = int(r.get("transactions") or 0)
+            lost = int((r.get("loss") or {}).get("lost") or 0)
+            achieved = float(r.get("transactions_per_second") or 0.0)
+            ok = passes(lost, done + lost, max_ratio) and achieved >= ACHIEVED_SHARE * rate
+            detail = {"achieved": achieved, "completed": done, "failed": lost}
+            ctx.keep(_trial_record("crr", rate, detail))
+            return ok, detail
+
+        found = bisect_rate(
+            trial,
+            low=_f(p, "low", 500),
+            high=_f(p, "high", 20000),
+            resolution_pct=_f(p, "resolution_pct", 10),
+            max_steps=int(str(p.get("max_steps", 8))),
+        )
+        rec: Record = {
+            "type": "result",
+            "kind": "conn_rate",
+            "rate": found.best or 0.0,
+            "max_failure_pct": max_ratio * 100,
+            **found.as_dict(),
+        }
+        ctx.keep(rec)
+        return rec
+
+
+@dataclass(frozen=True)
+class TeardownRateExecutor:
+    """§5.4: the highest close rate whose FINs the server all sees, at that rate."""
+
+    hosts: frozenset[str] = frozenset()
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        widen_ports(ctx)
+        p = dict(point.params)
+        max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
+        n = int(str(p.get("connections", 2000)))
+
+        def trial(rate: float) -> tuple[bool, dict[str, Any]]:
+            spec = connections_spec(
+                {
+                    "connections": n,
+                    "hold": 0,
+                    "close_rate": rate,
+                    "timeout": p.get("timeout"),
+                    "duration": p.get("duration"),
+                },
+                ctx.target,
+            )
+            try:
+                r = _run(ctx, spec, keep_all=False)
+            except EngineError as exc:
+                detail: dict[str, Any] = {"error": exc.message}
+                ctx.keep(_trial_record("connections", rate, detail))
+                return False, detail
+            tear = r.get("teardown") or {}
+            closed, missing = int(tear.get("closed") or 0), int(tear.get("missing") or 0)
+            seen = float(r.get("teardown_rate") or 0.0)
+            ok = (
+                int(r.get("established") or 0) == n
+                and passes(missing, closed, max_ratio)
+                and seen >= ACHIEVED_SHARE * rate
+            )
+            detail = {"achieved": seen, "closed": closed, "missing": missing}
+            ctx.keep(_trial_record("connections", rate, detail))
+            return ok, detail
+
+        found = bisect_rate(
+            trial,
+            low=_f(p, "low", 500),
+            high=_f(p, "high", 20000),
+            resolution_pct=_f(p, "resolution_pct", 10),
+            max_steps=int(str(p.get("max_steps", 8))),
+        )
+        rec: Record = {
+            "type": "result",
+            "kind": "teardown_rate",
+            "rate": found.best or 0.0,
+            "max_failure_pct": max_ratio * 100,
+            **found.as_dict(),
+        }
+        ctx.keep(rec)
+        return rec
