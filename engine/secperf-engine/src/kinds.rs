@@ -9,7 +9,7 @@ use crate::net::PortPolicy;
 use crate::record::SocketBufs;
 use crate::shared::Shared;
 use crate::spec::{Kind, Spec};
-use crate::{crr, rr, stream};
+use crate::{crr, latency, rr, stream};
 
 /// Where the server side of a test lives.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +38,7 @@ pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<Serve
         Kind::Stream => stream::serve(spec, env, shared),
         Kind::Rr => rr::serve(spec, env, shared),
         Kind::Crr => crr::serve(spec, env, shared),
+        Kind::Latency => latency::serve(spec, env, shared),
     }
 }
 
@@ -47,5 +48,14 @@ pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<Clie
         Kind::Stream => stream::start(spec, data, shared),
         Kind::Rr => rr::start(spec, data, shared),
         Kind::Crr => crr::start(spec, data, shared),
+        Kind::Latency => latency::start(spec, data, shared),
+    }
+}
+
+/// Server side, at `finish`: what the kind measured itself, for the client.
+pub fn server_report(spec: &Spec, shared: &Shared) -> Option<latency::SideReport> {
+    match spec.kind {
+        Kind::Latency => latency::server_report(shared),
+        _ => None,
     }
 }

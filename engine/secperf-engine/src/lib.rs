@@ -1,5 +1,5 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
-//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, IPv4 and IPv6)
+//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and IPv6)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
 
 pub mod client;
@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod crr;
 pub mod error;
 pub mod kinds;
+pub mod latency;
 pub mod net;
 pub mod pacing;
 pub mod payload;
@@ -19,6 +20,7 @@ pub mod spec;
 pub mod stream;
 pub mod sys;
 pub mod target;
+pub mod tstamp;
 
 pub use client::run;
 pub use error::{EngineError, Result};

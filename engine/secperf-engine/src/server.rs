@@ -210,7 +210,12 @@ fn drive(
                     ok: true,
                     counters: shared.counters(),
                     error: None,
+                    latency: None,
                 };
+                // Latency: the client's first snapshot here marks the end of its warm-up.
+                if spec.kind == crate::spec::Kind::Latency {
+                    shared.measuring.store(true, Relaxed);
+                }
                 conn.send(&reply).map_err(lost)?;
             }
             Request::Finish => {
@@ -221,6 +226,7 @@ fn drive(
                     ok: true,
                     counters: shared.counters(),
                     error: shared.take_error().map(|e| e.to_string()),
+                    latency: kinds::server_report(spec, shared),
                 };
                 conn.send(&reply).map_err(lost)?;
                 return Ok(());

@@ -2,6 +2,7 @@
 //! counters (one cache line each, written by one thread, read by the control
 //! thread), CPU slots, the latency histograms and the first error.
 
+use std::any::Any;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -134,6 +135,8 @@ pub struct Shared {
     live: Mutex<[usize; 2]>,
     live_cv: Condvar,
     handles: Mutex<Vec<JoinHandle<()>>>,
+    /// A kind's own per-test state (e.g. latency's reports), for its end of test.
+    ext: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,7 +164,16 @@ impl Shared {
             live: Mutex::new([0, 0]),
             live_cv: Condvar::new(),
             handles: Mutex::new(Vec::new()),
+            ext: Mutex::new(None),
         })
+    }
+
+    pub fn set_ext(&self, v: Arc<dyn Any + Send + Sync>) {
+        *lock(&self.ext) = Some(v);
+    }
+
+    pub fn ext(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        lock(&self.ext).clone()
     }
 
     pub fn now_ns(&self) -> u64 {
