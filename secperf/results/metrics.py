@@ -94,6 +94,11 @@ LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
 SD_TX = Metric("sd_cpu_us_per_tx", "Service demand", "CPU µs/trans", False, False)
 SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
 
+DELAY_MEAN = Metric("delay_mean_us", "One-way delay mean", "µs", False, True)
+DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, False)
+DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
+ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
+
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
@@ -113,6 +118,14 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (SD_CONN, _sd_per_tx),
         (LAT_MEAN, _latency("mean")),
         (LAT_P99, _latency("p99")),
+    ),
+    "latency": (
+        # one-way delay of both directions together (the record's `combined`)
+        (DELAY_MEAN, _latency("mean")),
+        (DELAY_STD, _latency("stddev")),
+        (DELAY_P99, _latency("p99")),
+        (LOSS, _loss_pct),
+        (ACHIEVED_PPS, lambda r: _path(r, "combined", "achieved_pps")),
     ),
 }
 
