@@ -103,8 +103,13 @@ class LatencyExecutor:
         spec, other = self.specs(ctx, dict(point.params))
         client = ctx.testbed.host("client")
         side = EngineTest(client, other) if other is not None else None
+
+        def keep_but_result(rec: Record) -> None:
+            if rec.get("type") != "result":
+                ctx.keep(rec)
+
         try:
-            result = EngineTest(client, spec).collect(ctx.keep).result
+            result = EngineTest(client, spec).collect(keep_but_result).result
         finally:
             side_run = side.collect() if side is not None else None
         if side_run is not None:
@@ -118,4 +123,6 @@ class LatencyExecutor:
                     "received": c2s.get("received"),
                 },
             }
+        # Kept once, with the rejected stream's counts when there is one.
+        ctx.keep(result)
         return result
