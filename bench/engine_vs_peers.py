@@ -28,15 +28,17 @@ import platform
 import queue
 import re
 import select
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -814,6 +816,10 @@ def _fmt(v: float | None, digits: int = 4) -> str:
     return f"{v:.{digits}g}" if abs(v) < 10**digits else f"{v:.0f}"
 
 
+def _ratio(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table (readable in a terminal, pasteable into docs/performance.md)."""
     head = ["path", "test", "metric", "n", "engine", "peer", "engine/peer", "CPU unit",
@@ -829,11 +835,11 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['n_engine']}/{r['n_peer']}" if r["peer"] else str(r["n_engine"]),
                 _fmt(r["engine"]),
                 f"{_fmt(r['peer_median'])} {r['peer'] or ''}".strip(),
-                _fmt(r["ratio"], 3),
+                _ratio(r["ratio"]),
                 r["demand_unit"],
                 _fmt(r["demand_engine"], 3),
                 _fmt(r["demand_peer"], 3),
-                _fmt(r["demand_ratio"], 3),
+                _ratio(r["demand_ratio"]),
                 _fmt(r["machine_demand_engine"], 3),
                 _fmt(r["machine_demand_peer"], 3),
                 r["verdict"],
@@ -964,8 +970,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    stack = ExitStack()
     try:
         check_tools(args.engine)
+        # A private copy: a rebuild of engine/ during the bench must not pair an old
+        # server with a new client (or change the tool half way).
+        tmp = tempfile.TemporaryDirectory(prefix="secperf-bench-")
+        stack.callback(tmp.cleanup)
+        engine = Path(shutil.copy2(args.engine, Path(tmp.name) / "secperf-engine"))
         started = datetime.now(UTC)
         paths = ["loopback", "forward"] if args.path == "both" else [args.path]
         all_rows: list[dict[str, Any]] = []
@@ -974,7 +986,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_exits():
             for path in paths:
                 runner = run_loopback if path == "loopback" else run_forward
-                results = runner(args.engine, args.pairs, args.duration, log)
+                results = runner(engine, args.pairs, args.duration, log)
                 all_rows += summarize(path, results)
                 quiet[path] = other_load(results)
                 raw[path] = {
@@ -990,6 +1002,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: every process the bench started was stopped", file=sys.stderr)
         return 130
+    finally:
+        stack.close()
     print()
     print(
         f"secperf-engine vs peers — {started:%Y-%m-%d %H:%M} UTC, "
@@ -1009,7 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in verdicts:
         print(
             f"{r['verdict']:7} {r['path']:8} {r['title']}: {r['target']} "
-            f"(ratio {_fmt(r['ratio'], 3)}, CPU ratio {_fmt(r['demand_ratio'], 3)})"
+            f"(ratio {_ratio(r['ratio'])}, CPU ratio {_ratio(r['demand_ratio'])})"
         )
     if args.out:
         doc = {

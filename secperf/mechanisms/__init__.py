@@ -27,6 +27,7 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             match=spec.match,
             backend=spec.backend,
             stateful=spec.stateful,
+            exclude_one=spec.exclude_one,
         )
     if isinstance(spec, CustomMechanism):
         return Custom(file=spec.file, format=spec.format, backend=spec.backend)

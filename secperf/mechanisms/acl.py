@@ -82,6 +82,7 @@ class Acl:
     match: Match = "last"
     backend: Backend = "nft"
     stateful: bool = False
+    exclude_one: bool = False
     kind: str = "acl"
 
     # -- rendering -------------------------------------------------------------------
@@ -113,6 +114,21 @@ class Acl:
 
     def release(self, dut: Host, ctx: MechanismContext) -> None:
         """Rules only: nothing to stop."""
+
+
+def excluded_host(plan: TrafficPlan) -> str | None:
+    """The inside source an `exclude_one` ACL denies: the last emulated client host."""
+    return plan.client_hosts[-1] if len(plan.client_hosts) > 1 else None
+
+
+def _excluded(acl: Acl, plan: TrafficPlan) -> str:
+    host = excluded_host(plan)
+    if acl.exclude_one and host is None:
+        raise MechanismError(
+            "exclude_one needs emulated hosts on the client side",
+            fix="set testbed.emulated_hosts to 2 or more",
+        )
+    return host or ""
 
 
 def set_name(table: str) -> str:
@@ -164,6 +180,8 @@ def render_nft(acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str) -> str
         body = [
             f"{ip} saddr {e.src} {ip} daddr {e.dst} {e.proto} dport {e.port} accept" for e in gen
         ]
+    if acl.exclude_one:
+        permits.insert(0, f"{ip} saddr {_excluded(acl, plan)} drop")
     chain = permits + body if acl.match == "first" else body + permits
     if acl.stateful:
         chain.insert(0, "ct state established,related accept")
@@ -212,6 +230,8 @@ def render_iptables(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) ->
         body = [
             f"-A FORWARD -s {e.src} -d {e.dst} -p {e.proto} --dport {e.port} -j ACCEPT" for e in gen
         ]
+    if acl.exclude_one:
+        permits.insert(0, f"-A FORWARD -s {_excluded(acl, plan)} -j DROP")
     chain = permits + body if acl.match == "first" else body + permits
     if acl.stateful:
         chain.insert(0, "-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT")

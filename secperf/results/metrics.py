@@ -122,6 +122,11 @@ def _ratio_pct(r: Record) -> float | None:
     return None if ratio is None else ratio * 100.0
 
 
+DELAY_MEAN = Metric("delay_mean_us", "One-way delay mean", "µs", False, True)
+DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, False)
+DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
+ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
+
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
@@ -159,6 +164,14 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     ),
     "conn_rate": ((MAX_CPS, lambda r: _path(r, "rate")),),
     "teardown_rate": ((MAX_TEARDOWN, lambda r: _path(r, "rate")),),
+    "latency": (
+        # one-way delay of both directions together (the record's `combined`)
+        (DELAY_MEAN, _latency("mean")),
+        (DELAY_STD, _latency("stddev")),
+        (DELAY_P99, _latency("p99")),
+        (LOSS, _loss_pct),
+        (ACHIEVED_PPS, lambda r: _path(r, "combined", "achieved_pps")),
+    ),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

@@ -204,6 +204,9 @@ class AclMechanism(StrictModel):
     match: Literal["first", "last"] = "last"
     backend: Literal["nft", "iptables-legacy", "iptables-nft"] = "nft"
     stateful: bool = False
+    # Deny the last client-side emulated host just before the permits (document
+    # 004's rejected stream: a latency workload's `rejected_stream` sends from it).
+    exclude_one: bool = False
 
 
 class CustomMechanism(StrictModel):
@@ -523,10 +526,47 @@ class TeardownRateWorkload(RateSearchBase):
         return "teardown-rate"
 
 
+FrameSize = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 64, 1518, "a frame size")))
+]
+
+
+class LatencyWorkload(WorkloadBase):
+    """Timestamped UDP probes at a fixed rate: one-way delay per direction (document 004).
+
+    `load` is a fraction of `testbed.link_rate` counted on the wire (frame + 20 B
+    preamble and inter-frame gap); `rate_pps` gives probes/s per direction instead.
+    `hosts = "all"` sends from every emulated host on the client side to its peer on
+    the server side; an int uses that many. `rejected_stream` runs a second stream at
+    the same rate from the ACL's excluded address concurrently (the ACL must have
+    `exclude_one = true`); its received count is reported and must be 0.
+    """
+
+    sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
+
+    kind: Literal["latency"]
+    frame: FrameSize = 64
+    load: float | None = Field(default=None, gt=0, le=1)
+    rate_pps: float | None = Field(default=None, gt=0, le=10_000_000)
+    duplex: Literal["full", "half"] = "full"
+    hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
+    rejected_stream: bool = False
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> LatencyWorkload:
+        if self.load is not None and self.rate_pps is not None:
+            raise ValueError("give either load (a fraction of the link rate) or rate_pps, not both")
+        return self
+
+    def default_name(self) -> str:
+        return f"latency-{self.duplex}"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
     | CrrWorkload
+    | LatencyWorkload
     | HttpWorkload
     | ConnectionsWorkload
     | ConnRateWorkload
@@ -588,6 +628,16 @@ class Scenario(StrictModel):
         if not value:
             raise ValueError("a scenario needs at least one variant: add a [variants.NAME] table")
         return value
+
+    @model_validator(mode="after")
+    def _latency_load_needs_link_rate(self) -> Scenario:
+        for i, w in enumerate(self.workloads):
+            if isinstance(w, LatencyWorkload) and w.load is not None and not self.testbed.link_rate:
+                raise ValueError(
+                    f"workloads[{i}].load is a fraction of testbed.link_rate, which is not set: "
+                    'set testbed.link_rate (e.g. "1gbit") or give rate_pps instead'
+                )
+        return self
 
     @field_validator("workloads")
     @classmethod

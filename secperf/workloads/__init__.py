@@ -17,6 +17,7 @@ from secperf.workloads.connections import (
     TeardownRateExecutor,
 )
 from secperf.workloads.http import HttpExecutor
+from secperf.workloads.latency import LatencyExecutor
 
 EXECUTORS: dict[str, Executor] = {
     "stream": EngineExecutor(stream.engine_spec),
@@ -26,6 +27,7 @@ EXECUTORS: dict[str, Executor] = {
     "connections": ConnectionsExecutor(),
     "conn_rate": ConnRateExecutor(),
     "teardown_rate": TeardownRateExecutor(),
+    "latency": LatencyExecutor(),
 }
 
 

@@ -252,6 +252,7 @@ fn drive(
         time_wait_avoidance: (spec.kind == Kind::Crr).then_some(crate::crr::TIME_WAIT_AVOIDANCE),
         socket,
         server_socket: setup.socket,
+        directions: None,
     };
     if spec.protocol == Protocol::Tcp && spec.kind != Kind::Crr {
         res.retransmits = Some(
@@ -306,6 +307,32 @@ fn drive(
                     },
                 });
             }
+        }
+        Kind::Latency => {
+            let window = (end.at - warm.at).max(1e-9);
+            let server = fin.latency.clone().unwrap_or_default();
+            let d = crate::latency::directions(spec, &shared, &server);
+            let c = &d.combined;
+            let payload =
+                crate::latency::payload_len(spec.frame_size, spec.server.is_ipv6()) as u64;
+            res.duration_s = window;
+            res.messages = c.received;
+            res.bytes = c.received * payload;
+            res.bits_per_second = res.bytes as f64 * 8.0 / window;
+            res.sender = Flow {
+                bytes: c.sent * payload,
+                messages: c.sent,
+            };
+            res.receiver = Flow {
+                bytes: res.bytes,
+                messages: c.received,
+            };
+            res.loss = Some(Loss {
+                lost: c.lost,
+                ratio: c.loss_ratio,
+            });
+            res.latency_us = c.delay_us.clone();
+            res.directions = Some(d);
         }
         // http and connections never come here (standalone::run_spec).
         Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {
@@ -402,6 +429,24 @@ fn interval(spec: &Spec, shared: &Shared, a: &Snap, b: &Snap, t: f64, warmup: bo
             if spec.direction.client_receives() {
                 add(&a.local, &b.local);
             }
+        }
+        Kind::Latency => {
+            // Probes this side received (s2c) and their delays.
+            rec.messages = b
+                .local
+                .messages_received
+                .saturating_sub(a.local.messages_received);
+            rec.rate = rec.messages as f64 / span;
+            rec.bytes = b
+                .local
+                .bytes_received
+                .saturating_sub(a.local.bytes_received);
+            let l = shared.take_interval_latency();
+            rec.latency_us = Some(IntervalLatency {
+                mean: l.mean,
+                p50: l.p50,
+                p99: l.p99,
+            });
         }
         // http and connections never come here (standalone::run_spec).
         Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {

@@ -12,7 +12,8 @@ use crate::error::{EngineError, Result};
 use crate::record::SocketBufs;
 use crate::shared::Counters;
 
-const MAX_LINE: usize = 1 << 20;
+// A latency `finish` reply carries delay histograms.
+const MAX_LINE: usize = 16 << 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
@@ -40,6 +41,9 @@ pub struct CountersReply {
     /// Kind-specific server state (connections: held, validated, FINs seen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<Value>,
+    /// Kind latency: the server's own measurements (finish only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<crate::latency::SideReport>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

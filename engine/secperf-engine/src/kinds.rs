@@ -10,7 +10,7 @@ use crate::net::PortPolicy;
 use crate::record::SocketBufs;
 use crate::shared::Shared;
 use crate::spec::{Kind, Spec};
-use crate::{connections, crr, rr, stream};
+use crate::{connections, crr, latency, rr, stream};
 
 /// Where the server side of a test lives.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +44,7 @@ pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<Serve
             "kind",
             "kind http runs against a web server (nginx), not an engine server: point `server` at the web server",
         )),
+        Kind::Latency => latency::serve(spec, env, shared),
     }
 }
 
@@ -57,5 +58,14 @@ pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<Clie
             "http and connections have their own client (standalone::run_spec): report this bug"
                 .into(),
         )),
+        Kind::Latency => latency::start(spec, data, shared),
+    }
+}
+
+/// Server side, at `finish`: what the kind measured itself, for the client.
+pub fn server_report(spec: &Spec, shared: &Shared) -> Option<latency::SideReport> {
+    match spec.kind {
+        Kind::Latency => latency::server_report(shared),
+        _ => None,
     }
 }

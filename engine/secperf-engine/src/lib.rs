@@ -1,6 +1,6 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
-//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, IPv4 and IPv6; `http`
-//! against a web server; `connections` for held-connection capacity)
+//! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and
+//! IPv6; `http` against a web server; `connections` for held-connection capacity)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
 
 pub mod client;
@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod http_wire;
 pub mod kinds;
+pub mod latency;
 pub mod net;
 pub mod pacing;
 pub mod payload;
@@ -26,6 +27,7 @@ pub mod standalone;
 pub mod stream;
 pub mod sys;
 pub mod target;
+pub mod tstamp;
 
 pub use client::run;
 pub use error::{EngineError, Result};

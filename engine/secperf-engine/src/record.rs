@@ -171,6 +171,9 @@ pub struct ResultRecord {
     pub time_wait_avoidance: Option<&'static str>,
     pub socket: SocketBufs,
     pub server_socket: SocketBufs,
+    /// Kind latency: `c2s`, `s2c` and `combined`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub directions: Option<crate::latency::Directions>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -211,7 +211,12 @@ fn drive(
                     counters: shared.counters(),
                     error: None,
                     extra: shared.extra(),
+                    latency: None,
                 };
+                // Latency: the client's first snapshot here marks the end of its warm-up.
+                if spec.kind == crate::spec::Kind::Latency {
+                    shared.measuring.store(true, Relaxed);
+                }
                 conn.send(&reply).map_err(lost)?;
             }
             Request::Finish => {
@@ -223,6 +228,7 @@ fn drive(
                     counters: shared.counters(),
                     error: shared.take_error().map(|e| e.to_string()),
                     extra: shared.extra(),
+                    latency: kinds::server_report(spec, shared),
                 };
                 conn.send(&reply).map_err(lost)?;
                 return Ok(());

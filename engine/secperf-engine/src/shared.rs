@@ -2,6 +2,7 @@
 //! counters (one cache line each, written by one thread, read by the control
 //! thread), CPU slots, the latency histograms and the first error.
 
+use std::any::Any;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -136,6 +137,8 @@ pub struct Shared {
     handles: Mutex<Vec<JoinHandle<()>>>,
     /// Kind-specific state the server reports in snapshot/finish replies.
     extra: Mutex<Option<serde_json::Value>>,
+    /// A kind's own per-test state (e.g. latency's reports), for its end of test.
+    ext: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -164,6 +167,7 @@ impl Shared {
             live_cv: Condvar::new(),
             handles: Mutex::new(Vec::new()),
             extra: Mutex::new(None),
+            ext: Mutex::new(None),
         })
     }
 
@@ -173,6 +177,14 @@ impl Shared {
 
     pub fn extra(&self) -> Option<serde_json::Value> {
         lock(&self.extra).clone()
+    }
+
+    pub fn set_ext(&self, v: Arc<dyn Any + Send + Sync>) {
+        *lock(&self.ext) = Some(v);
+    }
+
+    pub fn ext(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        lock(&self.ext).clone()
     }
 
     pub fn now_ns(&self) -> u64 {

@@ -16,6 +16,7 @@ pub enum Kind {
     Crr,
     Http,
     Connections,
+    Latency,
 }
 
 impl Kind {
@@ -26,6 +27,7 @@ impl Kind {
             Kind::Crr => "crr",
             Kind::Http => "http",
             Kind::Connections => "connections",
+            Kind::Latency => "latency",
         }
     }
 }
@@ -73,6 +75,29 @@ pub enum Payload {
     Text,
 }
 
+/// Latency probes: both directions at once, or alternating (the server
+/// answers each probe with one of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duplex {
+    Full,
+    Half,
+}
+
+/// Where latency stamps come from: the kernel (SO_TIMESTAMPING) or user space
+/// (clock reads around send/recv; for measuring what kernel stamping costs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timestamps {
+    Kernel,
+    User,
+}
+
+pub const FRAME_MIN: u64 = 64;
+pub const FRAME_MAX: u64 = 1518;
+pub const RATE_PPS_MAX: f64 = 10_000_000.0;
+pub const ADDRESSES_MAX: usize = 4096;
+
 /// Largest UDP payload over IPv4 (65535 − 20 − 8).
 pub const UDP_MAX: usize = 65507;
 /// Sanity bound for TCP message/request/response sizes.
@@ -111,6 +136,12 @@ struct RawSpec {
     connections: Option<u64>,
     hold: Option<f64>,
     close_rate: Option<f64>,
+    frame_size: Option<u64>,
+    rate_pps: Option<f64>,
+    duplex: Option<Duplex>,
+    sources: Option<Vec<IpAddr>>,
+    destinations: Option<Vec<IpAddr>>,
+    timestamps: Option<Timestamps>,
 }
 
 /// Every field name, in record order.
@@ -142,6 +173,12 @@ pub const FIELDS: &[&str] = &[
     "connections",
     "hold",
     "close_rate",
+    "frame_size",
+    "rate_pps",
+    "duplex",
+    "sources",
+    "destinations",
+    "timestamps",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
@@ -152,7 +189,9 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "client_port" => matches!(kind, Stream | Rr),
         // http talks to a web server (no engine server, no data port) and
         // connections measures its own phases (no warm-up, no intervals).
-        "data_port" | "socket_buffer" => kind != Http,
+        "data_port" => kind != Http,
+        // latency probe sockets get their own large receive buffer.
+        "socket_buffer" => !matches!(kind, Http | Latency),
         "warmup" | "interval" => kind != Connections,
         "urls" | "keepalive" => kind == Http,
         "rate" | "timeout" => matches!(kind, Http | Crr | Connections),
@@ -163,6 +202,10 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "request_size" | "response_size" => matches!(kind, Rr | Crr),
         "inflight" => kind == Rr,
         "udp_timeout" => kind == Rr && protocol == Protocol::Udp,
+        "frame_size" | "rate_pps" | "duplex" | "sources" | "destinations" | "timestamps" => {
+            kind == Latency
+        }
+        "bind" | "payload" => kind != Latency,
         _ => true,
     }
 }
@@ -201,6 +244,12 @@ pub struct Spec {
     pub connections: u64,
     pub hold: f64,
     pub close_rate: Option<f64>,
+    pub frame_size: usize,
+    pub rate_pps: f64,
+    pub duplex: Duplex,
+    pub sources: Vec<IpAddr>,
+    pub destinations: Vec<IpAddr>,
+    pub timestamps: Timestamps,
 }
 
 fn short(s: &str) -> String {
@@ -254,10 +303,14 @@ impl Spec {
         let kind = raw.kind.ok_or_else(|| {
             EngineError::spec(
                 "kind",
-                "`kind` is required: set it to \"stream\", \"rr\", \"crr\", \"http\" or \"connections\"",
+                "`kind` is required: set it to \"stream\", \"rr\", \"crr\", \"latency\", \"http\" or \"connections\"",
             )
         })?;
-        let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
+        let protocol = raw.protocol.unwrap_or(if kind == Kind::Latency {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        });
         for (key, v) in obj {
             if !v.is_null() && !applies(key, kind, protocol) {
                 return Err(EngineError::spec(
@@ -500,6 +553,85 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
             ),
         ));
     }
+    if kind == Kind::Latency && protocol == Protocol::Tcp {
+        return Err(EngineError::spec(
+            "protocol",
+            "latency probes are UDP: set protocol to \"udp\" or leave it out",
+        ));
+    }
+    let frame_size = raw.frame_size.unwrap_or(FRAME_MIN);
+    if !(FRAME_MIN..=FRAME_MAX).contains(&frame_size) {
+        return Err(EngineError::spec(
+            "frame_size",
+            format!(
+                "frame_size {} is outside {}..={} (an Ethernet frame with its 14 B header and 4 B FCS): give e.g. 64",
+                frame_size, FRAME_MIN, FRAME_MAX
+            ),
+        ));
+    }
+    let payload = crate::latency::payload_len(frame_size as usize, server.is_ipv6());
+    if kind == Kind::Latency && payload < crate::latency::HEADER {
+        return Err(EngineError::spec(
+            "frame_size",
+            format!(
+                "frame_size {} leaves {} bytes of UDP payload over IPv{}, fewer than the {} a probe needs: use at least {}",
+                frame_size,
+                payload,
+                if server.is_ipv6() { 6 } else { 4 },
+                crate::latency::HEADER,
+                18 + if server.is_ipv6() { 40 } else { 20 } + 8 + crate::latency::HEADER
+            ),
+        ));
+    }
+    let rate_pps = raw.rate_pps.unwrap_or(1000.0);
+    if !rate_pps.is_finite() || rate_pps <= 0.0 || rate_pps > RATE_PPS_MAX {
+        return Err(EngineError::spec(
+            "rate_pps",
+            format!(
+                "rate_pps must be > 0 and ≤ {} probes/s per direction (got {}): give e.g. 1000",
+                RATE_PPS_MAX, rate_pps
+            ),
+        ));
+    }
+    let sources = raw.sources.unwrap_or_default();
+    let destinations = raw.destinations.unwrap_or_default();
+    for (field, list) in [("sources", &sources), ("destinations", &destinations)] {
+        if list.len() > ADDRESSES_MAX {
+            return Err(EngineError::spec(
+                field,
+                format!(
+                    "{} lists {} addresses: give at most {}",
+                    field,
+                    list.len(),
+                    ADDRESSES_MAX
+                ),
+            ));
+        }
+        if let Some(a) = list.iter().find(|a| a.is_ipv4() != server.is_ipv4()) {
+            return Err(EngineError::spec(
+                field,
+                format!(
+                    "{} {} is not of the server's IP family ({}): give addresses of one family",
+                    field, a, server
+                ),
+            ));
+        }
+    }
+    if !sources.is_empty()
+        && !destinations.is_empty()
+        && sources.len() != destinations.len()
+        && sources.len() != 1
+        && destinations.len() != 1
+    {
+        return Err(EngineError::spec(
+            "destinations",
+            format!(
+                "sources ({}) and destinations ({}) are paired i↔i: give lists of the same length, or one of them with a single address",
+                sources.len(),
+                destinations.len()
+            ),
+        ));
+    }
     let udp_timeout = seconds(
         "udp_timeout",
         raw.udp_timeout.unwrap_or(0.1),
@@ -536,5 +668,11 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         connections: extra.connections,
         hold: extra.hold,
         close_rate: extra.close_rate,
+        frame_size: frame_size as usize,
+        rate_pps,
+        duplex: raw.duplex.unwrap_or(Duplex::Full),
+        sources,
+        destinations,
+        timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
     })
 }

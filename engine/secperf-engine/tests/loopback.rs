@@ -3,6 +3,7 @@
 mod common;
 
 use common::{ok, TestServer};
+use secperf_engine::Spec;
 
 const SHORT: &str = r#""duration":0.3,"warmup":0.1,"interval":0.1"#;
 
@@ -218,4 +219,98 @@ fn many_tests_at_once_on_one_server() {
         let t = h.join().unwrap();
         assert_eq!(t.client.bytes_sent, t.server.bytes_received);
     }
+}
+
+// ------------------------------------------------------------ latency
+
+fn dir<'a>(v: &'a serde_json::Value, d: &str) -> &'a serde_json::Value {
+    &v[d]
+}
+
+fn result_value(recs: &[serde_json::Value]) -> serde_json::Value {
+    recs.iter()
+        .find(|r| r["type"] == "result")
+        .expect("a result record")
+        .clone()
+}
+
+#[test]
+fn latency_full_duplex_counts_delays_and_histogram() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (res, recs) = ok(
+        srv.addr,
+        r#"{"kind":"latency","rate_pps":2000,"duration":1.0,"warmup":0.3,"interval":0.5}"#,
+    );
+    let v = result_value(&recs);
+    for d in ["c2s", "s2c"] {
+        let x = dir(&v, d);
+        let sent = x["sent"].as_u64().unwrap();
+        let received = x["received"].as_u64().unwrap();
+        let lost = x["lost"].as_u64().unwrap();
+        // Paced at 2000/s for 1 s: both directions run at once (full duplex).
+        assert!(sent > 500, "{} sent {}", d, sent);
+        assert_eq!(sent, received + lost, "{}", d);
+        assert_eq!(lost, 0, "{}: no loss on loopback", d);
+        let delay = &x["delay_us"];
+        let mean = delay["mean"].as_f64().unwrap();
+        assert!(mean > 0.0 && mean < 10_000.0, "{} mean {}", d, mean);
+        // Every probe but the stamps lost at the window's edges is timed.
+        let count = delay["count"].as_u64().unwrap();
+        assert!(count + 2 >= received && count <= received, "{}", d);
+        let h = &x["histogram"];
+        let total: u64 = h["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .sum::<u64>()
+            + h["overflow"].as_u64().unwrap();
+        assert_eq!(total, count, "{}: histogram sums to the count", d);
+        assert_eq!(h["unit"], "us");
+    }
+    let c = dir(&v, "combined");
+    assert_eq!(
+        c["sent"].as_u64().unwrap(),
+        v["c2s"]["sent"].as_u64().unwrap() + v["s2c"]["sent"].as_u64().unwrap()
+    );
+    assert_eq!(
+        res.latency_us.count,
+        c["delay_us"]["count"].as_u64().unwrap()
+    );
+    assert_eq!(res.loss.unwrap().lost, 0);
+}
+
+#[test]
+fn latency_half_duplex_answers_each_probe() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let (_, recs) = ok(
+        srv.addr,
+        r#"{"kind":"latency","rate_pps":1000,"duration":0.5,"warmup":0.2,"interval":0,"duplex":"half","frame_size":128}"#,
+    );
+    let v = result_value(&recs);
+    // Each c2s probe is answered by one s2c probe, in the same window.
+    assert_eq!(v["c2s"]["sent"], v["s2c"]["sent"]);
+    assert!(v["s2c"]["received"].as_u64().unwrap() > 200);
+}
+
+#[test]
+fn latency_bad_specs_are_errors() {
+    for (extra, field) in [
+        (r#""frame_size":63"#, "frame_size"),
+        (r#""frame_size":1519"#, "frame_size"),
+        (r#""rate_pps":0"#, "rate_pps"),
+        (r#""protocol":"tcp""#, "protocol"),
+        (r#""message_size":10"#, "message_size"),
+    ] {
+        let text = format!(
+            r#"{{"kind":"latency","server":"127.0.0.1:5201",{}}}"#,
+            extra
+        );
+        let e = Spec::parse(&text).expect_err(&text);
+        assert_eq!(e.kind(), "spec");
+        assert_eq!(e.field(), Some(field), "{}", text);
+    }
+    // IPv6 needs a larger frame than 64 bytes for the probe header.
+    let e = Spec::parse(r#"{"kind":"latency","server":"[::1]:5201"}"#).expect_err("v6 64");
+    assert_eq!(e.field(), Some("frame_size"));
 }
