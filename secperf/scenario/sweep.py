@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from secperf.scenario.schema import CrrWorkload, RrWorkload, Scenario, StreamWorkload
+from secperf.scenario.schema import Scenario, WorkloadBase
 from secperf.scenario.units import fmt_rate, fmt_size
 
-AnyWorkload = StreamWorkload | RrWorkload | CrrWorkload
+AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
 _NOT_PARAMS = frozenset({"kind", "name", "sweep"})

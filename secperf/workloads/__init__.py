@@ -11,11 +11,13 @@ from typing import Any
 
 from secperf.workloads import crr, rr, stream
 from secperf.workloads.base import EngineExecutor, Executor
+from secperf.workloads.failclosed import FailclosedExecutor
 
 EXECUTORS: dict[str, Executor] = {
     "stream": EngineExecutor(stream.engine_spec),
     "rr": EngineExecutor(rr.engine_spec),
     "crr": EngineExecutor(crr.engine_spec),
+    "failclosed": FailclosedExecutor(),
 }
 
 
