@@ -124,7 +124,8 @@ def check_routes(tb: Testbed, topo: Topology, path: DutPath) -> Check:
             )
     detail = (
         f"client {path.client} reaches the outside only via the dut ({client_gw}); "
-        f"{', '.join(path.outside)} reach the client only via the dut"
+        f"{' and '.join(f'the {r}' for r in path.outside)} "
+        f"{'reaches' if len(path.outside) == 1 else 'reach'} the client only via the dut"
     )
     if notes:
         direct = topo.link_between("client", "server")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +14,10 @@ from secperf.mechanisms.appliance import Appliance, nfq_path, render_iptables, r
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.preflight import tools_for
+from secperf.report.checks import check_tables
 from secperf.results.metrics import extract, metrics_for_kind
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.schema import ApplianceMechanism, FailclosedWorkload, Scenario
 from secperf.scenario.sweep import expand_scenario
@@ -124,3 +128,52 @@ def test_seed000_scenario_is_the_papers_tables() -> None:
     assert len(points) == 17
     tools = {t.program for t in tools_for(sc)}
     assert {"nft", "iptables-nft-restore"} <= tools
+
+
+# -- failclosed records in the summary and the report ----------------------------------------
+
+
+def _fc_record(variant_ok: dict[str, bool], applicable: bool = True) -> dict[str, Any]:
+    checks = [
+        {"name": n, "passed": ok, "applicable": applicable or n != "daemon-killed", "detail": d}
+        for n, (ok, d) in {
+            "outside-in": (variant_ok["outside-in"], "outside-in detail"),
+            "daemon-killed": (variant_ok["daemon-killed"], "no daemon to kill (not applicable)"),
+        }.items()
+    ]
+    return {
+        "type": "result",
+        "kind": "failclosed",
+        "passed": all(c["passed"] for c in checks),
+        "checks": checks,
+    }
+
+
+def test_checks_are_summarised_per_variant_and_rendered(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "t")
+    run.write_run_json({"scenario": {"name": "t", "variants": {"appliance": {}}}, "stops": []})
+    rounds = [
+        ("baseline", {"outside-in": False, "daemon-killed": False}, False),
+        ("appliance", {"outside-in": True, "daemon-killed": True}, True),
+        ("baseline", {"outside-in": False, "daemon-killed": False}, False),
+        ("appliance", {"outside-in": True, "daemon-killed": False}, True),
+    ]
+    for rep, (variant, oks, applicable) in enumerate(rounds):
+        tags = {"variant": variant, "workload": "failclosed", "point_id": "failclosed#0"}
+        run.append_record({**tags, "rep": rep // 2}, _fc_record(oks, applicable))
+    summary = build_summary(run, 0.95)
+    entries = {e["variant"]: e for e in summary["checks"]}
+    assert (entries["baseline"]["rounds"], entries["baseline"]["passed_rounds"]) == (2, 0)
+    assert (entries["appliance"]["rounds"], entries["appliance"]["passed_rounds"]) == (2, 1)
+    daemon = {c["name"]: c for c in entries["baseline"]["checks"]}["daemon-killed"]
+    assert daemon["applicable"] is False and daemon["passed"] == 0
+    (table,) = check_tables(summary)
+    assert table.columns == ["check", "baseline", "appliance"]
+    cells = {row[0].text: [c.text for c in row[1:]] for row in table.rows}
+    assert cells["outside-in"] == ["FAIL 0/2", "pass 2/2"]
+    assert cells["daemon-killed"] == ["n/a · FAIL 0/2", "FAIL 1/2"]
+    assert cells["all checks"] == ["FAIL 0/2", "FAIL 1/2"]
+    assert "baseline · outside-in: outside-in detail" in table.footnotes
+    # the numeric row: 1 only for the round where every check passed
+    (row,) = [r for r in summary["rows"] if r["variant"] == "appliance"]
+    assert row["metric"] == "passed" and row["mean"] == 0.5
