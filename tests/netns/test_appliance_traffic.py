@@ -43,8 +43,8 @@ def bed(
         client_echo.stop()
 
 
-def _ctx(tb: Testbed, tmp_path: Path, name: str = "appl.0") -> MechanismContext:
-    plan = traffic_plan(tb.topology, 4)
+def _ctx(tb: Testbed, tmp_path: Path, name: str = "appl.0", family: int = 4) -> MechanismContext:
+    plan = traffic_plan(tb.topology, family)
     return MechanismContext(plan=plan, files_dir=tmp_path, name=name, table=f"secperf_{tb.prefix}")
 
 
@@ -152,19 +152,21 @@ def test_sigterm_ends_the_daemon_cleanly(
 # -- the fail-closed executor ------------------------------------------------------------
 
 
-def _measure(tb: Testbed, variant: str, mechanisms: list[Mechanism], tmp_path: Path) -> Record:
+def _measure(
+    tb: Testbed, variant: str, mechanisms: list[Mechanism], tmp_path: Path, family: int = 4
+) -> Record:
     mechs: list[tuple[Mechanism, MechanismContext]] = []
     dut = tb.host("dut")
     for i, mech in enumerate(mechanisms):
-        ctx = _ctx(tb, tmp_path, f"{variant}.{i}")
+        ctx = _ctx(tb, tmp_path, f"{variant}.{i}", family)
         ctx.rendered = mech.render(ctx)
         mechs.append((mech, ctx))
     kept: list[Record] = []
     ctx_m = MeasureContext(
         testbed=tb,
         topology=tb.topology,
-        plan=traffic_plan(tb.topology, 4),
-        family=4,
+        plan=traffic_plan(tb.topology, family),
+        family=family,
         variant=variant,
         direct=False,
         target=f"{SERVER}:5201",
@@ -254,3 +256,17 @@ def test_failclosed_baseline_fails_honestly(
     assert checks["daemon-killed"]["applicable"] is False
     assert checks["daemon-killed"]["detail"].startswith("no daemon to kill")
     assert checks["inside-out"]["passed"] and checks["restored"]["passed"]
+
+
+def test_failclosed_passes_for_the_appliance_over_ipv6(
+    bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
+) -> None:
+    tb = bed[0]
+    record = _measure(tb, "appliance", [Appliance()], tmp_path, family=6)
+    checks = _checks(record)
+    assert record["passed"] is True, record["failed"]
+    # PAT over IPv6 too: the server saw the DUT's outside address
+    assert "2001:2:0:2::1" in checks["inside-out"]["detail"]
+    assert all(p["to"].startswith("2001:2:") for c in record["checks"] for p in c["probes"])
+    forwarding = "net.ipv6.conf.all.forwarding"
+    assert tb.host("dut").run(["sysctl", "-n", forwarding]).stdout.strip() == "1"
