@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from secperf.engine import engine_path
 from secperf.errors import SecperfError, ToolMissingError
-from secperf.scenario.schema import AclMechanism, CustomMechanism, NatMechanism, Scenario
+from secperf.scenario.schema import (
+    AclMechanism,
+    ApplianceMechanism,
+    CustomMechanism,
+    NatMechanism,
+    Scenario,
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,9 @@ def tools_for(scenario: Scenario) -> list[Tool]:
                 tools += BACKEND_TOOLS[mech.backend]
             elif isinstance(mech, CustomMechanism):
                 tools += BACKEND_TOOLS["nft" if mech.format == "nft" else mech.backend]
+            elif isinstance(mech, ApplianceMechanism):
+                # filter + NAT in nft, the NFQUEUE rule in iptables-nft (nft has no `queue` here)
+                tools += BACKEND_TOOLS["nft"] + BACKEND_TOOLS["iptables-nft"]
     return tools
 
 
@@ -99,4 +108,10 @@ def preflight(scenario: Scenario, family: int) -> None:
         names = ", ".join(t.program for t in gone)
         raise ToolMissingError(f"missing tools: {names}", fix=install_hint(gone))
     engine_path()
+    if any(
+        isinstance(m, ApplianceMechanism) for v in scenario.variants.values() for m in v.mechanisms
+    ):
+        from secperf.mechanisms.appliance import nfq_path
+
+        nfq_path()  # the appliance's daemon is built with the engine
     check_custom_files(scenario, family)

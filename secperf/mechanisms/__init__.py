@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
 from secperf.mechanisms.nat import Nat
-from secperf.scenario.schema import AclMechanism, CustomMechanism, NatMechanism
+from secperf.scenario.schema import (
+    AclMechanism,
+    ApplianceMechanism,
+    CustomMechanism,
+    NatMechanism,
+)
 from secperf.scenario.schema import Mechanism as MechanismSpec
 
 __all__ = ["Mechanism", "from_schema"]
@@ -33,4 +39,6 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         return Custom(file=spec.file, format=spec.format, backend=spec.backend)
     if isinstance(spec, NatMechanism):
         return Nat(mode=spec.mode, backend=spec.backend, pool_size=spec.pool_size)
+    if isinstance(spec, ApplianceMechanism):
+        return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from secperf.report.checks import check_tables
 from secperf.report.plots import charts, variant_sweep_charts
 from secperf.report.terminal import ReportTable, build_tables, header_lines, paper_layouts
 from secperf.results.rundir import RunDir
@@ -75,6 +76,10 @@ def render_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> str:
     if not tables:
         parts.append("<p>No result records: nothing to report.</p>")
     parts += [_table_html(t) for t in tables]
+    checks = check_tables(summary)
+    if checks:
+        parts.append("<h2>Checks</h2>")
+        parts += [_table_html(t) for t in checks]
     figures = charts(summary) + variant_sweep_charts(summary, run_meta.get("variant_sweeps") or {})
     if figures:
         parts.append("<h2>Charts</h2>")

@@ -317,3 +317,8 @@ def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping
     for table in tables:
         console.print()
         console.print(table)
+    from secperf.report.checks import check_tables  # it builds on this module's tables
+
+    for check in check_tables(summary):
+        console.print()
+        console.print(to_rich(check))

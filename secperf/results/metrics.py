@@ -93,6 +93,7 @@ LAT_MEAN = Metric("latency_mean_us", "Latency mean", "µs", False, False)
 LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
 SD_TX = Metric("sd_cpu_us_per_tx", "Service demand", "CPU µs/trans", False, False)
 SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
+FAILCLOSED = Metric("passed", "Fail-closed checks passed", "1/0", True, True)
 
 FETCH_RATE = Metric("fetch_rate", "Fetch rate", "fetches/s", True, True)
 HTTP_THROUGHPUT = Metric("http_throughput", "Transfer rate", "Mbit/s", True, False)
@@ -172,6 +173,8 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (LOSS, _loss_pct),
         (ACHIEVED_PPS, lambda r: _path(r, "combined", "achieved_pps")),
     ),
+    # 1 when every check of the record passed (secperf.workloads.failclosed)
+    "failclosed": ((FAILCLOSED, lambda r: 1.0 if r.get("passed") is True else 0.0),),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf import stats
+from secperf.results.checks import collect_checks
 from secperf.results.metrics import METRICS, Metric, extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 
@@ -267,4 +268,5 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         "baseline": baseline_kind,
         "rows": rows,
         "errors": errors,
+        "checks": collect_checks(run),
     }

@@ -238,7 +238,22 @@ class NatMechanism(StrictModel):
     pool_size: int = Field(default=16, ge=1, le=200)
 
 
-Mechanism = Annotated[AclMechanism | CustomMechanism | NatMechanism, Field(discriminator="kind")]
+class ApplianceMechanism(StrictModel):
+    """Document 000's security appliance on the DUT: a stateful filter (the inside
+    opens connections, the outside cannot), PAT towards the server side, and a
+    daemon on NFQUEUE that logs every new connection. Without its daemon nothing
+    new passes (fail-closed), unless `fail_open` asks the kernel to bypass it."""
+
+    kind: Literal["appliance"]
+    queue: int = Field(default=0, ge=0, le=65535)
+    nat: bool = True
+    fail_open: bool = False
+
+
+Mechanism = Annotated[
+    AclMechanism | CustomMechanism | NatMechanism | ApplianceMechanism,
+    Field(discriminator="kind"),
+]
 
 
 class Variant(StrictModel):
@@ -562,6 +577,31 @@ class LatencyWorkload(WorkloadBase):
         return f"latency-{self.duplex}"
 
 
+ProbeTimeout = Annotated[float, PlainValidator(_bounded(parse_duration, 0.05, 10, "a timeout"))]
+
+
+class FailclosedWorkload(WorkloadBase):
+    """Does the DUT fail closed? Real probes across the DUT path: the inside reaches
+    the outside, the outside cannot open a connection to the inside, and nothing
+    passes with forwarding off or with the mechanism's daemons killed.
+    `duration` and `warmup` do not apply (each probe waits `timeout`)."""
+
+    kind: Literal["failclosed"]
+    # The engine's last data port: an ACL that permits the measured traffic permits it too.
+    port: int = Field(default=5399, ge=1, le=65535)
+    timeout: ProbeTimeout = 0.5
+
+    @field_validator("port")
+    @classmethod
+    def _not_control(cls, value: int) -> int:
+        if value == 5201:
+            raise ValueError("port 5201 is the engine server's control port; pick another")
+        return value
+
+    def default_name(self) -> str:
+        return "failclosed"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
@@ -570,7 +610,8 @@ Workload = Annotated[
     | HttpWorkload
     | ConnectionsWorkload
     | ConnRateWorkload
-    | TeardownRateWorkload,
+    | TeardownRateWorkload
+    | FailclosedWorkload,
     Field(discriminator="kind"),
 ]
 

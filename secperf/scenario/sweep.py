@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from secperf.scenario.schema import Scenario, WorkloadBase
 from secperf.scenario.units import fmt_rate, fmt_size
 
-AnyWorkload = WorkloadBase
+AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
 _NOT_PARAMS = frozenset({"kind", "name", "sweep", "table"})

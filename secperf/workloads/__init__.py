@@ -16,6 +16,7 @@ from secperf.workloads.connections import (
     ConnRateExecutor,
     TeardownRateExecutor,
 )
+from secperf.workloads.failclosed import FailclosedExecutor
 from secperf.workloads.http import HttpExecutor
 from secperf.workloads.latency import LatencyExecutor
 
@@ -28,6 +29,7 @@ EXECUTORS: dict[str, Executor] = {
     "conn_rate": ConnRateExecutor(),
     "teardown_rate": TeardownRateExecutor(),
     "latency": LatencyExecutor(),
+    "failclosed": FailclosedExecutor(),
 }
 
 

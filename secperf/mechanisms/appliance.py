@@ -1,0 +1,218 @@
+"""Document 000's security appliance, built from namespace parts on the DUT.
+
+The paper put SmoothWall Express (a Linux firewall distribution) in a VirtualBox
+VM between a PC and the network: a stateful filter, NAT towards the outside, and
+logging/IDS, designed to fail closed (no packet reaches the PC except through the
+VM). secperf composes the same functions on the DUT namespace:
+
+- a stateful nftables filter (forward policy drop): established and related
+  traffic passes, new connections from the inside (the client's side) pass, new
+  connections from the outside are dropped; the DUT itself answers only the inside;
+- PAT (masquerade) towards the server side, so the server sees the DUT's outside
+  address (`nat = false` leaves addresses alone);
+- `secperf-nfq`, a user-space daemon on NFQUEUE that gives every new connection a
+  verdict (accept, for now) and logs it as one JSON line. The iptables-nft rule
+  `-m conntrack --ctstate NEW -j NFQUEUE --queue-num N` has no `--queue-bypass`:
+  without its daemon the kernel drops what the rule queues, so nothing new passes.
+  That is the fail-closed design; `fail_open = true` adds `--queue-bypass` to show
+  the other kind.
+
+The filter's chain runs at priority `filter - 10`, before the iptables-nft FORWARD
+chain, so the daemon sees (and logs) only connections the filter let through.
+Conntrack calls every packet of a flow NEW until the flow has a reply, so a
+one-way UDP stream is queued packet by packet; TCP queues its SYN only.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from secperf.engine import REPO_ROOT
+from secperf.errors import MechanismError, ToolMissingError
+from secperf.mechanisms.acl import apply_files
+from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan
+from secperf.testbed.testbed import Host, ManagedProcess
+
+BUILT_NFQ = REPO_ROOT / "engine" / "target" / "release" / "secperf-nfq"
+READY_TIMEOUT_S = 10.0
+DAEMON_LABEL = "secperf-nfq"
+
+
+def nfq_path() -> str:
+    """The daemon binary: $SECPERF_NFQ, this checkout's release build, or PATH."""
+    env = os.environ.get("SECPERF_NFQ")
+    if env:
+        if not Path(env).is_file():
+            raise ToolMissingError(
+                f"SECPERF_NFQ points to {env}, which does not exist",
+                fix="unset SECPERF_NFQ or point it at a built secperf-nfq",
+            )
+        return env
+    if BUILT_NFQ.is_file():
+        return str(BUILT_NFQ)
+    found = shutil.which("secperf-nfq")
+    if found:
+        return found
+    raise ToolMissingError(
+        "secperf-nfq (the appliance's daemon) is not built",
+        fix="cargo build --release --manifest-path engine/Cargo.toml",
+    )
+
+
+def render_nft(appl: Appliance, plan: TrafficPlan, table: str) -> str:
+    ip = "ip" if plan.family == 4 else "ip6"
+    inside = plan.client_net
+    input_extra = (
+        # IPv6 neighbour discovery is not tracked as a connection: let it in first.
+        [
+            "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, "
+            "nd-router-solicit, nd-router-advert } accept"
+        ]
+        if plan.family == 6
+        else []
+    )
+    lines = [
+        f"# secperf appliance family {plan.family}: queue={appl.queue} nat={appl.nat} "
+        f"fail_open={appl.fail_open}; inside = {inside}",
+        f"table inet {table} {{",
+        "  chain forward {",
+        "    type filter hook forward priority filter - 10; policy drop;",
+        "    ct state established,related accept",
+        "    ct state invalid drop",
+        f"    {ip} saddr {inside} ct state new accept",
+        "  }",
+        "  chain input {",
+        "    type filter hook input priority filter - 10; policy drop;",
+        "    ct state established,related accept",
+        '    iifname "lo" accept',
+        *(f"    {r}" for r in input_extra),
+        f"    {ip} saddr {inside} accept",
+        "  }",
+    ]
+    if appl.nat:
+        lines += [
+            "  chain postrouting {",
+            "    type nat hook postrouting priority srcnat; policy accept;",
+            f"    {ip} saddr {inside} {ip} daddr != {inside} masquerade",
+            "  }",
+        ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_iptables(appl: Appliance) -> str:
+    bypass = " --queue-bypass" if appl.fail_open else ""
+    lines = [
+        f"# secperf appliance: every new connection the filter let through goes to "
+        f"secperf-nfq on queue {appl.queue}"
+        + ("; --queue-bypass: FAIL-OPEN when the daemon is gone" if appl.fail_open else ""),
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        f"-A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num {appl.queue}{bypass}",
+        "COMMIT",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _read_line(proc: ManagedProcess, deadline: float) -> str | None:
+    """One stdout line of the daemon, or None at EOF or when the deadline passes."""
+    out = proc.stdout
+    assert out is not None
+    sel = selectors.DefaultSelector()
+    sel.register(out, selectors.EVENT_READ)
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if sel.select(timeout=left):
+                line = out.readline()
+                return line if line else None
+        return None
+    finally:
+        sel.close()
+
+
+@dataclass
+class Appliance:
+    queue: int = 0
+    nat: bool = True
+    fail_open: bool = False
+    kind: str = "appliance"
+    _daemon: ManagedProcess | None = field(default=None, repr=False, compare=False)
+
+    # -- files ---------------------------------------------------------------------
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        ctx.files_dir.mkdir(parents=True, exist_ok=True)
+        nft = ctx.files_dir / f"{ctx.name}.nft"
+        nft.write_text(render_nft(self, ctx.plan, f"{ctx.table}_appl"))
+        ipt = ctx.files_dir / f"{ctx.name}.iptables"
+        ipt.write_text(render_iptables(self))
+        return [RenderedFile(nft, "nft"), RenderedFile(ipt, "iptables-restore")]
+
+    def backends(self) -> set[str]:
+        return {"nft", "iptables-nft"}
+
+    @staticmethod
+    def log_path(ctx: MechanismContext) -> Path:
+        """The daemon's connection log (JSON lines), kept in the run directory."""
+        return ctx.files_dir / f"{ctx.name}.connections.jsonl"
+
+    @staticmethod
+    def stderr_path(ctx: MechanismContext) -> Path:
+        return ctx.files_dir / f"{ctx.name}.nfq.stderr"
+
+    # -- life cycle --------------------------------------------------------------------
+    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+        # The daemon first: once the rules are in, every new connection needs it.
+        self.start_daemon(dut, ctx)
+        apply_files(dut, ctx.rendered, "iptables-nft", ctx.plan.family)
+
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Stop the daemon (SIGTERM: it unbinds and exits); the rules go with reset_dut."""
+        if self._daemon is not None:
+            self._daemon.stop(timeout=5.0)
+            self._daemon = None
+
+    def start_daemon(self, dut: Host, ctx: MechanismContext) -> ManagedProcess:
+        if self._daemon is not None and self._daemon.poll() is None:
+            self._daemon.stop(timeout=5.0)
+        ctx.files_dir.mkdir(parents=True, exist_ok=True)
+        argv = [nfq_path(), "--queue", str(self.queue), "--log", str(self.log_path(ctx))]
+        with self.stderr_path(ctx).open("a") as err:
+            proc = dut.spawn(argv, stdout=subprocess.PIPE, stderr=err, label=DAEMON_LABEL)
+        line = _read_line(proc, time.monotonic() + READY_TIMEOUT_S)
+        if line is None or '"listening"' not in line:
+            proc.stop(timeout=2.0)
+            said = (line or "").strip() or self.stderr_path(ctx).read_text().strip()[-500:]
+            raise MechanismError(
+                f"secperf-nfq did not bind NFQUEUE {self.queue}: {said or 'no output'}",
+                where=str(self.stderr_path(ctx)),
+                fix="check that the kernel has NFQUEUE (nfnetlink_queue) and that no other "
+                "daemon holds this queue number",
+            )
+        self._daemon = proc
+        return proc
+
+    # -- DaemonMechanism (secperf.mechanisms.daemons) ------------------------------------
+    def daemons(self) -> list[ManagedProcess]:
+        d = self._daemon
+        return [d] if d is not None and d.poll() is None else []
+
+    def kill_daemons(self) -> list[str]:
+        killed: list[str] = []
+        for proc in self.daemons():
+            proc.popen.send_signal(signal.SIGKILL)
+            proc.stop(timeout=5.0)  # reaps it and drops it from the ledger
+            killed.append(f"{proc.label} (pid {proc.pid})")
+        self._daemon = None
+        return killed
+
+    def restart_daemons(self, dut: Host, ctx: MechanismContext) -> None:
+        self.start_daemon(dut, ctx)

@@ -1,0 +1,63 @@
+"""Pass/fail checks in a run (the `failclosed` kind): which check held, per variant.
+
+A check record (`{"kind": "failclosed", "checks": [{"name", "passed",
+"applicable", "detail"}, ...]}`) has no number worth a confidence interval: the
+summary keeps, per workload point and variant, how many rounds each check passed
+and the detail of its first failure (or of its last round when it never failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from secperf.results.rundir import RunDir
+
+CHECK_KINDS = frozenset({"failclosed"})
+
+
+def collect_checks(run: RunDir) -> list[dict[str, Any]]:
+    """One entry per (workload, point, variant) with check records, in record order."""
+    entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for line in run.iter_records():
+        record = line.get("record")
+        if not isinstance(record, Mapping) or record.get("type") != "result":
+            continue
+        if record.get("kind") not in CHECK_KINDS:
+            continue
+        key = (str(line.get("workload", "")), str(line.get("point_id", "")), str(line["variant"]))
+        entry = entries.setdefault(
+            key,
+            {
+                "workload": key[0],
+                "point_id": key[1],
+                "variant": key[2],
+                "kind": record.get("kind"),
+                "rounds": 0,
+                "passed_rounds": 0,
+                "checks": {},
+            },
+        )
+        entry["rounds"] += 1
+        entry["passed_rounds"] += int(record.get("passed") is True)
+        for check in record.get("checks") or []:
+            if not isinstance(check, Mapping):
+                continue
+            name = str(check.get("name"))
+            agg = entry["checks"].setdefault(
+                name,
+                {"name": name, "applicable": True, "passed": 0, "rounds": 0, "detail": None},
+            )
+            ok = check.get("passed") is True
+            agg["rounds"] += 1
+            agg["passed"] += int(ok)
+            agg["applicable"] = agg["applicable"] and check.get("applicable", True) is not False
+            # the first failure explains the most; with none, the latest round's detail
+            first_failure = not ok and agg["passed"] == agg["rounds"] - 1
+            if first_failure or agg["passed"] == agg["rounds"]:
+                agg["detail"] = check.get("detail")
+    out = []
+    for entry in entries.values():
+        entry["checks"] = list(entry["checks"].values())
+        out.append(entry)
+    return out
