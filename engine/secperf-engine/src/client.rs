@@ -91,6 +91,12 @@ pub fn run(
     began: Instant,
     sink: &mut dyn Sink,
 ) -> Result<ResultRecord> {
+    if spec.kind == Kind::Flood {
+        return Err(EngineError::spec(
+            "kind",
+            "a flood is sent by secperf_engine::flood::run, not through a server",
+        ));
+    }
     target::check("server", spec.server.ip(), allow_any_target)?;
     spec.check_local_limits()?;
     let stream =
@@ -307,6 +313,8 @@ fn drive(
                 });
             }
         }
+        // Floods never reach here: `run` refuses them first.
+        Kind::Flood => {}
         Kind::Rr | Kind::Crr => {
             let window = (end.at - warm.at).max(1e-9);
             let d = |f: fn(&Counters) -> u64| f(&end.local).saturating_sub(f(&warm.local));
@@ -399,6 +407,7 @@ fn interval(spec: &Spec, shared: &Shared, a: &Snap, b: &Snap, t: f64, warmup: bo
                 add(&a.local, &b.local);
             }
         }
+        Kind::Flood => {}
         Kind::Rr | Kind::Crr => {
             rec.transactions = b.local.transactions.saturating_sub(a.local.transactions);
             rec.rate = rec.transactions as f64 / span;

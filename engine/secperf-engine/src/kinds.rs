@@ -32,12 +32,21 @@ pub struct ClientStart {
     pub local: Option<SocketAddr>,
 }
 
+/// A flood is one-way: `run` sends it directly (crate::flood), never through a server.
+fn no_server() -> crate::error::EngineError {
+    crate::error::EngineError::spec(
+        "kind",
+        "kind flood has no server side: run it with `secperf-engine run` (no `serve` needed)",
+    )
+}
+
 /// Server side: binds the test's data socket(s) and starts its threads.
 pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<ServerSetup> {
     match spec.kind {
         Kind::Stream => stream::serve(spec, env, shared),
         Kind::Rr => rr::serve(spec, env, shared),
         Kind::Crr => crr::serve(spec, env, shared),
+        Kind::Flood => Err(no_server()),
     }
 }
 
@@ -47,5 +56,6 @@ pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<Clie
         Kind::Stream => stream::start(spec, data, shared),
         Kind::Rr => rr::start(spec, data, shared),
         Kind::Crr => crr::start(spec, data, shared),
+        Kind::Flood => Err(no_server()),
     }
 }

@@ -133,7 +133,12 @@ fn main() -> ExitCode {
             spec,
             allow_any_target,
         } => load_spec(&spec).and_then(|s| {
-            secperf_engine::run(&s, allow_any_target, began, &mut StdoutSink).map(|_| ())
+            // Floods ignore --allow-any-target: they never leave the testbed.
+            if s.kind == secperf_engine::spec::Kind::Flood {
+                secperf_engine::flood::run(&s, began, &mut StdoutSink).map(|_| ())
+            } else {
+                secperf_engine::run(&s, allow_any_target, began, &mut StdoutSink).map(|_| ())
+            }
         }),
     };
     match r {

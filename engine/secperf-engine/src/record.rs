@@ -200,6 +200,13 @@ pub enum Record {
     Interval(Interval),
     Result(Box<ResultRecord>),
     Error(ErrorRecord),
+    /// The flood kind's records carry the same `type` names as the others.
+    #[serde(rename = "start")]
+    FloodStart(Box<crate::flood::FloodStart>),
+    #[serde(rename = "interval")]
+    FloodInterval(crate::flood::FloodInterval),
+    #[serde(rename = "result")]
+    FloodResult(Box<crate::flood::FloodResult>),
 }
 
 impl Record {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+use crate::flood_spec::{self, FloodRaw, FloodSpec};
+use crate::packet::FloodProto;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -14,6 +16,8 @@ pub enum Kind {
     Stream,
     Rr,
     Crr,
+    /// One-way packet flood from a raw socket (no server side).
+    Flood,
 }
 
 impl Kind {
@@ -22,6 +26,7 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Rr => "rr",
             Kind::Crr => "crr",
+            Kind::Flood => "flood",
         }
     }
 }
@@ -100,6 +105,13 @@ struct RawSpec {
     response_size: Option<u64>,
     inflight: Option<u64>,
     udp_timeout: Option<f64>,
+    flood: Option<FloodProto>,
+    target: Option<String>,
+    rate_pps: Option<u64>,
+    count: Option<u64>,
+    payload_size: Option<u64>,
+    sources: Option<String>,
+    ports: Option<String>,
 }
 
 /// Every field name, in record order.
@@ -124,12 +136,36 @@ pub const FIELDS: &[&str] = &[
     "response_size",
     "inflight",
     "udp_timeout",
+    "flood",
+    "target",
+    "rate_pps",
+    "count",
+    "payload_size",
+    "sources",
+    "ports",
+];
+
+/// The fields a `flood` spec takes (it has no server, protocol or warm-up).
+pub const FLOOD_FIELDS: &[&str] = &[
+    "kind",
+    "duration",
+    "interval",
+    "flood",
+    "target",
+    "rate_pps",
+    "count",
+    "payload_size",
+    "sources",
+    "ports",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
 /// table used both to refuse misplaced fields and to print the resolved spec.
 pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
     use Kind::*;
+    if kind == Flood || FLOOD_FIELDS[3..].contains(&field) {
+        return kind == Flood && FLOOD_FIELDS.contains(&field);
+    }
     match field {
         "client_port" => matches!(kind, Stream | Rr),
         "nodelay" => protocol == Protocol::Tcp,
@@ -166,6 +202,9 @@ pub struct Spec {
     pub response_size: usize,
     pub inflight: usize,
     pub udp_timeout: f64,
+    /// The flood's own fields (kind flood only).
+    #[serde(flatten)]
+    pub flood: Option<FloodSpec>,
 }
 
 fn short(s: &str) -> String {
@@ -219,7 +258,7 @@ impl Spec {
         let kind = raw.kind.ok_or_else(|| {
             EngineError::spec(
                 "kind",
-                "`kind` is required: set it to \"stream\", \"rr\" or \"crr\"",
+                "`kind` is required: set it to \"stream\", \"rr\", \"crr\" or \"flood\"",
             )
         })?;
         let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
@@ -330,6 +369,9 @@ fn seconds(
 }
 
 fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
+    if kind == Kind::Flood {
+        return resolve_flood(raw);
+    }
     let server_text = raw.server.ok_or_else(|| {
         EngineError::spec(
             "server",
@@ -467,5 +509,65 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         response_size,
         inflight,
         udp_timeout,
+        flood: None,
+    })
+}
+
+/// A flood: its own fields, a duration and an interval; the rest of the
+/// spec keeps inert defaults (`server` is the target's first port, unused).
+fn resolve_flood(raw: RawSpec) -> Result<Spec> {
+    let duration = seconds(
+        "duration",
+        raw.duration.unwrap_or(10.0),
+        true,
+        0.0,
+        3600.0,
+        "10",
+    )?;
+    let interval = raw.interval.unwrap_or(1.0);
+    if interval != 0.0 {
+        seconds(
+            "interval",
+            interval,
+            false,
+            0.01,
+            3600.0,
+            "1 (or 0 for no interval records)",
+        )?;
+    }
+    let f = flood_spec::resolve(
+        FloodRaw {
+            flood: raw.flood,
+            target: raw.target,
+            rate_pps: raw.rate_pps,
+            count: raw.count,
+            payload_size: raw.payload_size,
+            sources: raw.sources,
+            ports: raw.ports,
+        },
+        duration,
+    )?;
+    Ok(Spec {
+        kind: Kind::Flood,
+        server: SocketAddr::new(IpAddr::V4(f.target), f.port_range.0),
+        protocol: Protocol::Udp,
+        duration,
+        warmup: 0.0,
+        interval,
+        bind: None,
+        data_port: None,
+        client_port: None,
+        socket_buffer: None,
+        nodelay: false,
+        direction: Direction::Send,
+        message_size: f.packet_size(),
+        parallel: 1,
+        payload: Payload::Random,
+        rate_bps: None,
+        request_size: 1,
+        response_size: 1,
+        inflight: 1,
+        udp_timeout: 0.1,
+        flood: Some(f),
     })
 }
