@@ -23,6 +23,7 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             match=spec.match,
             backend=spec.backend,
             stateful=spec.stateful,
+            flood_permit=spec.flood_permit,
         )
     if isinstance(spec, CustomMechanism):
         return Custom(file=spec.file, format=spec.format, backend=spec.backend)

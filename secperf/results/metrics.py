@@ -94,6 +94,18 @@ LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
 SD_TX = Metric("sd_cpu_us_per_tx", "Service demand", "CPU µs/trans", False, False)
 SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
 
+FLOOD_PPS = Metric("flood_pps", "Flood rate achieved", "packets/s", True, True)
+FLOOD_ERR = Metric("flood_rate_error_pct", "Flood rate error", "%", False, False)
+FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
+# Lower is worse: a DUT that a slower flood denies is more fragile.
+MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
+
+
+def _abs_error(r: Record) -> float | None:
+    err = _path(r, "rate_error_pct")
+    return None if err is None else abs(err)
+
+
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
@@ -114,6 +126,13 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (LAT_MEAN, _latency("mean")),
         (LAT_P99, _latency("p99")),
     ),
+    "flood": (
+        (FLOOD_PPS, lambda r: _path(r, "rate_pps")),
+        (FLOOD_ERR, _abs_error),
+        (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
+    ),
+    # the bracket's upper bound: the lowest rate probed that denied the stream
+    "min_flood_rate": ((MIN_FLOOD, lambda r: _path(r, "min_flood_rate_pps")),),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

@@ -9,14 +9,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import crr, rr, stream
 from secperf.workloads.base import EngineExecutor, Executor
+from secperf.workloads.flood import FloodBeside, FloodExecutor
+from secperf.workloads.min_flood import MinFloodRateExecutor
 
 EXECUTORS: dict[str, Executor] = {
-    "stream": EngineExecutor(stream.engine_spec),
-    "rr": EngineExecutor(rr.engine_spec),
-    "crr": EngineExecutor(crr.engine_spec),
+    # stream/rr/crr take an optional flood beside them (workloads/flood.py)
+    "stream": FloodBeside(EngineExecutor(stream.engine_spec)),
+    "rr": FloodBeside(EngineExecutor(rr.engine_spec)),
+    "crr": FloodBeside(EngineExecutor(crr.engine_spec)),
+    "flood": FloodExecutor(),
+    "min_flood_rate": MinFloodRateExecutor(),
 }
+
+
+def hosts_for(point: WorkloadPoint) -> frozenset[str]:
+    """Hosts beyond client, dut and server that this point needs (an executor may
+    decide per point: a stream needs the attacker only when a flood runs beside it)."""
+    executor = executor_for(point.kind)
+    per_point = getattr(executor, "hosts_for", None)
+    if callable(per_point):
+        hosts = per_point(point)
+        assert isinstance(hosts, frozenset)
+        return hosts
+    return executor.hosts
 
 
 def executor_for(kind: str) -> Executor:
@@ -29,6 +47,8 @@ def executor_for(kind: str) -> Executor:
 def engine_spec(kind: str, params: dict[str, Any], *, server: str) -> dict[str, Any]:
     """The engine spec of an engine-driven kind (for tools and tests)."""
     executor = executor_for(kind)
+    if isinstance(executor, FloodBeside):
+        executor = executor.inner
     if not isinstance(executor, EngineExecutor):
         raise ValueError(f"workload kind {kind!r} is not a single engine test")
     return executor.spec(params, server)
