@@ -112,7 +112,7 @@ class MinFloodRateExecutor:
                 high_denied = rate
             else:
                 low_ok = rate
-        return {
+        record: Record = {
             "type": "result",
             "kind": "min_flood_rate",
             "flood": flood,
@@ -128,3 +128,5 @@ class MinFloodRateExecutor:
             "iterations": len(probes),
             "probes": [pr.as_dict() for pr in probes],
         }
+        ctx.keep(record)
+        return record

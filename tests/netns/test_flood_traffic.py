@@ -164,3 +164,4 @@ def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> Non
     # every probe's stream and flood were kept, nested as side records
     roles = {str(k["role"]) for k in kept if k.get("type") == "side"}
     assert "unflooded" in roles and any(r.startswith("probe-") for r in roles)
+    assert kept[-1] == rec, "the search result itself is kept"
