@@ -255,8 +255,9 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
     };
 
     let rate = f.rate_pps as f64;
-    // Bucket depth: 10 ms of packets or two batches, whichever is more.
-    let depth = ((rate * 0.010) as u64).max(2 * batch as u64);
+    // Bucket depth: 50 ms of packets or two batches, whichever is more: a
+    // sender descheduled on a busy machine catches up, one stalled longer forfeits.
+    let depth = ((rate * 0.050) as u64).max(2 * batch as u64);
     let duration = Duration::from_secs_f64(spec.duration);
     let cpu0 = sys::process_cpu();
     let stat0 = ProcStat::read();
@@ -334,7 +335,10 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
             match bufs.send(fd, n) {
                 Ok(k) => {
                     let at = t0.elapsed().as_secs_f64();
-                    let sec = at as usize;
+                    // A batch that began before the end but finished after it
+                    // belongs to the last second.
+                    let last_bin = (end_s.ceil() as usize).max(1) - 1;
+                    let sec = (at as usize).min(last_bin);
                     if per_second.len() <= sec {
                         per_second.resize(sec + 1, 0);
                     }
@@ -365,6 +369,22 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
+    // The last interval ends where the flood did (a count can stop it early).
+    if iv > 0.0 && iv_start.0 < end_s - 1e-9 && elapsed > iv_start.0 {
+        let t_end = elapsed.min(end_s);
+        let span = (t_end - iv_start.0).max(1e-9);
+        let pk = sent - iv_start.1;
+        sink.emit(Record::FloodInterval(FloodInterval {
+            t: began.elapsed().as_secs_f64(),
+            t_start: iv_start.0,
+            t_end,
+            warmup: false,
+            packets: pk,
+            bytes: pk * plen as u64,
+            rate: pk as f64 / span,
+            bits_per_second: (pk * plen as u64) as f64 * 8.0 / span,
+        }));
+    }
     // Stopped by count: the flood lasted up to the end of its last packet's slot.
     let duration_s = match stopped_by {
         "count" => (last_sent_at + 1.0 / rate).min(elapsed).max(1e-9),
