@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
-          iperf3 sockperf python3-venv)
+          iperf3 sockperf python3-venv netsniff-ng hping3)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -49,7 +49,7 @@ from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
 from secperf.testbed.topology import Topology
-from secperf.workloads import executor_for
+from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
 BASELINE = "baseline"
@@ -78,7 +78,7 @@ def now_iso() -> str:
 
 def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
     """The graph a scenario needs: an attacker only if a workload kind asks for one."""
-    hosts = frozenset().union(*(executor_for(p.kind).hosts for p in points))
+    hosts = frozenset().union(*(hosts_for(p) for p in points))
     return Topology.standard(
         link_rate_bps=scenario.testbed.rate_bps,
         direct=scenario.testbed.baseline == "direct",

@@ -34,6 +34,7 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             backend=spec.backend,
             stateful=spec.stateful,
             exclude_one=spec.exclude_one,
+            flood_permit=spec.flood_permit,
         )
     if isinstance(spec, CustomMechanism):
         return Custom(file=spec.file, format=spec.format, backend=spec.backend)

@@ -6,6 +6,12 @@ entries never match the measured traffic; the permits that do are placed before
 (`match = "first"`) or after (`match = "last"`) them, and the chain's policy drops
 everything else.
 
+With an attacker host in the testbed (floods, document 002) the permits also let
+the attacker reach the server's FLOOD_ALLOWED_PORT (udp/tcp, and ICMP echo), and the
+server answer it, always as an extended entry; FLOOD_DENIED_PORT is never permitted,
+so a "denied" flood walks the whole list and meets the drop policy.
+`flood_permit = false` leaves the attacker out entirely.
+
 Generated entries come from 198.19.0.0/16 (2001:2:0:ff::/64), which no testbed
 host uses. `standard` entries match the source only; `extended` entries match
 source, destination, protocol and port: they share the measured hosts and differ
@@ -32,6 +38,7 @@ GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")
 GENERATED_V6 = ipaddress.ip_network("2001:2:0:ff::/64")
 FIRST_GENERATED_PORT = 10000  # above every port the engine uses
 MAX_RULES = 65536
+FLOOD_ALLOWED_PORT = 9  # the flood workloads aim "allowed" floods here (workloads/flood.py)
 
 Layout = Literal["linear", "set"]
 Entries = Literal["standard", "extended"]
@@ -83,6 +90,7 @@ class Acl:
     backend: Backend = "nft"
     stateful: bool = False
     exclude_one: bool = False
+    flood_permit: bool = True
     kind: str = "acl"
 
     # -- rendering -------------------------------------------------------------------
@@ -182,6 +190,15 @@ def render_nft(acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str) -> str
         ]
     if acl.exclude_one:
         permits.insert(0, f"{ip} saddr {_excluded(acl, plan)} drop")
+    if acl.flood_permit and plan.attacker_net:
+        att, srv, port = plan.attacker_net, plan.server_net, FLOOD_ALLOWED_PORT
+        icmp = "icmp" if plan.family == 4 else "icmpv6"
+        permits += [
+            f"{ip} saddr {att} {ip} daddr {srv} meta l4proto {{ tcp, udp }} th dport {port} accept",
+            f"{ip} saddr {srv} {ip} daddr {att} meta l4proto {{ tcp, udp }} th sport {port} accept",
+            f"{ip} saddr {att} {ip} daddr {srv} {icmp} type echo-request accept",
+            f"{ip} saddr {srv} {ip} daddr {att} {icmp} type echo-reply accept",
+        ]
     chain = permits + body if acl.match == "first" else body + permits
     if acl.stateful:
         chain.insert(0, "ct state established,related accept")
@@ -221,6 +238,16 @@ def render_iptables(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) ->
                 f"-A FORWARD -s {plan.server_net} -d {plan.client_net} -p {proto} "
                 f"-m multiport --sports {ports} -j ACCEPT"
             )
+    if acl.flood_permit and plan.attacker_net:
+        att, srv, port = plan.attacker_net, plan.server_net, FLOOD_ALLOWED_PORT
+        icmp = "icmp" if plan.family == 4 else "icmpv6"
+        for proto in ("tcp", "udp"):
+            permits.append(f"-A FORWARD -s {att} -d {srv} -p {proto} --dport {port} -j ACCEPT")
+            permits.append(f"-A FORWARD -s {srv} -d {att} -p {proto} --sport {port} -j ACCEPT")
+        permits.append(
+            f"-A FORWARD -s {att} -d {srv} -p {icmp} --{icmp}-type echo-request -j ACCEPT"
+        )
+        permits.append(f"-A FORWARD -s {srv} -d {att} -p {icmp} --{icmp}-type echo-reply -j ACCEPT")
     if acl.layout == "set" and gen:
         flags = "src" if acl.entries == "standard" else "src,dst,dst"
         body = [f"-A FORWARD -m set --match-set {name} {flags} -j ACCEPT"]

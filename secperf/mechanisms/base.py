@@ -35,6 +35,8 @@ class TrafficPlan:
     data_ports: tuple[int, int] = DATA_PORTS
     # Every inside source: the client and its emulated hosts (static NAT maps each).
     client_hosts: tuple[str, ...] = ()
+    # The attacker host (when the topology has one), as a host prefix: floods come from it.
+    attacker_net: str | None = None
 
     def __post_init__(self) -> None:
         if not self.client_hosts:
@@ -59,6 +61,10 @@ def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
     else:
         host_len = 32 if family == 4 else 128
         client_net, server_net = f"{client}/{host_len}", f"{server}/{host_len}"
+    attacker_net = None
+    if "attacker" in topology.roles:
+        host_len = 32 if family == 4 else 128
+        attacker_net = f"{topology.address('attacker', 'attacker-dut', family)}/{host_len}"
     return TrafficPlan(
         family=family,
         client_net=client_net,
@@ -66,6 +72,7 @@ def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
         client_addr=client,
         server_addr=server,
         client_hosts=(client, *emulated),
+        attacker_net=attacker_net,
     )
 
 

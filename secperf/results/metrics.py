@@ -128,6 +128,18 @@ DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, Fals
 DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
 ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
 
+FLOOD_PPS = Metric("flood_pps", "Flood rate achieved", "packets/s", True, True)
+FLOOD_ERR = Metric("flood_rate_error_pct", "Flood rate error", "%", False, False)
+FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
+# Lower is worse: a DUT that a slower flood denies is more fragile.
+MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
+
+
+def _abs_error(r: Record) -> float | None:
+    err = _path(r, "rate_error_pct")
+    return None if err is None else abs(err)
+
+
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
@@ -175,6 +187,13 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     ),
     # 1 when every check of the record passed (secperf.workloads.failclosed)
     "failclosed": ((FAILCLOSED, lambda r: 1.0 if r.get("passed") is True else 0.0),),
+    "flood": (
+        (FLOOD_PPS, lambda r: _path(r, "rate_pps")),
+        (FLOOD_ERR, _abs_error),
+        (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
+    ),
+    # the bracket's upper bound: the lowest rate probed that denied the stream
+    "min_flood_rate": ((MIN_FLOOD, lambda r: _path(r, "min_flood_rate_pps")),),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

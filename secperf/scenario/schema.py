@@ -10,6 +10,7 @@ and add it to the `Mechanism` or `Workload` union at the bottom of its section.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import re
 from collections.abc import Callable
@@ -207,6 +208,8 @@ class AclMechanism(StrictModel):
     # Deny the last client-side emulated host just before the permits (document
     # 004's rejected stream: a latency workload's `rejected_stream` sends from it).
     exclude_one: bool = False
+    # With an attacker in the testbed: permit its "allowed" flood port (9), never port 19.
+    flood_permit: bool = True
 
 
 class CustomMechanism(StrictModel):
@@ -352,7 +355,61 @@ class WorkloadBase(StrictModel):
 Payload = Literal["random", "zeros", "text"]
 
 
-class StreamWorkload(WorkloadBase):
+# ---- floods (docs/engine-protocol.md, kind flood): rates in packets/s
+
+FLOOD_RATE_MIN = 1000
+FLOOD_RATE_MAX = 10_000_000
+FloodKind = Literal["udp", "syn", "icmp"]
+FloodTarget = Literal["allowed", "denied"]
+
+
+def _flood_payload(value: object) -> int | None:
+    return None if value is None else _bounded(parse_size, 0, 1472, "a flood payload")(value)
+
+
+def _flood_rate(value: object) -> int:
+    rate = _parse_count(value)
+    if rate != 0 and not FLOOD_RATE_MIN <= rate <= FLOOD_RATE_MAX:
+        raise ValueError(
+            f"a flood rate is 0 (no flood) or {FLOOD_RATE_MIN}..{FLOOD_RATE_MAX} packets/s "
+            f"(got {value!r})"
+        )
+    return rate
+
+
+FloodRate = Annotated[int | list[int], PlainValidator(_sweepable(_flood_rate))]
+FloodPps = Annotated[
+    int, PlainValidator(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+]
+FloodPayload = Annotated[
+    int | None,
+    PlainValidator(_flood_payload),
+]
+
+
+class FloodBeside(StrictModel):
+    """A flood from the attacker host while the workload is measured (document 002).
+
+    `flood_target = "denied"` aims it at a port the DUT's ACL drops."""
+
+    flood: FloodKind | None = None
+    flood_rate: FloodRate = 0
+    flood_target: FloodTarget = "allowed"
+    flood_payload: FloodPayload = None
+
+    @model_validator(mode="after")
+    def _flood_needs_rate(self) -> FloodBeside:
+        rates = self.flood_rate if isinstance(self.flood_rate, list) else [self.flood_rate]
+        if self.flood is None and any(rates):
+            raise ValueError('flood_rate needs flood = "udp", "syn" or "icmp"')
+        if self.flood == "icmp" and self.flood_target == "denied":
+            raise ValueError(
+                'flood_target = "denied" needs a udp or syn flood (the ACL denies by port)'
+            )
+        return self
+
+
+class StreamWorkload(FloodBeside, WorkloadBase):
     """Bulk transfer (netperf TCP_STREAM / UDP_STREAM)."""
 
     sweepable: ClassVar[dict[str, str]] = {
@@ -360,6 +417,7 @@ class StreamWorkload(WorkloadBase):
         "socket_buffer": "size",
         "parallel": "count",
         "rate": "rate",
+        "flood_rate": "count",
     }
 
     kind: Literal["stream"]
@@ -395,13 +453,14 @@ class StreamWorkload(WorkloadBase):
         return f"{self.protocol}-stream"
 
 
-class RrWorkload(WorkloadBase):
+class RrWorkload(FloodBeside, WorkloadBase):
     """Request/response on one connection (netperf TCP_RR / UDP_RR)."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "request": "size",
         "response": "size",
         "inflight": "count",
+        "flood_rate": "count",
     }
 
     kind: Literal["rr"]
@@ -428,13 +487,14 @@ class RrWorkload(WorkloadBase):
         return f"{self.protocol}-rr"
 
 
-class CrrWorkload(WorkloadBase):
+class CrrWorkload(FloodBeside, WorkloadBase):
     """A new TCP connection per transaction (netperf TCP_CRR): connections/s."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "request": "size",
         "response": "size",
         "parallel": "count",
+        "flood_rate": "count",
     }
 
     kind: Literal["crr"]
@@ -602,10 +662,82 @@ class FailclosedWorkload(WorkloadBase):
         return "failclosed"
 
 
+class FloodWorkload(WorkloadBase):
+    """A flood alone, from the attacker towards the server: how exactly it is paced."""
+
+    sweepable: ClassVar[dict[str, str]] = {"rate": "count", "payload_size": "size"}
+
+    kind: Literal["flood"]
+    flood: FloodKind = "udp"
+    rate: Annotated[
+        int | list[int],
+        PlainValidator(
+            _sweepable(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+        ),
+    ] = 10_000
+    count: int | None = Field(default=None, ge=1)
+    payload_size: Annotated[
+        int | list[int] | None,
+        PlainValidator(_sweepable(_flood_payload)),
+    ] = None
+    flood_target: FloodTarget = "allowed"
+    sources: str | None = None  # an IPv4 CIDR in 198.18.0.0/15; default the attacker's address
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_in_testbed(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            net = ipaddress.IPv4Network(value, strict=False)
+        except ValueError as exc:
+            raise ValueError(
+                f"sources must be an IPv4 CIDR such as 198.18.4.0/24 ({exc})"
+            ) from None
+        if not net.subnet_of(ipaddress.IPv4Network("198.18.0.0/15")):
+            raise ValueError(f"sources {value} is outside the testbed range 198.18.0.0/15")
+        return str(net)
+
+    def default_name(self) -> str:
+        return f"{self.flood}-flood"
+
+
+class MinFloodRateWorkload(WorkloadBase):
+    """Search for the lowest flood rate that denies a TCP stream (document 002, Fig. 3b).
+
+    Each measurement bisects the flood rate within [lo, hi] packets/s for the lowest
+    rate at which the stream falls to at most `threshold_pct` % of its unflooded rate
+    (measured first, in the same search)."""
+
+    kind: Literal["min_flood_rate"]
+    flood: FloodKind = "udp"
+    flood_target: FloodTarget = "allowed"
+    flood_payload: FloodPayload = None
+    lo: FloodPps = 1000
+    hi: FloodPps = 200_000
+    threshold_pct: float = Field(default=1.0, gt=0, lt=100)
+    max_probes: int = Field(default=8, ge=2, le=30)
+    resolution_pct: float = Field(default=10.0, gt=0, le=100)
+    message: MessageSize = 131072
+
+    @model_validator(mode="after")
+    def _lo_below_hi(self) -> MinFloodRateWorkload:
+        if self.lo >= self.hi:
+            raise ValueError(f"lo ({self.lo}) must be below hi ({self.hi})")
+        if self.flood == "icmp" and self.flood_target == "denied":
+            raise ValueError('flood_target = "denied" needs a udp or syn flood')
+        return self
+
+    def default_name(self) -> str:
+        return f"min-{self.flood}-flood-{self.flood_target}"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
     | CrrWorkload
+    | FloodWorkload
+    | MinFloodRateWorkload
     | LatencyWorkload
     | HttpWorkload
     | ConnectionsWorkload

@@ -17,6 +17,8 @@ AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
 _NOT_PARAMS = frozenset({"kind", "name", "sweep", "table"})
+# A workload's flood-beside keys (schema.FloodBeside); left out when it has no flood.
+_FLOOD_BESIDE = ("flood", "flood_rate", "flood_target", "flood_payload")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ def expand(workload: AnyWorkload, workload_index: int = 0) -> list[WorkloadPoint
     else:
         combos = list(itertools.product(*swept.values()))
     fields = {k: v for k, v in workload.model_dump().items() if k not in _NOT_PARAMS}
+    if workload.kind in ("stream", "rr", "crr") and fields.get("flood") is None:
+        for key in _FLOOD_BESIDE:
+            fields.pop(key, None)
     points: list[WorkloadPoint] = []
     for index, combo in enumerate(combos):
         chosen = dict(zip(keys, combo, strict=True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import crr, rr, stream
 from secperf.workloads.base import EngineExecutor, Executor
 from secperf.workloads.connections import (
@@ -17,13 +18,18 @@ from secperf.workloads.connections import (
     TeardownRateExecutor,
 )
 from secperf.workloads.failclosed import FailclosedExecutor
+from secperf.workloads.flood import FloodBeside, FloodExecutor
 from secperf.workloads.http import HttpExecutor
 from secperf.workloads.latency import LatencyExecutor
+from secperf.workloads.min_flood import MinFloodRateExecutor
 
 EXECUTORS: dict[str, Executor] = {
-    "stream": EngineExecutor(stream.engine_spec),
-    "rr": EngineExecutor(rr.engine_spec),
-    "crr": EngineExecutor(crr.engine_spec),
+    # stream/rr/crr take an optional flood beside them (workloads/flood.py)
+    "stream": FloodBeside(EngineExecutor(stream.engine_spec)),
+    "rr": FloodBeside(EngineExecutor(rr.engine_spec)),
+    "crr": FloodBeside(EngineExecutor(crr.engine_spec)),
+    "flood": FloodExecutor(),
+    "min_flood_rate": MinFloodRateExecutor(),
     "http": HttpExecutor(),
     "connections": ConnectionsExecutor(),
     "conn_rate": ConnRateExecutor(),
@@ -31,6 +37,18 @@ EXECUTORS: dict[str, Executor] = {
     "latency": LatencyExecutor(),
     "failclosed": FailclosedExecutor(),
 }
+
+
+def hosts_for(point: WorkloadPoint) -> frozenset[str]:
+    """Hosts beyond client, dut and server that this point needs (an executor may
+    decide per point: a stream needs the attacker only when a flood runs beside it)."""
+    executor = executor_for(point.kind)
+    per_point = getattr(executor, "hosts_for", None)
+    if callable(per_point):
+        hosts = per_point(point)
+        assert isinstance(hosts, frozenset)
+        return hosts
+    return executor.hosts
 
 
 def executor_for(kind: str) -> Executor:
@@ -43,6 +61,8 @@ def executor_for(kind: str) -> Executor:
 def engine_spec(kind: str, params: dict[str, Any], *, server: str) -> dict[str, Any]:
     """The engine spec of an engine-driven kind (for tools and tests)."""
     executor = executor_for(kind)
+    if isinstance(executor, FloodBeside):
+        executor = executor.inner
     if not isinstance(executor, EngineExecutor):
         raise ValueError(f"workload kind {kind!r} is not a single engine test")
     return executor.spec(params, server)

@@ -91,6 +91,12 @@ pub fn run(
     began: Instant,
     sink: &mut dyn Sink,
 ) -> Result<ResultRecord> {
+    if spec.kind == Kind::Flood {
+        return Err(EngineError::spec(
+            "kind",
+            "a flood is sent by secperf_engine::flood::run, not through a server",
+        ));
+    }
     target::check("server", spec.server.ip(), allow_any_target)?;
     spec.check_local_limits()?;
     let stream =
@@ -335,6 +341,8 @@ fn drive(
             res.directions = Some(d);
         }
         // http and connections never come here (standalone::run_spec).
+        // Floods never reach here: `run` refuses them first.
+        Kind::Flood => {}
         Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {
             let window = (end.at - warm.at).max(1e-9);
             let d = |f: fn(&Counters) -> u64| f(&end.local).saturating_sub(f(&warm.local));
@@ -449,6 +457,8 @@ fn interval(spec: &Spec, shared: &Shared, a: &Snap, b: &Snap, t: f64, warmup: bo
             });
         }
         // http and connections never come here (standalone::run_spec).
+        // Floods never reach here: `run` refuses them first.
+        Kind::Flood => {}
         Kind::Rr | Kind::Crr | Kind::Http | Kind::Connections => {
             rec.transactions = b.local.transactions.saturating_sub(a.local.transactions);
             rec.rate = rec.transactions as f64 / span;

@@ -33,6 +33,14 @@ pub struct ClientStart {
     pub local: Option<SocketAddr>,
 }
 
+/// A flood is one-way: `run` sends it directly (crate::flood), never through a server.
+fn no_server() -> crate::error::EngineError {
+    crate::error::EngineError::spec(
+        "kind",
+        "kind flood has no server side: run it with `secperf-engine run` (no `serve` needed)",
+    )
+}
+
 /// Server side: binds the test's data socket(s) and starts its threads.
 pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<ServerSetup> {
     match spec.kind {
@@ -45,6 +53,7 @@ pub fn serve(spec: &Spec, env: &ServerEnv, shared: &Arc<Shared>) -> Result<Serve
             "kind http runs against a web server (nginx), not an engine server: point `server` at the web server",
         )),
         Kind::Latency => latency::serve(spec, env, shared),
+        Kind::Flood => Err(no_server()),
     }
 }
 
@@ -59,6 +68,7 @@ pub fn start(spec: &Spec, data: SocketAddr, shared: &Arc<Shared>) -> Result<Clie
                 .into(),
         )),
         Kind::Latency => latency::start(spec, data, shared),
+        Kind::Flood => Err(no_server()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
 //! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and
-//! IPv6; `http` against a web server; `connections` for held-connection capacity)
+//! IPv6; `http` against a web server; `connections` for held-connection capacity;
+//! `flood`, a paced one-way packet flood)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
 
 pub mod client;
@@ -10,12 +11,15 @@ pub mod cpu;
 pub mod crr;
 pub mod crr_paced;
 pub mod error;
+pub mod flood;
+pub mod flood_spec;
 pub mod http;
 pub mod http_wire;
 pub mod kinds;
 pub mod latency;
 pub mod net;
 pub mod pacing;
+pub mod packet;
 pub mod payload;
 pub mod record;
 pub mod rr;

@@ -132,8 +132,14 @@ fn main() -> ExitCode {
         Command::Run {
             spec,
             allow_any_target,
-        } => load_spec(&spec)
-            .and_then(|s| secperf_engine::run_spec(&s, allow_any_target, began, &mut StdoutSink)),
+        } => load_spec(&spec).and_then(|s| {
+            // Floods ignore --allow-any-target: they never leave the testbed.
+            if s.kind == secperf_engine::spec::Kind::Flood {
+                secperf_engine::flood::run(&s, began, &mut StdoutSink).map(|_| ())
+            } else {
+                secperf_engine::run_spec(&s, allow_any_target, began, &mut StdoutSink)
+            }
+        }),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -207,6 +207,13 @@ pub enum Record {
     /// connections); it carries its own `type`.
     #[serde(skip)]
     Json(Value),
+    /// The flood kind's records carry the same `type` names as the others.
+    #[serde(rename = "start")]
+    FloodStart(Box<crate::flood::FloodStart>),
+    #[serde(rename = "interval")]
+    FloodInterval(crate::flood::FloodInterval),
+    #[serde(rename = "result")]
+    FloodResult(Box<crate::flood::FloodResult>),
 }
 
 impl Record {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+use crate::flood_spec::{self, FloodRaw, FloodSpec};
+use crate::packet::FloodProto;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -17,6 +19,8 @@ pub enum Kind {
     Http,
     Connections,
     Latency,
+    /// One-way packet flood from a raw socket (no server side).
+    Flood,
 }
 
 impl Kind {
@@ -28,6 +32,7 @@ impl Kind {
             Kind::Http => "http",
             Kind::Connections => "connections",
             Kind::Latency => "latency",
+            Kind::Flood => "flood",
         }
     }
 }
@@ -105,6 +110,26 @@ pub const TCP_MAX: usize = 64 << 20;
 /// Pipelined rr must fit the default socket buffers, or both ends block writing.
 pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
 
+/// `sources` means a list of addresses (latency) or one CIDR (flood).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Sources {
+    List(Vec<IpAddr>),
+    Cidr(String),
+}
+
+/// A flood's `rate_pps` is a whole number of packets a second.
+fn flood_rate(rate: Option<f64>) -> Result<Option<u64>> {
+    match rate {
+        None => Ok(None),
+        Some(r) if r.is_finite() && r >= 0.0 && r.fract() == 0.0 => Ok(Some(r as u64)),
+        Some(r) => Err(EngineError::spec(
+            "rate_pps",
+            format!("a flood's rate_pps is a whole number of packets/s (got {r}): give e.g. 10000"),
+        )),
+    }
+}
+
 /// The spec as the user writes it: every field optional, unknown fields refused.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,9 +164,15 @@ struct RawSpec {
     frame_size: Option<u64>,
     rate_pps: Option<f64>,
     duplex: Option<Duplex>,
-    sources: Option<Vec<IpAddr>>,
+    /// latency: a list of addresses; flood: an IPv4 CIDR.
+    sources: Option<Sources>,
     destinations: Option<Vec<IpAddr>>,
     timestamps: Option<Timestamps>,
+    flood: Option<FloodProto>,
+    target: Option<String>,
+    count: Option<u64>,
+    payload_size: Option<u64>,
+    ports: Option<String>,
 }
 
 /// Every field name, in record order.
@@ -179,12 +210,40 @@ pub const FIELDS: &[&str] = &[
     "sources",
     "destinations",
     "timestamps",
+    "flood",
+    "target",
+    "count",
+    "payload_size",
+    "ports",
+];
+
+/// The fields a `flood` spec takes (it has no server, protocol or warm-up).
+pub const FLOOD_FIELDS: &[&str] = &[
+    "kind",
+    "duration",
+    "interval",
+    "flood",
+    "target",
+    "rate_pps",
+    "count",
+    "payload_size",
+    "sources",
+    "ports",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
 /// table used both to refuse misplaced fields and to print the resolved spec.
 pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
     use Kind::*;
+    if kind == Flood {
+        return FLOOD_FIELDS.contains(&field);
+    }
+    if matches!(
+        field,
+        "flood" | "target" | "count" | "payload_size" | "ports"
+    ) {
+        return false;
+    }
     match field {
         "client_port" => matches!(kind, Stream | Rr),
         // http talks to a web server (no engine server, no data port) and
@@ -250,6 +309,9 @@ pub struct Spec {
     pub sources: Vec<IpAddr>,
     pub destinations: Vec<IpAddr>,
     pub timestamps: Timestamps,
+    /// The flood's own fields (kind flood only).
+    #[serde(flatten)]
+    pub flood: Option<FloodSpec>,
 }
 
 fn short(s: &str) -> String {
@@ -303,7 +365,7 @@ impl Spec {
         let kind = raw.kind.ok_or_else(|| {
             EngineError::spec(
                 "kind",
-                "`kind` is required: set it to \"stream\", \"rr\", \"crr\", \"latency\", \"http\" or \"connections\"",
+                "`kind` is required: set it to \"stream\", \"rr\", \"crr\", \"latency\", \"http\", \"connections\" or \"flood\"",
             )
         })?;
         let protocol = raw.protocol.unwrap_or(if kind == Kind::Latency {
@@ -422,6 +484,9 @@ fn seconds(
 }
 
 fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
+    if kind == Kind::Flood {
+        return resolve_flood(raw);
+    }
     let server_text = raw.server.ok_or_else(|| {
         EngineError::spec(
             "server",
@@ -593,7 +658,16 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
             ),
         ));
     }
-    let sources = raw.sources.unwrap_or_default();
+    let sources = match raw.sources {
+        None => Vec::new(),
+        Some(Sources::List(list)) => list,
+        Some(Sources::Cidr(_)) => {
+            return Err(EngineError::spec(
+                "sources",
+                "latency sources is a list of addresses such as [\"198.18.1.10\"], not a CIDR",
+            ))
+        }
+    };
     let destinations = raw.destinations.unwrap_or_default();
     for (field, list) in [("sources", &sources), ("destinations", &destinations)] {
         if list.len() > ADDRESSES_MAX {
@@ -674,5 +748,86 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         sources,
         destinations,
         timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
+        flood: None,
+    })
+}
+
+/// A flood: its own fields, a duration and an interval; the rest of the
+/// spec keeps inert defaults (`server` is the target's first port, unused).
+fn resolve_flood(raw: RawSpec) -> Result<Spec> {
+    let duration = seconds(
+        "duration",
+        raw.duration.unwrap_or(10.0),
+        true,
+        0.0,
+        3600.0,
+        "10",
+    )?;
+    let interval = raw.interval.unwrap_or(1.0);
+    if interval != 0.0 {
+        seconds(
+            "interval",
+            interval,
+            false,
+            0.01,
+            3600.0,
+            "1 (or 0 for no interval records)",
+        )?;
+    }
+    let f =
+        flood_spec::resolve(
+            FloodRaw {
+                flood: raw.flood,
+                target: raw.target,
+                rate_pps: flood_rate(raw.rate_pps)?,
+                count: raw.count,
+                payload_size: raw.payload_size,
+                sources: match raw.sources {
+                    None => None,
+                    Some(Sources::Cidr(c)) => Some(c),
+                    Some(Sources::List(_)) => return Err(EngineError::spec(
+                        "sources",
+                        "a flood's sources is one IPv4 CIDR such as \"198.18.4.0/24\", not a list",
+                    )),
+                },
+                ports: raw.ports,
+            },
+            duration,
+        )?;
+    Ok(Spec {
+        kind: Kind::Flood,
+        server: SocketAddr::new(IpAddr::V4(f.target), f.port_range.0),
+        protocol: Protocol::Udp,
+        duration,
+        warmup: 0.0,
+        interval,
+        bind: None,
+        data_port: None,
+        client_port: None,
+        socket_buffer: None,
+        nodelay: false,
+        direction: Direction::Send,
+        message_size: f.packet_size(),
+        parallel: 1,
+        payload: Payload::Random,
+        rate_bps: None,
+        request_size: 1,
+        response_size: 1,
+        inflight: 1,
+        udp_timeout: 0.1,
+        urls: Vec::new(),
+        keepalive: false,
+        rate: None,
+        timeout: None,
+        connections: 0,
+        hold: 0.0,
+        close_rate: None,
+        frame_size: 64,
+        rate_pps: 0.0,
+        duplex: Duplex::Full,
+        sources: Vec::new(),
+        destinations: Vec::new(),
+        timestamps: Timestamps::Kernel,
+        flood: Some(f),
     })
 }

@@ -1,0 +1,162 @@
+"""secperf-engine's flood against trafgen and hping3, in one namespace testbed.
+
+Run as root from the checkout: `python bench/flood_vs_peers.py [--seconds 3]`.
+For each tool, pinned to one core (taskset -c 1) in the attacker namespace, a UDP
+flood of 46-byte IP packets (64-byte frames) goes to the server across the
+forwarding DUT: at the highest rate the tool reaches, and (engine, trafgen) at
+1k, 10k and 100k packets/s. Packets are counted where they arrive, with an nft
+counter in the server namespace, and where they leave (the attacker veth's
+tx_packets); the rate error is the server's count against the asked rate.
+hping3 has no rate control (`-i uN` is a gap, not a rate): only its --flood
+maximum is measured. trafgen only runs inside a namespace (it tries to change
+global sysctls). Every process is bounded by `timeout`; the testbed is torn down
+on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from secperf.engine import engine_path
+from secperf.testbed.testbed import Host, Testbed
+from secperf.testbed.topology import Topology
+
+SERVER = "198.18.2.2"
+ATTACKER = "198.18.4.2"
+PORT = 9
+PAYLOAD = 18  # 20 + 8 + 18 = 46-byte IP packets: 64-byte Ethernet frames with FCS
+RATES = (1_000, 10_000, 100_000)
+CORE = "1"
+
+
+@dataclass
+class Row:
+    tool: str
+    asked: int | None  # None: as fast as the tool goes
+    seconds: float
+    sent: int  # attacker veth tx_packets
+    arrived: int  # nft counter at the server
+
+    @property
+    def pps(self) -> float:
+        return self.arrived / self.seconds
+
+    @property
+    def error_pct(self) -> float | None:
+        return None if self.asked is None else (self.pps - self.asked) / self.asked * 100
+
+
+def counter(tb: Testbed) -> int:
+    out = tb.host("server").run(["nft", "-j", "list", "table", "inet", "bench_count"]).stdout
+    for item in json.loads(out)["nftables"]:
+        for expr in item.get("rule", {}).get("expr", []):
+            if "counter" in expr:
+                return int(expr["counter"]["packets"])
+    raise RuntimeError("no counter in the server namespace")
+
+
+def tx_packets(host: Host, ifname: str) -> int:
+    out = host.run(["cat", f"/sys/class/net/{ifname}/statistics/tx_packets"]).stdout
+    return int(out.strip())
+
+
+def measure(tb: Testbed, tool: str, asked: int | None, seconds: float, argv: list[str]) -> Row:
+    att = tb.host("attacker")
+    ifname = tb.ifname("attacker-dut", "attacker")
+    rx0, tx0 = counter(tb), tx_packets(att, ifname)
+    proc = att.run(
+        ["timeout", "-s", "INT", str(seconds + 5), "taskset", "-c", CORE, *argv],
+        check=False,
+        timeout=seconds + 15,
+    )
+    if proc.returncode not in (0, 124, 130):
+        print(f"{tool} exited {proc.returncode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+    return Row(tool, asked, seconds, tx_packets(att, ifname) - tx0, counter(tb) - rx0)
+
+
+def engine_argv(rate: int, seconds: float) -> list[str]:
+    spec = {
+        "kind": "flood",
+        "flood": "udp",
+        "target": SERVER,
+        "ports": str(PORT),
+        "rate_pps": rate,
+        "duration": seconds,
+        "payload_size": PAYLOAD,
+        "interval": 0,
+    }
+    return [engine_path(), "run", "--spec", json.dumps(spec)]
+
+
+def trafgen_conf(tb: Testbed, directory: Path) -> Path:
+    dut_if = tb.ifname("attacker-dut", "dut")
+    mac = tb.host("dut").run(["cat", f"/sys/class/net/{dut_if}/address"]).stdout.strip()
+    conf = directory / "udp.cfg"
+    conf.write_text(
+        "{\n"
+        f"  eth(da={mac}, type=0x0800),\n"
+        f"  ipv4(saddr={ATTACKER}, daddr={SERVER}, ttl=64, proto=17),\n"
+        f"  udp(sport=40000, dport={PORT}),\n"
+        f"  fill(0x01, {PAYLOAD})\n"
+        "}\n"
+    )
+    return conf
+
+
+def trafgen_argv(tb: Testbed, conf: Path, rate: int | None, seconds: float) -> list[str]:
+    dev = tb.ifname("attacker-dut", "attacker")
+    argv = ["trafgen", "--dev", dev, "--conf", str(conf), "--cpus", "1"]
+    if rate is not None:
+        argv += ["--rate", f"{rate}pps", "--num", str(int(rate * seconds))]
+    else:
+        argv += ["--num", str(int(3_000_000 * seconds))]
+    return argv
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    secs: float = args.seconds
+    rows: list[Row] = []
+    with (
+        Testbed.build(Topology.standard(attacker=True)) as tb,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        tb.host("server").run(
+            ["nft", "-f", "-"],
+            input="table inet bench_count { chain input { type filter hook input priority -10; "
+            f"policy accept; udp dport {PORT} counter; }}; }}\n",
+        )
+        conf = trafgen_conf(tb, Path(tmp))
+        # Warm the neighbour caches so the first packets are not queued behind ARP.
+        tb.host("attacker").run(["ping", "-c", "1", "-W", "1", SERVER], check=False)
+        rows.append(measure(tb, "engine", None, secs, engine_argv(10_000_000, secs)))
+        rows.append(measure(tb, "trafgen", None, secs, trafgen_argv(tb, conf, None, secs)))
+        hping = ["hping3", "--udp", "-p", str(PORT), "-d", str(PAYLOAD), "--flood", "-q", SERVER]
+        hping_row = measure(tb, "hping3", None, secs, ["timeout", "-s", "INT", str(secs), *hping])
+        rows.append(hping_row)
+        for rate in RATES:
+            rows.append(measure(tb, "engine", rate, secs, engine_argv(rate, secs)))
+            rows.append(measure(tb, "trafgen", rate, secs, trafgen_argv(tb, conf, rate, secs)))
+    print(f"{'tool':8} {'asked pps':>10} {'sent pps':>10} {'arrived pps':>12} {'error %':>8}")
+    for r in rows:
+        asked = "max" if r.asked is None else str(r.asked)
+        err = "-" if r.error_pct is None else f"{r.error_pct:+.2f}"
+        print(f"{r.tool:8} {asked:>10} {r.sent / r.seconds:>10.0f} {r.pps:>12.0f} {err:>8}")
+    print("hping3: no rate control (-i uN is a gap between packets, not a rate); max only")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,434 @@
+//! The `flood` kind: a one-way packet flood from a raw IPv4 socket
+//! (IP_HDRINCL, so sources can be spread over a range), sent in sendmmsg
+//! batches and paced by a token bucket against an absolute schedule
+//! (packet k is due at t0 + k/rate), so the rate does not drift. Always
+//! bounded by rate, count and duration.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::cpu::{self, ProcStat};
+use crate::error::{EngineError, Result};
+use crate::flood_spec::FloodSpec;
+use crate::packet::{Crafter, Fields, FloodProto, Rng};
+use crate::record::{Clock, CpuTimes, Host, MachineCpu, Record, Sink, FORMAT, VERSION};
+use crate::spec::Spec;
+use crate::sys;
+
+/// Largest sendmmsg batch.
+pub const BATCH_MAX: usize = 64;
+
+/// Packets per sendmmsg call for a rate: one at low rates so packets are
+/// spread evenly, growing so there are at most ~10 000 calls a second.
+pub fn batch_for(rate_pps: u64) -> usize {
+    ((rate_pps / 10_000) as usize).clamp(1, BATCH_MAX)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FloodStart {
+    pub t: f64,
+    pub format: u32,
+    pub engine: &'static str,
+    pub version: &'static str,
+    pub spec: serde_json::Value,
+    pub clock: Clock,
+    /// The source address (or range) packets carry.
+    pub local: String,
+    pub data: String,
+    pub packet_size: usize,
+    pub batch: usize,
+    pub host: Host,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FloodInterval {
+    pub t: f64,
+    pub t_start: f64,
+    pub t_end: f64,
+    pub warmup: bool,
+    pub packets: u64,
+    pub bytes: u64,
+    /// packets/s in this interval
+    pub rate: f64,
+    pub bits_per_second: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FloodResult {
+    pub t: f64,
+    pub kind: &'static str,
+    pub flood: &'static str,
+    pub target: String,
+    pub packets: u64,
+    /// IP bytes (headers included) of the packets sent.
+    pub bytes: u64,
+    pub packet_size: usize,
+    pub asked_pps: u64,
+    pub rate_pps: f64,
+    pub rate_error_pct: f64,
+    pub bits_per_second: f64,
+    pub duration_s: f64,
+    /// Why it stopped: "duration" or "count".
+    pub stopped_by: &'static str,
+    /// Packets sent in each whole second from the start (last one partial).
+    pub per_second: Vec<u64>,
+    /// Packets the schedule gave up because the sender fell more than one
+    /// bucket behind (the CPU could not keep up).
+    pub forfeited: u64,
+    /// Packets the kernel refused (ENOBUFS, EPERM from a local filter).
+    pub send_errors: u64,
+    pub batch: usize,
+    pub cpu: CpuTimes,
+    pub machine_cpu: MachineCpu,
+}
+
+/// A raw IPv4 socket that takes whole IP packets (IPPROTO_RAW implies IP_HDRINCL).
+fn raw_socket() -> Result<OwnedFd> {
+    // Safety: socket() has no memory effects; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(EngineError::Io {
+            context: "cannot open a raw socket for the flood (needs root or CAP_NET_RAW; run the flood as root inside the testbed)".into(),
+            source: e,
+        });
+    }
+    // Safety: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The local address the route to `target` uses.
+fn route_source(target: Ipv4Addr, port: u16) -> Result<Ipv4Addr> {
+    let s = UdpSocket::bind("0.0.0.0:0").map_err(EngineError::io("cannot open a UDP socket"))?;
+    s.connect(SocketAddr::new(IpAddr::V4(target), port))
+        .map_err(EngineError::io(format!(
+            "no route to the flood target {} (give `sources`, or fix the testbed's routes)",
+            target
+        )))?;
+    match s
+        .local_addr()
+        .map_err(EngineError::io("cannot read the local address"))?
+    {
+        SocketAddr::V4(a) => Ok(*a.ip()),
+        SocketAddr::V6(_) => Err(EngineError::Internal(
+            "an IPv4 route gave an IPv6 source: report this bug".into(),
+        )),
+    }
+}
+
+/// sendmmsg over a fixed set of buffers.
+struct Batch {
+    bufs: Vec<Vec<u8>>,
+    len: usize,
+    dst: libc::sockaddr_in,
+}
+
+impl Batch {
+    fn new(n: usize, len: usize, target: Ipv4Addr) -> Batch {
+        // Safety: sockaddr_in is plain old data, so all-zero is a valid value.
+        let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        dst.sin_family = libc::AF_INET as libc::sa_family_t;
+        dst.sin_addr.s_addr = u32::from(target).to_be();
+        Batch {
+            bufs: vec![vec![0u8; len]; n],
+            len,
+            dst,
+        }
+    }
+
+    /// Sends the first `n` buffers; returns how many went, or the error.
+    fn send(&mut self, fd: i32, n: usize) -> io::Result<usize> {
+        let mut iov: Vec<libc::iovec> = self.bufs[..n]
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: self.len,
+            })
+            .collect();
+        let dst_ptr: *mut libc::sockaddr_in = &mut self.dst;
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // Safety: msghdr is plain old data, so all-zero is a valid value.
+                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+                h.msg_name = dst_ptr.cast();
+                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_iov = v;
+                h.msg_iovlen = 1;
+                libc::mmsghdr {
+                    msg_hdr: h,
+                    msg_len: 0,
+                }
+            })
+            .collect();
+        // Safety: every msghdr points at an iovec and a sockaddr_in that
+        // outlive this call, and every iovec at a buffer of `len` bytes.
+        let rc = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, 0) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+}
+
+/// Chooses each packet's variable fields.
+struct Varier {
+    rng: Rng,
+    sources: (u32, u32),
+    next_src: u32,
+    ports: (u16, u16),
+    next_port: u16,
+    ip_id: u16,
+    seq: u32,
+}
+
+impl Varier {
+    fn next(&mut self) -> Fields {
+        let src = Ipv4Addr::from(self.next_src);
+        self.next_src = if self.next_src >= self.sources.1 {
+            self.sources.0
+        } else {
+            self.next_src + 1
+        };
+        let dport = self.next_port;
+        self.next_port = if self.next_port >= self.ports.1 {
+            self.ports.0
+        } else {
+            self.next_port + 1
+        };
+        let r = self.rng.next_u64();
+        self.ip_id = self.ip_id.wrapping_add(1);
+        self.seq = self.seq.wrapping_add(1);
+        Fields {
+            src,
+            // Random source port in the dynamic range (49152–65535).
+            sport: 49152 + (r as u16 % 16384),
+            dport,
+            ip_id: self.ip_id,
+            seq: (r >> 32) as u32,
+        }
+    }
+}
+
+fn is_soft(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EPERM) | Some(libc::ECONNREFUSED)
+    )
+}
+
+/// Runs the flood `spec` (kind flood); `began` is when the command started.
+pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResult> {
+    let f: &FloodSpec = spec.flood.as_ref().ok_or_else(|| {
+        EngineError::Internal("a flood spec without flood fields: report this bug".into())
+    })?;
+    f.check_targets()?;
+    let local = route_source(f.target, f.port_range.0)?;
+    let sources = match f.source_cidr {
+        Some(c) => c.hosts(),
+        None => (u32::from(local), u32::from(local)),
+    };
+    let sock = raw_socket()?;
+    let fd = sock.as_raw_fd();
+    let crafter = Crafter::new(f.flood, f.target, f.payload_size);
+    let plen = crafter.len();
+    let batch = batch_for(f.rate_pps);
+    let mut bufs = Batch::new(BATCH_MAX, plen, f.target);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x9e37_79b9)
+        ^ u64::from(std::process::id());
+    let mut var = Varier {
+        rng: Rng::new(seed),
+        sources,
+        next_src: sources.0,
+        ports: f.port_range,
+        next_port: f.port_range.0,
+        ip_id: seed as u16,
+        seq: 0,
+    };
+
+    let rate = f.rate_pps as f64;
+    // Bucket depth: 50 ms of packets or two batches, whichever is more: a
+    // sender descheduled on a busy machine catches up, one stalled longer forfeits.
+    let depth = ((rate * 0.050) as u64).max(2 * batch as u64);
+    let duration = Duration::from_secs_f64(spec.duration);
+    let cpu0 = sys::process_cpu();
+    let stat0 = ProcStat::read();
+    let t0 = Instant::now();
+    let realtime_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    sink.emit(Record::FloodStart(Box::new(FloodStart {
+        t: began.elapsed().as_secs_f64(),
+        format: FORMAT,
+        engine: "secperf-engine",
+        version: VERSION,
+        spec: spec.to_value(),
+        clock: Clock {
+            realtime_ns,
+            monotonic_ns: sys::monotonic_ns(),
+        },
+        local: f.sources.clone().unwrap_or_else(|| local.to_string()),
+        data: SocketAddr::new(IpAddr::V4(f.target), f.port_range.0).to_string(),
+        packet_size: plen,
+        batch,
+        host: cpu::host(),
+    })));
+
+    let mut sent: u64 = 0;
+    let mut forfeited: u64 = 0;
+    let mut send_errors: u64 = 0;
+    let mut per_second: Vec<u64> = Vec::new();
+    let mut last_sent_at = 0.0f64;
+    let iv = spec.interval;
+    let mut next_iv = if iv > 0.0 { iv } else { f64::INFINITY };
+    let mut iv_start = (0.0f64, 0u64);
+    let end_s = duration.as_secs_f64();
+    let stopped_by;
+    loop {
+        let now = t0.elapsed().as_secs_f64();
+        while now >= next_iv && next_iv <= end_s + 1e-9 {
+            let span = next_iv - iv_start.0;
+            let pk = sent - iv_start.1;
+            sink.emit(Record::FloodInterval(FloodInterval {
+                t: began.elapsed().as_secs_f64(),
+                t_start: iv_start.0,
+                t_end: next_iv,
+                warmup: false,
+                packets: pk,
+                bytes: pk * plen as u64,
+                rate: pk as f64 / span,
+                bits_per_second: (pk * plen as u64) as f64 * 8.0 / span,
+            }));
+            iv_start = (next_iv, sent);
+            next_iv += iv;
+        }
+        if now >= end_s {
+            stopped_by = "duration";
+            break;
+        }
+        if sent >= f.count {
+            stopped_by = "count";
+            break;
+        }
+        // Packets due by now under the schedule (packet k at k/rate).
+        let mut due = ((now * rate).floor() as u64 + 1).saturating_sub(forfeited);
+        if due > sent + depth {
+            forfeited += due - sent - depth;
+            due = sent + depth;
+        }
+        let due = due.min(f.count);
+        let ready = due.saturating_sub(sent);
+        if ready >= batch as u64 || (ready > 0 && due == f.count) {
+            let n = (ready as usize).min(BATCH_MAX);
+            for b in bufs.bufs[..n].iter_mut() {
+                crafter.write(b, &var.next());
+            }
+            match bufs.send(fd, n) {
+                Ok(k) => {
+                    let at = t0.elapsed().as_secs_f64();
+                    // A batch that began before the end but finished after it
+                    // belongs to the last second.
+                    let last_bin = (end_s.ceil() as usize).max(1) - 1;
+                    let sec = (at as usize).min(last_bin);
+                    if per_second.len() <= sec {
+                        per_second.resize(sec + 1, 0);
+                    }
+                    per_second[sec] += k as u64;
+                    sent += k as u64;
+                    last_sent_at = at;
+                }
+                Err(e) if is_soft(&e) => {
+                    // The packets are lost, not retried: the schedule moves on.
+                    send_errors += n as u64;
+                    forfeited += n as u64;
+                }
+                Err(e) => {
+                    return Err(EngineError::Io {
+                        context: format!("sending the flood to {}", f.target),
+                        source: e,
+                    })
+                }
+            }
+            continue;
+        }
+        // Sleep until the next batch is due, an interval ends, or the end.
+        let next_due = (sent + forfeited + batch as u64 - 1) as f64 / rate;
+        let wake = next_due.min(next_iv).min(end_s);
+        let now = t0.elapsed().as_secs_f64();
+        if wake > now {
+            std::thread::sleep(Duration::from_secs_f64(wake - now));
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    // The last interval ends where the flood did (a count can stop it early).
+    if iv > 0.0 && iv_start.0 < end_s - 1e-9 && elapsed > iv_start.0 {
+        let t_end = elapsed.min(end_s);
+        let span = (t_end - iv_start.0).max(1e-9);
+        let pk = sent - iv_start.1;
+        sink.emit(Record::FloodInterval(FloodInterval {
+            t: began.elapsed().as_secs_f64(),
+            t_start: iv_start.0,
+            t_end,
+            warmup: false,
+            packets: pk,
+            bytes: pk * plen as u64,
+            rate: pk as f64 / span,
+            bits_per_second: (pk * plen as u64) as f64 * 8.0 / span,
+        }));
+    }
+    // Stopped by count: the flood lasted up to the end of its last packet's slot.
+    let duration_s = match stopped_by {
+        "count" => (last_sent_at + 1.0 / rate).min(elapsed).max(1e-9),
+        _ => end_s,
+    };
+    let achieved = sent as f64 / duration_s;
+    let bytes = sent * plen as u64;
+    let res = FloodResult {
+        t: began.elapsed().as_secs_f64(),
+        kind: "flood",
+        flood: f.flood.name(),
+        target: f.target.to_string(),
+        packets: sent,
+        bytes,
+        packet_size: plen,
+        asked_pps: f.rate_pps,
+        rate_pps: achieved,
+        rate_error_pct: (achieved - rate) / rate * 100.0,
+        bits_per_second: bytes as f64 * 8.0 / duration_s,
+        duration_s,
+        stopped_by,
+        per_second,
+        forfeited,
+        send_errors,
+        batch,
+        cpu: sys::process_cpu().minus(cpu0),
+        machine_cpu: ProcStat::read().since(&stat0),
+    };
+    sink.emit(Record::FloodResult(Box::new(res.clone())));
+    Ok(res)
+}
+
+/// Which packet kinds exist (for messages and tests).
+pub const PROTOS: [FloodProto; 3] = [FloodProto::Udp, FloodProto::Syn, FloodProto::Icmp];
+
+#[cfg(test)]
+mod tests {
+    use super::batch_for;
+
+    #[test]
+    fn batch_grows_with_rate() {
+        assert_eq!(batch_for(1_000), 1);
+        assert_eq!(batch_for(10_000), 1);
+        assert_eq!(batch_for(100_000), 10);
+        assert_eq!(batch_for(10_000_000), 64);
+    }
+}

@@ -1,0 +1,79 @@
+"""Flood workloads without root: schema, search arithmetic, ACL flood permits, hosts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from secperf.mechanisms.acl import Acl, render_iptables, render_nft
+from secperf.mechanisms.base import TrafficPlan
+from secperf.scenario.schema import Scenario
+from secperf.scenario.sweep import expand_scenario
+from secperf.workloads import hosts_for
+from secperf.workloads.min_flood import narrow_enough, next_rate
+
+PLAN = TrafficPlan(
+    family=4,
+    client_net="198.18.1.2/32",
+    server_net="198.18.2.2/32",
+    client_addr="198.18.1.2",
+    server_addr="198.18.2.2",
+    attacker_net="198.18.4.2/32",
+)
+
+
+def scenario(*workloads: dict[str, Any]) -> Scenario:
+    return Scenario.model_validate(
+        {"name": "t", "variants": {"a": {}}, "workloads": list(workloads)}
+    )
+
+
+def test_flood_rate_sweep_and_attacker_only_when_flooding() -> None:
+    sc = scenario(
+        {"kind": "stream", "flood": "udp", "flood_rate": [0, 1000, 20000]},
+        {"kind": "rr"},
+    )
+    points = expand_scenario(sc)
+    assert [p.params.get("flood_rate") for p in points] == [0, 1000, 20000, None]
+    assert [("attacker" in hosts_for(p)) for p in points] == [False, True, True, False]
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"kind": "stream", "flood": "udp", "flood_rate": 500},  # below the engine's minimum
+        {"kind": "stream", "flood_rate": 1000},  # a rate with no flood kind
+        {"kind": "stream", "flood": "icmp", "flood_rate": 1000, "flood_target": "denied"},
+        {"kind": "min_flood_rate", "lo": 5000, "hi": 5000},
+        {"kind": "flood", "rate": 0},
+        {"kind": "flood", "sources": "10.0.0.0/24"},
+    ],
+)
+def test_bad_flood_keys_are_refused(workload: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        scenario(workload)
+
+
+def test_bisection_arithmetic() -> None:
+    assert next_rate(1000, 100_000) == 10_000  # geometric middle
+    assert 1000 < next_rate(1000, 1002) < 1002
+    assert narrow_enough(1000, 1001, 1.0)
+    assert narrow_enough(10_000, 12_000, 25.0)
+    assert not narrow_enough(10_000, 20_000, 25.0)
+
+
+def test_acl_permits_the_allowed_flood_port_only() -> None:
+    nft = render_nft(Acl(rules=4), [], PLAN, "t")
+    assert (
+        "ip saddr 198.18.4.2/32 ip daddr 198.18.2.2/32 meta l4proto { tcp, udp } th dport 9 accept"
+        in nft
+    )
+    assert "dport 19" not in nft
+    ipt = render_iptables(Acl(rules=4), [], PLAN, "t")
+    assert "-s 198.18.4.2/32 -d 198.18.2.2/32 -p udp --dport 9 -j ACCEPT" in ipt
+    # no attacker, or the option off: no flood permit at all
+    assert "198.18.4.2" not in render_nft(Acl(rules=4), [], replace(PLAN, attacker_net=None), "t")
+    assert "198.18.4.2" not in render_nft(Acl(rules=4, flood_permit=False), [], PLAN, "t")
