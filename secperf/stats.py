@@ -78,9 +78,15 @@ def summarize(values: Sequence[float], confidence: float) -> Summary:
 
 
 def ci_met(values: Sequence[float], confidence: float, halfwidth_pct: float) -> bool:
-    """Is the interval as narrow as asked (half width ≤ halfwidth_pct % of the mean)?"""
+    """Is the interval as narrow as asked (half width ≤ halfwidth_pct % of the mean)?
+
+    Identical values (a pass/fail check, a count that cannot vary) have a zero-width
+    interval even when their mean is 0, where a relative width is undefined.
+    """
     if len(values) < 2:
         return False
+    if max(values) == min(values):
+        return True
     return summarize(values, confidence).halfwidth_pct <= halfwidth_pct
 
 

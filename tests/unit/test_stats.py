@@ -149,3 +149,11 @@ def test_difference_not_significant_and_edges() -> None:
         difference([0.0, 0.0], [1.0, 2.0], 0.95)
     with pytest.raises(ValueError):
         difference([], [1.0], 0.95)
+
+
+def test_identical_values_meet_any_target_even_at_zero() -> None:
+    # a fail-closed check that fails every round (0, 0, 0) is settled, not noisy
+    assert ci_met([0.0, 0.0, 0.0], 0.95, 0.5)
+    assert ci_met([1.0, 1.0], 0.99, 0.1)
+    assert not ci_met([0.0, 0.0, 1.0], 0.95, 50.0)
+    assert not ci_met([0.0], 0.95, 50.0)
