@@ -161,7 +161,12 @@ fn hold_loop(listener: &TcpListener, sh: &Shared, mut st: ServerState) -> Result
                         st.validated += asks as u64;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // A signal or a spurious wake-up is not the peer going away.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
                 Err(_) => {
                     st.resets += 1;
                     held.remove(&pfd.fd);
