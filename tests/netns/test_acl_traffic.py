@@ -11,10 +11,9 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.custom import Custom
-from secperf.testbed.netns import ManagedProcess
+from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from tests.helpers.traffic import probe, start_echo
 
 pytestmark = pytest.mark.netns
 
@@ -24,7 +23,7 @@ UNLISTED = 7000  # in no permit
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, ManagedProcess]]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EchoServer]]:
     state = tmp_path_factory.mktemp("state")
     with Testbed.build(Topology.standard(), state_dir=state) as tb:
         echo = start_echo(tb.host("server"), "0.0.0.0", [MEASURED, DATA, UNLISTED])
@@ -41,7 +40,7 @@ def load(tb: Testbed, acl: Acl | Custom, tmp_path: Path) -> None:
 SERVER = "198.18.2.2"
 
 
-def test_without_acl_every_flow_passes(bed: tuple[Testbed, ManagedProcess]) -> None:
+def test_without_acl_every_flow_passes(bed: tuple[Testbed, EchoServer]) -> None:
     tb, _ = bed
     reset_dut(tb.host("dut"), {"nft"})
     assert probe(tb.host("client"), SERVER, UNLISTED) == "198.18.1.2"
@@ -61,7 +60,7 @@ def test_without_acl_every_flow_passes(bed: tuple[Testbed, ManagedProcess]) -> N
     ids=lambda a: f"{a.backend}-{a.layout}-{a.match}{'-stateful' if a.stateful else ''}",
 )
 def test_acl_permits_measured_and_denies_unlisted(
-    bed: tuple[Testbed, ManagedProcess], acl: Acl, tmp_path: Path
+    bed: tuple[Testbed, EchoServer], acl: Acl, tmp_path: Path
 ) -> None:
     tb, _ = bed
     dut, client = tb.host("dut"), tb.host("client")
@@ -78,7 +77,7 @@ def test_acl_permits_measured_and_denies_unlisted(
 
 
 def test_standard_acl_denies_an_unlisted_source(
-    bed: tuple[Testbed, ManagedProcess], tmp_path: Path
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
 ) -> None:
     tb, _ = bed
     client = tb.host("client")
@@ -99,7 +98,7 @@ def test_standard_acl_denies_an_unlisted_source(
 
 
 def test_custom_nft_file_is_loaded_and_a_bad_one_names_its_line(
-    bed: tuple[Testbed, ManagedProcess], tmp_path: Path
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
 ) -> None:
     tb, _ = bed
     good = tmp_path / "good.nft"

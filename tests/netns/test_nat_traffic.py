@@ -9,10 +9,9 @@ import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.nat import Nat
-from secperf.testbed.netns import ManagedProcess
+from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from tests.helpers.traffic import probe, start_echo
 
 pytestmark = pytest.mark.netns
 
@@ -21,7 +20,7 @@ PORT = 5201
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, ManagedProcess]]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EchoServer]]:
     state = tmp_path_factory.mktemp("state")
     with Testbed.build(Topology.standard(emulated_hosts=2), state_dir=state) as tb:
         echo = start_echo(tb.host("server"), "0.0.0.0", [PORT])
@@ -40,7 +39,7 @@ def load(tb: Testbed, nat: Nat, tmp_path: Path) -> None:
 BACKENDS = ["nft", "iptables-legacy", "iptables-nft"]
 
 
-def test_without_nat_the_server_sees_the_client(bed: tuple[Testbed, ManagedProcess]) -> None:
+def test_without_nat_the_server_sees_the_client(bed: tuple[Testbed, EchoServer]) -> None:
     tb, _ = bed
     assert probe(tb.host("client"), SERVER, PORT) == "198.18.1.2"
 
@@ -48,7 +47,7 @@ def test_without_nat_the_server_sees_the_client(bed: tuple[Testbed, ManagedProce
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("proto", ["tcp", "udp"])
 def test_pat_rewrites_to_the_dut_outside_address(
-    bed: tuple[Testbed, ManagedProcess], backend: str, proto: str, tmp_path: Path
+    bed: tuple[Testbed, EchoServer], backend: str, proto: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
     nat = Nat(mode="pat", backend=backend)  # type: ignore[arg-type]
@@ -61,7 +60,7 @@ def test_pat_rewrites_to_the_dut_outside_address(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pool_rewrites_into_the_pool(
-    bed: tuple[Testbed, ManagedProcess], backend: str, tmp_path: Path
+    bed: tuple[Testbed, EchoServer], backend: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
     nat = Nat(mode="pool", backend=backend, pool_size=4)  # type: ignore[arg-type]
@@ -76,7 +75,7 @@ def test_pool_rewrites_into_the_pool(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_static_maps_each_host_both_ways(
-    bed: tuple[Testbed, ManagedProcess], backend: str, tmp_path: Path
+    bed: tuple[Testbed, EchoServer], backend: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
     nat = Nat(mode="static", backend=backend)  # type: ignore[arg-type]
