@@ -24,28 +24,33 @@ from secperf.testbed.testbed import Host, ManagedProcess
 
 Record = dict[str, Any]
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILT_ENGINE = REPO_ROOT / "engine" / "target" / "release" / "secperf-engine"
 
 
-def engine_path() -> str:
-    """The engine binary: $SECPERF_ENGINE, this checkout's release build, or PATH."""
-    env = os.environ.get("SECPERF_ENGINE")
+def built_binary(name: str, env_var: str, what: str) -> str:
+    """One of this checkout's Rust binaries: $ENV_VAR, the release build, or PATH."""
+    env = os.environ.get(env_var)
     if env:
         if not Path(env).is_file():
             raise ToolMissingError(
-                f"SECPERF_ENGINE points to {env}, which does not exist",
-                fix="unset SECPERF_ENGINE or point it at a built secperf-engine",
+                f"{env_var} points to {env}, which does not exist",
+                fix=f"unset {env_var} or point it at a built {name}",
             )
         return env
-    if BUILT_ENGINE.is_file():
-        return str(BUILT_ENGINE)
-    found = shutil.which("secperf-engine")
+    built = REPO_ROOT / "engine" / "target" / "release" / name
+    if built.is_file():
+        return str(built)
+    found = shutil.which(name)
     if found:
         return found
     raise ToolMissingError(
-        "secperf-engine is not built",
-        fix="run `make engine` (or `make run`, which builds it) in the secperf checkout",
+        f"{name} ({what}) is not built",
+        fix="run `make setup` (it builds engine/ with cargo build --release)",
     )
+
+
+def engine_path() -> str:
+    """secperf-engine: $SECPERF_ENGINE, this checkout's release build, or PATH."""
+    return built_binary("secperf-engine", "SECPERF_ENGINE", "the traffic engine")
 
 
 def engine_version() -> str:

@@ -25,45 +25,26 @@ one-way UDP stream is queued packet by packet; TCP queues its SYN only.
 
 from __future__ import annotations
 
-import os
 import selectors
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secperf.engine import REPO_ROOT
-from secperf.errors import MechanismError, ToolMissingError
+from secperf.engine import built_binary
+from secperf.errors import MechanismError
 from secperf.mechanisms.acl import apply_files
 from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan
 from secperf.testbed.testbed import Host, ManagedProcess
 
-BUILT_NFQ = REPO_ROOT / "engine" / "target" / "release" / "secperf-nfq"
 READY_TIMEOUT_S = 10.0
 DAEMON_LABEL = "secperf-nfq"
 
 
 def nfq_path() -> str:
     """The daemon binary: $SECPERF_NFQ, this checkout's release build, or PATH."""
-    env = os.environ.get("SECPERF_NFQ")
-    if env:
-        if not Path(env).is_file():
-            raise ToolMissingError(
-                f"SECPERF_NFQ points to {env}, which does not exist",
-                fix="unset SECPERF_NFQ or point it at a built secperf-nfq",
-            )
-        return env
-    if BUILT_NFQ.is_file():
-        return str(BUILT_NFQ)
-    found = shutil.which("secperf-nfq")
-    if found:
-        return found
-    raise ToolMissingError(
-        "secperf-nfq (the appliance's daemon) is not built",
-        fix="cargo build --release --manifest-path engine/Cargo.toml",
-    )
+    return built_binary("secperf-nfq", "SECPERF_NFQ", "the appliance's daemon")
 
 
 def render_nft(appl: Appliance, plan: TrafficPlan, table: str) -> str:
