@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from secperf import __version__
 from secperf.errors import SecperfError
@@ -26,7 +27,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(exc: SecperfError, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     return typer.Exit(code)
 
 
@@ -92,7 +93,7 @@ def check(
             )
         except SecperfError as exc:
             failed = True
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     if failed:
         raise typer.Exit(2)
 
@@ -147,7 +148,7 @@ def clean() -> None:
         raise fail(exc) from None
     if removed:
         for item in removed:
-            console.print(f"removed {item}")
+            console.print(f"removed {item}", markup=False)
     else:
         console.print("nothing to clean: no ledger of a dead run")
 

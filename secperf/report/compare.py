@@ -102,11 +102,12 @@ def comparison_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> T
         if r.get("significant"):
             diff += "†"
             style = "bold red" if r.get("worse") else "bold green"
+        # Text, not markup: names such as "acl[rules=10]" print as written.
         table.add_row(
-            str(r["workload"]),
-            str(r.get("label") or r["point_id"]),
-            str(r["variant"]),
-            f"{r['metric']} ({r.get('unit', '')})",
+            Text(str(r["workload"])),
+            Text(str(r.get("label") or r["point_id"])),
+            Text(str(r["variant"])),
+            Text(f"{r['metric']} ({r.get('unit', '')})"),
             fmt_value(r.get("mean_a")),
             fmt_value(r.get("mean_b")),
             Text(diff, style=style),
