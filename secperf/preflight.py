@@ -18,6 +18,7 @@ from secperf.scenario.schema import (
     CustomMechanism,
     NatMechanism,
     Scenario,
+    SynproxyMechanism,
 )
 
 
@@ -83,6 +84,8 @@ def tools_for(scenario: Scenario) -> list[Tool]:
             elif isinstance(mech, ApplianceMechanism):
                 # filter + NAT in nft, the NFQUEUE rule in iptables-nft (nft has no `queue` here)
                 tools += BACKEND_TOOLS["nft"] + BACKEND_TOOLS["iptables-nft"]
+            elif isinstance(mech, SynproxyMechanism):
+                tools += BACKEND_TOOLS["nft"]  # and sysctl (procps) for nf_conntrack_tcp_loose
     return tools
 
 

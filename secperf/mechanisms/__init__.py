@@ -8,11 +8,13 @@ from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
 from secperf.mechanisms.nat import Nat
+from secperf.mechanisms.synproxy import Synproxy
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
     NatMechanism,
+    SynproxyMechanism,
 )
 from secperf.scenario.schema import Mechanism as MechanismSpec
 
@@ -42,4 +44,6 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         return Nat(mode=spec.mode, backend=spec.backend, pool_size=spec.pool_size)
     if isinstance(spec, ApplianceMechanism):
         return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
+    if isinstance(spec, SynproxyMechanism):
+        return Synproxy(mss=spec.mss, wscale=spec.wscale)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -13,7 +13,7 @@ from typing import Any
 
 from secperf.results.rundir import RunDir
 
-CHECK_KINDS = frozenset({"failclosed"})
+CHECK_KINDS = frozenset({"failclosed", "illegal"})
 
 
 def collect_checks(run: RunDir) -> list[dict[str, Any]]:

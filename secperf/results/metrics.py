@@ -135,6 +135,32 @@ FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", Fa
 MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
 
 
+# RFC 3511 §5.5 (kind dos) and §5.8 (kind illegal)
+DOS_CPS = Metric("dos_cps", "Connection rate under flood", "conn/s", True, True)
+DOS_REF_CPS = Metric("dos_cps_unflooded", "Connection rate without flood", "conn/s", True, False)
+DOS_HALF_OPEN = Metric("server_half_open", "Half-open at the server", "conn", False, False)
+DOS_FLOOD_PPS = Metric("dos_flood_pps", "Flood rate achieved", "packets/s", True, False)
+ILLEGAL_REACHED = Metric(
+    "illegal_reached", "Denied packets that reached the server", "packets", False, True
+)
+ILLEGAL_SENT = Metric("illegal_sent", "Denied packets sent", "packets", True, False)
+ALLOWED_THROUGHPUT = Metric("allowed_throughput", "Allowed flow", "Mbit/s", True, False)
+ALLOWED_TPS = Metric("allowed_tps", "Allowed flow", "trans/s", True, False)
+
+
+def _dos_failure_pct(r: Record) -> float | None:
+    ratio = _path(r, "failure_ratio")
+    return None if ratio is None else ratio * 100.0
+
+
+def _allowed_tps(r: Record) -> float | None:
+    return _path(r, "transactions_per_second") if r.get("measure") == "rr" else None
+
+
+def _allowed_mbps(r: Record) -> float | None:
+    return _throughput(r) if r.get("measure") == "stream" else None
+
+
 def _abs_error(r: Record) -> float | None:
     err = _path(r, "rate_error_pct")
     return None if err is None else abs(err)
@@ -194,6 +220,21 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     ),
     # the bracket's upper bound: the lowest rate probed that denied the stream
     "min_flood_rate": ((MIN_FLOOD, lambda r: _path(r, "min_flood_rate_pps")),),
+    "dos": (
+        (DOS_CPS, lambda r: _path(r, "rate")),
+        (FAILURES, _dos_failure_pct),
+        (DOS_REF_CPS, lambda r: _path(r, "unflooded", "rate")),
+        (DOS_HALF_OPEN, lambda r: _path(r, "server_half_open")),
+        (DOS_FLOOD_PPS, lambda r: _path(r, "flood", "rate_pps")),
+        (SD_CONN, lambda r: _busy_us_per(r, _path(r, "completed"))),
+    ),
+    # illegal_reached must be 0 through a filter; its check says so in the report
+    "illegal": (
+        (ILLEGAL_REACHED, lambda r: _path(r, "illegal_reached")),
+        (ALLOWED_THROUGHPUT, _allowed_mbps),
+        (ALLOWED_TPS, _allowed_tps),
+        (ILLEGAL_SENT, lambda r: _path(r, "illegal_sent")),
+    ),
 }
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}

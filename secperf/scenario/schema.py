@@ -253,8 +253,18 @@ class ApplianceMechanism(StrictModel):
     fail_open: bool = False
 
 
+class SynproxyMechanism(StrictModel):
+    """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
+    answers SYNs with cookies; `mss` and `wscale` must match the server's (default:
+    1460/1440 for IPv4/IPv6 on a 1500-byte MTU, and 7, Linux's for a 6 MiB rmem)."""
+
+    kind: Literal["synproxy"]
+    mss: int | None = Field(default=None, ge=536, le=65495)
+    wscale: int = Field(default=7, ge=0, le=14)
+
+
 Mechanism = Annotated[
-    AclMechanism | CustomMechanism | NatMechanism | ApplianceMechanism,
+    AclMechanism | CustomMechanism | NatMechanism | ApplianceMechanism | SynproxyMechanism,
     Field(discriminator="kind"),
 ]
 
@@ -732,6 +742,88 @@ class MinFloodRateWorkload(WorkloadBase):
         return f"min-{self.flood}-flood-{self.flood_target}"
 
 
+DosFloodRate = Annotated[
+    int | list[int],
+    PlainValidator(
+        _sweepable(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+    ),
+]
+
+
+class DosWorkload(WorkloadBase):
+    """RFC 3511 §5.5: connections/s (crr paced at `rate`, failures counted) while a
+    flood from the attacker runs; `reference` first measures the same without it.
+
+    `flood_target = "measured"` aims the flood at the crr's own server port, from
+    spoofed sources (`spoof`) no ACL lists; "allowed"/"denied" at ports 9/19."""
+
+    sweepable: ClassVar[dict[str, str]] = {"flood_rate": "count"}
+
+    kind: Literal["dos"]
+    rate: PerSecond = 2000.0
+    parallel: int = Field(default=16, ge=1, le=128)
+    timeout: Timeout = 1.0
+    request: int = Field(default=1, ge=1, le=65536)
+    response: int = Field(default=1, ge=1, le=65536)
+    flood: FloodKind = "syn"
+    flood_rate: DosFloodRate = 20_000
+    flood_target: Literal["measured", "allowed", "denied"] = "measured"
+    spoof: bool = True
+    reference: bool = True
+
+    @model_validator(mode="after")
+    def _icmp_has_no_port(self) -> DosWorkload:
+        if self.flood == "icmp" and self.flood_target != "allowed":
+            raise ValueError('an icmp flood has no port: set flood_target = "allowed"')
+        return self
+
+    def default_name(self) -> str:
+        return f"dos-{self.flood}"
+
+
+def _denied_ports(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"\d{1,5}(-\d{1,5})?", value):
+        raise ValueError(f'denied_ports is a port or a range such as "10-1023" (got {value!r})')
+    lo, _, hi = value.partition("-")
+    first, last = int(lo), int(hi or lo)
+    if not 1 <= first <= last <= 65535:
+        raise ValueError(f"denied_ports {value!r} is not a range of ports 1..65535")
+    # 9 is the attacker's permitted flood port; 5201 and 5300-5399 the measured flow's.
+    for taken, what in (
+        (range(9, 10), "the permitted flood port 9"),
+        (range(5201, 5202), "the engine's control port 5201"),
+        (range(5300, 5400), "the engine's data ports 5300-5399"),
+    ):
+        if first <= taken[-1] and taken[0] <= last:
+            raise ValueError(f"denied_ports {value!r} includes {what}, which an ACL permits")
+    return value
+
+
+class IllegalWorkload(WorkloadBase):
+    """RFC 3511 §5.8: the allowed flow (TCP stream, paced by `rate`, or rr) while denied
+    flows run from the attacker (UDP from it, SYNs from unlisted sources, each at
+    `denied_rate` packets/s to `denied_ports`); counts the denied packets that reached
+    the server (`illegal_reached`, which through an ACL must be 0)."""
+
+    kind: Literal["illegal"]
+    measure: Literal["stream", "rr"] = "stream"
+    rate: Rate = None
+    message: Annotated[int, PlainValidator(_bounded(parse_size, 1, 64 * 1024**2, "a size"))] = (
+        131072
+    )
+    denied_rate: FloodPps = 5000
+    denied_ports: Annotated[str, PlainValidator(_denied_ports)] = "10-1023"
+
+    @model_validator(mode="after")
+    def _rate_for_stream(self) -> IllegalWorkload:
+        if self.measure == "rr" and self.rate is not None:
+            raise ValueError('rate paces the stream; remove it with measure = "rr"')
+        return self
+
+    def default_name(self) -> str:
+        return f"illegal-{self.measure}"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
@@ -743,7 +835,9 @@ Workload = Annotated[
     | ConnectionsWorkload
     | ConnRateWorkload
     | TeardownRateWorkload
-    | FailclosedWorkload,
+    | FailclosedWorkload
+    | DosWorkload
+    | IllegalWorkload,
     Field(discriminator="kind"),
 ]
 

@@ -17,9 +17,11 @@ from secperf.workloads.connections import (
     ConnRateExecutor,
     TeardownRateExecutor,
 )
+from secperf.workloads.dos import DosExecutor
 from secperf.workloads.failclosed import FailclosedExecutor
 from secperf.workloads.flood import FloodBeside, FloodExecutor
 from secperf.workloads.http import HttpExecutor
+from secperf.workloads.illegal import IllegalExecutor
 from secperf.workloads.latency import LatencyExecutor
 from secperf.workloads.min_flood import MinFloodRateExecutor
 
@@ -36,6 +38,8 @@ EXECUTORS: dict[str, Executor] = {
     "teardown_rate": TeardownRateExecutor(),
     "latency": LatencyExecutor(),
     "failclosed": FailclosedExecutor(),
+    "dos": DosExecutor(),
+    "illegal": IllegalExecutor(),
 }
 
 

@@ -1,0 +1,164 @@
+"""RFC 3511 §5.5 denial-of-service handling: the connection setup rate while a SYN
+flood from spoofed sources runs (kind `dos`).
+
+The measured part is crr at a paced `rate` with a per-connection `timeout` (failures
+counted, never fatal), not a §5.3-style search: one offered rate gives two clear
+figures per round (the rate achieved and the share that failed), comparable across
+variants, in a fixed time; a search under a flood would need a flood per trial and
+its answer moves in steps of the search's resolution.
+
+The flood (engine kind `flood`, from the attacker) goes by default to the crr's own
+data port (`flood_target = "measured"`, the server's listener the measured
+connections use, so it competes for that backlog), from the upper half of the
+attacker's link (`spoof`), addresses nobody answers for: the server's SYN-ACKs to them
+die at the DUT's ARP and the half-open connections stay, as in a real SYN flood.
+Right after the crr ends the server's SYN-RECV sockets are counted (`server_half_open`),
+which shows where the flood was absorbed: at the server, or at a DUT that proxies
+SYNs (mechanism `synproxy`) or drops them (an ACL that does not permit the attacker).
+With `reference` the same crr first runs without a flood, in the same round.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from secperf.engine import Record, run_test
+from secperf.errors import EngineError
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed.topology import Topology
+from secperf.workloads.base import MeasureContext
+from secperf.workloads.flood import (
+    ATTACKER,
+    FLOOD_MARGIN_S,
+    flood_port,
+    flood_spec,
+    keep_side,
+    start_flood,
+)
+
+# The crr's fixed server data port, so that the flood can aim at its listener (inside
+# the engine's data range, which ACLs and the synproxy cover; failclosed uses 5399).
+DOS_DATA_PORT = 5390
+ATTACKER_LINK = "attacker-dut"
+
+
+def unlisted_sources(topology: Topology) -> str:
+    """Spoofed flood sources: the upper half of the attacker's link. No host answers
+    ARP for them and no ACL permit lists them."""
+    net = topology.interface(ATTACKER, ATTACKER_LINK, 4).network
+    assert isinstance(net, ipaddress.IPv4Network)
+    upper = list(net.subnets(prefixlen_diff=1))[-1]
+    return str(upper)
+
+
+def _f(params: dict[str, Any], key: str, default: float) -> float:
+    value = params.get(key)
+    return default if value is None else float(str(value))
+
+
+def crr_spec(ctx: MeasureContext, p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "crr",
+        "server": ctx.target,
+        "rate": _f(p, "rate", 2000.0),
+        "parallel": int(str(p.get("parallel") or 16)),
+        "timeout": _f(p, "timeout", 1.0),
+        "request_size": int(str(p.get("request") or 1)),
+        "response_size": int(str(p.get("response") or 1)),
+        "duration": _f(p, "duration", 2.0),
+        "warmup": _f(p, "warmup", 0.5),
+        "interval": 0,
+        "data_port": DOS_DATA_PORT,
+    }
+
+
+def crr_summary(r: Record) -> dict[str, Any]:
+    """Rate, completed, failed, failure ratio and latency of a paced crr result."""
+    done = int(r.get("transactions") or 0)
+    lost = int((r.get("loss") or {}).get("lost") or 0)
+    return {
+        "rate": float(r.get("transactions_per_second") or 0.0),
+        "completed": done,
+        "failed": lost,
+        "failure_ratio": (lost / (done + lost)) if done + lost else None,
+        "latency_us": r.get("latency_us"),
+    }
+
+
+def half_open(ctx: MeasureContext) -> int:
+    """TCP sockets in SYN-RECV in the server: half-open connections it holds."""
+    out = ctx.testbed.host("server").run(["ss", "-Htn", "state", "syn-recv"]).stdout
+    return sum(1 for line in out.splitlines() if line.strip())
+
+
+def dos_flood_spec(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> dict[str, Any]:
+    target = str(p.get("flood_target") or "measured")
+    flood = str(p.get("flood") or "syn")
+    spec = flood_spec(
+        ctx,
+        flood=flood,
+        rate_pps=int(str(p.get("flood_rate") or 20000)),
+        duration=seconds,
+        target="allowed" if target == "measured" else target,
+        sources=unlisted_sources(ctx.topology) if p.get("spoof", True) else None,
+    )
+    if flood != "icmp":
+        spec["ports"] = str(DOS_DATA_PORT if target == "measured" else flood_port(target))
+    return spec
+
+
+@dataclass(frozen=True)
+class DosExecutor:
+    """Kind `dos`: paced crr while a (SYN) flood runs from the attacker."""
+
+    hosts: frozenset[str] = frozenset({ATTACKER})
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        p = dict(point.params)
+        spec = crr_spec(ctx, p)
+        budget = spec["duration"] + spec["warmup"] + 4 * spec["timeout"] + 30
+        reference: dict[str, Any] | None = None
+        if p.get("reference", True):
+            ref = run_test(ctx.testbed.host("client"), spec, timeout=budget).result
+            ctx.keep({"type": "side", "role": "unflooded", "record": ref})
+            reference = crr_summary(ref)
+        fspec = dos_flood_spec(ctx, p, spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S)
+        flood = start_flood(ctx, fspec)
+        try:
+            flooded = run_test(ctx.testbed.host("client"), spec, timeout=budget).result
+            held = half_open(ctx)
+        except BaseException:
+            flood.stop()
+            raise
+        fres = flood.collect(keep_side(ctx, "flood")).result
+        ctx.keep({"type": "side", "role": "flooded", "record": flooded})
+        under = crr_summary(flooded)
+        rec: Record = {
+            "type": "result",
+            "kind": "dos",
+            "offered_rate": spec["rate"],
+            **under,
+            "transactions_per_second": under["rate"],
+            "machine_cpu": flooded.get("machine_cpu"),
+            "server_half_open": held,
+            "unflooded": reference,
+            "flood": {
+                "flood": fspec["flood"],
+                "target": str(p.get("flood_target") or "measured"),
+                "ports": fspec.get("ports"),
+                "sources": fspec.get("sources"),
+                "asked_pps": fspec["rate_pps"],
+                "rate_pps": fres.get("rate_pps"),
+                "packets": fres.get("packets"),
+                "send_errors": fres.get("send_errors"),
+            },
+        }
+        if under["completed"] == 0 and under["failed"] == 0:
+            raise EngineError(
+                "the crr under the flood attempted no connection",
+                fix="check the engine server and the DUT's rules (secperf doctor)",
+            )
+        ctx.keep(rec)
+        return rec

@@ -1,0 +1,207 @@
+"""RFC 3511 §5.8 illegal traffic handling (kind `illegal`): the allowed flow's
+performance while flows the policy denies run beside it, and how many denied
+packets reached the server.
+
+Two denied flows come from the attacker at `denied_rate` packets/s each, both to
+`denied_ports` (default 10-1023: port 19 and a spread of others, never the
+attacker's permitted port 9): UDP from the attacker's own address, and TCP SYNs from
+sources no permit lists (the upper half of the attacker's link). The server counts
+what arrives of them with an nft counter in its own namespace (prerouting, raw
+priority: before its stack sees anything). Through an ACL the count must be 0
+(`illegal_reached`); without one (baseline, PAT) the denied packets do reach the
+server, which is what the comparison shows. The record carries a pass/fail check
+("no denied packet reached the server"), applicable to variants that filter.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from secperf.engine import EngineTest, Record
+from secperf.errors import EngineError
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.workloads import rr, stream
+from secperf.workloads.base import MeasureContext
+from secperf.workloads.dos import ATTACKER_LINK, unlisted_sources
+from secperf.workloads.flood import ATTACKER, FLOOD_MARGIN_S, keep_side, start_flood
+
+DEFAULT_DENIED_PORTS = "10-1023"
+FLOWS = ("udp", "tcp")
+# Mechanisms whose job includes dropping what the policy does not permit.
+FILTERING_KINDS = frozenset({"acl", "custom", "appliance"})
+_INSTALLED: set[str] = set()
+
+
+def counter_table(ctx: MeasureContext) -> str:
+    return f"secperf_{ctx.testbed.prefix}_illegal"
+
+
+def counter_rules(table: str, attacker_net: str, ports: str) -> str:
+    """A table in the server that counts the denied flows' packets, per protocol.
+
+    Recreated from scratch (add, delete, define) so that loading it twice is safe."""
+    lines = [
+        f"table inet {table} {{}}",
+        f"delete table inet {table}",
+        f"table inet {table} {{",
+        *(f"  counter denied_{proto} {{}}" for proto in FLOWS),
+        "  chain prerouting {",
+        "    type filter hook prerouting priority raw; policy accept;",
+        *(
+            f'    ip saddr {attacker_net} {proto} dport {ports} counter name "denied_{proto}"'
+            for proto in FLOWS
+        ),
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def install_counters(ctx: MeasureContext, ports: str) -> None:
+    key = f"{ctx.testbed.prefix}:{ports}"
+    if key in _INSTALLED:
+        return
+    net = str(ctx.topology.interface(ATTACKER, ATTACKER_LINK, 4).network)
+    ctx.testbed.host("server").run(
+        ["nft", "-f", "-"], input=counter_rules(counter_table(ctx), net, ports)
+    )
+    _INSTALLED.add(key)
+
+
+def read_counters(ctx: MeasureContext) -> dict[str, int]:
+    """Packets counted so far per denied flow (cumulative)."""
+    out = ctx.testbed.host("server").run(
+        ["nft", "-j", "list", "counters", "table", "inet", counter_table(ctx)]
+    )
+    got: dict[str, int] = {}
+    for item in json.loads(out.stdout).get("nftables", []):
+        counter = item.get("counter")
+        name = str(counter.get("name", "")) if isinstance(counter, dict) else ""
+        if isinstance(counter, dict) and name.removeprefix("denied_") in FLOWS:
+            got[name.removeprefix("denied_")] = int(counter.get("packets", 0))
+    return got
+
+
+def settled_counters(ctx: MeasureContext, deadline_s: float = 2.0) -> dict[str, int]:
+    """The counters once packets still crossing the DUT have landed: two equal reads
+    in a row, polled, within a deadline."""
+    end = time.monotonic() + deadline_s
+    last = read_counters(ctx)
+    while time.monotonic() < end:
+        time.sleep(0.05)  # poll interval, not a wait for an event
+        now = read_counters(ctx)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def allowed_spec(ctx: MeasureContext, p: dict[str, Any]) -> dict[str, Any]:
+    measure = str(p.get("measure") or "stream")
+    if measure == "rr":
+        spec = rr.engine_spec({"protocol": "tcp"})
+    else:
+        spec = stream.engine_spec(
+            {"protocol": "tcp", "message": p.get("message"), "rate": p.get("rate")}
+        )
+    spec["server"] = ctx.target
+    spec["duration"] = float(str(p.get("duration") or 2.0))
+    spec["warmup"] = float(str(p.get("warmup") or 0.5))
+    return spec
+
+
+def denied_specs(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The two denied floods: UDP from the attacker itself, SYNs from unlisted sources."""
+    target = ctx.topology.server_address(4, "dut")
+    ports = str(p.get("denied_ports") or DEFAULT_DENIED_PORTS)
+    rate = int(str(p.get("denied_rate") or 5000))
+    common = {"kind": "flood", "target": target, "rate_pps": rate, "duration": seconds}
+    return {
+        "udp": {**common, "flood": "udp", "ports": ports},
+        "tcp": {
+            **common,
+            "flood": "syn",
+            "ports": ports,
+            "sources": unlisted_sources(ctx.topology),
+        },
+    }
+
+
+def filters(ctx: MeasureContext) -> bool:
+    return any(getattr(m, "kind", "") in FILTERING_KINDS for m, _ in ctx.mechanisms)
+
+
+@dataclass(frozen=True)
+class IllegalExecutor:
+    """Kind `illegal`: the allowed flow, denied floods beside it, counted at the server."""
+
+    hosts: frozenset[str] = frozenset({ATTACKER})
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        if ctx.family != 4:
+            raise EngineError(
+                "the illegal workload's denied floods are IPv4 only",
+                where="testbed.family",
+                fix='set family = "ipv4" in [testbed]',
+            )
+        p = dict(point.params)
+        ports = str(p.get("denied_ports") or DEFAULT_DENIED_PORTS)
+        install_counters(ctx, ports)
+        spec = allowed_spec(ctx, p)
+        seconds = spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S
+        before = read_counters(ctx)
+        specs = denied_specs(ctx, p, seconds)
+        floods = {proto: start_flood(ctx, s) for proto, s in specs.items()}
+        try:
+            allowed = EngineTest(ctx.testbed.host("client"), spec).collect().result
+        except BaseException:
+            for f in floods.values():
+                f.stop()
+            raise
+        sent = {
+            proto: f.collect(keep_side(ctx, f"denied-{proto}")).result
+            for proto, f in floods.items()
+        }
+        after = settled_counters(ctx)
+        ctx.keep({"type": "side", "role": "allowed", "record": allowed})
+        denied = {
+            proto: {
+                "flood": specs[proto]["flood"],
+                "ports": ports,
+                "sources": specs[proto].get("sources") or "attacker",
+                "asked_pps": specs[proto]["rate_pps"],
+                "rate_pps": sent[proto].get("rate_pps"),
+                "sent": int(sent[proto].get("packets") or 0),
+                "reached": after.get(proto, 0) - before.get(proto, 0),
+            }
+            for proto in FLOWS
+        }
+        total_sent = sum(d["sent"] for d in denied.values())
+        reached = sum(d["reached"] for d in denied.values())
+        applicable = filters(ctx)
+        check = {
+            "name": "no denied packet reached the server",
+            "passed": reached == 0,
+            "applicable": applicable,
+            "detail": f"{reached} of {total_sent} denied packets reached the server",
+        }
+        rec: Record = {
+            "type": "result",
+            "kind": "illegal",
+            "measure": spec["kind"],
+            "bits_per_second": allowed.get("bits_per_second"),
+            "transactions_per_second": allowed.get("transactions_per_second"),
+            "retransmits": allowed.get("retransmits"),
+            "machine_cpu": allowed.get("machine_cpu"),
+            "illegal_sent": total_sent,
+            "illegal_reached": reached,
+            "illegal_reached_pct": (100.0 * reached / total_sent) if total_sent else None,
+            "denied": denied,
+            "checks": [check],
+            "passed": reached == 0 or not applicable,
+        }
+        ctx.keep(rec)
+        return rec

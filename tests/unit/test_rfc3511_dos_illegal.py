@@ -1,0 +1,71 @@
+"""Schema, rendering and metrics of the synproxy mechanism and the dos/illegal kinds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from secperf.mechanisms import from_schema
+from secperf.mechanisms.base import MechanismContext, TrafficPlan
+from secperf.mechanisms.synproxy import Synproxy
+from secperf.results.metrics import extract
+from secperf.scenario.schema import DosWorkload, IllegalWorkload, Mechanism, Workload
+
+WORKLOAD: TypeAdapter[object] = TypeAdapter(Workload)
+MECHANISM: TypeAdapter[object] = TypeAdapter(Mechanism)
+
+
+def test_synproxy_renders_the_wiki_rules_in_its_own_table(tmp_path: Path) -> None:
+    plan = TrafficPlan(4, "198.18.1.2/32", "198.18.2.2/32", "198.18.1.2", "198.18.2.2")
+    mech = from_schema(MECHANISM.validate_python({"kind": "synproxy"}))  # type: ignore[arg-type]
+    assert isinstance(mech, Synproxy)
+    ctx = MechanismContext(plan=plan, files_dir=tmp_path, name="s.0", table="secperf_x")
+    text = mech.render(ctx)[0].path.read_text()
+    assert "table inet secperf_x_syn {" in text
+    assert (
+        "tcp dport { 5201, 5300-5399 } tcp flags & (fin | syn | rst | ack) == syn notrack" in text
+    )
+    assert "ct state invalid,untracked synproxy mss 1460 wscale 7 timestamp sack-perm" in text
+    assert "priority filter + 10" in text and "ct state invalid drop" in text
+
+
+def test_dos_and_illegal_validate_and_reject_what_they_cannot_do() -> None:
+    dos = WORKLOAD.validate_python({"kind": "dos", "flood_rate": [5000, 20000]})
+    assert isinstance(dos, DosWorkload) and dos.flood_target == "measured"
+    with pytest.raises(ValidationError, match="no port"):
+        WORKLOAD.validate_python({"kind": "dos", "flood": "icmp"})
+    ill = WORKLOAD.validate_python({"kind": "illegal", "rate": "1gbit"})
+    assert isinstance(ill, IllegalWorkload) and ill.rate == 1_000_000_000
+    for ports in ("1-100", "5201", "5350-6000"):
+        with pytest.raises(ValidationError, match="permits"):
+            WORKLOAD.validate_python({"kind": "illegal", "denied_ports": ports})
+    with pytest.raises(ValidationError, match="rate paces the stream"):
+        WORKLOAD.validate_python({"kind": "illegal", "measure": "rr", "rate": "1gbit"})
+
+
+def test_metrics_of_dos_and_illegal_records() -> None:
+    dos = extract(
+        {
+            "kind": "dos",
+            "rate": 900.0,
+            "failure_ratio": 0.1,
+            "completed": 900,
+            "server_half_open": 1024,
+            "unflooded": {"rate": 1000.0},
+            "flood": {"rate_pps": 19990.0},
+        }
+    )
+    assert dos["dos_cps"] == 900.0 and dos["failure_pct"] == pytest.approx(10.0)
+    assert dos["dos_cps_unflooded"] == 1000.0 and dos["server_half_open"] == 1024
+    ill = extract(
+        {
+            "kind": "illegal",
+            "measure": "stream",
+            "bits_per_second": 1e9,
+            "illegal_sent": 10,
+            "illegal_reached": 3,
+        }
+    )
+    assert ill == {"illegal_reached": 3, "allowed_throughput": 1000.0, "illegal_sent": 10}
