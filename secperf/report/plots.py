@@ -54,7 +54,7 @@ def swept_parameter(points: Sequence[Mapping[str, Any]]) -> str | None:
     return key if all(numeric(p[key]) is not None for p in points) else None
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     # no Software metadata: keeps the file free of URLs
@@ -98,7 +98,7 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def sweep_chart(title: str, unit: str, parameter: str, rows: Sequence[Mapping[str, Any]]) -> bytes:
@@ -138,7 +138,7 @@ def sweep_chart(title: str, unit: str, parameter: str, rows: Sequence[Mapping[st
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _chart_metrics(rows: Sequence[Mapping[str, Any]]) -> list[str]:
