@@ -256,6 +256,28 @@ def _minor_label(x: float, _pos: int | None = None) -> str:
     return f"{x:g}" if round(lead) in (2, 3, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
+PER_CHART = 5  # variants beside the baseline in one chart; more is unreadable
+
+
+def split(point: PointDelays) -> list[PointDelays]:
+    """The point as charts of at most PER_CHART variants, each with the baseline."""
+    variants = list(dict.fromkeys(v for d in point.directions.values() for v in d if v != BASELINE))
+    if len(variants) <= PER_CHART:
+        return [point]
+    groups = [variants[i : i + PER_CHART] for i in range(0, len(variants), PER_CHART)]
+    out = []
+    for i, group in enumerate(groups, start=1):
+        keep = {BASELINE, *group}
+        directions = {
+            d: {v: dist for v, dist in dists.items() if v in keep}
+            for d, dists in point.directions.items()
+        }
+        label = f"{point.label} ({i} of {len(groups)})"
+        out.append(PointDelays(point.workload, point.point_id, label, directions))
+    return out
+
+
 def delay_charts(lines: Iterable[Mapping[str, object]]) -> list[Chart]:
-    """One distribution chart per latency workload point of the run."""
-    return [distribution_chart(p) for p in collect(lines)]
+    """Distribution charts per latency workload point of the run (several when it
+    has more than PER_CHART variants)."""
+    return [distribution_chart(part) for p in collect(lines) for part in split(p)]

@@ -199,9 +199,16 @@ def transpose(table: ReportTable, paper_title: str) -> ReportTable:
         [Cell(name, numeric=False), *(row[1 + i] for row in table.rows)]
         for i, name in enumerate(names)
     ]
-    rows.append([Cell("n", numeric=False), *(row[-1] for row in table.rows)])
+    counts = [row[-1] for row in table.rows]
+    notes = list(table.footnotes)
+    if all(len(set(c.text.split("/"))) == 1 for c in counts):
+        # every row ran as often: one number per column, not "2/2/2/2/2/2"
+        counts = [Cell(c.text.split("/")[0]) for c in counts]
+        notes = [n for n in notes if not n.startswith("n = repetitions:")]
+        notes.append("n = repetitions of each row")
+    rows.append([Cell("n", numeric=False), *counts])
     title = f"{paper_title} — {table.title.split(' — ', 1)[-1]}"
-    return ReportTable(table.workload, table.metric, title, columns, rows, table.footnotes)
+    return ReportTable(table.workload, table.metric, title, columns, rows, notes)
 
 
 def _table(

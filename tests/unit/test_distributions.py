@@ -134,3 +134,18 @@ def test_no_latency_records_no_distribution_section(tmp_path: Path) -> None:
     tags = {"variant": "baseline", "workload": "rr", "point_id": "rr#0", "rep": 0}
     run.append_record(tags, {"type": "result", "kind": "rr", "transactions_per_second": 5.0})
     assert "Delay distributions" not in write_html(run).read_text()
+
+
+def test_many_variants_split_into_charts_that_each_keep_the_baseline(tmp_path: Path) -> None:
+    from secperf.report.distributions import PER_CHART, split
+
+    point = collect(latency_run(tmp_path).iter_records())[0]
+    dist = point.directions["c2s"]["acl-1000"]
+    names = [f"v{i}" for i in range(PER_CHART + 2)]
+    point.directions["c2s"].update({n: dist for n in names})
+    parts = split(point)
+    assert len(parts) == 2
+    shown = [list(p.directions["c2s"]) for p in parts]
+    assert all(s[0] == "baseline" for s in shown)
+    assert [v for s in shown for v in s[1:]] == ["acl-1000", *names]
+    assert parts[1].label == "delay (2 of 2)"
