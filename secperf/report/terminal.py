@@ -185,7 +185,12 @@ def short_columns(labels: Sequence[str]) -> tuple[str, list[str]]:
     rank = {key: i for i, key in enumerate(_KEY_ORDER)}
     keys.sort(key=lambda k: rank.get(k, len(rank)))
     corner = " / ".join(k.replace("_", " ") for k in keys)
-    return corner, [" / ".join(p[k] for k in keys) for p in parsed]
+    return corner, [" / ".join(_grouped(p[k]) for k in keys) for p in parsed]
+
+
+def _grouped(value: str) -> str:
+    """160000 -> 160,000; anything else as written."""
+    return f"{int(value):,}" if value.isdigit() and len(value) > 4 else value
 
 
 def transpose(table: ReportTable, paper_title: str) -> ReportTable:

@@ -163,6 +163,7 @@ def test_short_columns_name_the_keys_once_in_the_paper_order() -> None:
     labels = ["message=4KiB socket_buffer=56KiB", "message=1KiB socket_buffer=32KiB"]
     assert short_columns(labels) == ("socket buffer / message", ["56KiB / 4KiB", "32KiB / 1KiB"])
     assert short_columns(["request=1 response=1"]) == ("request / response", ["1 / 1"])
+    assert short_columns(["flood_rate=160000"]) == ("flood rate", ["160,000"])
     # labels that are not all key=value pairs of the same keys stay as they are
     assert short_columns(["delay", "a=1"]) == ("", ["delay", "a=1"])
     assert short_columns(["a=1", "b=2"]) == ("", ["a=1", "b=2"])
