@@ -207,6 +207,8 @@ def sweep_chart(
         ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
         ax.minorticks_off()
     if any_censored:
+        # from 0: a bound alone would otherwise zoom the axis onto one value
+        ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.15)
         ax.plot(
             [],
             [],
