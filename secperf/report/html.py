@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from secperf.report.checks import check_tables
-from secperf.report.plots import charts, variant_sweep_charts
+from secperf.report.distributions import delay_charts
+from secperf.report.plots import Chart, charts, variant_sweep_charts
 from secperf.report.terminal import ReportTable, build_tables, header_lines, paper_layouts
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
@@ -56,8 +57,21 @@ def _table_html(table: ReportTable) -> str:
     return "\n".join(out)
 
 
-def render_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> str:
-    """The whole report as one HTML document."""
+def _figure_html(chart: Chart) -> str:
+    data = base64.b64encode(chart.png).decode("ascii")
+    return (
+        f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{escape(chart.title)}</figcaption></figure>"
+    )
+
+
+def render_html(
+    summary: Mapping[str, Any],
+    run_meta: Mapping[str, Any],
+    distributions: Sequence[Chart] = (),
+) -> str:
+    """The whole report as one HTML document; `distributions` are the delay
+    distribution charts, drawn from the records (see write_html)."""
     scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
     name = str(scenario.get("name") or summary.get("scenario") or "run")
     head = header_lines(summary, run_meta)
@@ -84,12 +98,15 @@ def render_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> str:
     if figures:
         parts.append("<h2>Charts</h2>")
         parts.append('<p class="note">Whiskers: confidence interval of the mean.</p>')
-    for chart in figures:
-        data = base64.b64encode(chart.png).decode("ascii")
+    parts += [_figure_html(chart) for chart in figures]
+    if distributions:
+        parts.append("<h2>Delay distributions</h2>")
         parts.append(
-            f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(chart.title)}</figcaption></figure>"
+            '<p class="note">Every probe of every repetition, per direction; each line is '
+            "one variant, as a fraction of all its probes (the legend gives mean ± standard "
+            "deviation over the probes). Bins are common to the variants of a chart.</p>"
         )
+        parts += [_figure_html(chart) for chart in distributions]
     if summary.get("errors"):
         parts.append("<h2>Engine errors</h2><ul>")
         for err in summary["errors"]:
@@ -133,6 +150,6 @@ def write_html(run: RunDir) -> Path:
     summary = run.read_summary() if run.has_summary() else build_summary(run)
     path = run.report_html_path
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(summary, meta), encoding="utf-8")
+    tmp.write_text(render_html(summary, meta, delay_charts(run.iter_records())), encoding="utf-8")
     tmp.replace(path)
     return path

@@ -10,12 +10,15 @@ from __future__ import annotations
 import io
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import StrMethodFormatter
 
 BASELINE = "baseline"
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)(it)?\s*$")
@@ -54,7 +57,7 @@ def swept_parameter(points: Sequence[Mapping[str, Any]]) -> str | None:
     return key if all(numeric(p[key]) is not None for p in points) else None
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     # no Software metadata: keeps the file free of URLs
@@ -69,8 +72,19 @@ def _err(row: Mapping[str, Any]) -> tuple[float, float]:
     return max(mean - lo, 0.0), max(hi - mean, 0.0)
 
 
+def _censored_only(row: Mapping[str, Any]) -> bool:
+    """A search that found nothing in any repetition: only its bound is known."""
+    return bool(row.get("censored_n")) and row.get("mean") is None
+
+
+def _bound(row: Mapping[str, Any]) -> float | None:
+    bound = row.get("censored_bound")
+    return float(bound) if isinstance(bound, int | float) else None
+
+
 def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes:
-    """Grouped bars: x = workload points, one bar per variant, CI whiskers."""
+    """Grouped bars: x = workload points, one bar per variant, CI whiskers. A search
+    that found nothing is a hatched, unfilled bar up to its bound, marked ≥."""
     points = list(dict.fromkeys(str(r["point_id"]) for r in rows))
     labels = {str(r["point_id"]): str(r.get("label") or r["point_id"]) for r in rows}
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
@@ -78,67 +92,140 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     fig = Figure(figsize=(min(14.0, max(5.0, 1.5 + 0.5 * len(points) * len(variants))), 3.6))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(variants))
+    any_censored = False
+    labelled: set[str] = set()  # variants whose hatched bar carries the legend entry
+
+    def any_censored_of(variant: str) -> bool:
+        return variant in labelled
+
     for j, variant in enumerate(variants):
         xs: list[float] = []
         heights: list[float] = []
         lows: list[float] = []
         highs: list[float] = []
+        color = f"C{j % 10}"
         for i, pid in enumerate(points):
             row = by_key.get((pid, variant))
+            x = i - 0.4 + width * (j + 0.5)
+            bound = _bound(row) if row is not None else None
+            if row is not None and _censored_only(row) and bound is not None:
+                only = not any(
+                    (r := by_key.get((p, variant))) is not None and r.get("mean") is not None
+                    for p in points
+                )
+                name = variant if only and not any_censored_of(variant) else None
+                ax.bar(x, bound, width, fill=False, hatch="//", edgecolor=color, label=name)
+                labelled.add(variant)
+                ax.annotate("≥", (x, bound), ha="center", va="bottom", fontsize=8)
+                any_censored = True
+                continue
             if row is None or row.get("mean") is None:
                 continue
-            xs.append(i - 0.4 + width * (j + 0.5))
+            xs.append(x)
             heights.append(float(row["mean"]))
             lo, hi = _err(row)
             lows.append(lo)
             highs.append(hi)
-        ax.bar(xs, heights, width, yerr=[lows, highs], capsize=3, label=variant)
+        if xs:
+            ax.bar(xs, heights, width, yerr=[lows, highs], capsize=3, label=variant, color=color)
     ax.set_xticks(range(len(points)), [labels[p] for p in points], rotation=20, ha="right")
     ax.set_ylabel(unit)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    handles, names = ax.get_legend_handles_labels()
+    if any_censored:
+        handles.append(Patch(fill=False, hatch="//", edgecolor="0.4"))
+        names.append("none found up to the range's top (≥)")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.legend(handles, names, fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
-def sweep_chart(title: str, unit: str, parameter: str, rows: Sequence[Mapping[str, Any]]) -> bytes:
-    """A line per variant against the swept parameter, with CI error bars."""
+def sweep_chart(
+    title: str,
+    unit: str,
+    parameter: str,
+    rows: Sequence[Mapping[str, Any]],
+    references: Sequence[tuple[str, float]] = (),
+) -> bytes:
+    """A line per variant against the swept parameter, with CI error bars.
+
+    `references` are horizontal dashed lines (label, value), e.g. the baseline's
+    value where the variants, not the workload, were swept. A point whose search
+    found nothing is an open triangle at its bound (the value lies above it).
+    """
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
-    fig = Figure(figsize=(6.0, 3.6))
+    fig = Figure(figsize=(6.4, 3.8))
     ax = fig.add_subplot()
     all_x: list[float] = []
-    for variant in variants:
+    any_censored = False
+    for j, variant in enumerate(variants):
+        color = f"C{j % 10}"
         series = []
+        above: list[tuple[float, float]] = []
         for r in rows:
             x = numeric((r.get("point") or {}).get(parameter))
-            if r["variant"] == variant and x is not None and r.get("mean") is not None:
+            if r["variant"] != variant or x is None:
+                continue
+            bound = _bound(r)
+            if _censored_only(r) and bound is not None:
+                above.append((x, bound))
+            elif r.get("mean") is not None:
                 series.append((x, float(r["mean"]), *_err(r)))
         series.sort()
-        if not series:
-            continue
-        xs = [s[0] for s in series]
-        all_x += xs
-        ax.errorbar(
-            xs,
-            [s[1] for s in series],
-            yerr=[[s[2] for s in series], [s[3] for s in series]],
-            marker="o",
-            capsize=3,
-            label=variant,
-        )
+        all_x += [s[0] for s in series] + [a[0] for a in above]
+        if series:
+            ax.errorbar(
+                [s[0] for s in series],
+                [s[1] for s in series],
+                yerr=[[s[2] for s in series], [s[3] for s in series]],
+                marker="o",
+                capsize=3,
+                label=variant,
+                color=color,
+            )
+        if above:
+            any_censored = True
+            ax.plot(
+                [a[0] for a in above],
+                [a[1] for a in above],
+                linestyle="none",
+                marker="^",
+                markerfacecolor="none",
+                markersize=9,
+                color=color,
+                label=None if series else variant,
+            )
+    for k, (label, value) in enumerate(_merge_references(references)):
+        color = f"C{(len(variants) + k) % 10}"
+        ax.axhline(value, linestyle="--", linewidth=1.2, color=color, label=label)
     positive = [x for x in all_x if x > 0]
     if positive and len(positive) == len(all_x) and max(positive) / min(positive) >= 4:
         # sweeps usually double or multiply: equal steps on a log axis
         ticks = sorted(set(all_x))
-        ax.set_xscale("log", base=2)
+        ax.set_xscale("log", base=10 if max(positive) / min(positive) > 1000 else 2)
         ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
         ax.minorticks_off()
+    if any_censored:
+        # from 0: a bound alone would otherwise zoom the axis onto one value
+        ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.15)
+        ax.plot(
+            [],
+            [],
+            linestyle="none",
+            marker="^",
+            markerfacecolor="none",
+            color="0.4",
+            label="none found up to here (value above)",
+        )
+    if all(abs(v) >= 1000 for v in ax.get_yticks() if v):
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.set_xlabel(parameter)
     ax.set_ylabel(unit)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _chart_metrics(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -171,35 +258,88 @@ def charts(summary: Mapping[str, Any]) -> list[Chart]:
     return out
 
 
+def _merge_references(references: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Reference lines at the same value drawn once, their labels joined."""
+    merged: dict[float, list[str]] = {}
+    for label, value in references:
+        merged.setdefault(value, []).append(label)
+    out = []
+    for value, labels in merged.items():
+        heads = [label.partition(": ")[0] for label in labels]
+        tails = {label.partition(": ")[2] for label in labels}
+        # "baseline · a & baseline · b: none found" -> "baseline · a & b: none found"
+        names = [heads[0], *(h.removeprefix(f"{BASELINE} · ") for h in heads[1:])]
+        tail = f": {tails.pop()}" if len(tails) == 1 and "" not in tails else ""
+        out.append((" & ".join(names) + tail, value))
+    return out
+
+
+MAX_LINES = 6  # more lines than this on one variant-sweep chart: one chart per point
+
+
 def variant_sweep_charts(
     summary: Mapping[str, Any], sweeps: Mapping[str, Mapping[str, Any]]
 ) -> list[Chart]:
     """Variants expanded from a list (rules = [1, 10, ...]): a line per family against
-    the swept value, one chart per workload point and primary metric."""
+    the swept value, the baseline as a dashed horizontal line, per primary metric.
+
+    Points that share a metric share a chart (a line per family and point, as
+    document 002's Fig. 3b draws allowed and denied floods together) while that
+    stays readable; else a chart per point, for workloads of at most 3 points (a
+    longer workload sweep has its own chart against its parameter).
+    """
     if not sweeps:
         return []
-    rows: list[Mapping[str, Any]] = list(summary.get("rows") or [])
+    rows: list[Mapping[str, Any]] = [r for r in summary.get("rows") or [] if r.get("primary")]
     out: list[Chart] = []
-    for pid in dict.fromkeys(str(r["point_id"]) for r in rows):
-        prows = [r for r in rows if r["point_id"] == pid and r.get("primary")]
-        for metric in dict.fromkeys(str(r["metric"]) for r in prows):
-            series: list[Mapping[str, Any]] = []
-            parameter = ""
-            for r in prows:
-                info = sweeps.get(str(r["variant"]))
-                if r["metric"] != metric or not info:
-                    continue
-                parameter = next(k for k in info if k != "family")
-                # the family is the line; the swept value is x (reusing sweep_chart)
-                series.append(
-                    {**r, "variant": info["family"], "point": {parameter: info[parameter]}}
-                )
-            if not series:
-                continue
-            first = series[0]
-            label = str(first.get("label") or first.get("workload"))
-            what = first.get("metric_label") or metric
-            title = f"{label}: {what} against {parameter}"
-            unit = str(first.get("unit", ""))
-            out.append(Chart(title, sweep_chart(title, unit, parameter, series)))
+    for metric in dict.fromkeys(str(r["metric"]) for r in rows):
+        mrows = [r for r in rows if r["metric"] == metric]
+        swept = [r for r in mrows if sweeps.get(str(r["variant"]))]
+        if not swept:
+            continue
+        points = list(dict.fromkeys(str(r["point_id"]) for r in swept))
+        families = list(dict.fromkeys(str(sweeps[str(r["variant"])]["family"]) for r in swept))
+        if len(points) * len(families) <= MAX_LINES:
+            out.append(_family_chart(mrows, sweeps, points))
+            continue
+        workload_of = {str(r["point_id"]): str(r["workload"]) for r in mrows}
+        size = Counter(workload_of.values())
+        out += [_family_chart(mrows, sweeps, [p]) for p in points if size[workload_of[p]] <= 3]
     return out
+
+
+def _family_chart(
+    mrows: Sequence[Mapping[str, Any]],
+    sweeps: Mapping[str, Mapping[str, Any]],
+    points: Sequence[str],
+) -> Chart:
+    """One chart of the given points: a line per (family, point), baselines dashed."""
+    several = len(points) > 1
+    series: list[Mapping[str, Any]] = []
+    references: list[tuple[str, float]] = []
+    parameter = ""
+    for r in mrows:
+        if str(r["point_id"]) not in points:
+            continue
+        where = str(r.get("label") or r.get("workload"))
+        info = sweeps.get(str(r["variant"]))
+        if not info:
+            name = f"{BASELINE} · {where}" if several else BASELINE
+            bound = _bound(r)
+            if r["variant"] != BASELINE:
+                pass
+            elif r.get("mean") is not None:
+                references.append((name, float(r["mean"])))
+            elif bound is not None:
+                references.append((f"{name}: none found up to here", bound))
+            continue
+        parameter = next(k for k in info if k != "family")
+        line = f"{info['family']} · {where}" if several else str(info["family"])
+        # the family is the line; the swept value is x (reusing sweep_chart)
+        series.append({**r, "variant": line, "point": {parameter: info[parameter]}})
+    first = series[0]
+    what = first.get("metric_label") or first.get("metric")
+    label = "" if several else f"{first.get('label') or first.get('workload')}: "
+    title = f"{label}{what} against {parameter}"
+    unit = str(first.get("unit", ""))
+    return Chart(title, sweep_chart(title, unit, parameter, series, references))

@@ -81,10 +81,22 @@ def _metric_rank(row: Mapping[str, Any]) -> int:
     return 2
 
 
+def _censored_text(row: Mapping[str, Any]) -> str:
+    """ "not denied up to 200,000" for a search that found nothing within its range."""
+    template = str(row.get("censored_text") or "beyond {bound}")
+    return template.format(bound=fmt_value(row.get("censored_bound")))
+
+
 def _value_cell(row: Mapping[str, Any] | None) -> Cell:
     if row is None:
         return Cell("–")
+    censored = int(row.get("censored_n") or 0)
+    if censored and not row.get("n"):
+        return Cell(_censored_text(row))  # no number to show: say what was found
     text = fmt_value(row.get("mean"))
+    if censored:
+        total = censored + int(row.get("n") or 0)
+        return Cell(f"{text} ({censored} of {total}: {_censored_text(row)})", missed=True)
     hw = row.get("halfwidth_pct")
     if hw is not None:
         text += f" ±{hw:.1f}%"
@@ -105,6 +117,13 @@ def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:
     if significant:
         text += SIGNIFICANT
     return Cell(text, significant=significant)
+
+
+def _reps(row: Mapping[str, Any] | None) -> str:
+    """Repetitions measured, a search that found nothing included."""
+    if row is None:
+        return "0"
+    return str(int(row.get("n") or 0) + int(row.get("censored_n") or 0))
 
 
 def _ordered_unique(items: Sequence[str]) -> list[str]:
@@ -146,19 +165,55 @@ def build_tables(
     return tables
 
 
+# Keys that a paper names in this order ("socket 56 / message 4 KB", "request / response").
+_KEY_ORDER = ("socket_buffer", "message", "request", "response")
+
+
+def short_columns(labels: Sequence[str]) -> tuple[str, list[str]]:
+    """Point labels "message=4KiB socket_buffer=56KiB" as a corner naming the keys
+    ("socket buffer / message") and values as headers ("56KiB / 4KiB"), when every
+    label sets the same keys; else ("", labels) unchanged."""
+    parsed: list[dict[str, str]] = []
+    for label in labels:
+        pairs = [part.partition("=") for part in label.split()]
+        if not pairs or any(not sep or not key or not value for key, sep, value in pairs):
+            return "", list(labels)
+        parsed.append({key: value for key, _, value in pairs})
+    keys = list(parsed[0])
+    if any(list(p) != keys and set(p) != set(keys) for p in parsed):
+        return "", list(labels)
+    rank = {key: i for i, key in enumerate(_KEY_ORDER)}
+    keys.sort(key=lambda k: rank.get(k, len(rank)))
+    corner = " / ".join(k.replace("_", " ") for k in keys)
+    return corner, [" / ".join(_grouped(p[k]) for k in keys) for p in parsed]
+
+
+def _grouped(value: str) -> str:
+    """160000 -> 160,000; anything else as written."""
+    return f"{int(value):,}" if value.isdigit() and len(value) > 4 else value
+
+
 def transpose(table: ReportTable, paper_title: str) -> ReportTable:
     """Points become columns; baseline, each variant and each degradation become rows."""
     if not table.rows:
         return table
     names = table.columns[1:-1]  # baseline, v1, v1 Δ%, v2, v2 Δ% ...
-    columns = ["", *(row[0].text for row in table.rows)]
+    corner, heads = short_columns([row[0].text for row in table.rows])
+    columns = [corner, *heads]
     rows = [
         [Cell(name, numeric=False), *(row[1 + i] for row in table.rows)]
         for i, name in enumerate(names)
     ]
-    rows.append([Cell("n", numeric=False), *(row[-1] for row in table.rows)])
+    counts = [row[-1] for row in table.rows]
+    notes = list(table.footnotes)
+    if all(len(set(c.text.split("/"))) == 1 for c in counts):
+        # every row ran as often: one number per column, not "2/2/2/2/2/2"
+        counts = [Cell(c.text.split("/")[0]) for c in counts]
+        notes = [n for n in notes if not n.startswith("n = repetitions:")]
+        notes.append("n = repetitions of each row")
+    rows.append([Cell("n", numeric=False), *counts])
     title = f"{paper_title} — {table.title.split(' — ', 1)[-1]}"
-    return ReportTable(table.workload, table.metric, title, columns, rows, table.footnotes)
+    return ReportTable(table.workload, table.metric, title, columns, rows, notes)
 
 
 def _table(
@@ -183,22 +238,24 @@ def _table(
     body: list[list[Cell]] = []
     stops: set[str] = set()
     outliers: list[str] = []
-    any_missed = any_significant = False
+    any_missed = any_significant = any_censored = False
     for pid in points:
         base = by_key.get((pid, BASELINE))
         some = base or next(r for r in mrows if r["point_id"] == pid)
         cells = [Cell(str(some.get("label") or pid), numeric=False), _value_cell(base)]
-        counts = [str(base["n"]) if base else "0"]
+        counts = [_reps(base)]
         for v in variants:
             row = by_key.get((pid, v))
             cells += [_value_cell(row), _degradation_cell(row)]
-            counts.append(str(row["n"]) if row else "0")
+            counts.append(_reps(row))
         cells.append(Cell("/".join(counts)))
         body.append(cells)
         for row in [base] + [by_key.get((pid, v)) for v in variants]:
             if row is None:
                 continue
-            if not row.get("ci_target_met", False):
+            if row.get("censored_n"):
+                any_censored = True
+            elif not row.get("ci_target_met", False):
                 any_missed = True
                 reason = row.get("stop_reason")
                 stops.add(_STOP_WORDS.get(str(reason), str(reason)) if reason else "")
@@ -217,6 +274,11 @@ def _table(
         why = "; ".join(sorted(s for s in stops if s)) or "too few repetitions"
         tgt = f" ±{target:g} %" if isinstance(target, int | float) else ""
         notes.append(f"{MISSED} CI target{tgt} not met: {why}")
+    if any_censored:
+        notes.append(
+            "a search that found no value within its range is shown as such, not as a "
+            "number; the mean (if any) covers the repetitions that found one"
+        )
     if outliers:
         notes.append("outliers (kept): " + "; ".join(outliers))
     notes.append("n = repetitions: " + "/".join([BASELINE, *variants]))
@@ -297,7 +359,8 @@ def to_rich(table: ReportTable) -> Table:
         caption_justify="left",
     )
     for i, column in enumerate(table.columns):
-        t.add_column(Text(column), justify="left" if i == 0 else "right", no_wrap=i != 0)
+        # row names ("appliance Δ% [CI]") stay on one line as well
+        t.add_column(Text(column), justify="left" if i == 0 else "right", no_wrap=True)
     for cells in table.rows:
         t.add_row(*(_rich_cell(c) for c in cells))
     return t

@@ -240,6 +240,32 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}
 
 
+def _not_denied_up_to(r: Record) -> float | None:
+    """A search that never denied the stream: the rate lies above the range's top."""
+    if r.get("found") is not False:
+        return None
+    rng = r.get("range")
+    return _num(rng[1]) if isinstance(rng, list) and len(rng) == 2 else None
+
+
+# kind -> (metric, bound) rows for searches that found no value within their range:
+# the value lies beyond the bound, and the report says so instead of a number.
+_CENSORED: dict[str, tuple[tuple[Metric, Extractor, str], ...]] = {
+    "min_flood_rate": ((MIN_FLOOD, _not_denied_up_to, "not denied up to {bound}"),),
+}
+CENSORED_TEXT: dict[str, str] = {m.name: text for rows in _CENSORED.values() for m, _, text in rows}
+
+
+def censored(result_record: Mapping[str, Any]) -> dict[str, float]:
+    """Metric name -> bound, for the metrics this record's search did not find."""
+    bounds: dict[str, float] = {}
+    for m, get, _ in _CENSORED.get(str(result_record.get("kind", "")), ()):
+        bound = get(result_record)
+        if bound is not None:
+            bounds[m.name] = bound
+    return bounds
+
+
 def metrics_for_kind(kind: str) -> list[Metric]:
     """The metrics a record of this kind can yield, in report order ([] if unknown)."""
     return [metric for metric, _ in _TABLE.get(kind, ())]

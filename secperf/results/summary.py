@@ -14,7 +14,14 @@ from typing import Any
 
 from secperf import stats
 from secperf.results.checks import collect_checks
-from secperf.results.metrics import METRICS, Metric, extract, metrics_for_kind
+from secperf.results.metrics import (
+    CENSORED_TEXT,
+    METRICS,
+    Metric,
+    censored,
+    extract,
+    metrics_for_kind,
+)
 from secperf.results.rundir import RunDir
 
 FORMAT = 1
@@ -36,6 +43,8 @@ class Group:
     # metric name -> rep -> value
     values: dict[str, dict[int, float]] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    # metric name -> rep -> bound: searches that found nothing up to the bound
+    censored: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
@@ -87,6 +96,8 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
         group.kind = group.kind or str(record.get("kind", ""))
         for name, value in extract(record).items():
             group.values.setdefault(name, {})[rep] = value
+        for name, bound in censored(record).items():
+            group.censored.setdefault(name, {})[rep] = bound
     return _ordered(groups, scenario)
 
 
@@ -205,6 +216,10 @@ def _row(
         "stop_reason": stop.get("reason"),
         "stop_reps": stop.get("reps"),
         "errors": len(group.errors),
+        # repetitions whose search found no value: it lies beyond censored_bound
+        "censored_n": len(group.censored.get(metric.name, {})),
+        "censored_bound": max(group.censored.get(metric.name, {}).values(), default=None),
+        "censored_text": CENSORED_TEXT.get(metric.name),
         "baseline_mean": None,
         "degradation_pct": None,
         "degradation_ci_low": None,
@@ -254,7 +269,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         names += [n for n in group.values if n not in names and n in METRICS]
         stop = _stop_for(stops, point_id, variant)
         for name in names:
-            if not group.series(name):
+            if not group.series(name) and not group.censored.get(name):
                 continue  # e.g. loss for TCP
             rows.append(_row(group, METRICS[name], base, conf, target, stop))
         for err in group.errors:

@@ -147,10 +147,23 @@ def test_paper_layout_puts_points_in_columns_and_variants_in_rows() -> None:
     plain = next(t for t in build_tables(summary) if t.workload == "tcp-stream")
     paper = next(t for t in build_tables(summary, layouts) if t.workload == "tcp-stream")
     assert paper.title.startswith("Table 1: TCP_STREAM — ")
-    # the plain table's point labels are the paper table's columns
-    assert paper.columns[1:] == [row[0].text for row in plain.rows]
+    # the plain table's point labels are the paper table's columns, the key in the corner
+    assert [row[0].text for row in plain.rows] == ["message=16KiB", "message=128KiB"]
+    assert paper.columns == ["message", "16KiB", "128KiB"]
     # baseline first, then each variant and its degradation, then n
     assert [row[0].text for row in paper.rows] == [*plain.columns[1:-1], "n"]
     # the same cells, transposed
     assert paper.rows[0][1].text == plain.rows[0][1].text
     assert paper.rows[2][2].text == plain.rows[1][3].text
+
+
+def test_short_columns_name_the_keys_once_in_the_paper_order() -> None:
+    from secperf.report.terminal import short_columns
+
+    labels = ["message=4KiB socket_buffer=56KiB", "message=1KiB socket_buffer=32KiB"]
+    assert short_columns(labels) == ("socket buffer / message", ["56KiB / 4KiB", "32KiB / 1KiB"])
+    assert short_columns(["request=1 response=1"]) == ("request / response", ["1 / 1"])
+    assert short_columns(["flood_rate=160000"]) == ("flood rate", ["160,000"])
+    # labels that are not all key=value pairs of the same keys stay as they are
+    assert short_columns(["delay", "a=1"]) == ("", ["delay", "a=1"])
+    assert short_columns(["a=1", "b=2"]) == ("", ["a=1", "b=2"])

@@ -1,0 +1,124 @@
+"""Searches that found nothing, and charts of variants swept over a rule count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from secperf.report import plots
+from secperf.report.terminal import build_tables
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+
+RULES = (1, 8, 64)
+SWEEPS = {f"acl[rules={n}]": {"family": "acl", "rules": n} for n in RULES}
+
+
+def search(rate: int | None, hi: int = 200_000) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "kind": "min_flood_rate",
+        "found": rate is not None,
+        "range": [5000, hi],
+        "min_flood_rate_pps": rate,
+    }
+
+
+def flood_run(root: Path) -> RunDir:
+    """Baseline never denied; acl[rules=1] denied in one rep of two; the rest found."""
+    run = RunDir.create(root, "mf")
+    run.write_run_json({"scenario": {"name": "mf"}, "variant_sweeps": SWEEPS})
+    for workload in ("min-flood-allowed", "min-flood-denied"):
+        for rep in range(2):
+            tags = {"workload": workload, "point_id": f"{workload}#0", "label": "", "rep": rep}
+            run.append_record({**tags, "variant": "baseline"}, search(None))
+            for n in RULES:
+                rate = None if (n == 1 and rep == 1) else 100_000 // n + rep
+                run.append_record({**tags, "variant": f"acl[rules={n}]"}, search(rate))
+    return run
+
+
+def test_a_search_that_found_nothing_is_reported_as_such(tmp_path: Path) -> None:
+    summary = build_summary(flood_run(tmp_path))
+    rows = {(r["workload"], r["variant"]): r for r in summary["rows"]}
+    base = rows[("min-flood-allowed", "baseline")]
+    assert base["n"] == 0 and base["mean"] is None
+    assert base["censored_n"] == 2 and base["censored_bound"] == 200_000
+    one = rows[("min-flood-allowed", "acl[rules=1]")]
+    assert one["n"] == 1 and one["censored_n"] == 1 and one["mean"] == 100_000
+    assert rows[("min-flood-allowed", "acl[rules=8]")]["censored_n"] == 0
+
+    table = next(t for t in build_tables(summary) if t.workload == "min-flood-allowed")
+    cells = [c.text for c in table.rows[0]]
+    assert cells[1] == "not denied up to 200,000"
+    assert cells[2] == "100,000 (1 of 2: not denied up to 200,000)"
+    assert cells[-1] == "2/2/2/2"  # repetitions run, the fruitless searches included
+    assert any("found no value within its range" in n for n in table.footnotes)
+
+
+def test_points_sharing_a_metric_share_a_line_per_family_with_the_baseline_dashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[tuple[str, str, list[Any], list[tuple[str, float]]]] = []
+
+    def fake(title: str, unit: str, parameter: str, rows: Any, references: Any = ()) -> bytes:
+        drawn.append((title, parameter, list(rows), list(references)))
+        return b"png"
+
+    monkeypatch.setattr(plots, "sweep_chart", fake)
+    summary = build_summary(flood_run(tmp_path))
+    charts = plots.variant_sweep_charts(summary, SWEEPS)
+    assert [c.title for c in charts] == ["Minimum flood rate that denies against rules"]
+    _title, parameter, rows, references = drawn[0]
+    assert parameter == "rules"
+    lines = {r["variant"] for r in rows}
+    assert lines == {"acl · min-flood-allowed", "acl · min-flood-denied"}
+    assert sorted(
+        r["point"]["rules"] for r in rows if r["variant"] == "acl · min-flood-denied"
+    ) == [
+        1,
+        8,
+        64,
+    ]
+    bound = "none found up to here"
+    assert references == [
+        (f"baseline · min-flood-allowed: {bound}", 200_000.0),
+        (f"baseline · min-flood-denied: {bound}", 200_000.0),
+    ]
+    # both baselines found nothing up to the same bound: one dashed line, both named
+    assert plots._merge_references(references) == [
+        ("baseline · min-flood-allowed & min-flood-denied: none found up to here", 200_000.0)
+    ]
+
+
+def test_a_measured_baseline_is_a_reference_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(
+        plots, "sweep_chart", lambda *a, **k: seen.append(a[4] if len(a) > 4 else k) or b""
+    )
+    run = RunDir.create(tmp_path, "lat")
+    run.write_run_json({"scenario": {"name": "lat"}, "variant_sweeps": SWEEPS})
+    for rep, delay in enumerate((30.0, 32.0)):
+        tags = {"workload": "delay", "point_id": "delay#0", "label": "", "rep": rep}
+        for variant, extra in (
+            ("baseline", 0.0),
+            *((v, n * 1.0) for v, n in zip(SWEEPS, RULES, strict=True)),
+        ):
+            stats = {"count": 100, "mean": delay + extra, "stddev": 1.0, "p99": delay + 5}
+            record = {"type": "result", "kind": "latency", "latency_us": stats}
+            run.append_record({**tags, "variant": variant}, record)
+    charts = plots.variant_sweep_charts(build_summary(run), SWEEPS)
+    assert [c.title for c in charts] == ["delay: One-way delay mean against rules"]
+    assert seen == [[("baseline", 31.0)]]
+
+
+def test_a_real_png_with_found_and_not_found_points(tmp_path: Path) -> None:
+    summary = build_summary(flood_run(tmp_path))
+    (chart,) = plots.variant_sweep_charts(summary, SWEEPS)
+    assert chart.png[:8] == b"\x89PNG\r\n\x1a\n"
+    bars = plots.charts(summary)
+    assert all(c.png[:4] == b"\x89PNG" for c in bars) and len(bars) == 2
