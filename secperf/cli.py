@@ -86,9 +86,10 @@ def check(
                 check_custom_files(sc, family)
             gone = missing(tools_for(sc))
             points = sum(len(expand(w)) for w in sc.workloads)
+            variants = sum(len(v.expand(name)) for name, v in sc.variants.items())
             note = f" (missing tools: {install_hint(gone)})" if gone else ""
             console.print(
-                f"[green]ok[/] {path}: {len(sc.variants)} variant(s) + baseline, "
+                f"[green]ok[/] {escape(str(path))}: {variants} variant(s) + baseline, "
                 f"{points} workload point(s){note}"
             )
         except SecperfError as exc:
