@@ -9,8 +9,11 @@ counter in the server namespace, and where they leave (the attacker veth's
 tx_packets); the rate error is the server's count against the asked rate.
 hping3 has no rate control (`-i uN` is a gap, not a rate): only its --flood
 maximum is measured. trafgen only runs inside a namespace (it tries to change
-global sysctls). Every process is bounded by `timeout`; the testbed is torn down
-on the way out.
+global sysctls). Every maximum run is stopped by `timeout -s INT SECONDS`, so
+every tool's count covers the same seconds (an outer timeout bounds every process).
+The engine runs with its default sender (auto: AF_PACKET frames on the attacker's
+veth) and, as "engine-raw", with the raw IP socket it had before. The testbed is
+torn down on the way out.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def measure(tb: Testbed, tool: str, asked: int | None, seconds: float, argv: lis
     return Row(tool, asked, seconds, tx_packets(att, ifname) - tx0, counter(tb) - rx0)
 
 
-def engine_argv(rate: int, seconds: float) -> list[str]:
+def engine_argv(rate: int, seconds: float, sender: str = "auto") -> list[str]:
     spec = {
         "kind": "flood",
         "flood": "udp",
@@ -91,6 +94,7 @@ def engine_argv(rate: int, seconds: float) -> list[str]:
         "duration": seconds,
         "payload_size": PAYLOAD,
         "interval": 0,
+        "sender": sender,
     }
     return [engine_path(), "run", "--spec", json.dumps(spec)]
 
@@ -114,10 +118,10 @@ def trafgen_argv(tb: Testbed, conf: Path, rate: int | None, seconds: float) -> l
     dev = tb.ifname("attacker-dut", "attacker")
     argv = ["trafgen", "--dev", dev, "--conf", str(conf), "--cpus", "1"]
     if rate is not None:
-        argv += ["--rate", f"{rate}pps", "--num", str(int(rate * seconds))]
-    else:
-        argv += ["--num", str(int(3_000_000 * seconds))]
-    return argv
+        return [*argv, "--rate", f"{rate}pps", "--num", str(int(rate * seconds))]
+    # Unbounded count, stopped after `seconds` like hping3 (a --num bound would
+    # let it run past `seconds` and inflate its rate).
+    return ["timeout", "-s", "INT", str(seconds), *argv]
 
 
 def main() -> int:
@@ -140,18 +144,22 @@ def main() -> int:
         # Warm the neighbour caches so the first packets are not queued behind ARP.
         tb.host("attacker").run(["ping", "-c", "1", "-W", "1", SERVER], check=False)
         rows.append(measure(tb, "engine", None, secs, engine_argv(10_000_000, secs)))
+        raw_max = engine_argv(10_000_000, secs, "raw")
+        rows.append(measure(tb, "engine-raw", None, secs, raw_max))
         rows.append(measure(tb, "trafgen", None, secs, trafgen_argv(tb, conf, None, secs)))
         hping = ["hping3", "--udp", "-p", str(PORT), "-d", str(PAYLOAD), "--flood", "-q", SERVER]
         hping_row = measure(tb, "hping3", None, secs, ["timeout", "-s", "INT", str(secs), *hping])
         rows.append(hping_row)
         for rate in RATES:
             rows.append(measure(tb, "engine", rate, secs, engine_argv(rate, secs)))
+            raw = engine_argv(rate, secs, "raw")
+            rows.append(measure(tb, "engine-raw", rate, secs, raw))
             rows.append(measure(tb, "trafgen", rate, secs, trafgen_argv(tb, conf, rate, secs)))
-    print(f"{'tool':8} {'asked pps':>10} {'sent pps':>10} {'arrived pps':>12} {'error %':>8}")
+    print(f"{'tool':10} {'asked pps':>10} {'sent pps':>10} {'arrived pps':>12} {'error %':>8}")
     for r in rows:
         asked = "max" if r.asked is None else str(r.asked)
         err = "-" if r.error_pct is None else f"{r.error_pct:+.2f}"
-        print(f"{r.tool:8} {asked:>10} {r.sent / r.seconds:>10.0f} {r.pps:>12.0f} {err:>8}")
+        print(f"{r.tool:10} {asked:>10} {r.sent / r.seconds:>10.0f} {r.pps:>12.0f} {err:>8}")
     print("hping3: no rate control (-i uN is a gap between packets, not a rate); max only")
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
