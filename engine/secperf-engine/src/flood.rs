@@ -1,5 +1,6 @@
-//! The `flood` kind: a one-way packet flood from a raw IPv4 socket
-//! (IP_HDRINCL, so sources can be spread over a range), sent in sendmmsg
+//! The `flood` kind: a one-way packet flood of hand-made packets (so sources
+//! can be spread over a range), as Ethernet frames on an AF_PACKET socket
+//! (packet_tx, frame) or as IP packets on a raw IPv4 socket, sent in sendmmsg
 //! batches and paced by a token bucket against an absolute schedule
 //! (packet k is due at t0 + k/rate), so the rate does not drift. Always
 //! bounded by rate, count and duration.
