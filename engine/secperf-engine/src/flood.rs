@@ -132,7 +132,8 @@ fn route_source(target: Ipv4Addr, port: u16) -> Result<Ipv4Addr> {
 /// The destination address every message of a batch carries.
 enum Dest {
     Ip(libc::sockaddr_in),
-    Link(libc::sockaddr_ll),
+    /// The packet socket's bound interface.
+    Link,
 }
 
 /// sendmmsg over a fixed set of buffers, its message headers built once.
@@ -153,10 +154,10 @@ impl Batch {
                 (a as *mut libc::sockaddr_in).cast(),
                 std::mem::size_of::<libc::sockaddr_in>(),
             ),
-            Dest::Link(a) => (
-                (a as *mut libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>(),
-            ),
+            // No address: the socket's bound interface (its cached device,
+            // no lookup per frame); the kernel reads the protocol from the
+            // frame's EtherType.
+            Dest::Link => (std::ptr::null_mut(), 0),
         };
         let mut iov: Vec<libc::iovec> = bufs
             .iter_mut()
@@ -249,7 +250,7 @@ fn packet_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> std::result::Res
     let link = packet_tx::find_link(f.target, local, frame_len)?;
     let sock = packet_tx::open(&link).map_err(|e| format!("cannot open a packet socket: {}", e))?;
     let framer = Framer::new(crafter, f.flood, link.dst_mac, link.src_mac);
-    let mut batch = Batch::new(BATCH_MAX, framer.len(), Dest::Link(sock.dst));
+    let mut batch = Batch::new(BATCH_MAX, framer.len(), Dest::Link);
     for b in batch.bufs.iter_mut() {
         framer.build(b, first);
     }

@@ -265,11 +265,10 @@ fn arp_resolve(
     ))
 }
 
-/// A send-only PF_PACKET socket on the link, past the qdisc when the kernel
-/// allows it; and the destination every frame is sent to.
+/// A send-only PF_PACKET socket bound to the link (frames need no address),
+/// past the qdisc when the kernel allows it.
 pub struct PacketSocket {
     pub fd: OwnedFd,
-    pub dst: libc::sockaddr_ll,
     pub qdisc_bypass: bool,
 }
 
@@ -288,7 +287,6 @@ pub fn open(link: &Link) -> io::Result<PacketSocket> {
     };
     Ok(PacketSocket {
         fd,
-        dst: sockaddr_ll(link.ifindex, crate::frame::ETHERTYPE_IPV4, link.dst_mac),
         qdisc_bypass: rc == 0,
     })
 }
