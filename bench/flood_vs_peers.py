@@ -8,9 +8,16 @@ forwarding DUT: at the highest rate the tool reaches, and (engine, trafgen) at
 counter in the server namespace, and where they leave (the attacker veth's
 tx_packets); the rate error is the server's count against the asked rate.
 hping3 has no rate control (`-i uN` is a gap, not a rate): only its --flood
-maximum is measured. trafgen only runs inside a namespace (it tries to change
-global sysctls). Every process is bounded by `timeout`; the testbed is torn down
-on the way out.
+maximum is measured. Then the maximums again "sender only": the attacker's
+neighbour entry for the DUT (and trafgen's frames) point at an unused MAC, so the
+DUT's veth drops every frame on arrival and the count (tx_packets) is what the
+generator alone does on its core, without the forwarding path it otherwise drives
+in the same softirq. trafgen only runs inside a namespace (it tries to change
+global sysctls). Every maximum run is stopped by `timeout -s INT SECONDS`, so
+every tool's count covers the same seconds (an outer timeout bounds every process).
+The engine runs with its default sender (auto: AF_PACKET frames on the attacker's
+veth) and, as "engine-raw", with the raw IP socket it had before. The testbed is
+torn down on the way out.
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ class Row:
     seconds: float
     sent: int  # attacker veth tx_packets
     arrived: int  # nft counter at the server
+    sender_only: bool = False  # frames dropped at the DUT's veth: rate = sent
 
     @property
     def pps(self) -> float:
-        return self.arrived / self.seconds
+        return (self.sent if self.sender_only else self.arrived) / self.seconds
 
     @property
     def error_pct(self) -> float | None:
@@ -81,7 +89,7 @@ def measure(tb: Testbed, tool: str, asked: int | None, seconds: float, argv: lis
     return Row(tool, asked, seconds, tx_packets(att, ifname) - tx0, counter(tb) - rx0)
 
 
-def engine_argv(rate: int, seconds: float) -> list[str]:
+def engine_argv(rate: int, seconds: float, sender: str = "auto") -> list[str]:
     spec = {
         "kind": "flood",
         "flood": "udp",
@@ -91,14 +99,20 @@ def engine_argv(rate: int, seconds: float) -> list[str]:
         "duration": seconds,
         "payload_size": PAYLOAD,
         "interval": 0,
+        "sender": sender,
     }
     return [engine_path(), "run", "--spec", json.dumps(spec)]
 
 
-def trafgen_conf(tb: Testbed, directory: Path) -> Path:
-    dut_if = tb.ifname("attacker-dut", "dut")
-    mac = tb.host("dut").run(["cat", f"/sys/class/net/{dut_if}/address"]).stdout.strip()
-    conf = directory / "udp.cfg"
+# Locally administered and unused: frames to it die at the DUT's veth.
+NOWHERE_MAC = "02:00:00:00:00:99"
+
+
+def trafgen_conf(tb: Testbed, directory: Path, mac: str | None = None) -> Path:
+    if mac is None:
+        dut_if = tb.ifname("attacker-dut", "dut")
+        mac = tb.host("dut").run(["cat", f"/sys/class/net/{dut_if}/address"]).stdout.strip()
+    conf = directory / f"udp-{mac.replace(':', '')}.cfg"
     conf.write_text(
         "{\n"
         f"  eth(da={mac}, type=0x0800),\n"
@@ -114,10 +128,37 @@ def trafgen_argv(tb: Testbed, conf: Path, rate: int | None, seconds: float) -> l
     dev = tb.ifname("attacker-dut", "attacker")
     argv = ["trafgen", "--dev", dev, "--conf", str(conf), "--cpus", "1"]
     if rate is not None:
-        argv += ["--rate", f"{rate}pps", "--num", str(int(rate * seconds))]
-    else:
-        argv += ["--num", str(int(3_000_000 * seconds))]
-    return argv
+        return [*argv, "--rate", f"{rate}pps", "--num", str(int(rate * seconds))]
+    # Unbounded count, stopped after `seconds` like hping3 (a --num bound would
+    # let it run past `seconds` and inflate its rate).
+    return ["timeout", "-s", "INT", str(seconds), *argv]
+
+
+def max_rows(tb: Testbed, conf: Path, secs: float) -> list[Row]:
+    """Each tool as fast as it goes (the engine asked for 10 Mpps)."""
+    hping = ["hping3", "--udp", "-p", str(PORT), "-d", str(PAYLOAD), "--flood", "-q", SERVER]
+    return [
+        measure(tb, "engine", None, secs, engine_argv(10_000_000, secs)),
+        measure(tb, "engine-raw", None, secs, engine_argv(10_000_000, secs, "raw")),
+        measure(tb, "trafgen", None, secs, trafgen_argv(tb, conf, None, secs)),
+        measure(tb, "hping3", None, secs, ["timeout", "-s", "INT", str(secs), *hping]),
+    ]
+
+
+def sender_only_rows(tb: Testbed, directory: Path, secs: float) -> list[Row]:
+    """The maximums with every frame addressed to a MAC nobody has."""
+    dev = tb.ifname("attacker-dut", "attacker")
+    gateway = tb.host("attacker").run(["ip", "-o", "-4", "route", "get", SERVER]).stdout.split()
+    via = gateway[gateway.index("via") + 1]
+    neigh = ["ip", "neigh", "replace", via, "dev", dev, "lladdr", NOWHERE_MAC, "nud", "permanent"]
+    tb.host("attacker").run(neigh)
+    try:
+        rows = max_rows(tb, trafgen_conf(tb, directory, NOWHERE_MAC), secs)
+    finally:
+        tb.host("attacker").run(["ip", "neigh", "del", via, "dev", dev], check=False)
+    for r in rows:
+        r.sender_only = True
+    return rows
 
 
 def main() -> int:
@@ -139,19 +180,21 @@ def main() -> int:
         conf = trafgen_conf(tb, Path(tmp))
         # Warm the neighbour caches so the first packets are not queued behind ARP.
         tb.host("attacker").run(["ping", "-c", "1", "-W", "1", SERVER], check=False)
-        rows.append(measure(tb, "engine", None, secs, engine_argv(10_000_000, secs)))
-        rows.append(measure(tb, "trafgen", None, secs, trafgen_argv(tb, conf, None, secs)))
-        hping = ["hping3", "--udp", "-p", str(PORT), "-d", str(PAYLOAD), "--flood", "-q", SERVER]
-        hping_row = measure(tb, "hping3", None, secs, ["timeout", "-s", "INT", str(secs), *hping])
-        rows.append(hping_row)
+        rows += max_rows(tb, conf, secs)
         for rate in RATES:
             rows.append(measure(tb, "engine", rate, secs, engine_argv(rate, secs)))
+            raw = engine_argv(rate, secs, "raw")
+            rows.append(measure(tb, "engine-raw", rate, secs, raw))
             rows.append(measure(tb, "trafgen", rate, secs, trafgen_argv(tb, conf, rate, secs)))
-    print(f"{'tool':8} {'asked pps':>10} {'sent pps':>10} {'arrived pps':>12} {'error %':>8}")
+        rows += sender_only_rows(tb, Path(tmp), secs)
+    print(f"{'tool':10} {'asked pps':>13} {'sent pps':>10} {'arrived pps':>12} {'error %':>8}")
     for r in rows:
         asked = "max" if r.asked is None else str(r.asked)
+        asked = f"{asked} (sender)" if r.sender_only else asked
         err = "-" if r.error_pct is None else f"{r.error_pct:+.2f}"
-        print(f"{r.tool:8} {asked:>10} {r.sent / r.seconds:>10.0f} {r.pps:>12.0f} {err:>8}")
+        sent, arrived = r.sent / r.seconds, r.arrived / r.seconds
+        print(f"{r.tool:10} {asked:>13} {sent:>10.0f} {arrived:>12.0f} {err:>8}")
+    print("(sender): frames dropped at the DUT's veth; the rate is what the tool sent")
     print("hping3: no rate control (-i uN is a gap between packets, not a rate); max only")
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))

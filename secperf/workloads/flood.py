@@ -43,8 +43,12 @@ def flood_spec(
     payload_size: int | None = None,
     count: int | None = None,
     sources: str | None = None,
+    sender: str | None = None,
 ) -> Spec:
-    """The engine spec of a flood from the attacker towards the server (across the DUT)."""
+    """The engine spec of a flood from the attacker towards the server (across the DUT).
+
+    `sender` ("auto", "packet", "raw"; default auto): how the engine sends it; the
+    engine finds the egress interface and next-hop MAC itself."""
     if ctx.family != 4:
         raise EngineError(
             "floods are IPv4 only",
@@ -60,7 +64,12 @@ def flood_spec(
     }
     if flood != "icmp":
         spec["ports"] = str(flood_port(target))
-    for key, value in (("payload_size", payload_size), ("count", count), ("sources", sources)):
+    for key, value in (
+        ("payload_size", payload_size),
+        ("count", count),
+        ("sources", sources),
+        ("sender", sender),
+    ):
         if value is not None:
             spec[key] = value
     return spec

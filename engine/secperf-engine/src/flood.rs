@@ -1,5 +1,6 @@
-//! The `flood` kind: a one-way packet flood from a raw IPv4 socket
-//! (IP_HDRINCL, so sources can be spread over a range), sent in sendmmsg
+//! The `flood` kind: a one-way packet flood of hand-made packets (so sources
+//! can be spread over a range), as Ethernet frames on an AF_PACKET socket
+//! (packet_tx, frame) or as IP packets on a raw IPv4 socket, sent in sendmmsg
 //! batches and paced by a token bucket against an absolute schedule
 //! (packet k is due at t0 + k/rate), so the rate does not drift. Always
 //! bounded by rate, count and duration.
@@ -13,8 +14,10 @@ use serde::Serialize;
 
 use crate::cpu::{self, ProcStat};
 use crate::error::{EngineError, Result};
-use crate::flood_spec::FloodSpec;
+use crate::flood_spec::{FloodSender, FloodSpec};
+use crate::frame::{self, Framer};
 use crate::packet::{Crafter, Fields, FloodProto, Rng};
+use crate::packet_tx;
 use crate::record::{Clock, CpuTimes, Host, MachineCpu, Record, Sink, FORMAT, VERSION};
 use crate::spec::Spec;
 use crate::sys;
@@ -41,6 +44,10 @@ pub struct FloodStart {
     pub data: String,
     pub packet_size: usize,
     pub batch: usize,
+    /// "packet" (AF_PACKET frames) or "raw" (IP_HDRINCL socket).
+    pub sender: &'static str,
+    /// Why that sender, and on which link.
+    pub sender_note: String,
     pub host: Host,
 }
 
@@ -82,6 +89,8 @@ pub struct FloodResult {
     /// Packets the kernel refused (ENOBUFS, EPERM from a local filter).
     pub send_errors: u64,
     pub batch: usize,
+    pub sender: &'static str,
+    pub sender_note: String,
     pub cpu: CpuTimes,
     pub machine_cpu: MachineCpu,
 }
@@ -120,43 +129,50 @@ fn route_source(target: Ipv4Addr, port: u16) -> Result<Ipv4Addr> {
     }
 }
 
-/// sendmmsg over a fixed set of buffers.
+/// The destination address every message of a batch carries.
+enum Dest {
+    Ip(libc::sockaddr_in),
+    /// The packet socket's bound interface.
+    Link,
+}
+
+/// sendmmsg over a fixed set of buffers, its message headers built once.
 struct Batch {
     bufs: Vec<Vec<u8>>,
-    len: usize,
-    dst: libc::sockaddr_in,
+    /// Boxed so the pointers in `msgs` stay valid when the Batch moves.
+    _dst: Box<Dest>,
+    _iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
 }
 
 impl Batch {
-    fn new(n: usize, len: usize, target: Ipv4Addr) -> Batch {
-        // Safety: sockaddr_in is plain old data, so all-zero is a valid value.
-        let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        dst.sin_family = libc::AF_INET as libc::sa_family_t;
-        dst.sin_addr.s_addr = u32::from(target).to_be();
-        Batch {
-            bufs: vec![vec![0u8; len]; n],
-            len,
-            dst,
-        }
-    }
-
-    /// Sends the first `n` buffers; returns how many went, or the error.
-    fn send(&mut self, fd: i32, n: usize) -> io::Result<usize> {
-        let mut iov: Vec<libc::iovec> = self.bufs[..n]
+    fn new(n: usize, len: usize, dst: Dest) -> Batch {
+        let mut bufs = vec![vec![0u8; len]; n];
+        let mut dst = Box::new(dst);
+        let (name, namelen): (*mut libc::c_void, usize) = match dst.as_mut() {
+            Dest::Ip(a) => (
+                (a as *mut libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>(),
+            ),
+            // No address: the socket's bound interface (its cached device,
+            // no lookup per frame); the kernel reads the protocol from the
+            // frame's EtherType.
+            Dest::Link => (std::ptr::null_mut(), 0),
+        };
+        let mut iov: Vec<libc::iovec> = bufs
             .iter_mut()
             .map(|b| libc::iovec {
                 iov_base: b.as_mut_ptr().cast(),
-                iov_len: self.len,
+                iov_len: len,
             })
             .collect();
-        let dst_ptr: *mut libc::sockaddr_in = &mut self.dst;
-        let mut msgs: Vec<libc::mmsghdr> = iov
+        let msgs = iov
             .iter_mut()
             .map(|v| {
                 // Safety: msghdr is plain old data, so all-zero is a valid value.
                 let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-                h.msg_name = dst_ptr.cast();
-                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_name = name;
+                h.msg_namelen = namelen as libc::socklen_t;
                 h.msg_iov = v;
                 h.msg_iovlen = 1;
                 libc::mmsghdr {
@@ -165,14 +181,108 @@ impl Batch {
                 }
             })
             .collect();
-        // Safety: every msghdr points at an iovec and a sockaddr_in that
-        // outlive this call, and every iovec at a buffer of `len` bytes.
-        let rc = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, 0) };
+        Batch {
+            bufs,
+            _dst: dst,
+            _iov: iov,
+            msgs,
+        }
+    }
+
+    /// Sends the first `n` buffers; returns how many went, or the error.
+    fn send(&mut self, fd: i32, n: usize) -> io::Result<usize> {
+        let n = n.min(self.msgs.len());
+        // Safety: every msghdr points at an iovec, and every iovec at a
+        // buffer of `len` bytes, in heap allocations this Batch owns and
+        // never resizes; the address is boxed likewise.
+        let rc = unsafe { libc::sendmmsg(fd, self.msgs.as_mut_ptr(), n as libc::c_uint, 0) };
         if rc < 0 {
             Err(io::Error::last_os_error())
         } else {
             Ok(rc as usize)
         }
+    }
+}
+
+/// How the packets of a batch are written: whole IP packets for the raw
+/// socket, or patches of prebuilt frames for the packet socket.
+enum Writer {
+    Raw(Crafter),
+    Frame(Framer),
+}
+
+impl Writer {
+    fn write(&self, buf: &mut [u8], f: &Fields) {
+        match self {
+            Writer::Raw(c) => c.write(buf, f),
+            Writer::Frame(fr) => fr.patch(buf, f),
+        }
+    }
+}
+
+/// The sender that runs: its socket, buffers, writer, name and why.
+struct Tx {
+    fd: OwnedFd,
+    batch: Batch,
+    writer: Writer,
+    sender: &'static str,
+    note: String,
+}
+
+fn raw_tx(f: &FloodSpec, note: String) -> Result<Tx> {
+    let crafter = Crafter::new(f.flood, f.target, f.payload_size);
+    // Safety: sockaddr_in is plain old data, so all-zero is a valid value.
+    let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    dst.sin_family = libc::AF_INET as libc::sa_family_t;
+    dst.sin_addr.s_addr = u32::from(f.target).to_be();
+    Ok(Tx {
+        fd: raw_socket()?,
+        batch: Batch::new(BATCH_MAX, crafter.len(), Dest::Ip(dst)),
+        writer: Writer::Raw(crafter),
+        sender: "raw",
+        note,
+    })
+}
+
+fn packet_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> std::result::Result<Tx, String> {
+    let crafter = Crafter::new(f.flood, f.target, f.payload_size);
+    let frame_len = crafter.len() + frame::ETH_HEADER;
+    let link = packet_tx::find_link(f.target, local, frame_len)?;
+    let sock = packet_tx::open(&link).map_err(|e| format!("cannot open a packet socket: {}", e))?;
+    let framer = Framer::new(crafter, f.flood, link.dst_mac, link.src_mac);
+    let mut batch = Batch::new(BATCH_MAX, framer.len(), Dest::Link);
+    for b in batch.bufs.iter_mut() {
+        framer.build(b, first);
+    }
+    let bypass = if sock.qdisc_bypass {
+        "qdisc bypassed"
+    } else {
+        "through the qdisc"
+    };
+    Ok(Tx {
+        fd: sock.fd,
+        batch,
+        writer: Writer::Frame(framer),
+        sender: "packet",
+        note: format!("{}, {}", link.describe(), bypass),
+    })
+}
+
+/// Picks the sender the spec asks for: `auto` falls back to raw and says why.
+fn choose_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> Result<Tx> {
+    match f.sender {
+        FloodSender::Raw => raw_tx(f, "raw IP socket, as asked".into()),
+        FloodSender::Packet => packet_tx(f, local, first).map_err(|why| EngineError::Io {
+            context: format!(
+                "sender \"packet\" cannot run ({}); use sender \"auto\" to fall back to the raw IP socket",
+                why
+            ),
+            source: io::Error::other("no packet sender"),
+        }),
+        FloodSender::Auto => match packet_tx(f, local, first) {
+            Ok(tx) => Ok(tx),
+            Err(why) => raw_tx(f, format!("raw IP socket: no packet sender because {}", why)),
+        },
     }
 }
 
@@ -215,6 +325,13 @@ impl Varier {
     }
 }
 
+/// Sleeps end within ~1 µs of when asked instead of the default 50 µs slack,
+/// so that packets at low rates leave on their slot.
+fn tight_timer_slack() {
+    // Safety: PR_SET_TIMERSLACK takes a plain integer and only affects this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+}
+
 fn is_soft(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -233,12 +350,8 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         Some(c) => c.hosts(),
         None => (u32::from(local), u32::from(local)),
     };
-    let sock = raw_socket()?;
-    let fd = sock.as_raw_fd();
-    let crafter = Crafter::new(f.flood, f.target, f.payload_size);
-    let plen = crafter.len();
+    let plen = f.packet_size();
     let batch = batch_for(f.rate_pps);
-    let mut bufs = Batch::new(BATCH_MAX, plen, f.target);
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -253,6 +366,9 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         ip_id: seed as u16,
         seq: 0,
     };
+    let mut tx = choose_tx(f, local, &var.next())?;
+    let fd = tx.fd.as_raw_fd();
+    tight_timer_slack();
 
     let rate = f.rate_pps as f64;
     // Bucket depth: 50 ms of packets or two batches, whichever is more: a
@@ -280,6 +396,8 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         data: SocketAddr::new(IpAddr::V4(f.target), f.port_range.0).to_string(),
         packet_size: plen,
         batch,
+        sender: tx.sender,
+        sender_note: tx.note.clone(),
         host: cpu::host(),
     })));
 
@@ -329,10 +447,10 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         let ready = due.saturating_sub(sent);
         if ready >= batch as u64 || (ready > 0 && due == f.count) {
             let n = (ready as usize).min(BATCH_MAX);
-            for b in bufs.bufs[..n].iter_mut() {
-                crafter.write(b, &var.next());
+            for b in tx.batch.bufs[..n].iter_mut() {
+                tx.writer.write(b, &var.next());
             }
-            match bufs.send(fd, n) {
+            match tx.batch.send(fd, n) {
                 Ok(k) => {
                     let at = t0.elapsed().as_secs_f64();
                     // A batch that began before the end but finished after it
@@ -410,6 +528,8 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         forfeited,
         send_errors,
         batch,
+        sender: tx.sender,
+        sender_note: tx.note.clone(),
         cpu: sys::process_cpu().minus(cpu0),
         machine_cpu: ProcStat::read().since(&stat0),
     };

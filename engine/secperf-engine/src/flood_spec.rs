@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 use crate::packet::{FloodProto, IPV4_HEADER};
@@ -25,6 +25,30 @@ pub struct FloodRaw {
     pub payload_size: Option<u64>,
     pub sources: Option<String>,
     pub ports: Option<String>,
+    pub sender: Option<FloodSender>,
+}
+
+/// How flood packets leave: `packet` writes whole Ethernet frames on the
+/// egress interface (AF_PACKET, past the attacker's IP stack); `raw` hands IP
+/// packets to the IP stack (IP_HDRINCL); `auto` is packet when the route's
+/// interface is Ethernet and the next hop's MAC resolves, else raw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloodSender {
+    #[default]
+    Auto,
+    Packet,
+    Raw,
+}
+
+impl FloodSender {
+    pub fn name(self) -> &'static str {
+        match self {
+            FloodSender::Auto => "auto",
+            FloodSender::Packet => "packet",
+            FloodSender::Raw => "raw",
+        }
+    }
 }
 
 /// An IPv4 prefix.
@@ -86,6 +110,8 @@ pub struct FloodSpec {
     /// null: the local address the route to the target uses.
     pub sources: Option<String>,
     pub ports: String,
+    /// As asked; the record's `sender` says which one ran.
+    pub sender: FloodSender,
     #[serde(skip)]
     pub source_cidr: Option<Cidr>,
     #[serde(skip)]
@@ -250,6 +276,7 @@ pub fn resolve(raw: FloodRaw, duration: f64) -> Result<FloodSpec> {
         payload_size,
         sources: source_cidr.map(|c| c.to_string()),
         ports,
+        sender: raw.sender.unwrap_or_default(),
         source_cidr,
         port_range,
     })

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
-use crate::flood_spec::{self, FloodRaw, FloodSpec};
+use crate::flood_spec::{self, FloodRaw, FloodSender, FloodSpec};
 use crate::packet::FloodProto;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +173,7 @@ struct RawSpec {
     count: Option<u64>,
     payload_size: Option<u64>,
     ports: Option<String>,
+    sender: Option<FloodSender>,
 }
 
 /// Every field name, in record order.
@@ -215,6 +216,7 @@ pub const FIELDS: &[&str] = &[
     "count",
     "payload_size",
     "ports",
+    "sender",
 ];
 
 /// The fields a `flood` spec takes (it has no server, protocol or warm-up).
@@ -229,6 +231,7 @@ pub const FLOOD_FIELDS: &[&str] = &[
     "payload_size",
     "sources",
     "ports",
+    "sender",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
@@ -240,7 +243,7 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
     }
     if matches!(
         field,
-        "flood" | "target" | "count" | "payload_size" | "ports"
+        "flood" | "target" | "count" | "payload_size" | "ports" | "sender"
     ) {
         return false;
     }
@@ -791,6 +794,7 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
                     )),
                 },
                 ports: raw.ports,
+                sender: raw.sender,
             },
             duration,
         )?;

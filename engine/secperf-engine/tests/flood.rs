@@ -104,6 +104,9 @@ fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
         r.packets
     );
     assert_eq!(got, r.packets, "received {} of {} sent", got, r.packets);
+    // Loopback has no Ethernet: `auto` fell back to the raw socket and says why.
+    assert_eq!(r.sender, "raw");
+    assert!(r.sender_note.contains("local"), "{}", r.sender_note);
     assert_eq!(r.per_second.len(), 2);
     let intervals = recs
         .iter()
@@ -112,6 +115,36 @@ fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
     assert_eq!(intervals, 2);
     let line = recs.last().unwrap().to_line();
     assert!(line.starts_with("{\"type\":\"result\""), "{}", line);
+}
+
+#[test]
+fn packet_sender_on_loopback_is_refused_and_raw_runs_as_asked() {
+    if !is_root() {
+        eprintln!("skipped: the flood needs a raw socket (root)");
+        return;
+    }
+    let c = Counter::start();
+    let with = |sender: &str| {
+        spec(serde_json::json!({
+            "kind": "flood", "flood": "udp", "target": "127.0.0.1", "sender": sender,
+            "ports": c.port.to_string(), "rate_pps": 5000, "count": 500, "duration": 2
+        }))
+    };
+    // Asked for explicitly, the packet sender fails loudly instead of falling back.
+    let e = flood::run(&with("packet"), Instant::now(), &mut Vec::new()).unwrap_err();
+    assert_eq!(e.kind(), "io");
+    assert!(e.to_string().contains("sender \"packet\""), "{}", e);
+    let mut recs: Vec<Record> = Vec::new();
+    let r = flood::run(&with("raw"), Instant::now(), &mut recs).expect("raw flood runs");
+    assert_eq!((r.sender, r.packets), ("raw", 500));
+    assert!(r.sender_note.contains("as asked"), "{}", r.sender_note);
+    let start = recs[0].to_line();
+    assert!(start.contains("\"sender\":\"raw\""), "{}", start);
+    assert_eq!(c.finish(), 500);
+    let e = Spec::from_value(serde_json::json!({"kind":"flood","flood":"udp",
+        "target":"198.18.2.2","rate_pps":1000,"sender":"ring"}))
+    .unwrap_err();
+    assert_eq!(e.field(), Some("sender"));
 }
 
 #[test]
