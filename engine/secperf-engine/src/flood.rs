@@ -141,7 +141,7 @@ struct Batch {
     bufs: Vec<Vec<u8>>,
     /// Boxed so the pointers in `msgs` stay valid when the Batch moves.
     _dst: Box<Dest>,
-    _iov: Vec<libc::iovec>,
+    iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
 
@@ -184,7 +184,7 @@ impl Batch {
         Batch {
             bufs,
             _dst: dst,
-            _iov: iov,
+            iov,
             msgs,
         }
     }
@@ -192,6 +192,14 @@ impl Batch {
     /// Sends the first `n` buffers; returns how many went, or the error.
     fn send(&mut self, fd: i32, n: usize) -> io::Result<usize> {
         let n = n.min(self.msgs.len());
+        // The buffers were written through `&mut` since the headers were built:
+        // point the iovecs at them afresh, so the pointers the kernel reads are
+        // derived after the last write (n pointer stores, nothing per byte).
+        let parts = self.msgs.iter_mut().zip(self.iov.iter_mut());
+        for ((m, v), b) in parts.zip(self.bufs.iter_mut()).take(n) {
+            v.iov_base = b.as_mut_ptr().cast();
+            m.msg_hdr.msg_iov = v;
+        }
         // Safety: every msghdr points at an iovec, and every iovec at a
         // buffer of `len` bytes, in heap allocations this Batch owns and
         // never resizes; the address is boxed likewise.
