@@ -419,6 +419,17 @@ class FloodBeside(StrictModel):
         return self
 
 
+def udp_fits(value: int | list[int], info: ValidationInfo, what: str) -> int | list[int]:
+    """Over UDP every size (or swept size) must fit one datagram."""
+    if info.data.get("protocol") == "udp":
+        too_big = [
+            v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
+        ]
+        if too_big:
+            raise ValueError(f"a UDP {what} is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})")
+    return value
+
+
 class StreamWorkload(FloodBeside, WorkloadBase):
     """Bulk transfer (netperf TCP_STREAM / UDP_STREAM)."""
 
@@ -449,15 +460,7 @@ class StreamWorkload(FloodBeside, WorkloadBase):
     @field_validator("message")
     @classmethod
     def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
-        if info.data.get("protocol") == "udp":
-            too_big = [
-                v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
-            ]
-            if too_big:
-                raise ValueError(
-                    f"a UDP message is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})"
-                )
-        return value
+        return udp_fits(value, info, "message")
 
     def default_name(self) -> str:
         return f"{self.protocol}-stream"
@@ -483,15 +486,7 @@ class RrWorkload(FloodBeside, WorkloadBase):
     @field_validator("request", "response")
     @classmethod
     def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
-        if info.data.get("protocol") == "udp":
-            too_big = [
-                v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
-            ]
-            if too_big:
-                raise ValueError(
-                    f"a UDP datagram is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})"
-                )
-        return value
+        return udp_fits(value, info, "datagram")
 
     def default_name(self) -> str:
         return f"{self.protocol}-rr"
