@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,22 +107,7 @@ class ConnRateExecutor:
             ctx.keep(_trial_record("crr", rate, detail))
             return ok, detail
 
-        found = bisect_rate(
-            trial,
-            low=_f(p, "low", 500),
-            high=_f(p, "high", 20000),
-            resolution_pct=_f(p, "resolution_pct", 10),
-            max_steps=int(str(p.get("max_steps", 8))),
-        )
-        rec: Record = {
-            "type": "result",
-            "kind": "conn_rate",
-            "rate": found.best or 0.0,
-            "max_failure_pct": max_ratio * 100,
-            **found.as_dict(),
-        }
-        ctx.keep(rec)
-        return rec
+        return _search(ctx, p, trial, "conn_rate", max_ratio)
 
 
 @dataclass(frozen=True)
@@ -165,19 +151,30 @@ class TeardownRateExecutor:
             ctx.keep(_trial_record("connections", rate, detail))
             return ok, detail
 
-        found = bisect_rate(
-            trial,
-            low=_f(p, "low", 500),
-            high=_f(p, "high", 20000),
-            resolution_pct=_f(p, "resolution_pct", 10),
-            max_steps=int(str(p.get("max_steps", 8))),
-        )
-        rec: Record = {
-            "type": "result",
-            "kind": "teardown_rate",
-            "rate": found.best or 0.0,
-            "max_failure_pct": max_ratio * 100,
-            **found.as_dict(),
-        }
-        ctx.keep(rec)
-        return rec
+        return _search(ctx, p, trial, "teardown_rate", max_ratio)
+
+
+def _search(
+    ctx: MeasureContext,
+    p: dict[str, object],
+    trial: Callable[[float], tuple[bool, dict[str, object]]],
+    kind: str,
+    max_ratio: float,
+) -> Record:
+    """Bisect with the workload's bounds; the result record carries the bracket."""
+    found = bisect_rate(
+        trial,
+        low=_f(p, "low", 500),
+        high=_f(p, "high", 20000),
+        resolution_pct=_f(p, "resolution_pct", 10),
+        max_steps=int(str(p.get("max_steps", 8))),
+    )
+    rec: Record = {
+        "type": "result",
+        "kind": kind,
+        "rate": found.best or 0.0,
+        "max_failure_pct": max_ratio * 100,
+        **found.as_dict(),
+    }
+    ctx.keep(rec)
+    return rec
