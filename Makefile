@@ -36,6 +36,8 @@ lint: setup
 bench: setup
 	$(VENV)/python bench/testbed_build.py
 	$(VENV)/python bench/engine_vs_peers.py
+	$(VENV)/python bench/timestamp_overhead.py
+	$(VENV)/python bench/flood_vs_peers.py
 
 clean:
 	$(VENV)/secperf clean
