@@ -526,26 +526,9 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
             "crr (connect-request-response) is TCP only: set protocol to \"tcp\" or use kind \"rr\" for UDP",
         ));
     }
-    let duration = seconds(
-        "duration",
-        raw.duration.unwrap_or(10.0),
-        true,
-        0.0,
-        3600.0,
-        "10",
-    )?;
+    let duration = duration_of(raw.duration)?;
     let warmup = seconds("warmup", raw.warmup.unwrap_or(1.0), false, 0.0, 600.0, "1")?;
-    let interval = raw.interval.unwrap_or(1.0);
-    if interval != 0.0 {
-        seconds(
-            "interval",
-            interval,
-            false,
-            0.01,
-            3600.0,
-            "1 (or 0 for no interval records)",
-        )?;
-    }
+    let interval = interval_of(raw.interval)?;
     if let Some(bind) = raw.bind {
         if bind.is_ipv4() != server.is_ipv4() {
             return Err(EngineError::spec(
@@ -755,18 +738,21 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
     })
 }
 
-/// A flood: its own fields, a duration and an interval; the rest of the
-/// spec keeps inert defaults (`server` is the target's first port, unused).
-fn resolve_flood(raw: RawSpec) -> Result<Spec> {
-    let duration = seconds(
+/// `duration`: default 10 s, at most an hour; every kind, floods too.
+fn duration_of(duration: Option<f64>) -> Result<f64> {
+    seconds(
         "duration",
-        raw.duration.unwrap_or(10.0),
+        duration.unwrap_or(10.0),
         true,
         0.0,
         3600.0,
         "10",
-    )?;
-    let interval = raw.interval.unwrap_or(1.0);
+    )
+}
+
+/// `interval`: default 1 s; 0 means no interval records.
+fn interval_of(interval: Option<f64>) -> Result<f64> {
+    let interval = interval.unwrap_or(1.0);
     if interval != 0.0 {
         seconds(
             "interval",
@@ -777,6 +763,14 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
             "1 (or 0 for no interval records)",
         )?;
     }
+    Ok(interval)
+}
+
+/// A flood: its own fields, a duration and an interval; the rest of the
+/// spec keeps inert defaults (`server` is the target's first port, unused).
+fn resolve_flood(raw: RawSpec) -> Result<Spec> {
+    let duration = duration_of(raw.duration)?;
+    let interval = interval_of(raw.interval)?;
     let f =
         flood_spec::resolve(
             FloodRaw {
