@@ -2,12 +2,12 @@
 //! connection, starts the kind's data threads, takes snapshots at the
 //! warm-up boundary and each interval, finishes, and builds the result.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::control::{CountersReply, LineConn, Request, SetupReply};
+use crate::control::{self, CountersReply, LineConn, Request, SetupReply};
 use crate::cpu::{self, ProcStat};
 use crate::error::{EngineError, Result};
 use crate::kinds;
@@ -21,7 +21,6 @@ use crate::spec::{Kind, Protocol, Spec};
 use crate::sys;
 use crate::target;
 
-const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(5);
 const FINISH_TIMEOUT: Duration = Duration::from_secs(25);
 const STOP_WAIT: Duration = Duration::from_secs(10);
@@ -99,22 +98,7 @@ pub fn run(
     }
     target::check("server", spec.server.ip(), allow_any_target)?;
     spec.check_local_limits()?;
-    let stream =
-        TcpStream::connect_timeout(&spec.server, net::CONNECT_TIMEOUT).map_err(|source| {
-            EngineError::Connect {
-                what: "server's control port",
-                addr: spec.server,
-                source,
-                fix: "start `secperf-engine serve --listen ADDR:PORT` there, or fix `server`",
-            }
-        })?;
-    let mut conn = LineConn::new(stream);
-    let setup: SetupReply = conn.call(
-        &Request::Setup {
-            spec: spec.to_value(),
-        },
-        SETUP_TIMEOUT,
-    )?;
+    let (conn, setup) = control::setup(spec)?;
     let data = SocketAddr::new(spec.server.ip(), setup.data_port);
     let shared = Shared::new();
     let mut run = Run {

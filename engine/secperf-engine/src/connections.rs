@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use socket2::SockRef;
 
-use crate::control::{CountersReply, LineConn, Request, SetupReply};
+use crate::control::{self, CountersReply, LineConn, Request};
 use crate::error::{EngineError, Result};
 use crate::http_wire::{self, Fail};
 use crate::kinds::{ServerEnv, ServerSetup};
@@ -51,11 +51,7 @@ pub struct ServerState {
 
 pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
     let nofile = standalone::raise_nofile();
-    let (listener, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
-    let data_port = listener
-        .local_addr()
-        .map_err(EngineError::io("cannot read the data listener's address"))?
-        .port();
+    let (listener, data_port, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
     listener.set_nonblocking(true).map_err(EngineError::io(
         "cannot make the data listener non-blocking",
     ))?;
@@ -233,22 +229,7 @@ pub fn run(
 ) -> Result<Value> {
     target::check("server", spec.server.ip(), allow_any_target)?;
     let nofile = standalone::raise_nofile();
-    let control =
-        TcpStream::connect_timeout(&spec.server, net::CONNECT_TIMEOUT).map_err(|source| {
-            EngineError::Connect {
-                what: "server's control port",
-                addr: spec.server,
-                source,
-                fix: "start `secperf-engine serve --listen ADDR:PORT` there, or fix `server`",
-            }
-        })?;
-    let mut conn = LineConn::new(control);
-    let setup: SetupReply = conn.call(
-        &Request::Setup {
-            spec: spec.to_value(),
-        },
-        Duration::from_secs(5),
-    )?;
+    let (mut conn, setup) = control::setup(spec)?;
     let data = SocketAddr::new(spec.server.ip(), setup.data_port);
     sink.emit(standalone::start_record(spec, began, &data.to_string()));
     let timeout = Duration::from_secs_f64(spec.timeout.unwrap_or(5.0));

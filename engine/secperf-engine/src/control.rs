@@ -9,8 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+use crate::net;
 use crate::record::SocketBufs;
 use crate::shared::Counters;
+use crate::spec::Spec;
+
+/// How long the server may take to set a test up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 // A latency `finish` reply carries delay histograms.
 const MAX_LINE: usize = 16 << 20;
@@ -211,4 +216,25 @@ impl LineConn {
             ),
         })
     }
+}
+
+/// Client side: connect to the server's control port and set the test up.
+pub fn setup(spec: &Spec) -> Result<(LineConn, SetupReply)> {
+    let stream =
+        TcpStream::connect_timeout(&spec.server, net::CONNECT_TIMEOUT).map_err(|source| {
+            EngineError::Connect {
+                what: "server's control port",
+                addr: spec.server,
+                source,
+                fix: "start `secperf-engine serve --listen ADDR:PORT` there, or fix `server`",
+            }
+        })?;
+    let mut conn = LineConn::new(stream);
+    let reply = conn.call(
+        &Request::Setup {
+            spec: spec.to_value(),
+        },
+        SETUP_TIMEOUT,
+    )?;
+    Ok((conn, reply))
 }

@@ -31,11 +31,7 @@ fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
 }
 
 pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
-    let (listener, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
-    let data_port = listener
-        .local_addr()
-        .map_err(EngineError::io("cannot read the data listener's address"))?
-        .port();
+    let (listener, data_port, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
     let listener = Arc::new(listener);
     for _ in 0..spec.parallel.clamp(2, 64) {
         let (listener, spec) = (listener.clone(), spec.clone());

@@ -172,8 +172,23 @@ fn bind_any<T>(
     })
 }
 
-/// Server side: a TCP listener for one test's data connections.
-pub fn tcp_listen(spec: &Spec, ip: IpAddr, p: PortPolicy) -> Result<(TcpListener, SocketBufs)> {
+/// Server side: a TCP listener for one test's data connections, its port, and
+/// the socket buffers the kernel granted.
+pub fn tcp_listen(
+    spec: &Spec,
+    ip: IpAddr,
+    p: PortPolicy,
+) -> Result<(TcpListener, u16, SocketBufs)> {
+    let (listener, bufs) = tcp_bind(spec, ip, p)?;
+    let port = listener
+        .local_addr()
+        .map_err(EngineError::io("cannot read the data listener's address"))?
+        .port();
+    Ok((listener, port, bufs))
+}
+
+/// The listener itself, bound from the port policy.
+fn tcp_bind(spec: &Spec, ip: IpAddr, p: PortPolicy) -> Result<(TcpListener, SocketBufs)> {
     bind_any(ip, p, |addr| {
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
         s.set_reuse_address(true)?;

@@ -61,11 +61,7 @@ impl Tally {
 pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
     match spec.protocol {
         Protocol::Tcp => {
-            let (listener, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
-            let data_port = listener
-                .local_addr()
-                .map_err(EngineError::io("cannot read the data listener's address"))?
-                .port();
+            let (listener, data_port, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
             let spec = spec.clone();
             sh.spawn("rr-accept", Role::Active, move |sh, st| {
                 net::accept_loop(&listener, sh, |s| {

@@ -184,11 +184,7 @@ pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSet
 }
 
 fn serve_tcp(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
-    let (listener, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
-    let data_port = listener
-        .local_addr()
-        .map_err(EngineError::io("cannot read the data listener's address"))?
-        .port();
+    let (listener, data_port, socket) = net::tcp_listen(spec, env.ip, env.ports)?;
     let spec = spec.clone();
     sh.spawn("stream-accept", Role::Active, move |sh, st| {
         let mut seed = 1000u64;
