@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from secperf.engine import Record, run_test
-from secperf.mechanisms.base import Mechanism, MechanismContext, TrafficPlan
+from secperf.mechanisms.base import Mechanism, MechanismContext, TrafficPlan, traffic_plan
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -35,6 +35,31 @@ class MeasureContext:
     # Append one record to records.jsonl, tagged with variant, point and round.
     keep: Callable[[Record], None] = lambda _rec: None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def on(
+        cls,
+        testbed: Testbed,
+        target: str,
+        *,
+        family: int = 4,
+        variant: str = "test",
+        mechanisms: list[tuple[Mechanism, MechanismContext]] | None = None,
+        keep: Callable[[Record], None] | None = None,
+    ) -> MeasureContext:
+        """A context for measuring on `testbed` outside a run (tools and tests):
+        topology and traffic plan come from the testbed itself."""
+        return cls(
+            testbed=testbed,
+            topology=testbed.topology,
+            plan=traffic_plan(testbed.topology, family),
+            family=family,
+            variant=variant,
+            direct=False,
+            target=target,
+            mechanisms=mechanisms or [],
+            keep=keep or (lambda _rec: None),
+        )
 
 
 class Executor(Protocol):

@@ -162,16 +162,8 @@ def _measure(
         ctx.rendered = mech.render(ctx)
         mechs.append((mech, ctx))
     kept: list[Record] = []
-    ctx_m = MeasureContext(
-        testbed=tb,
-        topology=tb.topology,
-        plan=traffic_plan(tb.topology, family),
-        family=family,
-        variant=variant,
-        direct=False,
-        target=f"{SERVER}:5201",
-        mechanisms=mechs,
-        keep=kept.append,
+    ctx_m = MeasureContext.on(
+        tb, f"{SERVER}:5201", family=family, variant=variant, mechanisms=mechs, keep=kept.append
     )
     point = WorkloadPoint(
         0, 0, "failclosed", "failclosed", {"port": PROBE_PORT, "timeout": 0.5}, "", ()

@@ -70,17 +70,7 @@ def release(tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]]) -> N
 def context(
     tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]], kept: list[object]
 ) -> MeasureContext:
-    return MeasureContext(
-        testbed=tb,
-        topology=tb.topology,
-        plan=traffic_plan(tb.topology, 4),
-        family=4,
-        variant="test",
-        direct=False,
-        target=TARGET,
-        mechanisms=applied,
-        keep=kept.append,
-    )
+    return MeasureContext.on(tb, TARGET, mechanisms=applied, keep=kept.append)
 
 
 def illegal(tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]]) -> dict[str, object]:

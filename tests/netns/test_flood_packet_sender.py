@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from secperf.engine import run_test
-from secperf.mechanisms.base import CONTROL_PORT, traffic_plan
+from secperf.mechanisms.base import CONTROL_PORT
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
@@ -38,16 +38,7 @@ def counted(tb: Testbed) -> int:
 
 
 def context(tb: Testbed) -> MeasureContext:
-    return MeasureContext(
-        testbed=tb,
-        topology=tb.topology,
-        plan=traffic_plan(tb.topology, 4),
-        family=4,
-        variant="test",
-        direct=False,
-        target=f"198.18.2.2:{CONTROL_PORT}",
-        keep=lambda rec: None,
-    )
+    return MeasureContext.on(tb, f"198.18.2.2:{CONTROL_PORT}")
 
 
 @pytest.fixture(scope="module")

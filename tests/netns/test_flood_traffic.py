@@ -68,16 +68,7 @@ def reset_counters(tb: Testbed) -> None:
 
 def context(tb: Testbed, keep: list[dict[str, object]] | None = None) -> MeasureContext:
     sink = keep if keep is not None else []
-    return MeasureContext(
-        testbed=tb,
-        topology=tb.topology,
-        plan=traffic_plan(tb.topology, 4),
-        family=4,
-        variant="test",
-        direct=False,
-        target=f"198.18.2.2:{CONTROL_PORT}",
-        keep=sink.append,
-    )
+    return MeasureContext.on(tb, f"198.18.2.2:{CONTROL_PORT}", keep=sink.append)
 
 
 def flood(tb: Testbed, *, rate: int, target: str, duration: float = 2.0) -> dict[str, object]:

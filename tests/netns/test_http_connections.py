@@ -109,16 +109,7 @@ def test_connections_capacity_through_the_dut(bed: tuple[Testbed, Nginx, EngineS
 def test_setup_rate_search_ends_with_a_bracket(bed: tuple[Testbed, Nginx, EngineServer]) -> None:
     tb, _, _ = bed
     kept: list[Record] = []
-    ctx = MeasureContext(
-        testbed=tb,
-        topology=tb.topology,
-        plan=traffic_plan(tb.topology, 4),
-        family=4,
-        variant="baseline",
-        direct=False,
-        target=f"{SERVER}:{CONTROL_PORT}",
-        keep=kept.append,
-    )
+    ctx = MeasureContext.on(tb, f"{SERVER}:{CONTROL_PORT}", variant="baseline", keep=kept.append)
     # high is far above what two cores do, so the search must bisect down to a bracket.
     params: dict[str, object] = {
         "low": 200.0,
