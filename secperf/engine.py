@@ -144,7 +144,11 @@ class EngineRun:
         for rec in reversed(self.records):
             if rec.get("type") == "result":
                 return rec
-        raise EngineError("secperf-engine finished without a result record")
+        raise EngineError(
+            "secperf-engine finished without a result record",
+            fix="the engine exited early: run the spec by hand (`secperf-engine run --spec`) "
+            "to see why, and report it",
+        )
 
 
 class EngineTest:
@@ -187,6 +191,8 @@ class EngineTest:
             raise EngineError(
                 f"{self.where} failed: {msg}",
                 where=f"field {last['field']}" if last and last.get("field") else None,
+                fix="the engine's message says what to change; its records are kept in "
+                "records.jsonl",
                 record=last,
             )
         return run

@@ -485,7 +485,11 @@ def load_scenario(path: Path) -> Scenario:
             "is a directory, not a scenario file", where=str(path), fix="name a .toml file"
         ) from None
     except OSError as exc:
-        raise ScenarioError(f"cannot read the scenario: {exc.strerror}", where=str(path)) from None
+        raise ScenarioError(
+            f"cannot read the scenario: {exc.strerror}",
+            where=str(path),
+            fix="check the path and that you may read the file",
+        ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

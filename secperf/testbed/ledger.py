@@ -131,7 +131,10 @@ class Ledger:
                 if n == len(lines) - 1:
                     break  # a write cut short by a crash: nothing after it exists
                 raise TestbedError(
-                    "ledger line is not JSON", where=f"{self.path}:{n + 1}"
+                    "ledger line is not JSON",
+                    where=f"{self.path}:{n + 1}",
+                    fix="the ledger was edited by hand: remove what it names with `ip netns del` "
+                    "and delete the file",
                 ) from None
             if entry.get("op") == "run":
                 self._header = entry

@@ -83,7 +83,11 @@ def run_command(
             fix=f"install {argv[0]} (iproute2 for ip and tc)",
         ) from None
     except subprocess.TimeoutExpired:
-        raise TestbedError(f"command timed out after {timeout} s: {cmd}", where=cmd) from None
+        raise TestbedError(
+            f"command timed out after {timeout} s: {cmd}",
+            where=cmd,
+            fix="the machine may be overloaded; `secperf clean` removes what this run left",
+        ) from None
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip()
         raise TestbedError(
@@ -139,7 +143,11 @@ def delete_netns(name: str) -> bool:
         return False
     proc = run_command(["ip", "netns", "del", name], check=False)
     if proc.returncode != 0 and netns_exists(name):
-        raise TestbedError(f"could not delete namespace {name}: {proc.stderr.strip()}", where=name)
+        raise TestbedError(
+            f"could not delete namespace {name}: {proc.stderr.strip()}",
+            where=name,
+            fix="its ledger is kept: run `secperf clean` again once what holds it has ended",
+        )
     return True
 
 

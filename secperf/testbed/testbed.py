@@ -129,7 +129,9 @@ class Testbed:
             if isinstance(exc, TestbedError | KeyboardInterrupt | SystemExit):
                 raise
             raise TestbedError(
-                f"building the testbed failed: {exc!r}", where=str(ledger.path)
+                f"building the testbed failed: {exc!r}",
+                where=str(ledger.path),
+                fix="what was built is torn down; `secperf doctor` checks the tools",
             ) from exc
         return tb
 
@@ -317,7 +319,10 @@ def _remover(ledger: Ledger, kind: EntryType, e: dict[str, Any]) -> Callable[[],
             and "No such" not in proc.stderr
             and "does not exist" not in (proc.stderr)
         ):
-            raise TestbedError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+            raise TestbedError(
+                f"{' '.join(argv)}: {proc.stderr.strip()}",
+                fix="the ledger keeps the entry: run `secperf clean` to retry",
+            )
         ledger.remove(kind, **_key(kind, e))
 
     return remove
