@@ -122,6 +122,13 @@ def _socket_buffer(value: object) -> int | None:
     return _bounded(parse_size, 1, 2**31 - 1, "a socket buffer")(value)
 
 
+def _receive_lowat(value: object) -> int | None:
+    if value is None:
+        return None
+    return _bounded(parse_size, 1, 64 * 1024**2, "a receive low-water mark")(value)
+
+
+ReceiveLowat = Annotated[int | None, PlainValidator(_receive_lowat)]
 SocketBuffer = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(_socket_buffer))]
 SweepRate = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(parse_rate))]
 Parallel = Annotated[
@@ -449,6 +456,7 @@ class StreamWorkload(FloodBeside, WorkloadBase):
     parallel: Parallel = 1
     payload: Payload = "random"
     rate: SweepRate = None
+    rcvlowat: ReceiveLowat = None  # the engine's default (see docs/scenario-format.md)
 
     @model_validator(mode="before")
     @classmethod
@@ -461,6 +469,15 @@ class StreamWorkload(FloodBeside, WorkloadBase):
     @classmethod
     def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
         return udp_fits(value, info, "message")
+
+    @field_validator("rcvlowat")
+    @classmethod
+    def _tcp_only(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("protocol") == "udp":
+            raise ValueError(
+                'rcvlowat applies to TCP streams only: remove it or use protocol = "tcp"'
+            )
+        return value
 
     def default_name(self) -> str:
         return f"{self.protocol}-stream"

@@ -21,5 +21,6 @@ def engine_spec(params: Mapping[str, Any]) -> dict[str, Any]:
             "parallel": "parallel",
             "payload": "payload",
             "rate": "rate_bps",
+            "rcvlowat": "rcvlowat",
         },
     )

@@ -84,7 +84,18 @@ def test_stream_defaults_depend_on_protocol() -> None:
         "random",
     )
     assert (udp.name, udp.message) == ("udp-stream", 1024)
-    assert tcp.socket_buffer is None and tcp.rate is None
+    assert tcp.socket_buffer is None and tcp.rate is None and tcp.rcvlowat is None
+
+
+def test_stream_rcvlowat_reaches_the_engine_spec_only_when_given() -> None:
+    from secperf.workloads.stream import engine_spec
+
+    sc = Scenario.model_validate(
+        minimal(workloads=[{"kind": "stream"}, {"kind": "stream", "rcvlowat": "1B"}])
+    )
+    default, given = (engine_spec(w.model_dump()) for w in sc.workloads)
+    assert "rcvlowat" not in default
+    assert given["rcvlowat"] == 1
 
 
 def test_sweepable_fields_take_lists_of_units() -> None:
@@ -152,6 +163,16 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
             minimal(workloads=[{"kind": "stream", "protocol": "udp", "message": "64KiB"}]),
             ("workloads", 0, "stream", "message"),
             "at most 65507",
+        ),
+        (
+            minimal(workloads=[{"kind": "stream", "protocol": "udp", "rcvlowat": "64KiB"}]),
+            ("workloads", 0, "stream", "rcvlowat"),
+            "TCP streams only",
+        ),
+        (
+            minimal(workloads=[{"kind": "stream", "rcvlowat": 0}]),
+            ("workloads", 0, "stream", "rcvlowat"),
+            "at least 1",
         ),
         (
             minimal(workloads=[{"kind": "rr", "request": [1, 1]}]),

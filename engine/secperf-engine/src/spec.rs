@@ -107,6 +107,13 @@ pub const ADDRESSES_MAX: usize = 4096;
 pub const UDP_MAX: usize = 65507;
 /// Sanity bound for TCP message/request/response sizes.
 pub const TCP_MAX: usize = 64 << 20;
+/// Streams of messages this large or larger wake their receiver once per
+/// message by default (`rcvlowat` = message size); smaller ones on any data.
+/// docs/performance.md has the measurements behind the choice.
+pub const RCVLOWAT_FROM: usize = 128 << 10;
+/// The default low-water mark stays below half of the smallest usual
+/// `net.ipv4.tcp_rmem` maximum (the kernel caps it there).
+pub const RCVLOWAT_DEFAULT_MAX: usize = 2 << 20;
 /// Pipelined rr must fit the default socket buffers, or both ends block writing.
 pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
 
@@ -147,6 +154,7 @@ struct RawSpec {
     nodelay: Option<bool>,
     direction: Option<Direction>,
     message_size: Option<u64>,
+    rcvlowat: Option<u64>,
     parallel: Option<u64>,
     payload: Option<Payload>,
     rate_bps: Option<u64>,
@@ -191,6 +199,7 @@ pub const FIELDS: &[&str] = &[
     "nodelay",
     "direction",
     "message_size",
+    "rcvlowat",
     "parallel",
     "payload",
     "rate_bps",
@@ -259,6 +268,7 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "rate" | "timeout" => matches!(kind, Http | Crr | Connections),
         "connections" | "hold" | "close_rate" => kind == Connections,
         "nodelay" => protocol == Protocol::Tcp,
+        "rcvlowat" => kind == Stream && protocol == Protocol::Tcp,
         "direction" | "message_size" | "rate_bps" => kind == Stream,
         "parallel" => matches!(kind, Stream | Crr | Http),
         "request_size" | "response_size" => matches!(kind, Rr | Crr),
@@ -289,6 +299,13 @@ pub struct Spec {
     pub nodelay: bool,
     pub direction: Direction,
     pub message_size: usize,
+    /// TCP stream receivers: SO_RCVLOWAT, the bytes queued before a blocked
+    /// read wakes (1 = the kernel's default, wake on any data).
+    pub rcvlowat: usize,
+    /// Whether `rcvlowat` was given (only a given value is checked against
+    /// the host's limits; the default is kept within them).
+    #[serde(skip)]
+    pub rcvlowat_given: bool,
     pub parallel: usize,
     pub payload: Payload,
     pub rate_bps: Option<u64>,
@@ -404,6 +421,7 @@ impl Spec {
     /// Refuses a socket buffer above what this host's sysctls allow (the
     /// kernel would silently clamp it).
     pub fn check_local_limits(&self) -> Result<()> {
+        self.check_rcvlowat_limit()?;
         let Some(want) = self.socket_buffer else {
             return Ok(());
         };
@@ -423,6 +441,43 @@ impl Spec {
                         ),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a given `rcvlowat` the kernel would silently cap: above half
+    /// of `net.ipv4.tcp_rmem`'s maximum, or above a fixed `socket_buffer`.
+    fn check_rcvlowat_limit(&self) -> Result<()> {
+        if !self.rcvlowat_given || !applies("rcvlowat", self.kind, self.protocol) {
+            return Ok(());
+        }
+        let want = self.rcvlowat as u64;
+        if let Some(buf) = self.socket_buffer {
+            if want > buf {
+                return Err(EngineError::spec(
+                    "rcvlowat",
+                    format!(
+                        "rcvlowat {} is above socket_buffer {}: the kernel would cap it there; use at most {}",
+                        want, buf, buf
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let rmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(2)?.parse::<u64>().ok());
+        if let Some(max) = rmem_max {
+            if want > max / 2 {
+                return Err(EngineError::spec(
+                    "rcvlowat",
+                    format!(
+                        "rcvlowat {} is above half of net.ipv4.tcp_rmem's maximum ({}) on this host, where the kernel caps it: \
+                         use at most {} or raise the maximum (sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {}\")",
+                        want, max, max / 2, want * 2
+                    ),
+                ));
             }
         }
         Ok(())
@@ -577,6 +632,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         Protocol::Udp => 1024,
     };
     let message_size = size("message_size", raw.message_size, default_msg, protocol)?;
+    let rcvlowat = rcvlowat_of(raw.rcvlowat, message_size, raw.rate_bps)?;
     let request_size = size("request_size", raw.request_size, 1, protocol)?;
     let response_size = size("response_size", raw.response_size, 1, protocol)?;
     if raw.rate_bps == Some(0) {
@@ -714,6 +770,8 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         nodelay: raw.nodelay.unwrap_or(kind != Kind::Stream),
         direction: raw.direction.unwrap_or(Direction::Send),
         message_size,
+        rcvlowat,
+        rcvlowat_given: raw.rcvlowat.is_some(),
         parallel: parallel as usize,
         payload: raw.payload.unwrap_or(Payload::Random),
         rate_bps: raw.rate_bps,
@@ -736,6 +794,31 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
         flood: None,
     })
+}
+
+/// `rcvlowat`: given, 1 ..= TCP_MAX; by default the message size for
+/// unpaced streams of large messages (one wake-up per message instead of one
+/// per arriving packet), else 1. A paced stream keeps 1 so that its interval
+/// figures are not lumped into message-sized steps.
+fn rcvlowat_of(given: Option<u64>, message_size: usize, rate_bps: Option<u64>) -> Result<usize> {
+    match given {
+        Some(0) => Err(EngineError::spec(
+            "rcvlowat",
+            "rcvlowat must be at least 1 byte (got 0): give 1 to wake the receiver on any data, or leave it out",
+        )),
+        Some(v) if v > TCP_MAX as u64 => Err(EngineError::spec(
+            "rcvlowat",
+            format!(
+                "rcvlowat {} is above 64 MiB ({} bytes): use at most {}, or leave it out",
+                v, TCP_MAX, TCP_MAX
+            ),
+        )),
+        Some(v) => Ok(v as usize),
+        None if message_size >= RCVLOWAT_FROM && rate_bps.is_none() => {
+            Ok(message_size.min(RCVLOWAT_DEFAULT_MAX))
+        }
+        None => Ok(1),
+    }
 }
 
 /// `duration`: default 10 s, at most an hour; every kind, floods too.
@@ -806,6 +889,8 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
         nodelay: false,
         direction: Direction::Send,
         message_size: f.packet_size(),
+        rcvlowat: 1,
+        rcvlowat_given: false,
         parallel: 1,
         payload: Payload::Random,
         rate_bps: None,

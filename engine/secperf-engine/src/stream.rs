@@ -9,6 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,8 +99,18 @@ pub fn tcp_send(
 }
 
 /// Receives until EOF (the time of EOF is the last byte's time).
+///
+/// With `rcvlowat` > 1 the read sleeps until that much is queued rather than
+/// waking on every arriving packet: on a busy path each wake-up of a sleeping
+/// reader costs the sender an inter-processor interrupt, and for large
+/// messages those wake-ups, not the copying, limited the rate
+/// (docs/performance.md). The read buffer holds at least that much.
 pub fn tcp_receive(s: &TcpStream, spec: &Spec, sh: &Shared, st: &ThreadStats) -> Result<()> {
-    let mut buf = vec![0u8; spec.message_size.max(MIN_READ)];
+    if spec.rcvlowat > 1 {
+        crate::sys::set_rcvlowat(s.as_raw_fd(), spec.rcvlowat)
+            .map_err(data_err("socket setup (SO_RCVLOWAT)"))?;
+    }
+    let mut buf = vec![0u8; spec.message_size.max(MIN_READ).max(spec.rcvlowat)];
     let msg = spec.message_size as u64;
     let mut r = s;
     let mut total = 0u64;

@@ -67,6 +67,26 @@ fn tcp_stream_receive_and_both_parallel() {
 }
 
 #[test]
+fn tcp_stream_tail_below_rcvlowat_still_arrives() {
+    let srv = TestServer::start("127.0.0.1:0");
+    // The default low-water mark of a large message is the message.
+    let (r, recs) = ok(srv.addr, &spec(r#""kind":"stream","message_size":524288"#));
+    assert_eq!(recs[0]["spec"]["rcvlowat"], 524288);
+    assert_eq!(r.totals.client.bytes_sent, r.totals.server.bytes_received);
+    // A paced sender that never fills the mark: reads wake on the read
+    // timeout and at EOF, and every byte is counted, in both directions.
+    let (r, _) = ok(
+        srv.addr,
+        &spec(
+            r#""kind":"stream","direction":"both","message_size":1000,"rate_bps":2000000,"rcvlowat":1048576"#,
+        ),
+    );
+    assert!(r.totals.client.bytes_sent > 10_000, "{:?}", r.totals.client);
+    assert_eq!(r.totals.client.bytes_sent, r.totals.server.bytes_received);
+    assert_eq!(r.totals.server.bytes_sent, r.totals.client.bytes_received);
+}
+
+#[test]
 fn tcp_stream_paced_rate_is_held() {
     let srv = TestServer::start("127.0.0.1:0");
     let (r, _) = ok(

@@ -116,3 +116,66 @@ fn socket_buffer_above_host_max() {
     assert_eq!(e.field(), Some("socket_buffer"));
     assert!(e.to_string().contains("sysctl"), "{}", e);
 }
+
+#[test]
+fn rcvlowat_defaults_to_the_message_for_large_unpaced_tcp_messages() {
+    let lowat = |extra: &str| {
+        Spec::parse(&format!(r#"{{"kind":"stream",{}{}}}"#, S, extra))
+            .unwrap()
+            .rcvlowat
+    };
+    assert_eq!(lowat(""), 131072);
+    assert_eq!(lowat(r#","message_size":524288"#), 524288);
+    // Capped so the default always stays below the kernel's own cap.
+    assert_eq!(lowat(r#","message_size":67108864"#), 2 << 20);
+    // Small messages and paced streams wake on any data.
+    assert_eq!(lowat(r#","message_size":16384"#), 1);
+    assert_eq!(lowat(r#","rate_bps":1000000"#), 1);
+    assert_eq!(lowat(r#","rcvlowat":4096"#), 4096);
+    // The resolved spec shows it for TCP streams only.
+    let s = Spec::parse(&format!(r#"{{"kind":"stream",{}}}"#, S)).unwrap();
+    assert_eq!(s.to_value()["rcvlowat"], 131072);
+    let u = Spec::parse(&format!(r#"{{"kind":"stream","protocol":"udp",{}}}"#, S)).unwrap();
+    assert!(u.to_value().get("rcvlowat").is_none());
+}
+
+#[test]
+fn rcvlowat_bad_values_name_the_field() {
+    let (_, field, msg) = err(&format!(r#"{{"kind":"stream",{},"rcvlowat":0}}"#, S));
+    assert_eq!(field.as_deref(), Some("rcvlowat"));
+    assert!(msg.contains("at least 1"), "{}", msg);
+    let (_, field, _) = err(&format!(r#"{{"kind":"rr",{},"rcvlowat":4096}}"#, S));
+    assert_eq!(field.as_deref(), Some("rcvlowat"));
+    let (_, field, _) = err(&format!(
+        r#"{{"kind":"stream","protocol":"udp",{},"rcvlowat":4096}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("rcvlowat"));
+    // Above a fixed socket buffer, or above half of tcp_rmem's maximum: the
+    // kernel would cap it silently, so the engine refuses it.
+    let s = Spec::parse(&format!(
+        r#"{{"kind":"stream",{},"socket_buffer":65536,"rcvlowat":131072}}"#,
+        S
+    ))
+    .unwrap();
+    let e = s.check_local_limits().expect_err("above socket_buffer");
+    assert_eq!(e.field(), Some("rcvlowat"));
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+        .unwrap()
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let s = Spec::parse(&format!(
+        r#"{{"kind":"stream",{},"rcvlowat":{}}}"#,
+        S,
+        (rmem_max / 2 + 1).min(64 << 20)
+    ))
+    .unwrap();
+    if rmem_max / 2 < 64 << 20 {
+        let e = s.check_local_limits().expect_err("above tcp_rmem max / 2");
+        assert_eq!(e.field(), Some("rcvlowat"));
+        assert!(e.to_string().contains("tcp_rmem"), "{}", e);
+    }
+}
