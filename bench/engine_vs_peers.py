@@ -607,14 +607,16 @@ def _sockperf(udp: bool) -> Callable[[str, int, float], list[str]]:
     return argv
 
 
-def tests() -> list[Case]:
+def tests(rcvlowat: int | None = None) -> list[Case]:
+    """Every test; `rcvlowat` overrides the engine's default for its streams."""
     base = {"duration": 0.0, "warmup": WARMUP_S, "interval": 0}
+    stream = {**base, "kind": "stream"} | ({} if rcvlowat is None else {"rcvlowat": rcvlowat})
     rr = {**base, "kind": "rr", "request_size": RR_SIZE, "response_size": RR_SIZE}
     return [
         Case(
             "stream_16k",
             "stream tcp 16 KiB",
-            {**base, "kind": "stream", "message_size": 16384},
+            {**stream, "message_size": 16384},
             "iperf3",
             _iperf3("16K"),
             THROUGHPUT,
@@ -624,7 +626,7 @@ def tests() -> list[Case]:
         Case(
             "stream_128k",
             "stream tcp 128 KiB",
-            {**base, "kind": "stream", "message_size": 131072},
+            {**stream, "message_size": 131072},
             "iperf3",
             _iperf3("128K"),
             THROUGHPUT,
@@ -678,9 +680,19 @@ class TestResult:
     peer: list[Run] = field(default_factory=list)
 
 
+@dataclass
+class Plan:
+    """What to run on each path."""
+
+    cases: list[Case]
+    pairs: int
+    duration: float
+
+
 def run_path(
-    spawner: Spawner, engine: Path, pairs: int, duration: float, log: Callable[[str], None]
+    spawner: Spawner, engine: Path, plan: Plan, log: Callable[[str], None]
 ) -> list[TestResult]:
+    pairs, duration = plan.pairs, plan.duration
     timeout = duration + WARMUP_S + 30.0
     servers: dict[str, Server] = {"engine": start_engine_server(spawner, engine)}
     servers["iperf3"] = start_iperf3_server(spawner)
@@ -688,7 +700,7 @@ def run_path(
     servers["sockperf_udp"] = start_sockperf_server(spawner, udp=True)
     eng = servers["engine"]
     results: list[TestResult] = []
-    for test in tests():
+    for test in plan.cases:
         res = TestResult(test)
         results.append(res)
         spec = {**test.engine_spec, "duration": duration, "server": f"{eng.addr}:{eng.port}"}
@@ -906,26 +918,22 @@ def sigterm_exits() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def run_loopback(
-    engine: Path, pairs: int, duration: float, log: Callable[[str], None]
-) -> list[TestResult]:
+def run_loopback(engine: Path, plan: Plan, log: Callable[[str], None]) -> list[TestResult]:
     spawner = LocalSpawner()
     try:
-        return run_path(spawner, engine, pairs, duration, log)
+        return run_path(spawner, engine, plan, log)
     finally:
         spawner.stop_all()
 
 
-def run_forward(
-    engine: Path, pairs: int, duration: float, log: Callable[[str], None]
-) -> list[TestResult]:
+def run_forward(engine: Path, plan: Plan, log: Callable[[str], None]) -> list[TestResult]:
     from secperf.testbed.testbed import Testbed, install_teardown_handlers
     from secperf.testbed.topology import Topology
 
     with Testbed.build(Topology.standard()) as tb, install_teardown_handlers(tb):
         spawner = NetnsSpawner(tb)
         try:
-            return run_path(spawner, engine, pairs, duration, log)
+            return run_path(spawner, engine, plan, log)
         finally:
             spawner.stop_all()
 
@@ -943,7 +951,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--out", type=Path, help="write every run and the summary as JSON here")
     ap.add_argument("--engine", type=Path, default=DEFAULT_ENGINE, help="secperf-engine binary")
+    ap.add_argument(
+        "--tests",
+        default=",".join(t.name for t in tests()),
+        help="comma-separated subset of: " + ", ".join(t.name for t in tests()),
+    )
+    ap.add_argument(
+        "--rcvlowat",
+        type=int,
+        help="the engine streams' rcvlowat (default: the engine's own; 1 = wake on any data)",
+    )
     args = ap.parse_args(argv)
+    known = {t.name for t in tests()}
+    args.tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+    unknown = [t for t in args.tests if t not in known]
+    if unknown or not args.tests:
+        ap.error(f"--tests: unknown {unknown or 'empty'}; choose from {', '.join(sorted(known))}")
+    if args.rcvlowat is not None and args.rcvlowat < 1:
+        ap.error("--rcvlowat must be ≥ 1 (1 = the kernel's default)")
     if args.pairs < 1 or not 0 < args.duration <= 600:
         ap.error("--pairs must be ≥ 1 and --duration in (0, 600]")
     if args.path != "loopback" and not root:
@@ -980,13 +1005,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine = Path(shutil.copy2(args.engine, Path(tmp.name) / "secperf-engine"))
         started = datetime.now(UTC)
         paths = ["loopback", "forward"] if args.path == "both" else [args.path]
+        cases = [t for t in tests(args.rcvlowat) if t.name in args.tests]
+        plan = Plan(cases, args.pairs, args.duration)
         all_rows: list[dict[str, Any]] = []
         raw: dict[str, Any] = {}
         quiet: dict[str, float | None] = {}
         with sigterm_exits():
             for path in paths:
                 runner = run_loopback if path == "loopback" else run_forward
-                results = runner(engine, args.pairs, args.duration, log)
+                results = runner(engine, plan, log)
                 all_rows += summarize(path, results)
                 quiet[path] = other_load(results)
                 raw[path] = {
@@ -1008,6 +1035,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"secperf-engine vs peers — {started:%Y-%m-%d %H:%M} UTC, "
         f"{args.pairs} pairs × {args.duration:g} s"
+        + ("" if args.rcvlowat is None else f", engine streams with rcvlowat {args.rcvlowat}")
     )
     print(table(all_rows))
     print()
@@ -1035,6 +1063,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "paths": paths,
                 "warmup_s": WARMUP_S,
                 "rr_message_bytes": RR_SIZE,
+                "tests": args.tests,
+                "engine_rcvlowat": args.rcvlowat,
             },
             "summary": all_rows,
             "other_cpu_share": quiet,
