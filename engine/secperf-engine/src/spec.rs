@@ -632,7 +632,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         Protocol::Udp => 1024,
     };
     let message_size = size("message_size", raw.message_size, default_msg, protocol)?;
-    let rcvlowat = rcvlowat_of(raw.rcvlowat, message_size, raw.rate_bps)?;
+    let rcvlowat = rcvlowat_of(raw.rcvlowat, raw.rate_bps, raw.socket_buffer, message_size)?;
     let request_size = size("request_size", raw.request_size, 1, protocol)?;
     let response_size = size("response_size", raw.response_size, 1, protocol)?;
     if raw.rate_bps == Some(0) {
@@ -799,8 +799,15 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
 /// `rcvlowat`: given, 1 ..= TCP_MAX; by default the message size for
 /// unpaced streams of large messages (one wake-up per message instead of one
 /// per arriving packet), else 1. A paced stream keeps 1 so that its interval
-/// figures are not lumped into message-sized steps.
-fn rcvlowat_of(given: Option<u64>, message_size: usize, rate_bps: Option<u64>) -> Result<usize> {
+/// figures are not lumped into message-sized steps. The default stays within
+/// what the kernel keeps (a fixed `socket_buffer` caps it), so the resolved
+/// spec shows the value in force.
+fn rcvlowat_of(
+    given: Option<u64>,
+    rate_bps: Option<u64>,
+    socket_buffer: Option<u64>,
+    message_size: usize,
+) -> Result<usize> {
     match given {
         Some(0) => Err(EngineError::spec(
             "rcvlowat",
@@ -815,7 +822,8 @@ fn rcvlowat_of(given: Option<u64>, message_size: usize, rate_bps: Option<u64>) -
         )),
         Some(v) => Ok(v as usize),
         None if message_size >= RCVLOWAT_FROM && rate_bps.is_none() => {
-            Ok(message_size.min(RCVLOWAT_DEFAULT_MAX))
+            let fixed = socket_buffer.map_or(usize::MAX, |b| b as usize);
+            Ok(message_size.min(RCVLOWAT_DEFAULT_MAX).min(fixed))
         }
         None => Ok(1),
     }

@@ -132,6 +132,8 @@ fn rcvlowat_defaults_to_the_message_for_large_unpaced_tcp_messages() {
     assert_eq!(lowat(r#","message_size":16384"#), 1);
     assert_eq!(lowat(r#","rate_bps":1000000"#), 1);
     assert_eq!(lowat(r#","rcvlowat":4096"#), 4096);
+    // A fixed socket buffer caps the default where the kernel would.
+    assert_eq!(lowat(r#","socket_buffer":65536"#), 65536);
     // The resolved spec shows it for TCP streams only.
     let s = Spec::parse(&format!(r#"{{"kind":"stream",{}}}"#, S)).unwrap();
     assert_eq!(s.to_value()["rcvlowat"], 131072);
