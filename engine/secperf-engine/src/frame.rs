@@ -80,23 +80,10 @@ impl Framer {
         put16(ip, 14, src_lo);
         put16(ip, 10, c);
         match self.proto {
-            FloodProto::Udp => {
-                // The pseudo-header's source address and both ports.
-                let ch = [
-                    (old_src.0, src_hi),
-                    (old_src.1, src_lo),
-                    (get16(ip, l4), f.sport),
-                    (get16(ip, l4 + 2), f.dport),
-                ];
-                let mut c = csum_update(get16(ip, l4 + 6), &ch);
-                if c == 0 {
-                    c = 0xffff; // 0 means "no checksum" in UDP
-                }
-                put16(ip, l4, f.sport);
-                put16(ip, l4 + 2, f.dport);
-                put16(ip, l4 + 6, c);
-            }
-            FloodProto::Syn => {
+            FloodProto::Udp | FloodProto::Syn => {
+                // The pseudo-header's source address and both ports; a SYN's
+                // sequence number too. The checksum sits at 6 (UDP) or 16 (TCP).
+                let syn = self.proto == FloodProto::Syn;
                 let ch = [
                     (old_src.0, src_hi),
                     (old_src.1, src_lo),
@@ -105,11 +92,17 @@ impl Framer {
                     (get16(ip, l4 + 4), (f.seq >> 16) as u16),
                     (get16(ip, l4 + 6), f.seq as u16),
                 ];
-                let c = csum_update(get16(ip, l4 + 16), &ch);
+                let (at, changed) = if syn { (l4 + 16, 6) } else { (l4 + 6, 4) };
+                let mut c = csum_update(get16(ip, at), &ch[..changed]);
+                if !syn && c == 0 {
+                    c = 0xffff; // 0 means "no checksum" in UDP
+                }
                 put16(ip, l4, f.sport);
                 put16(ip, l4 + 2, f.dport);
-                ip[l4 + 4..l4 + 8].copy_from_slice(&f.seq.to_be_bytes());
-                put16(ip, l4 + 16, c);
+                if syn {
+                    ip[l4 + 4..l4 + 8].copy_from_slice(&f.seq.to_be_bytes());
+                }
+                put16(ip, at, c);
             }
             FloodProto::Icmp => {
                 // No pseudo-header: identifier and sequence only.

@@ -10,9 +10,14 @@ use secperf_engine::flood;
 use secperf_engine::record::Record;
 use secperf_engine::Spec;
 
-fn is_root() -> bool {
+/// Whether this test can open raw sockets; says why it is skipped if not.
+fn root_or_skip() -> bool {
     // Safety: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    if !root {
+        eprintln!("skipped: the flood needs a raw socket (root)");
+    }
+    root
 }
 
 /// A receiver counting datagrams on a loopback port until stopped.
@@ -77,8 +82,7 @@ fn spec(json: serde_json::Value) -> Spec {
 
 #[test]
 fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
-    if !is_root() {
-        eprintln!("skipped: the flood needs a raw socket (root)");
+    if !root_or_skip() {
         return;
     }
     let c = Counter::start();
@@ -119,8 +123,7 @@ fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
 
 #[test]
 fn packet_sender_on_loopback_is_refused_and_raw_runs_as_asked() {
-    if !is_root() {
-        eprintln!("skipped: the flood needs a raw socket (root)");
+    if !root_or_skip() {
         return;
     }
     let c = Counter::start();
@@ -149,8 +152,7 @@ fn packet_sender_on_loopback_is_refused_and_raw_runs_as_asked() {
 
 #[test]
 fn count_bound_is_respected() {
-    if !is_root() {
-        eprintln!("skipped: the flood needs a raw socket (root)");
+    if !root_or_skip() {
         return;
     }
     let c = Counter::start();
