@@ -302,10 +302,6 @@ pub struct Spec {
     /// TCP stream receivers: SO_RCVLOWAT, the bytes queued before a blocked
     /// read wakes (1 = the kernel's default, wake on any data).
     pub rcvlowat: usize,
-    /// Whether `rcvlowat` was given (only a given value is checked against
-    /// the host's limits; the default is kept within them).
-    #[serde(skip)]
-    pub rcvlowat_given: bool,
     pub parallel: usize,
     pub payload: Payload,
     pub rate_bps: Option<u64>,
@@ -446,10 +442,11 @@ impl Spec {
         Ok(())
     }
 
-    /// Refuses a given `rcvlowat` the kernel would silently cap: above half
-    /// of `net.ipv4.tcp_rmem`'s maximum, or above a fixed `socket_buffer`.
+    /// Refuses an `rcvlowat` the kernel would silently cap: above half of
+    /// `net.ipv4.tcp_rmem`'s maximum, or above a fixed `socket_buffer`. (The
+    /// server gets the resolved spec, so given and default values alike.)
     fn check_rcvlowat_limit(&self) -> Result<()> {
-        if !self.rcvlowat_given || !applies("rcvlowat", self.kind, self.protocol) {
+        if self.rcvlowat <= 1 || !applies("rcvlowat", self.kind, self.protocol) {
             return Ok(());
         }
         let want = self.rcvlowat as u64;
@@ -473,8 +470,8 @@ impl Spec {
                 return Err(EngineError::spec(
                     "rcvlowat",
                     format!(
-                        "rcvlowat {} is above half of net.ipv4.tcp_rmem's maximum ({}) on this host, where the kernel caps it: \
-                         use at most {} or raise the maximum (sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {}\")",
+                        "rcvlowat {} (the default is the message size, at most 2 MiB) is above half of net.ipv4.tcp_rmem's maximum ({}) on this host, where the kernel caps it: \
+                         give rcvlowat of at most {} or raise the maximum (sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {}\")",
                         want, max, max / 2, want * 2
                     ),
                 ));
@@ -771,7 +768,6 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         direction: raw.direction.unwrap_or(Direction::Send),
         message_size,
         rcvlowat,
-        rcvlowat_given: raw.rcvlowat.is_some(),
         parallel: parallel as usize,
         payload: raw.payload.unwrap_or(Payload::Random),
         rate_bps: raw.rate_bps,
@@ -898,7 +894,6 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
         direction: Direction::Send,
         message_size: f.packet_size(),
         rcvlowat: 1,
-        rcvlowat_given: false,
         parallel: 1,
         payload: Payload::Random,
         rate_bps: None,
