@@ -69,3 +69,25 @@ def test_metrics_of_dos_and_illegal_records() -> None:
         }
     )
     assert ill == {"illegal_reached": 3, "allowed_throughput": 1000.0, "illegal_sent": 10}
+
+
+def test_illegal_counters_are_reinstalled_when_the_denied_ports_change() -> None:
+    """One counter table per server: a workload counting other ports must replace it."""
+    from ipaddress import ip_interface
+    from types import SimpleNamespace
+
+    from secperf.workloads.illegal import install_counters
+
+    loaded: list[str] = []
+    server = SimpleNamespace(run=lambda argv, input: loaded.append(input))
+    ctx = SimpleNamespace(
+        testbed=SimpleNamespace(prefix="sptest1", host=lambda role: server),
+        topology=SimpleNamespace(interface=lambda *a: ip_interface("198.19.9.1/24")),
+    )
+    for ports in ("10-1023", "10-1023", "2000-2100", "10-1023"):
+        install_counters(ctx, ports)  # type: ignore[arg-type]
+    assert [("dport 10-1023" in t, "dport 2000-2100" in t) for t in loaded] == [
+        (True, False),
+        (False, True),
+        (True, False),
+    ]
