@@ -95,25 +95,23 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     any_censored = False
     labelled: set[str] = set()  # variants whose hatched bar carries the legend entry
 
-    def any_censored_of(variant: str) -> bool:
-        return variant in labelled
-
     for j, variant in enumerate(variants):
         xs: list[float] = []
         heights: list[float] = []
         lows: list[float] = []
         highs: list[float] = []
         color = f"C{j % 10}"
+        # a variant with no measured bar gets its legend entry from a hatched one
+        only_censored = not any(
+            (r := by_key.get((p, variant))) is not None and r.get("mean") is not None
+            for p in points
+        )
         for i, pid in enumerate(points):
             row = by_key.get((pid, variant))
             x = i - 0.4 + width * (j + 0.5)
             bound = _bound(row) if row is not None else None
             if row is not None and _censored_only(row) and bound is not None:
-                only = not any(
-                    (r := by_key.get((p, variant))) is not None and r.get("mean") is not None
-                    for p in points
-                )
-                name = variant if only and not any_censored_of(variant) else None
+                name = variant if only_censored and variant not in labelled else None
                 ax.bar(x, bound, width, fill=False, hatch="//", edgecolor=color, label=name)
                 labelled.add(variant)
                 ax.annotate("≥", (x, bound), ha="center", va="bottom", fontsize=8)
@@ -326,11 +324,9 @@ def _family_chart(
         if not info:
             name = f"{BASELINE} · {where}" if several else BASELINE
             bound = _bound(r)
-            if r["variant"] != BASELINE:
-                pass
-            elif r.get("mean") is not None:
+            if r["variant"] == BASELINE and r.get("mean") is not None:
                 references.append((name, float(r["mean"])))
-            elif bound is not None:
+            elif r["variant"] == BASELINE and bound is not None:
                 references.append((f"{name}: none found up to here", bound))
             continue
         parameter = next(k for k in info if k != "family")
