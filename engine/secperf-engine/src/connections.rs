@@ -158,11 +158,7 @@ fn hold_loop(listener: &TcpListener, sh: &Shared, mut st: ServerState) -> Result
                     }
                 }
                 // A signal or a spurious wake-up is not the peer going away.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if net::would_block(&e) => {}
                 Err(_) => {
                     st.resets += 1;
                     held.remove(&pfd.fd);

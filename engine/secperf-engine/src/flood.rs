@@ -247,7 +247,7 @@ fn raw_tx(f: &FloodSpec, note: String) -> Result<Tx> {
         fd: raw_socket()?,
         batch: Batch::new(BATCH_MAX, crafter.len(), Dest::Ip(dst)),
         writer: Writer::Raw(crafter),
-        sender: "raw",
+        sender: FloodSender::Raw.name(),
         note,
     })
 }
@@ -271,7 +271,7 @@ fn packet_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> std::result::Res
         fd: sock.fd,
         batch,
         writer: Writer::Frame(framer),
-        sender: "packet",
+        sender: FloodSender::Packet.name(),
         note: format!("{}, {}", link.describe(), bypass),
     })
 }
@@ -280,12 +280,14 @@ fn packet_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> std::result::Res
 fn choose_tx(f: &FloodSpec, local: Ipv4Addr, first: &Fields) -> Result<Tx> {
     match f.sender {
         FloodSender::Raw => raw_tx(f, "raw IP socket, as asked".into()),
-        FloodSender::Packet => packet_tx(f, local, first).map_err(|why| EngineError::Io {
-            context: format!(
-                "sender \"packet\" cannot run ({}); use sender \"auto\" to fall back to the raw IP socket",
-                why
-            ),
-            source: io::Error::other("no packet sender"),
+        FloodSender::Packet => packet_tx(f, local, first).map_err(|why| {
+            EngineError::spec(
+                "sender",
+                format!(
+                    "sender \"packet\" cannot run here ({}): use \"auto\" to fall back to the raw IP socket, or \"raw\"",
+                    why
+                ),
+            )
         }),
         FloodSender::Auto => match packet_tx(f, local, first) {
             Ok(tx) => Ok(tx),

@@ -137,7 +137,7 @@ pub fn find_link(target: Ipv4Addr, src_ip: Ipv4Addr, frame_len: usize) -> Result
     }
     let mtu: usize = sys_read(&dev, "mtu")
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+        .ok_or_else(|| format!("cannot read {}'s MTU from /sys/class/net", dev))?;
     if frame_len > mtu + crate::frame::ETH_HEADER {
         return Err(format!(
             "{}-byte frames do not fit {}'s MTU {}",
@@ -225,7 +225,7 @@ fn arp_resolve(
         tv_usec: 100_000,
     };
     // Safety: tv is a valid timeval and the length is its size.
-    unsafe {
+    let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
@@ -234,6 +234,10 @@ fn arp_resolve(
             std::mem::size_of::<libc::timeval>() as libc::socklen_t,
         )
     };
+    // Without the timeout recv() could block past the deadline.
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
     let req = arp_request(src_mac, src_ip, next_hop);
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut buf = [0u8; 256];
@@ -249,7 +253,7 @@ fn arp_resolve(
             let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 let e = io::Error::last_os_error();
-                if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
+                if crate::net::would_block(&e) {
                     continue;
                 }
                 return Err(e);

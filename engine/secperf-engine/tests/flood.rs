@@ -135,7 +135,7 @@ fn packet_sender_on_loopback_is_refused_and_raw_runs_as_asked() {
     };
     // Asked for explicitly, the packet sender fails loudly instead of falling back.
     let e = flood::run(&with("packet"), Instant::now(), &mut Vec::new()).unwrap_err();
-    assert_eq!(e.kind(), "io");
+    assert_eq!((e.kind(), e.field()), ("spec", Some("sender")));
     assert!(e.to_string().contains("sender \"packet\""), "{}", e);
     let mut recs: Vec<Record> = Vec::new();
     let r = flood::run(&with("raw"), Instant::now(), &mut recs).expect("raw flood runs");
