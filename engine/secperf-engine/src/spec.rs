@@ -422,10 +422,8 @@ impl Spec {
             return Ok(());
         };
         for name in ["wmem_max", "rmem_max"] {
-            let path = format!("/proc/sys/net/core/{}", name);
-            let max = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
+            let max =
+                sysctl_numbers(&format!("net/core/{}", name)).and_then(|v| v.first().copied());
             if let Some(max) = max {
                 if want > max {
                     return Err(EngineError::spec(
@@ -462,17 +460,14 @@ impl Spec {
             }
             return Ok(());
         }
-        let rmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
-            .ok()
-            .and_then(|s| s.split_whitespace().nth(2)?.parse::<u64>().ok());
-        if let Some(max) = rmem_max {
+        if let Some(&[min, default, max]) = sysctl_numbers("net/ipv4/tcp_rmem").as_deref() {
             if want > max / 2 {
                 return Err(EngineError::spec(
                     "rcvlowat",
                     format!(
                         "rcvlowat {} (the default is the message size, at most 2 MiB) is above half of net.ipv4.tcp_rmem's maximum ({}) on this host, where the kernel caps it: \
-                         give rcvlowat of at most {} or raise the maximum (sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {}\")",
-                        want, max, max / 2, want * 2
+                         give rcvlowat of at most {} or raise the maximum (sysctl -w net.ipv4.tcp_rmem=\"{} {} {}\")",
+                        want, max, max / 2, min, default, want * 2
                     ),
                 ));
             }
@@ -487,6 +482,13 @@ impl Spec {
             _ => self.warmup + self.duration,
         }
     }
+}
+
+/// The numbers of a sysctl under /proc/sys (`net/core/rmem_max`), or None
+/// if it cannot be read.
+fn sysctl_numbers(name: &str) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(format!("/proc/sys/{}", name)).ok()?;
+    text.split_whitespace().map(|n| n.parse().ok()).collect()
 }
 
 fn size(field: &str, v: Option<u64>, default: usize, protocol: Protocol) -> Result<usize> {
