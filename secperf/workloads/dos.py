@@ -32,7 +32,6 @@ from secperf.workloads.base import MeasureContext
 from secperf.workloads.flood import (
     ATTACKER,
     FLOOD_MARGIN_S,
-    flood_port,
     flood_spec,
     keep_side,
     start_flood,
@@ -96,17 +95,15 @@ def half_open(ctx: MeasureContext) -> int:
 def dos_flood_spec(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> dict[str, Any]:
     target = str(p.get("flood_target") or "measured")
     flood = str(p.get("flood") or "syn")
-    spec = flood_spec(
+    return flood_spec(
         ctx,
         flood=flood,
         rate_pps=int(str(p.get("flood_rate") or 20000)),
         duration=seconds,
         target="allowed" if target == "measured" else target,
+        ports=str(DOS_DATA_PORT) if target == "measured" else None,
         sources=unlisted_sources(ctx.topology) if p.get("spoof", True) else None,
     )
-    if flood != "icmp":
-        spec["ports"] = str(DOS_DATA_PORT if target == "measured" else flood_port(target))
-    return spec
 
 
 @dataclass(frozen=True)

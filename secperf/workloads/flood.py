@@ -40,6 +40,7 @@ def flood_spec(
     rate_pps: int,
     duration: float,
     target: str = "allowed",
+    ports: str | None = None,
     payload_size: int | None = None,
     count: int | None = None,
     sources: str | None = None,
@@ -47,8 +48,9 @@ def flood_spec(
 ) -> Spec:
     """The engine spec of a flood from the attacker towards the server (across the DUT).
 
-    `sender` ("auto", "packet", "raw"; default auto): how the engine sends it; the
-    engine finds the egress interface and next-hop MAC itself."""
+    `ports` (TCP/UDP floods) overrides the port `target` names ("allowed" or
+    "denied"); `sender` ("auto", "packet", "raw"; default auto): how the engine
+    sends it; the engine finds the egress interface and next-hop MAC itself."""
     if ctx.family != 4:
         raise EngineError(
             "floods are IPv4 only",
@@ -63,7 +65,7 @@ def flood_spec(
         "duration": float(duration),
     }
     if flood != "icmp":
-        spec["ports"] = str(flood_port(target))
+        spec["ports"] = ports if ports is not None else str(flood_port(target))
     for key, value in (
         ("payload_size", payload_size),
         ("count", count),

@@ -26,7 +26,13 @@ from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import rr, stream
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.dos import ATTACKER_LINK, unlisted_sources
-from secperf.workloads.flood import ATTACKER, FLOOD_MARGIN_S, keep_side, start_flood
+from secperf.workloads.flood import (
+    ATTACKER,
+    FLOOD_MARGIN_S,
+    flood_spec,
+    keep_side,
+    start_flood,
+)
 
 DEFAULT_DENIED_PORTS = "10-1023"
 FLOWS = ("udp", "tcp")
@@ -113,20 +119,21 @@ def allowed_spec(ctx: MeasureContext, p: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def denied_specs(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> dict[str, Any]:
+def denied_specs(
+    ctx: MeasureContext, p: dict[str, Any], ports: str, seconds: float
+) -> dict[str, Any]:
     """The two denied floods: UDP from the attacker itself, SYNs from unlisted sources."""
-    target = ctx.topology.server_address(4, "dut")
-    ports = str(p.get("denied_ports") or DEFAULT_DENIED_PORTS)
     rate = int(str(p.get("denied_rate") or 5000))
-    common = {"kind": "flood", "target": target, "rate_pps": rate, "duration": seconds}
     return {
-        "udp": {**common, "flood": "udp", "ports": ports},
-        "tcp": {
-            **common,
-            "flood": "syn",
-            "ports": ports,
-            "sources": unlisted_sources(ctx.topology),
-        },
+        "udp": flood_spec(ctx, flood="udp", rate_pps=rate, duration=seconds, ports=ports),
+        "tcp": flood_spec(
+            ctx,
+            flood="syn",
+            rate_pps=rate,
+            duration=seconds,
+            ports=ports,
+            sources=unlisted_sources(ctx.topology),
+        ),
     }
 
 
@@ -153,7 +160,7 @@ class IllegalExecutor:
         spec = allowed_spec(ctx, p)
         seconds = spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S
         before = read_counters(ctx)
-        specs = denied_specs(ctx, p, seconds)
+        specs = denied_specs(ctx, p, ports, seconds)
         floods = {proto: start_flood(ctx, s) for proto, s in specs.items()}
         try:
             allowed = EngineTest(ctx.testbed.host("client"), spec).collect().result
