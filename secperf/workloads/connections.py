@@ -24,6 +24,40 @@ def _f(params: dict[str, Any], key: str, default: float) -> float:
     return default if value is None else float(str(value))
 
 
+def crr_spec(
+    target: str, p: dict[str, Any], rate: float, data_port: int | None = None
+) -> dict[str, Any]:
+    """A paced crr from the workload's parameters (§5.3's trials, §5.5's dos)."""
+    spec: dict[str, Any] = {
+        "kind": "crr",
+        "server": target,
+        "rate": rate,
+        "parallel": int(str(p.get("parallel") or 16)),
+        "timeout": _f(p, "timeout", 1.0),
+        "request_size": int(str(p.get("request") or 1)),
+        "response_size": int(str(p.get("response") or 1)),
+        "duration": _f(p, "duration", 2.0),
+        "warmup": _f(p, "warmup", 0.5),
+        "interval": 0,
+    }
+    if data_port is not None:
+        spec["data_port"] = data_port
+    return spec
+
+
+def crr_summary(r: Record) -> dict[str, Any]:
+    """Rate, completed, failed, failure ratio and latency of a paced crr result."""
+    done = int(r.get("transactions") or 0)
+    lost = int((r.get("loss") or {}).get("lost") or 0)
+    return {
+        "rate": float(r.get("transactions_per_second") or 0.0),
+        "completed": done,
+        "failed": lost,
+        "failure_ratio": (lost / (done + lost)) if done + lost else None,
+        "latency_us": r.get("latency_us"),
+    }
+
+
 def widen_ports(ctx: MeasureContext) -> None:
     """Give the client host 64k source ports, so the capacity is the path's, not the
     default 28k ephemeral range's (a namespace sysctl: only the testbed's client)."""
@@ -48,7 +82,9 @@ def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
     return spec
 
 
-def _run(ctx: MeasureContext, spec: dict[str, Any], keep_all: bool) -> Record:
+def run_on_client(ctx: MeasureContext, spec: dict[str, Any], keep_all: bool) -> Record:
+    """Runs `spec` in the client with a budget from its own times; keeps its
+    records in the run only if `keep_all`."""
     budget = (
         spec["duration"] + spec.get("hold", 0) + spec.get("warmup", 0) + 4 * spec["timeout"] + 30
     )
@@ -62,7 +98,7 @@ class ConnectionsExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         widen_ports(ctx)
-        return _run(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
+        return run_on_client(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
 
 
 def _trial_record(kind: str, rate: float, detail: dict[str, Any]) -> Record:
@@ -81,27 +117,14 @@ class ConnRateExecutor:
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
 
         def trial(rate: float) -> tuple[bool, dict[str, Any]]:
-            spec = {
-                "kind": "crr",
-                "server": ctx.target,
-                "rate": rate,
-                "parallel": int(str(p.get("parallel", 16))),
-                "timeout": _f(p, "timeout", 1.0),
-                "request_size": int(str(p.get("request", 1))),
-                "response_size": int(str(p.get("response", 1))),
-                "duration": _f(p, "duration", 2.0),
-                "warmup": _f(p, "warmup", 0.5),
-                "interval": 0,
-            }
             try:
-                r = _run(ctx, spec, keep_all=False)
+                r = run_on_client(ctx, crr_spec(ctx.target, p, rate), keep_all=False)
             except EngineError as exc:
                 detail: dict[str, Any] = {"error": exc.message}
                 ctx.keep(_trial_record("crr", rate, detail))
                 return False, detail
-            done = int(r.get("transactions") or 0)
-            lost = int((r.get("loss") or {}).get("lost") or 0)
-            achieved = float(r.get("transactions_per_second") or 0.0)
+            s = crr_summary(r)
+            done, lost, achieved = s["completed"], s["failed"], s["rate"]
             ok = passes(lost, done + lost, max_ratio) and achieved >= ACHIEVED_SHARE * rate
             detail = {"achieved": achieved, "completed": done, "failed": lost}
             ctx.keep(_trial_record("crr", rate, detail))
@@ -134,7 +157,7 @@ class TeardownRateExecutor:
                 ctx.target,
             )
             try:
-                r = _run(ctx, spec, keep_all=False)
+                r = run_on_client(ctx, spec, keep_all=False)
             except EngineError as exc:
                 detail: dict[str, Any] = {"error": exc.message}
                 ctx.keep(_trial_record("connections", rate, detail))

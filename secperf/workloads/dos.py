@@ -24,11 +24,12 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from secperf.engine import Record, run_test
+from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.connections import crr_spec, crr_summary, run_on_client
 from secperf.workloads.flood import (
     ATTACKER,
     FLOOD_MARGIN_S,
@@ -50,40 +51,6 @@ def unlisted_sources(topology: Topology) -> str:
     assert isinstance(net, ipaddress.IPv4Network)
     upper = list(net.subnets(prefixlen_diff=1))[-1]
     return str(upper)
-
-
-def _f(params: dict[str, Any], key: str, default: float) -> float:
-    value = params.get(key)
-    return default if value is None else float(str(value))
-
-
-def crr_spec(ctx: MeasureContext, p: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "crr",
-        "server": ctx.target,
-        "rate": _f(p, "rate", 2000.0),
-        "parallel": int(str(p.get("parallel") or 16)),
-        "timeout": _f(p, "timeout", 1.0),
-        "request_size": int(str(p.get("request") or 1)),
-        "response_size": int(str(p.get("response") or 1)),
-        "duration": _f(p, "duration", 2.0),
-        "warmup": _f(p, "warmup", 0.5),
-        "interval": 0,
-        "data_port": DOS_DATA_PORT,
-    }
-
-
-def crr_summary(r: Record) -> dict[str, Any]:
-    """Rate, completed, failed, failure ratio and latency of a paced crr result."""
-    done = int(r.get("transactions") or 0)
-    lost = int((r.get("loss") or {}).get("lost") or 0)
-    return {
-        "rate": float(r.get("transactions_per_second") or 0.0),
-        "completed": done,
-        "failed": lost,
-        "failure_ratio": (lost / (done + lost)) if done + lost else None,
-        "latency_us": r.get("latency_us"),
-    }
 
 
 def half_open(ctx: MeasureContext) -> int:
@@ -114,17 +81,17 @@ class DosExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         p = dict(point.params)
-        spec = crr_spec(ctx, p)
-        budget = spec["duration"] + spec["warmup"] + 4 * spec["timeout"] + 30
+        rate = 2000.0 if p.get("rate") is None else float(str(p["rate"]))
+        spec = crr_spec(ctx.target, p, rate, data_port=DOS_DATA_PORT)
         reference: dict[str, Any] | None = None
         if p.get("reference", True):
-            ref = run_test(ctx.testbed.host("client"), spec, timeout=budget).result
+            ref = run_on_client(ctx, spec, keep_all=False)
             ctx.keep({"type": "side", "role": "unflooded", "record": ref})
             reference = crr_summary(ref)
         fspec = dos_flood_spec(ctx, p, spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S)
         flood = start_flood(ctx, fspec)
         try:
-            flooded = run_test(ctx.testbed.host("client"), spec, timeout=budget).result
+            flooded = run_on_client(ctx, spec, keep_all=False)
             held = half_open(ctx)
         except BaseException:
             flood.stop()
@@ -155,7 +122,8 @@ class DosExecutor:
         if under["completed"] == 0 and under["failed"] == 0:
             raise EngineError(
                 "the crr under the flood attempted no connection",
-                fix="check the engine server and the DUT's rules (secperf doctor)",
+                fix=f"check that the DUT's rules permit TCP to the server's port {DOS_DATA_PORT} "
+                "(the crr's data port) and that the engine server runs (secperf doctor)",
             )
         ctx.keep(rec)
         return rec
