@@ -53,12 +53,11 @@ class Row:
     sender_only: bool = False  # frames dropped at the DUT's veth: rate = sent
 
     @property
-    def pps(self) -> float:
-        return (self.sent if self.sender_only else self.arrived) / self.seconds
-
-    @property
     def error_pct(self) -> float | None:
-        return None if self.asked is None else (self.pps - self.asked) / self.asked * 100
+        """The rate counted at the server against the asked rate (paced rows only)."""
+        if self.asked is None:
+            return None
+        return (self.arrived / self.seconds - self.asked) / self.asked * 100
 
 
 def counter(tb: Testbed) -> int:
