@@ -951,10 +951,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--out", type=Path, help="write every run and the summary as JSON here")
     ap.add_argument("--engine", type=Path, default=DEFAULT_ENGINE, help="secperf-engine binary")
+    names = [t.name for t in tests()]
     ap.add_argument(
         "--tests",
-        default=",".join(t.name for t in tests()),
-        help="comma-separated subset of: " + ", ".join(t.name for t in tests()),
+        default=",".join(names),
+        help="comma-separated subset of: " + ", ".join(names),
     )
     ap.add_argument(
         "--rcvlowat",
@@ -962,7 +963,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the engine streams' rcvlowat (default: the engine's own; 1 = wake on any data)",
     )
     args = ap.parse_args(argv)
-    known = {t.name for t in tests()}
+    known = set(names)
     args.tests = [t.strip() for t in args.tests.split(",") if t.strip()]
     unknown = [t for t in args.tests if t not in known]
     if unknown or not args.tests:
