@@ -113,10 +113,10 @@ def test_denied_flows_reach_the_server_without_acl_never_through_it(
 def _listener(tb: Testbed) -> object:
     """A TCP listener on the dos data port in the server that never accepts."""
     code = (
-        "import socket,time\n"
+        "import socket,threading\n"
         "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
         f"s.bind(('0.0.0.0',{DOS_DATA_PORT})); s.listen(4096)\n"
-        "time.sleep(60)\n"
+        "threading.Event().wait()  # until stopped (the ledger stops it on any failure)\n"
     )
     proc = tb.host("server").spawn(["python3", "-c", code], label="listener")
     deadline = time.monotonic() + 5
