@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::control::{self, CountersReply, LineConn, Request, SetupReply};
-use crate::cpu::{self, ProcStat};
+use crate::cpu::{self, CpuProbe, CpuReading};
 use crate::error::{EngineError, Result};
 use crate::kinds;
 use crate::net;
@@ -154,13 +154,18 @@ fn drive(
     let end_at = warm_at + Duration::from_secs_f64(spec.duration);
     let events = schedule(spec.warmup, spec.duration, spec.interval);
 
+    // CPU (each host's cgroup and the machine) is read at the same two
+    // instants as the counters that the rates come from.
+    let probe = CpuProbe::new(&spec.cpu_groups);
     let mut prev = run.snap(t0, interval_needs_server)?;
-    let mut warm: Option<(Snap, ProcStat)> = None;
+    let mut warm: Option<(Snap, CpuReading)> = None;
     if spec.warmup == 0.0 {
         shared.measuring.store(true, Relaxed);
-        warm = Some((run.snap(t0, true)?, ProcStat::read()));
+        let snap = run.snap(t0, true)?;
+        warm = Some((snap, probe.read()?));
     }
     let mut end = prev;
+    let mut end_cpu: Option<CpuReading> = None;
     for ev in events {
         sleep_until(t0 + Duration::from_secs_f64(ev), &shared)?;
         let is_warm = warm.is_none() && t0.elapsed() >= warm_at;
@@ -168,10 +173,13 @@ fn drive(
         if is_end {
             shared.measuring.store(false, Relaxed);
         }
-        let snap = run.snap(t0, interval_needs_server || is_warm)?;
+        let snap = run.snap(t0, interval_needs_server || is_warm || is_end)?;
+        if is_end {
+            end_cpu = Some(probe.read()?);
+        }
         if is_warm {
             shared.measuring.store(true, Relaxed);
-            warm = Some((snap, ProcStat::read()));
+            warm = Some((snap, probe.read()?));
         }
         if spec.interval > 0.0 {
             sink.emit(Record::Interval(interval(
@@ -188,8 +196,12 @@ fn drive(
             end = snap;
         }
     }
-    let (warm, warm_stat) =
+    let (warm, warm_cpu) =
         warm.ok_or_else(|| EngineError::Internal("no warm-up snapshot: report this bug".into()))?;
+    let end_cpu = end_cpu.ok_or_else(|| {
+        EngineError::Internal("no end-of-window CPU reading: report this bug".into())
+    })?;
+    let (machine, host_cpu) = probe.window(&warm_cpu, &end_cpu);
 
     // Stop: senders finish their message and shut down; loops drain.
     shared.stop.store(true, Relaxed);
@@ -200,8 +212,6 @@ fn drive(
     shared.set_drain();
     shared.wait_all(Instant::now() + STOP_WAIT);
     let local_final = shared.counters();
-    let cpu_final = sys::process_cpu();
-    let machine = ProcStat::read().since(&warm_stat);
     if let Some(e) = shared.take_error() {
         return Err(e);
     }
@@ -231,10 +241,17 @@ fn drive(
         transactions_per_second: 0.0,
         latency_us: shared.measured_latency(),
         cpu: SideCpu {
-            client: cpu_final.minus(warm.cpu),
-            server: server_final.cpu().minus(server_warm.cpu()),
+            // Both processes over the measured window, like host_cpu.
+            client: end.cpu.minus(warm.cpu),
+            server: end
+                .server
+                .unwrap_or(server_final)
+                .cpu()
+                .minus(server_warm.cpu()),
         },
         machine_cpu: machine,
+        host_cpu,
+        window_bytes: None,
         totals: Totals {
             client: local_final.totals(),
             server: server_final.totals(),
@@ -267,6 +284,20 @@ fn drive(
             }
             let mut lost = 0u64;
             let mut sent_msgs = 0u64;
+            // Received within the CPU window: up to the end snapshot, which has
+            // the server's counters whenever the client sends.
+            let mut in_window = 0u64;
+            if spec.direction.client_sends() {
+                let at_end = end.server.unwrap_or(server_final).bytes_received;
+                in_window += at_end.saturating_sub(server_warm.bytes_received);
+            }
+            if spec.direction.client_receives() {
+                in_window += end
+                    .local
+                    .bytes_received
+                    .saturating_sub(warm.local.bytes_received);
+            }
+            res.window_bytes = Some(in_window);
             for (rw, rf, sw, sf) in sides {
                 let bytes = rf.bytes_received.saturating_sub(rw.bytes_received);
                 let msgs = rf.messages_received.saturating_sub(rw.messages_received);

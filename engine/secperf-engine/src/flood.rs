@@ -12,13 +12,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::cpu::{self, ProcStat};
+use crate::cpu::{self, CpuProbe};
 use crate::error::{EngineError, Result};
 use crate::flood_spec::{FloodSender, FloodSpec};
 use crate::frame::{self, Framer};
 use crate::packet::{Crafter, Fields, FloodProto, Rng};
 use crate::packet_tx;
-use crate::record::{Clock, CpuTimes, Host, MachineCpu, Record, Sink, FORMAT, VERSION};
+use crate::record::{Clock, CpuTimes, Host, HostCpu, MachineCpu, Record, Sink, FORMAT, VERSION};
 use crate::spec::Spec;
 use crate::sys;
 
@@ -93,6 +93,7 @@ pub struct FloodResult {
     pub sender_note: String,
     pub cpu: CpuTimes,
     pub machine_cpu: MachineCpu,
+    pub host_cpu: HostCpu,
 }
 
 /// A raw IPv4 socket that takes whole IP packets (IPPROTO_RAW implies IP_HDRINCL).
@@ -385,8 +386,9 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
     // sender descheduled on a busy machine catches up, one stalled longer forfeits.
     let depth = ((rate * 0.050) as u64).max(2 * batch as u64);
     let duration = Duration::from_secs_f64(spec.duration);
+    let probe = CpuProbe::new(&spec.cpu_groups);
     let cpu0 = sys::process_cpu();
-    let stat0 = ProcStat::read();
+    let cpu_start = probe.read()?;
     let t0 = Instant::now();
     let realtime_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -518,6 +520,7 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         "count" => (last_sent_at + 1.0 / rate).min(elapsed).max(1e-9),
         _ => end_s,
     };
+    let (machine_cpu, host_cpu) = probe.window(&cpu_start, &probe.read()?);
     let achieved = sent as f64 / duration_s;
     let bytes = sent * plen as u64;
     let res = FloodResult {
@@ -541,7 +544,8 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         sender: tx.sender,
         sender_note: tx.note.clone(),
         cpu: sys::process_cpu().minus(cpu0),
-        machine_cpu: ProcStat::read().since(&stat0),
+        machine_cpu,
+        host_cpu,
     };
     sink.emit(Record::FloodResult(Box::new(res.clone())));
     Ok(res)

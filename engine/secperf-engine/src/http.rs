@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use crate::cpu::ProcStat;
+use crate::cpu::CpuProbe;
 use crate::error::{EngineError, Result};
 use crate::http_wire::{self, Fail};
 use crate::record::{Record, Sink};
@@ -285,9 +285,10 @@ pub fn run(
         }
     };
     sleep_to(plan.warm);
-    let (cpu0, stat0) = (sys::process_cpu(), ProcStat::read());
+    let probe = CpuProbe::new(&spec.cpu_groups);
+    let (cpu0, stat0) = (sys::process_cpu(), probe.read());
     sleep_to(plan.end);
-    let (cpu1, stat1) = (sys::process_cpu(), ProcStat::read());
+    let (cpu1, stat1) = (sys::process_cpu(), probe.read());
     // Fetches already under way end by their own timeout; then give up on them.
     let timeout = Duration::from_secs_f64(spec.timeout.unwrap_or(5.0));
     let give_up = Instant::now() + 2 * timeout + Duration::from_secs(2);
@@ -311,6 +312,8 @@ pub fn run(
         .lock()
         .map(|g| g.clone())
         .unwrap_or_else(|_| Tally::new());
+    // Read errors surface only now, after the fetch threads have ended.
+    let (machine_cpu, host_cpu) = probe.window(&stat0?, &stat1?);
     let window = spec.duration;
     let cpu = cpu1.minus(cpu0);
     let rec = json!({
@@ -343,7 +346,8 @@ pub fn run(
             "p99": summarize(&m.total).p99,
         },
         "cpu": {"client": cpu},
-        "machine_cpu": stat1.since(&stat0),
+        "machine_cpu": machine_cpu,
+        "host_cpu": host_cpu,
         "nofile": nofile,
         "totals": {"client": {
             "fetches": a.fetches, "started": a.started, "failed": a.failed(),

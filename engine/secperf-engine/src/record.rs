@@ -120,12 +120,21 @@ pub struct SideCpu {
     pub server: CpuTimes,
 }
 
+/// The whole machine's CPU over a test's window, from /proc/stat (ticks).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct MachineCpu {
     pub busy_s: f64,
     pub total_s: f64,
+    /// Time the kernel spent in softirq (forwarding, netfilter, veth) and
+    /// hard interrupts, wherever it ran. Without CONFIG_IRQ_TIME_ACCOUNTING
+    /// it is also inside the figure of the process it interrupted.
+    pub softirq_s: f64,
+    pub irq_s: f64,
     pub cpus: usize,
 }
+
+/// CPU seconds of each testbed host over a test's window (its cgroup), by host name.
+pub type HostCpu = std::collections::BTreeMap<String, f64>;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct SideTotals {
@@ -167,6 +176,11 @@ pub struct ResultRecord {
     pub latency_us: LatencySummary,
     pub cpu: SideCpu,
     pub machine_cpu: MachineCpu,
+    /// Each testbed host's CPU over the same window as machine_cpu.
+    pub host_cpu: HostCpu,
+    /// Stream: bytes received within the CPU window (the service demand's
+    /// unit; `bytes` also counts what drained after it).
+    pub window_bytes: Option<u64>,
     pub totals: Totals,
     pub time_wait_avoidance: Option<&'static str>,
     pub socket: SocketBufs,

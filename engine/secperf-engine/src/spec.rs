@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cpu::CpuGroup;
 use crate::error::{EngineError, Result};
 use crate::flood_spec::{self, FloodRaw, FloodSender, FloodSpec};
 use crate::packet::FloodProto;
@@ -182,6 +183,7 @@ struct RawSpec {
     payload_size: Option<u64>,
     ports: Option<String>,
     sender: Option<FloodSender>,
+    cpu_groups: Option<Vec<CpuGroup>>,
 }
 
 /// Every field name, in record order.
@@ -226,6 +228,7 @@ pub const FIELDS: &[&str] = &[
     "payload_size",
     "ports",
     "sender",
+    "cpu_groups",
 ];
 
 /// The fields a `flood` spec takes (it has no server, protocol or warm-up).
@@ -241,6 +244,7 @@ pub const FLOOD_FIELDS: &[&str] = &[
     "sources",
     "ports",
     "sender",
+    "cpu_groups",
 ];
 
 /// Whether `field` means something for this kind and protocol. The single
@@ -328,6 +332,8 @@ pub struct Spec {
     /// The flood's own fields (kind flood only).
     #[serde(flatten)]
     pub flood: Option<FloodSpec>,
+    /// Testbed hosts whose CPU is read at the measured window's edges.
+    pub cpu_groups: Vec<CpuGroup>,
 }
 
 fn short(s: &str) -> String {
@@ -538,6 +544,15 @@ fn seconds(
         ));
     }
     Ok(v)
+}
+
+/// The hosts' CPU counters, each checked to be a cgroup counter file.
+fn cpu_groups_of(raw: &Option<Vec<CpuGroup>>) -> Result<Vec<CpuGroup>> {
+    let groups = raw.clone().unwrap_or_default();
+    for g in &groups {
+        g.check()?;
+    }
+    Ok(groups)
 }
 
 fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
@@ -756,6 +771,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         "0.1",
     )?;
     Ok(Spec {
+        cpu_groups: cpu_groups_of(&raw.cpu_groups)?,
         kind,
         server,
         protocol,
@@ -882,6 +898,7 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
             duration,
         )?;
     Ok(Spec {
+        cpu_groups: cpu_groups_of(&raw.cpu_groups)?,
         kind: Kind::Flood,
         server: SocketAddr::new(IpAddr::V4(f.target), f.port_range.0),
         protocol: Protocol::Udp,
