@@ -155,6 +155,11 @@ class EngineTest:
     """One `secperf-engine run` under way in a host; several can run at once."""
 
     def __init__(self, host: Host, spec: dict[str, Any], *, timeout: float | None = None):
+        groups = host.cpu_groups
+        if groups and "cpu_groups" not in spec:
+            # Every host's CPU over the test's own measured window (docs/methodology.md).
+            spec = {**spec, "cpu_groups": groups}
+        fds = [int(g["fd"]) for g in spec.get("cpu_groups") or [] if g.get("fd") is not None]
         self.spec = spec
         self.where = f"{spec.get('kind')} test from {host.name} to {spec.get('server')}"
         duration = float(spec.get("duration", 10)) + float(spec.get("warmup", 1))
@@ -162,7 +167,9 @@ class EngineTest:
         self.deadline = time.monotonic() + self.budget
         self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in collect()
         argv = [engine_path(), "run", "--spec", json.dumps(spec, separators=(",", ":"))]
-        self.proc = host.spawn(argv, stdout=subprocess.PIPE, stderr=self.errors, label="engine-run")
+        self.proc = host.spawn(
+            argv, stdout=subprocess.PIPE, stderr=self.errors, label="engine-run", pass_fds=fds
+        )
 
     def collect(self, on_record: Callable[[Record], None] | None = None) -> EngineRun:
         """Read every record to the end; raise EngineError if the test failed."""

@@ -16,6 +16,8 @@ Entry types and their fields:
   file        path                            (a file or directory, deleted at teardown:
                                                temporary state only, never results)
   nft_table   netns, family, name             (gone with its namespace)
+  cgroup      path                            (a host's cgroup directory, removed once
+                                               its processes have stopped)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, Literal, get_args
 
 from secperf.errors import TestbedError
 
-EntryType = Literal["netns", "veth", "link", "process", "file", "nft_table"]
+EntryType = Literal["netns", "veth", "link", "process", "file", "nft_table", "cgroup"]
 ENTRY_TYPES: tuple[str, ...] = get_args(EntryType)
 
 DEFAULT_STATE_DIR = Path("/run/secperf")

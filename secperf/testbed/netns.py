@@ -9,7 +9,11 @@ Popen returns is the pid of the real program, and that is what the ledger
 records.
 
 `Host` is the seam for other kinds of hosts: a remote machine reached over SSH
-implements the same three members (`name`, `run`, `spawn`).
+implements the same members (`name`, `run`, `spawn`, `cpu_groups`).
+
+Every process `spawn` starts joins the host's cgroup before it execs (a
+`sh -c 'echo $$ > …/cgroup.procs; exec "$@"'` in front of `ip netns exec`,
+which keeps the pid), so its CPU and its children's count for that host.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from secperf.errors import TestbedError
+from secperf.testbed.cgroups import HostCgroup
 from secperf.testbed.ledger import Ledger, proc_starttime, proc_state, process_matches
 
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
@@ -283,6 +288,13 @@ class Host(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def cpu_groups(self) -> list[dict[str, Any]]:
+        """The CPU counter of every host of the testbed (`host`, `path`, `fd`), for an
+        engine spec's `cpu_groups` (spawn it with those fds); empty where CPU per
+        host is not counted."""
+        ...
+
     def run(
         self,
         argv: Sequence[str],
@@ -301,8 +313,10 @@ class Host(Protocol):
         stdout: Redirect = subprocess.DEVNULL,
         stderr: Redirect = subprocess.DEVNULL,
         label: str = "",
+        pass_fds: Sequence[int] = (),
     ) -> ManagedProcess:
-        """Start a long-running process, recorded until it is stopped."""
+        """Start a long-running process, recorded until it is stopped; it inherits
+        `pass_fds` (file descriptors of this process, same numbers)."""
         ...
 
 
@@ -315,16 +329,27 @@ class NetnsHost:
         netns: str,
         ledger: Ledger,
         processes: list[ManagedProcess] | None = None,
+        groups: dict[str, HostCgroup] | None = None,
     ) -> None:
         self.role = role
         self.netns = netns
         self._ledger = ledger
         # Shared with the Testbed so teardown can stop (and reap) what we spawned.
         self._processes = processes if processes is not None else []
+        # Shared with the Testbed, which fills it as it builds: role -> the host's cgroup.
+        self._groups = groups if groups is not None else {}
 
     @property
     def name(self) -> str:
         return self.netns
+
+    @property
+    def cgroup(self) -> HostCgroup | None:
+        return self._groups.get(self.role)
+
+    @property
+    def cpu_groups(self) -> list[dict[str, Any]]:
+        return [g.as_spec() for g in self._groups.values()]
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """The argv that runs `argv` in this namespace."""
@@ -349,8 +374,14 @@ class NetnsHost:
         label: str = "",
         stdin: Redirect = subprocess.DEVNULL,
         env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ManagedProcess:
         full = self.command(argv)
+        group = self.cgroup
+        if group is not None:
+            # Join before exec: the pid stays the program's, and nothing it forks escapes.
+            joins = "".join(f"echo $$ > {shlex.quote(p)} && " for p in group.procs_files())
+            full = ["sh", "-c", joins + 'exec "$@"', "sh", *full]
         try:
             popen = subprocess.Popen(
                 full,
@@ -359,6 +390,7 @@ class NetnsHost:
                 stderr=stderr,
                 env=env,
                 text=True,
+                pass_fds=tuple(pass_fds),
                 start_new_session=True,  # its own group: stop() reaches its children
             )
         except FileNotFoundError:

@@ -1,15 +1,17 @@
 """The running testbed: a Topology built into namespaces, and taken down again.
 
-Build order (each item written to the ledger before it is made): namespaces,
-their sysctls (forwarding on in the dut only, IPv6 DAD off), veth pairs born
-inside their namespaces, then per namespace one `ip -batch` with loopback,
+Build order (each item written to the ledger before it is made): namespaces
+with a cgroup each (secperf.testbed.cgroups: CPU per host, pinning) and their
+sysctls (forwarding on in the dut only, IPv6 DAD off), veth pairs born inside
+their namespaces, then per namespace one `ip -batch` with loopback,
 addresses, links up and default routes, then tbf on shaped links.
 
 Teardown removes exactly what the ledger holds, newest first within each
 kind: processes (only while pid + starttime still match), whatever else still
 runs inside our namespaces, interfaces and nft tables not inside one of our
 namespaces, the namespaces (which takes their veths and tables with them),
-then files. `clean()` does the same for the ledgers of runs that died.
+the hosts' cgroups (empty by then), then files. `clean()` does the same for
+the ledgers of runs that died.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from secperf.errors import TestbedError
-from secperf.testbed import links
+from secperf.testbed import cgroups, links
+from secperf.testbed.cgroups import HostCgroup
 from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
 from secperf.testbed.netns import (
     Host,
@@ -92,13 +95,23 @@ class Testbed:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, topology: Topology, prefix: str, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        prefix: str,
+        ledger: Ledger,
+        pin: Mapping[str, list[int]] | None = None,
+    ) -> None:
         self.topology = topology
         self.prefix = prefix
         self.ledger = ledger
+        self.pin = dict(pin or {})  # role -> the CPUs its processes may run on
+        # role -> its cgroup; shared with every host, filled by _build
+        self.cgroups: dict[str, HostCgroup] = {}
+        self.cgroup_layout: cgroups.Layout | None = None
         self._processes: list[ManagedProcess] = []
         self._hosts = {
-            role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes)
+            role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes, self.cgroups)
             for role in topology.roles
         }
         self._torn_down = False
@@ -113,12 +126,17 @@ class Testbed:
         *,
         prefix: str | None = None,
         state_dir: Path | None = None,
+        pin: Mapping[str, str] | None = None,
     ) -> Testbed:
-        """Build `topology`; if any step fails, take down what was made and raise TestbedError."""
+        """Build `topology`; if any step fails, take down what was made and raise TestbedError.
+
+        `pin` maps host roles to CPU lists ("0", "1", "0-1"): their processes run there.
+        """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
+        pinned = _check_pin(topology, pin or {})
         ledger = Ledger.open(prefix, state_dir)
-        tb = cls(topology, prefix, ledger)
+        tb = cls(topology, prefix, ledger, pinned)
         try:
             tb._build()
         except BaseException as exc:
@@ -137,10 +155,18 @@ class Testbed:
 
     def _build(self) -> None:
         topo = self.topology
+        self.cgroup_layout = cgroups.detect()
         for spec in topo.hosts:
             ns = self.netns(spec.role)
             create_netns(self.ledger, ns)
             set_sysctls(ns, _sysctls(spec.forwarding))
+            self.cgroups[spec.role] = cgroups.create(
+                self.ledger,
+                self.cgroup_layout,
+                self.prefix,
+                spec.role,
+                self.pin.get(spec.role),
+            )
         for link in topo.links:
             links.create_veth(
                 self.ledger,
@@ -201,6 +227,8 @@ class Testbed:
                 if proc.returncode is None:
                     removed.append(f"process {proc.pid} ({proc.label})")
                 proc.stop(timeout=2.0)
+            for group in self.cgroups.values():
+                group.close_counter()
             removed += teardown_entries(self.ledger)
             self._torn_down = True
             return removed
@@ -275,6 +303,16 @@ def teardown_entries(ledger: Ledger) -> list[str]:
 
         attempt(f"netns {name}", drop)
 
+    prefix = ledger.prefix
+    for e in by_type.get("cgroup", []):
+
+        def rmdir(path: str = e["path"]) -> None:
+            _check_cgroup_path(path, prefix)
+            cgroups.remove(Path(path))
+            ledger.remove("cgroup", path=path)
+
+        attempt(f"cgroup {e['path']}", rmdir)
+
     for e in by_type.get("file", []):
         attempt(f"file {e['path']}", _remover(ledger, "file", e))
 
@@ -287,6 +325,42 @@ def teardown_entries(ledger: Ledger) -> list[str]:
     if not ledger.live_entries():
         ledger.delete()
     return removed
+
+
+def _check_cgroup_path(path: str, prefix: str | None) -> None:
+    """Only a group this run named: `<prefix>-<host>` right under a cgroup mount."""
+    p = Path(path)
+    if (
+        not prefix
+        or not p.is_absolute()
+        or ".." in p.parts
+        or not str(p).startswith("/sys/fs/cgroup/")
+        or not p.name.startswith(f"{prefix}-")
+    ):
+        raise TestbedError(
+            f"the ledger names cgroup {path}, which is not one of run {prefix}'s",
+            fix="the ledger was edited or corrupted: remove that line by hand",
+        )
+
+
+def _check_pin(topology: Topology, pin: Mapping[str, str]) -> dict[str, list[int]]:
+    """Role -> CPU numbers; a role the topology lacks or a bad CPU list is an error."""
+    out: dict[str, list[int]] = {}
+    have = cgroups.available_cpus()
+    for role, cpus in pin.items():
+        if role not in topology.roles:
+            raise TestbedError(
+                f"[testbed] pin names host {role!r}, which this testbed does not have",
+                where=f"[testbed] pin.{role}",
+                fix=f"pin one of: {', '.join(topology.roles)}",
+            )
+        try:
+            out[role] = cgroups.parse_cpus(str(cpus), have)
+        except ValueError as exc:
+            raise TestbedError(
+                f"[testbed] pin.{role}: {exc}", where=f"[testbed] pin.{role}", fix=str(exc)
+            ) from None
+    return out
 
 
 def _key(kind: str, e: dict[str, Any]) -> dict[str, Any]:

@@ -145,11 +145,16 @@ impl ProcStat {
 /// A testbed host's CPU counter: a cgroup that secperf made for the host and
 /// put every process it starts there into. `path` is the counter file:
 /// cgroup v1 `cpuacct.usage` (ns) or cgroup v2 `cpu.stat` (`usage_usec`).
+/// `fd`, when given, is that file opened by the caller and inherited: inside
+/// `ip netns exec` /sys is remounted for the namespace and the path is not
+/// visible, but /proc/self/fd/N still reaches the file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CpuGroup {
     pub host: String,
     pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fd: Option<i32>,
 }
 
 impl CpuGroup {
@@ -166,6 +171,15 @@ impl CpuGroup {
                 ),
             ));
         }
+        if matches!(self.fd, Some(fd) if fd < 0) {
+            return Err(EngineError::spec(
+                "cpu_groups",
+                format!(
+                    "cpu_groups: fd {:?} of host {:?} is not a file descriptor",
+                    self.fd, self.host
+                ),
+            ));
+        }
         if self.host.is_empty() {
             return Err(EngineError::spec(
                 "cpu_groups",
@@ -177,9 +191,13 @@ impl CpuGroup {
 
     /// CPU seconds the group has used since it was made.
     pub fn read(&self) -> Result<f64> {
-        let text = std::fs::read_to_string(&self.path).map_err(EngineError::io(format!(
-            "cannot read the CPU counter of host {} ({})",
-            self.host, self.path
+        let file = match self.fd {
+            Some(fd) => format!("/proc/self/fd/{}", fd),
+            None => self.path.clone(),
+        };
+        let text = std::fs::read_to_string(&file).map_err(EngineError::io(format!(
+            "cannot read the CPU counter of host {} ({} as {})",
+            self.host, self.path, file
         )))?;
         parse_group_usage(&self.path, &text).ok_or_else(|| {
             EngineError::Internal(format!(
@@ -318,6 +336,7 @@ mod tests {
         let g = |p: &str| CpuGroup {
             host: "client".into(),
             path: p.into(),
+            fd: None,
         };
         assert!(g("/sys/fs/cgroup/cpuacct/sp1-client/cpuacct.usage")
             .check()
@@ -339,6 +358,7 @@ mod tests {
         let probe = CpuProbe::new(&[CpuGroup {
             host: "dut".into(),
             path: file.to_string_lossy().into_owned(),
+            fd: None,
         }]);
         let a = probe.read().unwrap();
         std::fs::write(&file, "1750000000\n").unwrap();

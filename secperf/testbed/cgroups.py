@@ -1,0 +1,236 @@
+"""A cgroup per testbed host: CPU per host, and pinning hosts to CPUs.
+
+Every process secperf starts in a host (engine, daemons, servers) joins that
+host's group before it execs, so the kernel's own counter of the group is the
+host's CPU: the engine reads it at the measured window's edges (spec field
+`cpu_groups`). Forwarding and netfilter run in softirq context and are charged
+to whatever process the CPU was running; /proc/stat's softirq column counts
+that work machine-wide (docs/methodology.md, "CPU").
+
+Two layouts, found from /proc/self/mounts:
+  v1 (and the v1/v2 hybrid of many Debian machines): the `cpuacct` hierarchy
+     (`cpuacct.usage`, ns) and, to pin, the `cpuset` hierarchy;
+  v2 (unified): one group with `cpu.stat` (`usage_usec`, counted even without
+     the cpu controller) and `cpuset.cpus` where the cpuset controller is on.
+$SECPERF_CGROUP=v1|v2 picks one where both exist (tests use it to try both).
+Groups are named `<run prefix>-<host>` directly under the hierarchy's root,
+written to the ledger before they are made, and removed by it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from secperf.errors import TestbedError
+from secperf.testbed.ledger import Ledger
+
+CgroupVersion = Literal["v1", "v2"]
+CGROUP_ENV = "SECPERF_CGROUP"
+MOUNTS = Path("/proc/self/mounts")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this machine's cgroup hierarchies are, for CPU accounting and pinning."""
+
+    version: CgroupVersion
+    cpu_root: Path  # v1: the cpuacct mount; v2: the unified mount
+    cpuset_root: Path | None  # None: hosts cannot be pinned here (say why in `why_no_cpuset`)
+    why_no_cpuset: str = ""
+
+    @property
+    def counter_name(self) -> str:
+        return "cpuacct.usage" if self.version == "v1" else "cpu.stat"
+
+
+def _mounts(text: str) -> tuple[dict[str, Path], Path | None]:
+    """(v1 controller -> mount point, cgroup2 mount point) from /proc/self/mounts text."""
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        fstype, where, options = parts[2], Path(parts[1]), parts[3].split(",")
+        if fstype == "cgroup2" and v2 is None:
+            v2 = where
+        elif fstype == "cgroup":
+            for opt in options:
+                if opt in ("cpuacct", "cpuset"):
+                    v1.setdefault(opt, where)
+    return v1, v2
+
+
+def detect(mounts_text: str | None = None, prefer: str | None = None) -> Layout:
+    """The layout to use on this machine; TestbedError if it has no usable cgroups."""
+    if mounts_text is None:
+        try:
+            mounts_text = MOUNTS.read_text()
+        except OSError as exc:
+            raise TestbedError(
+                f"cannot read {MOUNTS}: {exc}", fix="secperf needs a Linux /proc"
+            ) from None
+    prefer = prefer if prefer is not None else os.environ.get(CGROUP_ENV, "")
+    if prefer not in ("", "v1", "v2"):
+        raise TestbedError(
+            f"{CGROUP_ENV}={prefer!r} is not a cgroup version",
+            fix=f"set {CGROUP_ENV} to v1 or v2, or unset it",
+        )
+    v1, v2 = _mounts(mounts_text)
+    if prefer != "v2" and "cpuacct" in v1:
+        cpuset = v1.get("cpuset")
+        return Layout("v1", v1["cpuacct"], cpuset, "" if cpuset else "no v1 cpuset hierarchy")
+    if v2 is not None and prefer != "v1":
+        controllers = _read(v2 / "cgroup.subtree_control").split()
+        if "cpuset" in controllers:
+            return Layout("v2", v2, v2)
+        why = f"the cpuset controller is not enabled in {v2}/cgroup.subtree_control"
+        return Layout("v2", v2, None, why)
+    raise TestbedError(
+        "this machine has no cgroup hierarchy to count CPU per host"
+        + (f" (asked for {prefer} by ${CGROUP_ENV})" if prefer else ""),
+        fix="mount cgroup2 (or the v1 cpuacct controller) under /sys/fs/cgroup",
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def parse_cpus(text: str, available: set[int]) -> list[int]:
+    """A CPU list as cpuset writes it ("0", "0-1", "0,2-3") -> sorted CPU numbers.
+
+    ValueError says what is wrong: a malformed list or a CPU this process cannot use.
+    """
+    cpus: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f'{text!r} is not a CPU list: write e.g. "0", "1" or "0-1"')
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"{part!r} runs backwards: write the lower CPU first")
+        cpus.update(range(a, b + 1))
+    missing = sorted(cpus - available)
+    if missing:
+        have = ",".join(str(c) for c in sorted(available))
+        raise ValueError(f"CPU {missing[0]} is not available here (this machine has {have})")
+    return sorted(cpus)
+
+
+def available_cpus() -> set[int]:
+    return set(os.sched_getaffinity(0))
+
+
+@dataclass
+class HostCgroup:
+    """The groups one host's processes join: CPU accounting, and a cpuset if pinned."""
+
+    host: str
+    counter: Path  # the CPU counter file the engine reads
+    dirs: list[Path] = field(default_factory=list)  # every group to join, accounting first
+    cpus: list[int] | None = None
+    # The counter, open for the testbed's life: engines inherit it, because inside
+    # `ip netns exec` /sys is the namespace's own and /sys/fs/cgroup is not there.
+    fd: int | None = None
+
+    def open_counter(self) -> int:
+        if self.fd is None:
+            self.fd = os.open(self.counter, os.O_RDONLY | os.O_CLOEXEC)
+        return self.fd
+
+    def close_counter(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def join(self, pid: int) -> None:
+        for procs in self.procs_files():
+            Path(procs).write_text(f"{pid}\n")
+
+    def usage_s(self) -> float:
+        """CPU seconds the host's processes used so far (for tests and tools)."""
+        text = self.counter.read_text()
+        if self.counter.name == "cpu.stat":
+            for line in text.splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+            raise TestbedError(f"{self.counter} has no usage_usec line", where=str(self.counter))
+        return int(text.strip()) / 1e9
+
+    def as_spec(self) -> dict[str, Any]:
+        """An engine spec's `cpu_groups` entry; `fd` must be passed to the engine."""
+        return {"host": self.host, "path": str(self.counter), "fd": self.open_counter()}
+
+
+def _mkdir(ledger: Ledger, path: Path) -> None:
+    ledger.add("cgroup", path=str(path))
+    try:
+        path.mkdir()
+    except OSError as exc:
+        ledger.remove("cgroup", path=str(path))
+        raise TestbedError(
+            f"cannot create cgroup {path}: {exc}",
+            where=str(path),
+            fix="secperf needs root and a writable cgroup hierarchy; "
+            f"set {CGROUP_ENV}=v1 or v2 to pick the other one",
+        ) from None
+
+
+def create(
+    ledger: Ledger, layout: Layout, prefix: str, host: str, cpus: list[int] | None = None
+) -> HostCgroup:
+    """Make a host's group(s), recorded in the ledger first; pin it to `cpus` if given."""
+    name = f"{prefix}-{host}"
+    acct = layout.cpu_root / name
+    _mkdir(ledger, acct)
+    group = HostCgroup(host=host, counter=acct / layout.counter_name, dirs=[acct], cpus=cpus)
+    if cpus is None:
+        return group
+    if layout.cpuset_root is None:
+        raise TestbedError(
+            f"cannot pin host {host}: {layout.why_no_cpuset}",
+            fix="remove [testbed] pin, or enable the cpuset controller",
+        )
+    cpu_list = ",".join(str(c) for c in cpus)
+    if layout.cpuset_root == layout.cpu_root:  # v2: the same group carries the cpuset
+        (acct / "cpuset.cpus").write_text(cpu_list)
+        return group
+    pinned = layout.cpuset_root / name
+    _mkdir(ledger, pinned)
+    # v1 cpusets start empty: both cpus and mems must be set before a task may join.
+    (pinned / "cpuset.mems").write_text(_read(layout.cpuset_root / "cpuset.mems").strip() or "0")
+    (pinned / "cpuset.cpus").write_text(cpu_list)
+    group.dirs.append(pinned)
+    return group
+
+
+def remove(path: Path, timeout: float = 2.0) -> None:
+    """rmdir a group of ours; its processes have been stopped, wait for them to leave it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                left = _read(path / "cgroup.procs").split()
+                raise TestbedError(
+                    f"cannot remove cgroup {path}: {exc}"
+                    + (f" (processes still in it: {' '.join(left)})" if left else ""),
+                    where=str(path),
+                    fix="its ledger entry is kept: run `secperf clean` once they have ended",
+                ) from None
+            time.sleep(0.01)
