@@ -91,7 +91,31 @@ def machine_info() -> dict[str, Any]:
         "engine": engine_version(),
         "tools": {name: _first_line(argv) for name, argv in TOOLS.items()},
         "sysctls": {name: read_sysctl(name) for name in SYSCTLS},
+        "irq_time_accounting": irq_time_accounting(),
     }
+
+
+def kernel_config(option: str) -> bool | None:
+    """Whether the running kernel was built with CONFIG_<option> (None: no config to read)."""
+    import gzip
+
+    release = platform.release()
+    candidates = [Path("/proc/config.gz"), Path(f"/boot/config-{release}")]
+    for path in candidates:
+        try:
+            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        except OSError:
+            continue
+        text = raw.decode(errors="replace")
+        return f"\nCONFIG_{option}=y" in "\n" + text
+    return None
+
+
+def irq_time_accounting() -> bool | None:
+    """With it, interrupt and softirq time is kept out of the interrupted process's CPU
+    (and so out of the hosts' cgroups); without it, the tick charges it to both that
+    process and /proc/stat's softirq column. The report reads the CPU table accordingly."""
+    return kernel_config("IRQ_TIME_ACCOUNTING")
 
 
 def testbed_info(testbed: Testbed) -> dict[str, Any]:
@@ -125,7 +149,17 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
             "ip_forward": sysctl[0] if sysctl else None,
             "ipv6_forwarding": sysctl[1] if len(sysctl) > 1 else None,
         }
-    return {"prefix": testbed.prefix, "hosts": hosts}
+    layout = testbed.cgroup_layout
+    return {
+        "prefix": testbed.prefix,
+        "hosts": hosts,
+        # where each host's CPU is counted, and the CPUs a pinned host may use
+        "cgroups": {
+            "version": layout.version if layout else None,
+            "groups": {role: [str(d) for d in g.dirs] for role, g in testbed.cgroups.items()},
+            "pin": {role: cpus for role, cpus in testbed.pin.items()},
+        },
+    }
 
 
 OFFLOADS = (

@@ -168,7 +168,7 @@ class Runner:
             prefix = new_prefix()
             variants = prepare_variants(sc, self.plan, self.run.files_dir, f"secperf_{prefix}")
             with (
-                Testbed.build(self.topology, prefix=prefix) as testbed,
+                Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
                 self._check_on_dut(testbed, variants)

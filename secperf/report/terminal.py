@@ -152,7 +152,9 @@ def build_tables(
     confidence = float(summary.get("confidence", 0.95))
     target = summary.get("halfwidth_target_pct")
     tables: list[ReportTable] = []
-    for workload in _ordered_unique([str(r["workload"]) for r in rows]):
+    cpu_rows: list[Mapping[str, Any]] = list(summary.get("cpu") or [])
+    names = [str(r["workload"]) for r in rows] + [str(c.get("workload")) for c in cpu_rows]
+    for workload in _ordered_unique(names):
         wrows = [r for r in rows if r["workload"] == workload]
         metrics = _ordered_unique([str(r["metric"]) for r in wrows])
         metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
@@ -162,7 +164,73 @@ def build_tables(
             if layouts and workload in layouts:
                 table = transpose(table, layouts[workload])
             tables.append(table)
+        cpu = [c for c in cpu_rows if c.get("workload") == workload]
+        if cpu:
+            tables.append(cpu_table(workload, cpu))
     return tables
+
+
+RECONCILE_FLAG = "⚠"
+
+
+def _cpu_cell(row: Mapping[str, Any], part: str) -> Cell:
+    per = (row.get("per_unit_us") or {}).get(part) or {}
+    pct = (row.get("percent") or {}).get(part) or {}
+    if per.get("mean") is None:
+        return Cell("–")
+    text = fmt_value(per["mean"])
+    if pct.get("mean") is not None:
+        text += f" ({pct['mean']:.0f}%)"
+    return Cell(text)
+
+
+def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
+    """CPU per host: each host's cgroup, softirq, the testbed's sum and the machine,
+    per unit of work and as % of one CPU, with the reconciliation of the parts."""
+    unit = str(rows[0].get("unit", "unit"))
+    hosts = _ordered_unique([str(h) for r in rows for h in r.get("hosts") or []])
+    columns = ["point", "variant", *hosts, "softirq", "testbed", "machine", "accounted", "n"]
+    body: list[list[Cell]] = []
+    flagged = False
+    for r in rows:
+        acc = r.get("accounted_pct")
+        flag = bool(r.get("reconciliation_flag"))
+        flagged |= flag
+        acc_text = "–" if acc is None else f"{acc:.0f}%" + (f" {RECONCILE_FLAG}" if flag else "")
+        body.append(
+            [
+                Cell(str(r.get("label") or r.get("point_id")), numeric=False),
+                Cell(str(r.get("variant")), numeric=False),
+                *(_cpu_cell(r, f"host:{h}") for h in hosts),
+                _cpu_cell(r, "softirq"),
+                _cpu_cell(r, "testbed"),
+                _cpu_cell(r, "machine"),
+                Cell(acc_text, missed=flag),
+                Cell(str(r.get("n", ""))),
+            ]
+        )
+    inside = all(r.get("softirq_in_hosts", True) for r in rows)
+    notes = [
+        f"CPU µs per {unit} over the measured window (in brackets: % of one CPU); each host "
+        "is its cgroup, every process secperf started there",
+        "softirq = the kernel's forwarding, netfilter and veth work (and interrupts), "
+        + (
+            "which this kernel charges to the host that was running: it is inside the "
+            "hosts' figures too, and the dut's column holds only its own processes"
+            if inside
+            else "which this kernel keeps out of the processes: testbed = hosts + softirq"
+        ),
+        "testbed = the work of the testbed's hosts; machine = the whole machine's busy time; "
+        "accounted = testbed / machine",
+    ]
+    if flagged:
+        notes.append(
+            f"{RECONCILE_FLAG} the parts and the machine total differ by more than 5 % in "
+            "some round: other processes used the CPU, or the counts disagree; service "
+            "demand counts the testbed only"
+        )
+    title = f"{workload} — CPU per host (CPU µs/{unit}, lower is better)"
+    return ReportTable(workload, "cpu", title, columns, body, notes)
 
 
 # Keys that a paper names in this order ("socket 56 / message 4 KB", "request / response").

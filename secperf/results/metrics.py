@@ -48,9 +48,37 @@ def _path(record: Record, *keys: str) -> float | None:
     return _num(node)
 
 
+# The key extract() adds to a record: CPU seconds of the testbed's work (see testbed_cpu_s).
+TESTBED_CPU = "_testbed_cpu_s"
+
+
+def testbed_cpu_s(record: Record, irq_time_accounting: bool | None = False) -> float | None:
+    """CPU seconds the testbed's work took over the measured window.
+
+    With each host's cgroup (host_cpu): their sum, plus the machine's softirq and
+    irq time on kernels that keep interrupt time out of the interrupted process
+    (CONFIG_IRQ_TIME_ACCOUNTING); without it the tick already charged that work to
+    the host that was running. Records from before host_cpu: the machine's busy time.
+    """
+    hosts = record.get("host_cpu")
+    if isinstance(hosts, Mapping) and hosts:
+        values = [_num(v) for v in hosts.values()]
+        if any(v is None for v in values):
+            return None
+        total = sum(v for v in values if v is not None)
+        if irq_time_accounting:
+            total += (_path(record, "machine_cpu", "softirq_s") or 0.0) + (
+                _path(record, "machine_cpu", "irq_s") or 0.0
+            )
+        return total
+    return _path(record, "machine_cpu", "busy_s")
+
+
 def _busy_us_per(record: Record, units: float | None) -> float | None:
-    """Machine CPU µs per unit of work (service demand)."""
-    busy = _path(record, "machine_cpu", "busy_s")
+    """The testbed's CPU µs per unit of work (service demand)."""
+    busy = _path(record, TESTBED_CPU)
+    if busy is None:
+        busy = testbed_cpu_s(record)
     if busy is None or units is None or units <= 0:
         return None
     return busy * 1e6 / units
@@ -66,9 +94,16 @@ def _loss_pct(r: Record) -> float | None:
     return None if ratio is None else ratio * 100.0
 
 
+def _stream_kb(r: Record) -> float | None:
+    """kB (1000 bytes) received inside the CPU window (older records: all bytes)."""
+    nbytes = _path(r, "window_bytes")
+    if nbytes is None:
+        nbytes = _path(r, "bytes")
+    return None if nbytes is None else nbytes / 1000.0
+
+
 def _sd_per_kb(r: Record) -> float | None:
-    nbytes = _path(r, "bytes")
-    return _busy_us_per(r, None if nbytes is None else nbytes / 1024.0)
+    return _busy_us_per(r, _stream_kb(r))
 
 
 def _latency(field: str) -> Extractor:
@@ -86,7 +121,8 @@ def _sd_per_tx(r: Record) -> float | None:
 
 THROUGHPUT = Metric("throughput", "Throughput", "Mbit/s", True, True)
 LOSS = Metric("loss_pct", "Loss", "%", False, False)
-SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/KB", False, False)
+# kB = 1000 bytes, as netperf's KB and every rate here (Mbit/s = 10^6 bit/s)
+SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/kB (1 kB = 1000 B)", False, False)
 TPS = Metric("tps", "Transaction rate", "trans/s", True, True)
 CPS = Metric("cps", "Connection rate", "conn/s", True, True)
 LAT_MEAN = Metric("latency_mean_us", "Latency mean", "µs", False, False)
@@ -276,11 +312,86 @@ def metric(name: str) -> Metric:
     return METRICS[name]
 
 
-def extract(result_record: Mapping[str, Any]) -> dict[str, float]:
-    """The metric values of one engine `result` record; absent metrics are left out."""
+def extract(
+    result_record: Mapping[str, Any], *, irq_time_accounting: bool | None = False
+) -> dict[str, float]:
+    """The metric values of one engine `result` record; absent metrics are left out.
+
+    `irq_time_accounting`: the run's kernel keeps interrupt time out of process CPU
+    (run.json host.irq_time_accounting); service demand then adds the softirq time.
+    """
+    record = {**result_record, TESTBED_CPU: testbed_cpu_s(result_record, irq_time_accounting)}
     values: dict[str, float] = {}
     for m, get in _TABLE.get(str(result_record.get("kind", "")), ()):
-        value = get(result_record)
+        value = get(record)
         if value is not None:
             values[m.name] = value
     return values
+
+
+# -- CPU per host ----------------------------------------------------------------
+
+# kind -> (unit of work, its count in a result record): what service demand divides by.
+WORK_UNITS: dict[str, tuple[str, Extractor]] = {
+    "stream": ("kB", _stream_kb),
+    "rr": ("trans", lambda r: _path(r, "transactions")),
+    "crr": ("conn", lambda r: _path(r, "transactions")),
+    "http": ("fetch", lambda r: _path(r, "fetches")),
+    "flood": ("packet", lambda r: _path(r, "packets")),
+    "dos": ("conn", lambda r: _path(r, "completed")),
+}
+
+
+@dataclass(frozen=True)
+class CpuBreakdown:
+    """One result record's CPU, part by part, over its measured window (seconds)."""
+
+    unit: str
+    units: float
+    window_s: float  # the window's length (machine ticks / CPUs)
+    hosts: dict[str, float]  # each testbed host's cgroup
+    softirq: float  # softirq + irq, machine-wide, wherever it ran
+    testbed: float  # the testbed's work: the hosts (+ softirq where it is not in them)
+    machine: float  # the machine's busy time
+
+    @property
+    def accounted_pct(self) -> float | None:
+        """The testbed's work against the machine's busy time (the reconciliation)."""
+        return self.testbed / self.machine * 100.0 if self.machine > 0 else None
+
+    def parts(self) -> dict[str, float]:
+        """Seconds by part: `host:<name>`, then softirq, testbed and machine."""
+        out = {f"host:{h}": v for h, v in self.hosts.items()}
+        out.update(softirq=self.softirq, testbed=self.testbed, machine=self.machine)
+        return out
+
+
+def cpu_breakdown(
+    record: Mapping[str, Any], *, irq_time_accounting: bool | None = False
+) -> CpuBreakdown | None:
+    """Each host's CPU, the softirq time, the testbed's sum and the machine's, for a
+    record with host_cpu (None for records without it, or without work to divide by)."""
+    hosts = record.get("host_cpu")
+    unit_of = WORK_UNITS.get(str(record.get("kind", "")))
+    if not isinstance(hosts, Mapping) or not hosts or unit_of is None:
+        return None
+    unit, count = unit_of
+    units = count(record)
+    busy = _path(record, "machine_cpu", "busy_s")
+    total = _path(record, "machine_cpu", "total_s")
+    cpus = _path(record, "machine_cpu", "cpus")
+    testbed = testbed_cpu_s(record, irq_time_accounting)
+    if not units or busy is None or not total or not cpus or testbed is None:
+        return None
+    softirq = (_path(record, "machine_cpu", "softirq_s") or 0.0) + (
+        _path(record, "machine_cpu", "irq_s") or 0.0
+    )
+    return CpuBreakdown(
+        unit=unit,
+        units=units,
+        window_s=total / cpus,
+        hosts={str(h): float(_num(v) or 0.0) for h, v in hosts.items()},
+        softirq=softirq,
+        testbed=testbed,
+        machine=busy,
+    )

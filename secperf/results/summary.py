@@ -17,8 +17,10 @@ from secperf.results.checks import collect_checks
 from secperf.results.metrics import (
     CENSORED_TEXT,
     METRICS,
+    CpuBreakdown,
     Metric,
     censored,
+    cpu_breakdown,
     extract,
     metrics_for_kind,
 )
@@ -45,6 +47,8 @@ class Group:
     errors: list[dict[str, Any]] = field(default_factory=list)
     # metric name -> rep -> bound: searches that found nothing up to the bound
     censored: dict[str, dict[int, float]] = field(default_factory=dict)
+    # rep -> CPU by host over the measured window (records with host_cpu)
+    cpu: dict[int, CpuBreakdown] = field(default_factory=dict)
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
@@ -67,6 +71,7 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
     points in sweep order, baseline first then variants in scenario order."""
     meta = run.read_run_json()
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
+    irq = irq_time_accounting(meta)
     groups: dict[GroupKey, Group] = {}
     seen_reps: dict[GroupKey, int] = {}
     for line in run.iter_records():
@@ -94,11 +99,21 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
             group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
             continue
         group.kind = group.kind or str(record.get("kind", ""))
-        for name, value in extract(record).items():
+        for name, value in extract(record, irq_time_accounting=irq).items():
             group.values.setdefault(name, {})[rep] = value
+        cpu = cpu_breakdown(record, irq_time_accounting=irq)
+        if cpu is not None:
+            group.cpu[rep] = cpu
         for name, bound in censored(record).items():
             group.censored.setdefault(name, {})[rep] = bound
     return _ordered(groups, scenario)
+
+
+def irq_time_accounting(meta: Mapping[str, Any]) -> bool:
+    """run.json's host.irq_time_accounting (False when unknown: the tick charges
+    interrupt work to the interrupted process, the common case without the option)."""
+    host: Mapping[str, Any] = meta.get("host") or {}
+    return host.get("irq_time_accounting") is True
 
 
 def _variant(line: Mapping[str, Any]) -> str:
@@ -254,6 +269,59 @@ def _row(
     return row
 
 
+# A testbed whose parts miss more (or claim more) of the machine's busy time than this
+# is flagged: other processes ran, or the accounting does not add up.
+RECONCILIATION_GAP_PCT = 5.0
+
+
+def _mean_ci(values: Sequence[float], confidence: float) -> dict[str, float | None]:
+    s = _summarize(values, confidence)
+    if s is None:
+        return {"mean": values[0] if values else None, "ci_low": None, "ci_high": None}
+    return {"mean": _finite(s.mean), "ci_low": _finite(s.ci_low), "ci_high": _finite(s.ci_high)}
+
+
+def _cpu_row(group: Group, confidence: float, irq: bool) -> dict[str, Any]:
+    """CPU per host and per unit of work for one point and variant, over its rounds."""
+    reps = sorted(group.cpu)
+    first = group.cpu[reps[0]]
+    parts = list(dict.fromkeys(p for r in reps for p in group.cpu[r].parts()))
+    per_unit: dict[str, Any] = {}
+    percent: dict[str, Any] = {}
+    for part in parts:
+        per_unit[part] = _mean_ci(
+            [group.cpu[r].parts().get(part, 0.0) * 1e6 / group.cpu[r].units for r in reps],
+            confidence,
+        )
+        percent[part] = _mean_ci(
+            [group.cpu[r].parts().get(part, 0.0) / group.cpu[r].window_s * 100 for r in reps],
+            confidence,
+        )
+    accounted = [a for r in reps if (a := group.cpu[r].accounted_pct) is not None]
+    mean_accounted = sum(accounted) / len(accounted) if accounted else None
+    return {
+        "workload": group.workload,
+        "point_id": group.point_id,
+        "label": group.label,
+        "variant": group.variant,
+        "kind": group.kind,
+        "unit": first.unit,
+        "n": len(reps),
+        "hosts": list(first.hosts),
+        # µs of CPU per unit of work and % of one CPU, by part: host:<name>, softirq,
+        # testbed (the hosts, plus softirq where the kernel keeps it out of them), machine
+        "per_unit_us": per_unit,
+        "percent": percent,
+        "softirq_in_hosts": not irq,
+        "accounted_pct": mean_accounted,
+        "accounted_min_pct": min(accounted) if accounted else None,
+        "accounted_max_pct": max(accounted) if accounted else None,
+        "reconciliation_flag": bool(
+            accounted and any(abs(a - 100.0) > RECONCILIATION_GAP_PCT for a in accounted)
+        ),
+    }
+
+
 def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
     """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
     meta = run.read_run_json()
@@ -277,6 +345,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     return {
         "format": FORMAT,
+        "cpu": [_cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu],
         "scenario": scenario.get("name"),
         "confidence": conf,
         "halfwidth_target_pct": target,

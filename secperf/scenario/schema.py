@@ -156,6 +156,19 @@ class Testbed(StrictModel):
     family: Literal["ipv4", "ipv6"] = "ipv4"
     # Extra addresses beside the client and the server (document 004's 100 hosts a side).
     emulated_hosts: int = Field(default=0, ge=0, le=200)
+    # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
+    # and the DUT on the other; checked against the testbed's hosts and this machine.
+    pin: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("pin")
+    @classmethod
+    def _pin_is_cpu_lists(cls, pin: dict[str, str]) -> dict[str, str]:
+        for host, cpus in pin.items():
+            if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", cpus.replace(" ", "")):
+                raise ValueError(
+                    f'pin.{host} = {cpus!r} is not a CPU list: write e.g. "0", "1" or "0-1"'
+                )
+        return pin
 
     @property
     def rate_bps(self) -> int | None:

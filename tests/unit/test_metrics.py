@@ -14,7 +14,7 @@ def stream_record(protocol: str = "tcp", **extra: Any) -> dict[str, Any]:
         "type": "result",
         "kind": "stream",
         "protocol": protocol,
-        "bytes": 1024 * 1000,  # 1000 KB
+        "bytes": 1000 * 1000,  # 1000 kB (1 kB = 1000 B)
         "bits_per_second": 9.5e9,
         "loss": None if protocol == "tcp" else {"lost": 5, "ratio": 0.025},
         "machine_cpu": {"busy_s": 2.0, "total_s": 20.0, "cpus": 2},
@@ -93,3 +93,55 @@ def test_directions_and_primaries() -> None:
     assert metric("sd_cpu_us_per_kb").service_demand
     assert metrics_for_kind("rr")[0].name == "tps"
     assert metrics_for_kind("crr")[0].name == "cps"
+
+
+def test_kb_is_1000_bytes_and_says_so() -> None:
+    values = extract(stream_record(bytes=1_000_000))
+    assert values["sd_cpu_us_per_kb"] == pytest.approx(2000.0)  # 2 s / 1000 kB
+    assert "1000 B" in metric("sd_cpu_us_per_kb").unit
+
+
+def with_hosts(record: dict[str, Any], **hosts: float) -> dict[str, Any]:
+    record = dict(record)
+    record["host_cpu"] = hosts
+    record["machine_cpu"] = {
+        **record["machine_cpu"],
+        "softirq_s": 0.5,
+        "irq_s": 0.1,
+    }
+    return record
+
+
+def test_service_demand_is_the_testbed_hosts_cpu_not_the_machines() -> None:
+    # the machine was 3 s busy, but the testbed's hosts used 2 s: other work is not ours
+    rec = with_hosts(rr_record(), client=1.2, dut=0.0, server=0.8)
+    assert extract(rec)["sd_cpu_us_per_tx"] == pytest.approx(2.0 * 1e6 / 20000)
+    # a kernel that keeps softirq out of the processes: the softirq time is added
+    irq = extract(rec, irq_time_accounting=True)["sd_cpu_us_per_tx"]
+    assert irq == pytest.approx(2.6 * 1e6 / 20000)
+
+
+def test_stream_service_demand_uses_the_bytes_inside_the_cpu_window() -> None:
+    rec = with_hosts(stream_record(bytes=1_000_000, window_bytes=500_000), client=1.0)
+    assert extract(rec)["sd_cpu_us_per_kb"] == pytest.approx(1.0 * 1e6 / 500)
+
+
+def test_cpu_breakdown_by_host_with_reconciliation() -> None:
+    from secperf.results.metrics import cpu_breakdown
+
+    rec = with_hosts(rr_record(), client=1.2, dut=0.1, server=0.8)
+    b = cpu_breakdown(rec)
+    assert b is not None
+    assert b.unit == "trans" and b.units == 20000
+    assert b.window_s == pytest.approx(5.0)  # 10 s of CPU time over 2 CPUs
+    assert b.hosts == {"client": 1.2, "dut": 0.1, "server": 0.8}
+    assert b.testbed == pytest.approx(2.1)
+    assert b.softirq == pytest.approx(0.6)
+    assert b.accounted_pct == pytest.approx(70.0)  # 2.1 of the machine's 3.0 s
+    assert cpu_breakdown(rr_record()) is None  # no host_cpu: nothing to break down
+
+
+def test_a_host_whose_cpu_is_missing_gives_no_service_demand() -> None:
+    rec = with_hosts(rr_record(), client=1.2)
+    rec["host_cpu"] = {"client": 1.2, "server": None}
+    assert "sd_cpu_us_per_tx" not in extract(rec)

@@ -167,3 +167,40 @@ def test_short_columns_name_the_keys_once_in_the_paper_order() -> None:
     # labels that are not all key=value pairs of the same keys stay as they are
     assert short_columns(["delay", "a=1"]) == ("", ["delay", "a=1"])
     assert short_columns(["a=1", "b=2"]) == ("", ["a=1", "b=2"])
+
+
+def test_cpu_table_shows_each_host_and_flags_a_reconciliation_gap() -> None:
+    from secperf.report.terminal import RECONCILE_FLAG, build_tables
+
+    def part(mean: float) -> dict[str, float]:
+        return {"mean": mean}
+
+    cpu_row = {
+        "workload": "tcp-rr",
+        "point_id": "tcp-rr#0",
+        "label": "tcp-rr",
+        "variant": "baseline",
+        "unit": "trans",
+        "n": 3,
+        "hosts": ["client", "dut", "server"],
+        "per_unit_us": {
+            "host:client": part(40.0),
+            "host:dut": part(0.0),
+            "host:server": part(38.0),
+            "softirq": part(20.0),
+            "testbed": part(78.0),
+            "machine": part(120.0),
+        },
+        "percent": {"host:client": part(45.0), "machine": part(190.0)},
+        "softirq_in_hosts": True,
+        "accounted_pct": 65.0,
+        "reconciliation_flag": True,
+    }
+    summary = {"rows": [], "cpu": [cpu_row]}
+    (table,) = build_tables(summary)
+    assert table.columns[2:5] == ["client", "dut", "server"]
+    cells = [c.text for c in table.rows[0]]
+    assert cells[2] == "40.00 (45%)" and cells[7] == "120.0 (190%)"
+    assert cells[8] == f"65% {RECONCILE_FLAG}"
+    assert any("inside the hosts' figures" in n for n in table.footnotes)
+    assert any(RECONCILE_FLAG in n for n in table.footnotes)

@@ -289,3 +289,63 @@ def test_an_unswept_point_is_labelled_by_its_workload(tmp_path: Path) -> None:
     for rep in range(2):
         run.append_record({**tags, "rep": rep}, rr_result(100.0 + rep))
     assert rows_of(build_summary(run, 0.95))[0]["label"] == "tcp-rr"
+
+
+# -- CPU per host ------------------------------------------------------------------
+
+
+def _cpu_run(root: Path, hosts: dict[str, float], busy: float, irq: bool | None) -> RunDir:
+    run = RunDir.create(root, "cpu")
+    run.write_run_json(
+        {
+            "scenario": {"name": "cpu", "workloads": [{"name": "tcp-rr", "kind": "rr"}]},
+            "host": {"cpus": 2, "irq_time_accounting": irq},
+            "status": "complete",
+        }
+    )
+    for rep in range(3):
+        rec = rr_result(1000.0)  # 5000 transactions
+        rec["host_cpu"] = hosts
+        rec["machine_cpu"] = {
+            "busy_s": busy,
+            "total_s": 10.0,
+            "cpus": 2,
+            "softirq_s": 1.0,
+            "irq_s": 0.0,
+        }
+        tags = {"variant": "baseline", "workload": "tcp-rr", "point_id": "tcp-rr#0", "rep": rep}
+        run.append_record(tags, rec)
+    return run
+
+
+def test_cpu_per_host_per_unit_and_percent(tmp_path: Path) -> None:
+    run = _cpu_run(tmp_path, {"client": 2.0, "dut": 0.0, "server": 2.0}, busy=4.1, irq=False)
+    summary = build_summary(run)
+    (cpu,) = summary["cpu"]
+    assert cpu["unit"] == "trans" and cpu["n"] == 3 and cpu["hosts"] == ["client", "dut", "server"]
+    assert cpu["per_unit_us"]["host:client"]["mean"] == pytest.approx(400.0)  # 2 s / 5000
+    assert cpu["percent"]["host:client"]["mean"] == pytest.approx(40.0)  # 2 s of a 5 s window
+    assert cpu["per_unit_us"]["testbed"]["mean"] == pytest.approx(800.0)
+    assert cpu["per_unit_us"]["machine"]["mean"] == pytest.approx(820.0)
+    assert cpu["softirq_in_hosts"] is True
+    assert cpu["accounted_pct"] == pytest.approx(4.0 / 4.1 * 100)
+    assert cpu["reconciliation_flag"] is False  # 2.4 % apart: within 5 %
+    sd = rows_of(summary, "sd_cpu_us_per_tx")[0]
+    assert sd["mean"] == pytest.approx(800.0)  # the testbed, not the machine's 820
+
+
+def test_a_gap_between_the_parts_and_the_machine_is_flagged(tmp_path: Path) -> None:
+    run = _cpu_run(tmp_path, {"client": 1.0, "server": 1.0}, busy=4.0, irq=False)
+    (cpu,) = build_summary(run)["cpu"]
+    assert cpu["accounted_pct"] == pytest.approx(50.0)
+    assert cpu["reconciliation_flag"] is True
+
+
+def test_softirq_joins_the_testbed_where_the_kernel_keeps_it_out_of_processes(
+    tmp_path: Path,
+) -> None:
+    run = _cpu_run(tmp_path, {"client": 1.5, "server": 1.5}, busy=4.0, irq=True)
+    (cpu,) = build_summary(run)["cpu"]
+    assert cpu["softirq_in_hosts"] is False
+    assert cpu["per_unit_us"]["testbed"]["mean"] == pytest.approx(800.0)  # 3 s + 1 s softirq
+    assert cpu["reconciliation_flag"] is False
