@@ -68,7 +68,12 @@ class Step:
         return {"asked": self.asked, "achieved": self.achieved}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"asked": self.asked, "achieved": self.achieved, "passed": self.passed, **self.detail}
+        return {
+            "asked": self.asked,
+            "achieved": self.achieved,
+            "passed": self.passed,
+            **self.detail,
+        }
 
 
 @dataclass(frozen=True)

@@ -83,16 +83,29 @@ def _metric_rank(row: Mapping[str, Any]) -> int:
     return 2
 
 
+def _fmt_rate(x: Any) -> str:
+    """A search's bound: a whole rate without decimals ("500", not "500.0")."""
+    if isinstance(x, int | float) and math.isfinite(x) and float(x).is_integer():
+        return f"{x:,.0f}"
+    return fmt_value(x if isinstance(x, int | float) else None)
+
+
 def _bound_text(row: Mapping[str, Any], outcome: str) -> str:
     """How a censored search reads: "< 500", "≥ 20,000", "not denied up to 149,000
     achieved (200,000 asked)" (the asked rate beside a bound placed by the achieved one)."""
     search: Mapping[str, Any] = row.get("search") or {}
     bound, asked = search.get(f"{outcome}_bound"), search.get(f"{outcome}_asked")
     words = CENSORED_WORDS.get(str(row.get("metric")), DEFAULT_CENSORED_WORDS)[outcome]
-    text = words.format(bound=fmt_value(bound))
-    if search.get("measure") == "achieved" and isinstance(asked, int | float):
-        if isinstance(bound, int | float) and abs(bound - asked) > 0.005 * asked:
-            text += f" achieved ({fmt_value(asked)} asked)"
+    text = words.format(bound=_fmt_rate(bound))
+    # placed by what the load achieved, and it fell short of its ask: say both
+    short = (
+        search.get("measure") == "achieved"
+        and isinstance(asked, int | float)
+        and isinstance(bound, int | float)
+        and abs(bound - asked) > 0.005 * asked
+    )
+    if short:
+        text += f" achieved ({_fmt_rate(asked)} asked)"
     return text
 
 

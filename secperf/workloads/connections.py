@@ -135,7 +135,9 @@ class ConnRateExecutor:
             s = crr_summary(r)
             done, lost, achieved = s["completed"], s["failed"], s["rate"]
             ok = passes(lost, done + lost, max_ratio) and achieved >= ACHIEVED_SHARE * rate
-            return _trial("crr", ctx, rate, Trial(ok, achieved, {"completed": done, "failed": lost}))
+            return _trial(
+                "crr", ctx, rate, Trial(ok, achieved, {"completed": done, "failed": lost})
+            )
 
         return _search(ctx, p, trial, "conn_rate", max_ratio)
 
