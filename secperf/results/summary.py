@@ -237,7 +237,7 @@ def _search_fields(group: Group, metric: str) -> dict[str, Any] | None:
     resolutions = [(hi / lo - 1) * 100.0 for lo, hi in found.values() if lo > 0]
     measures = sorted({s.measure for s in readings.values()})
     return {
-        "measure": measures[0] if len(measures) == 1 else measures,
+        "measure": measures[0] if len(measures) == 1 else "mixed",
         "found_n": len(found),
         "bracket_low": sum(lo for lo, _ in found.values()) / len(found) if found else None,
         "bracket_high": sum(hi for _, hi in found.values()) / len(found) if found else None,
