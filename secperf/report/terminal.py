@@ -84,7 +84,7 @@ def _metric_rank(row: Mapping[str, Any]) -> int:
 
 
 def _fmt_rate(x: Any) -> str:
-    """A search's bound: a whole rate without decimals ("500", not "500.0")."""
+    """A search's rate: a whole one without decimals ("500", not "500.0")."""
     if isinstance(x, int | float) and math.isfinite(x) and float(x).is_integer():
         return f"{x:,.0f}"
     return fmt_value(x if isinstance(x, int | float) else None)
@@ -129,9 +129,9 @@ def _interval_text(row: Mapping[str, Any]) -> str:
     lo, hi = row.get("ci_low"), row.get("ci_high")
     if lo is None or hi is None:
         lo, hi = search.get("bracket_low"), search.get("bracket_high")
-    text = fmt_value(row.get("mean"))
+    text = _fmt_rate(row.get("mean"))
     if lo is not None and hi is not None:
-        text += f" [{fmt_value(lo)}–{fmt_value(hi)}]"
+        text += f" [{_fmt_rate(lo)}–{_fmt_rate(hi)}]"
     return text
 
 

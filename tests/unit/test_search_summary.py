@@ -233,3 +233,41 @@ def test_min_flood_bounds_a_fruitless_search_by_the_rate_the_flood_reached(
     row = rows_of(run)["baseline"]
     assert row["n"] == 0 and row["censored_n"] == 2
     assert row["search"]["at_least_bound"] == 149_000
+
+
+# -- records written before the bracket: the published RFC 3511 synproxy row -------
+
+
+def test_old_records_of_the_published_333_read_as_brackets(tmp_path: Path) -> None:
+    """docs/methodology.md published synproxy's §5.3 as 333 conn/s: the mean of
+    {500, 500, 0}, the 0 a search that failed at its lowest rate. Those records,
+    re-read, are two brackets [500, 2437.5] and one "< 500"."""
+    run = RunDir.create(tmp_path, "old")
+    run.write_run_json({"scenario": {"name": "old"}})
+    old = [
+        {"rate": 500.0, "best": 500.0, "bracket": [500.0, 2437.5]},
+        {"rate": 500.0, "best": 500.0, "bracket": [500.0, 2437.5]},
+        {"rate": 0.0, "best": None, "bracket": [None, 500.0]},
+    ]
+    for rep, fields in enumerate(old):
+        tags = {"variant": "baseline", "workload": "s5-3", "point_id": "s5-3#0", "rep": rep}
+        run.append_record(tags, {"type": "result", "kind": "conn_rate", **fields, "steps": []})
+    (row,) = build_summary(run)["rows"]
+    assert row["n"] == 2 and row["mean"] == 500.0 and row["censored_n"] == 1
+    assert (row["ci_low"], row["ci_high"]) == (500.0, 2437.5)  # the bracket, not 500 ± 0
+    assert cells_of(run)[1] == "500 [500–2,438] (1 of 3: < 500)"
+
+
+def test_charts_draw_a_below_only_row_without_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from secperf.report import plots
+
+    dut = FakeDut()
+    monkeypatch.setattr(connections, "run_on_client", fake_crr(dut))
+    setups = [capacity(dut, 100), capacity(dut, 100)]
+    run = run_searches(tmp_path, ConnRateExecutor(), CONN_RATE, {"baseline": setups})
+    assert cells_of(run)[1] == "< 500"
+    assert plots._censored(rows_of(run)["baseline"]) == ("<", 500.0)
+    (chart,) = plots.charts(build_summary(run))
+    assert chart.png[:4] == b"\x89PNG"
