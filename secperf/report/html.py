@@ -97,7 +97,10 @@ def render_html(
     figures = charts(summary) + variant_sweep_charts(summary, run_meta.get("variant_sweeps") or {})
     if figures:
         parts.append("<h2>Charts</h2>")
-        parts.append('<p class="note">Whiskers: confidence interval of the mean.</p>')
+        parts.append(
+            '<p class="note">Whiskers: confidence interval of the mean (a search\'s is '
+            "widened by its brackets; with one repetition, it is that search's bracket).</p>"
+        )
     parts += [_figure_html(chart) for chart in figures]
     if distributions:
         parts.append("<h2>Delay distributions</h2>")

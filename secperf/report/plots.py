@@ -66,25 +66,33 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def _err(row: Mapping[str, Any]) -> tuple[float, float]:
+    """Whiskers: the confidence interval; a single search's own bracket without one."""
     mean, lo, hi = row.get("mean"), row.get("ci_low"), row.get("ci_high")
+    search: Mapping[str, Any] = row.get("search") or {}
+    if (lo is None or hi is None) and search:
+        lo, hi = search.get("bracket_low"), search.get("bracket_high")
     if mean is None or lo is None or hi is None:
         return 0.0, 0.0
     return max(mean - lo, 0.0), max(hi - mean, 0.0)
 
 
-def _censored_only(row: Mapping[str, Any]) -> bool:
-    """A search that found nothing in any repetition: only its bound is known."""
-    return bool(row.get("censored_n")) and row.get("mean") is None
-
-
-def _bound(row: Mapping[str, Any]) -> float | None:
-    bound = row.get("censored_bound")
-    return float(bound) if isinstance(bound, int | float) else None
+def _censored(row: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    """A search that found no value in any repetition: ("≥", bound) when its highest
+    rate passed, ("<", bound) when its lowest already failed; else None."""
+    if row is None or not row.get("censored_n") or row.get("mean") is not None:
+        return None
+    search: Mapping[str, Any] = row.get("search") or {}
+    for outcome, sign in (("at_least", "≥"), ("below", "<")):
+        bound = search.get(f"{outcome}_bound")
+        if search.get(f"{outcome}_n") and isinstance(bound, int | float):
+            return sign, float(bound)
+    return None
 
 
 def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes:
     """Grouped bars: x = workload points, one bar per variant, CI whiskers. A search
-    that found nothing is a hatched, unfilled bar up to its bound, marked ≥."""
+    that found nothing is a hatched, unfilled bar up to its bound, marked ≥ (the value
+    is at least it) or < (below it)."""
     points = list(dict.fromkeys(str(r["point_id"]) for r in rows))
     labels = {str(r["point_id"]): str(r.get("label") or r["point_id"]) for r in rows}
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
@@ -109,12 +117,13 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
         for i, pid in enumerate(points):
             row = by_key.get((pid, variant))
             x = i - 0.4 + width * (j + 0.5)
-            bound = _bound(row) if row is not None else None
-            if row is not None and _censored_only(row) and bound is not None:
+            censored = _censored(row)
+            if censored is not None:
+                sign, bound = censored
                 name = variant if only_censored and variant not in labelled else None
                 ax.bar(x, bound, width, fill=False, hatch="//", edgecolor=color, label=name)
                 labelled.add(variant)
-                ax.annotate("≥", (x, bound), ha="center", va="bottom", fontsize=8)
+                ax.annotate(sign, (x, bound), ha="center", va="bottom", fontsize=8)
                 any_censored = True
                 continue
             if row is None or row.get("mean") is None:
@@ -132,7 +141,7 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     handles, names = ax.get_legend_handles_labels()
     if any_censored:
         handles.append(Patch(fill=False, hatch="//", edgecolor="0.4"))
-        names.append("none found up to the range's top (≥)")
+        names.append("search found no value: ≥ or < the bar's top")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.legend(handles, names, fontsize=8)
     fig.tight_layout()
@@ -150,7 +159,7 @@ def sweep_chart(
 
     `references` are horizontal dashed lines (label, value), e.g. the baseline's
     value where the variants, not the workload, were swept. A point whose search
-    found nothing is an open triangle at its bound (the value lies above it).
+    found nothing is an open triangle at its bound, pointing to where the value lies.
     """
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
     fig = Figure(figsize=(6.4, 3.8))
@@ -160,18 +169,18 @@ def sweep_chart(
     for j, variant in enumerate(variants):
         color = f"C{j % 10}"
         series = []
-        above: list[tuple[float, float]] = []
+        bounds: dict[str, list[tuple[float, float]]] = {"≥": [], "<": []}
         for r in rows:
             x = numeric((r.get("point") or {}).get(parameter))
             if r["variant"] != variant or x is None:
                 continue
-            bound = _bound(r)
-            if _censored_only(r) and bound is not None:
-                above.append((x, bound))
+            censored = _censored(r)
+            if censored is not None:
+                bounds[censored[0]].append((x, censored[1]))
             elif r.get("mean") is not None:
                 series.append((x, float(r["mean"]), *_err(r)))
         series.sort()
-        all_x += [s[0] for s in series] + [a[0] for a in above]
+        all_x += [s[0] for s in series] + [b[0] for bs in bounds.values() for b in bs]
         if series:
             ax.errorbar(
                 [s[0] for s in series],
@@ -182,18 +191,22 @@ def sweep_chart(
                 label=variant,
                 color=color,
             )
-        if above:
+        labelled = bool(series)
+        for sign, marker in (("≥", "^"), ("<", "v")):
+            if not bounds[sign]:
+                continue
             any_censored = True
             ax.plot(
-                [a[0] for a in above],
-                [a[1] for a in above],
+                [b[0] for b in bounds[sign]],
+                [b[1] for b in bounds[sign]],
                 linestyle="none",
-                marker="^",
+                marker=marker,
                 markerfacecolor="none",
                 markersize=9,
                 color=color,
-                label=None if series else variant,
+                label=None if labelled else variant,
             )
+            labelled = True
     for k, (label, value) in enumerate(_merge_references(references)):
         color = f"C{(len(variants) + k) % 10}"
         ax.axhline(value, linestyle="--", linewidth=1.2, color=color, label=label)
@@ -214,7 +227,7 @@ def sweep_chart(
             marker="^",
             markerfacecolor="none",
             color="0.4",
-            label="none found up to here (value above)",
+            label="search found no value: at least here (△) / below here (▽)",
         )
     if all(abs(v) >= 1000 for v in ax.get_yticks() if v):
         ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
@@ -323,11 +336,13 @@ def _family_chart(
         info = sweeps.get(str(r["variant"]))
         if not info:
             name = f"{BASELINE} · {where}" if several else BASELINE
-            bound = _bound(r)
+            censored = _censored(r)
             if r["variant"] == BASELINE and r.get("mean") is not None:
                 references.append((name, float(r["mean"])))
-            elif r["variant"] == BASELINE and bound is not None:
-                references.append((f"{name}: none found up to here", bound))
+            elif r["variant"] == BASELINE and censored is not None:
+                sign, bound = censored
+                words = "none found up to here" if sign == "≥" else "below here"
+                references.append((f"{name}: {words}", bound))
             continue
         parameter = next(k for k in info if k != "family")
         line = f"{info['family']} · {where}" if several else str(info["family"])

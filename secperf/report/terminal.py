@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from secperf.results.metrics import CENSORED_WORDS, DEFAULT_CENSORED_WORDS
+
 BASELINE = "baseline"
 MISSED = "*"  # marks a value whose CI target was not met
 SIGNIFICANT = "†"  # marks a degradation whose CI excludes 0
@@ -81,10 +83,56 @@ def _metric_rank(row: Mapping[str, Any]) -> int:
     return 2
 
 
-def _censored_text(row: Mapping[str, Any]) -> str:
-    """ "not denied up to 200,000" for a search that found nothing within its range."""
-    template = str(row.get("censored_text") or "beyond {bound}")
-    return template.format(bound=fmt_value(row.get("censored_bound")))
+def _fmt_rate(x: Any) -> str:
+    """A search's rate: a whole one without decimals ("500", not "500.0")."""
+    if isinstance(x, int | float) and math.isfinite(x) and float(x).is_integer():
+        return f"{x:,.0f}"
+    return fmt_value(x if isinstance(x, int | float) else None)
+
+
+def _bound_text(row: Mapping[str, Any], outcome: str) -> str:
+    """How a censored search reads: "< 500", "≥ 20,000", "not denied up to 149,000
+    achieved (200,000 asked)" (the asked rate beside a bound placed by the achieved one)."""
+    search: Mapping[str, Any] = row.get("search") or {}
+    bound, asked = search.get(f"{outcome}_bound"), search.get(f"{outcome}_asked")
+    words = CENSORED_WORDS.get(str(row.get("metric")), DEFAULT_CENSORED_WORDS)[outcome]
+    text = words.format(bound=_fmt_rate(bound))
+    # placed by what the load achieved, and it fell short of its ask: say both
+    short = (
+        search.get("measure") == "achieved"
+        and isinstance(asked, int | float)
+        and isinstance(bound, int | float)
+        and abs(bound - asked) > 0.005 * asked
+    )
+    if short:
+        text += f" achieved ({_fmt_rate(asked)} asked)"
+    return text
+
+
+def censored_text(row: Mapping[str, Any]) -> str:
+    """Every censored outcome of a search row, e.g. "< 500" or "< 500 ×2 · ≥ 20,000 ×1"."""
+    search: Mapping[str, Any] = row.get("search") or {}
+    parts = [
+        (_bound_text(row, outcome), int(search.get(f"{outcome}_n") or 0))
+        for outcome in ("below", "at_least")
+    ]
+    parts = [(text, k) for text, k in parts if k]
+    if len(parts) == 1:
+        return parts[0][0]
+    return " · ".join(f"{text} ×{k}" for text, k in parts)
+
+
+def _interval_text(row: Mapping[str, Any]) -> str:
+    """ "1,250 [1,100–1,400]": a search's mean and its interval (the t interval widened
+    by the brackets; with one repetition, that search's own bracket)."""
+    search: Mapping[str, Any] = row.get("search") or {}
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None or hi is None:
+        lo, hi = search.get("bracket_low"), search.get("bracket_high")
+    text = _fmt_rate(row.get("mean"))
+    if lo is not None and hi is not None:
+        text += f" [{_fmt_rate(lo)}–{_fmt_rate(hi)}]"
+    return text
 
 
 def _value_cell(row: Mapping[str, Any] | None) -> Cell:
@@ -92,13 +140,14 @@ def _value_cell(row: Mapping[str, Any] | None) -> Cell:
         return Cell("–")
     censored = int(row.get("censored_n") or 0)
     if censored and not row.get("n"):
-        return Cell(_censored_text(row))  # no number to show: say what was found
-    text = fmt_value(row.get("mean"))
+        return Cell(censored_text(row))  # no number to show: say what was found
+    search = row.get("search") is not None
+    text = _interval_text(row) if search else fmt_value(row.get("mean"))
     if censored:
         total = censored + int(row.get("n") or 0)
-        return Cell(f"{text} ({censored} of {total}: {_censored_text(row)})", missed=True)
+        return Cell(f"{text} ({censored} of {total}: {censored_text(row)})", missed=True)
     hw = row.get("halfwidth_pct")
-    if hw is not None:
+    if hw is not None and not search:
         text += f" ±{hw:.1f}%"
     missed = not row.get("ci_target_met", False)
     if missed:
@@ -306,7 +355,8 @@ def _table(
     body: list[list[Cell]] = []
     stops: set[str] = set()
     outliers: list[str] = []
-    any_missed = any_significant = any_censored = False
+    any_missed = any_significant = False
+    searches = [r["search"] for r in mrows if r.get("search")]
     for pid in points:
         base = by_key.get((pid, BASELINE))
         some = base or next(r for r in mrows if r["point_id"] == pid)
@@ -321,12 +371,13 @@ def _table(
         for row in [base] + [by_key.get((pid, v)) for v in variants]:
             if row is None:
                 continue
-            if row.get("censored_n"):
-                any_censored = True
-            elif not row.get("ci_target_met", False):
+            if not row.get("censored_n") and not row.get("ci_target_met", False):
                 any_missed = True
                 reason = row.get("stop_reason")
                 stops.add(_STOP_WORDS.get(str(reason), str(reason)) if reason else "")
+                resolution = (row.get("search") or {}).get("resolution_pct")
+                if isinstance(target, int | float) and (resolution or 0) / 2 > target:
+                    stops.add("a search's resolution is coarser than the target")
             if row.get("significant"):
                 any_significant = True
             if row.get("outliers"):
@@ -342,15 +393,31 @@ def _table(
         why = "; ".join(sorted(s for s in stops if s)) or "too few repetitions"
         tgt = f" ±{target:g} %" if isinstance(target, int | float) else ""
         notes.append(f"{MISSED} CI target{tgt} not met: {why}")
-    if any_censored:
-        notes.append(
-            "a search that found no value within its range is shown as such, not as a "
-            "number; the mean (if any) covers the repetitions that found one"
-        )
+    if searches:
+        notes.append(_search_note(searches))
     if outliers:
         notes.append("outliers (kept): " + "; ".join(outliers))
     notes.append("n = repetitions: " + "/".join([BASELINE, *variants]))
     return ReportTable(workload, metric, title, columns, body, notes)
+
+
+def _search_note(searches: Sequence[Mapping[str, Any]]) -> str:
+    """What a search table's cells are."""
+    resolutions = [s["resolution_pct"] for s in searches if s.get("resolution_pct") is not None]
+    res = f" (here up to {max(resolutions):.0f} %)" if resolutions else ""
+    measure = (
+        "the flood rate achieved"
+        if all(s.get("measure") == "achieved" for s in searches)
+        else "the rate asked (each passing trial achieved ≥ 95 % of it)"
+    )
+    return (
+        "a search per repetition, placed by "
+        f"{measure}: value [interval] = mean of the searches that found a value, its "
+        f"interval widened by their brackets, so never narrower than their resolution{res}; "
+        "a search whose lowest rate already failed reads '< x' (or 'denied already at x'), "
+        "one whose highest rate passed '≥ x' (or 'not denied up to x'): those are in no "
+        "mean, interval or Δ%"
+    )
 
 
 # -- header -------------------------------------------------------------------

@@ -237,8 +237,9 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (TEARDOWN, lambda r: _path(r, "teardown_rate")),
         (FAILURES, _ratio_pct),
     ),
-    "conn_rate": ((MAX_CPS, lambda r: _path(r, "rate")),),
-    "teardown_rate": ((MAX_TEARDOWN, lambda r: _path(r, "rate")),),
+    # searches: the found value only; a censored search has no number (see SEARCHES)
+    "conn_rate": ((MAX_CPS, lambda r: _search_value(r)),),
+    "teardown_rate": ((MAX_TEARDOWN, lambda r: _search_value(r)),),
     "latency": (
         # one-way delay of both directions together (the record's `combined`)
         (DELAY_MEAN, _latency("mean")),
@@ -254,8 +255,8 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (FLOOD_ERR, _abs_error),
         (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
     ),
-    # the bracket's upper bound: the lowest rate probed that denied the stream
-    "min_flood_rate": ((MIN_FLOOD, lambda r: _path(r, "min_flood_rate_pps")),),
+    # the lowest flood rate (achieved) probed that denied the stream
+    "min_flood_rate": ((MIN_FLOOD, lambda r: _search_value(r)),),
     "dos": (
         (DOS_CPS, lambda r: _path(r, "rate")),
         (FAILURES, _dos_failure_pct),
@@ -276,30 +277,109 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}
 
 
-def _not_denied_up_to(r: Record) -> float | None:
-    """A search that never denied the stream: the rate lies above the range's top."""
-    if r.get("found") is not False:
-        return None
-    rng = r.get("range")
-    return _num(rng[1]) if isinstance(rng, list) and len(rng) == 2 else None
+# -- searches (secperf/search.py) -----------------------------------------------
 
-
-# kind -> (metric, bound) rows for searches that found no value within their range:
-# the value lies beyond the bound, and the report says so instead of a number.
-_CENSORED: dict[str, tuple[tuple[Metric, Extractor, str], ...]] = {
-    "min_flood_rate": ((MIN_FLOOD, _not_denied_up_to, "not denied up to {bound}"),),
+# kind -> the metric its search finds. Every search record carries the same
+# `search` bracket; nothing below branches on the kind beyond this table.
+SEARCHES: dict[str, Metric] = {
+    "conn_rate": MAX_CPS,
+    "teardown_rate": MAX_TEARDOWN,
+    "min_flood_rate": MIN_FLOOD,
 }
-CENSORED_TEXT: dict[str, str] = {m.name: text for rows in _CENSORED.values() for m, _, text in rows}
+SEARCH_METRICS = frozenset(m.name for m in SEARCHES.values())
+
+# How a report words a censored search: the value lies below / at or above
+# `{bound}`. A metric not listed here uses DEFAULT_CENSORED_WORDS.
+DEFAULT_CENSORED_WORDS = {"below": "< {bound}", "at_least": "≥ {bound}"}
+CENSORED_WORDS: dict[str, dict[str, str]] = {
+    MIN_FLOOD.name: {"below": "denied already at {bound}", "at_least": "not denied up to {bound}"},
+}
 
 
-def censored(result_record: Mapping[str, Any]) -> dict[str, float]:
-    """Metric name -> bound, for the metrics this record's search did not find."""
-    bounds: dict[str, float] = {}
-    for m, get, _ in _CENSORED.get(str(result_record.get("kind", "")), ()):
-        bound = get(result_record)
-        if bound is not None:
-            bounds[m.name] = bound
-    return bounds
+@dataclass(frozen=True)
+class SearchReading:
+    """One search's answer as the summary uses it."""
+
+    outcome: str  # "found" | "below" | "at_least"
+    measure: str  # "asked" | "achieved": which rate places the bracket
+    value: float | None = None  # found: the threshold
+    interval: tuple[float, float] | None = None  # found: [lo, hi] around it
+    bound: float | None = None  # censored: below it / at least it
+    asked: float | None = None  # censored: the asked rate of the bound's trial
+
+
+def _end(node: Any, key: str) -> float | None:
+    return _num(node.get(key)) if isinstance(node, Mapping) else None
+
+
+def search_reading(record: Record) -> SearchReading | None:
+    """The record's search bracket (None: not a search record, or a malformed one).
+
+    Records written before the `search` object (a `bracket` [passed, failed]
+    beside `rate` or `min_flood_rate_pps`) are read too, so an old run's report
+    no longer averages a censored search in as 0 or as its range's top."""
+    node = record.get("search")
+    if not isinstance(node, Mapping):
+        return _legacy_reading(record)
+    outcome = str(node.get("outcome"))
+    measure = str(node.get("measure") or "asked")
+    if outcome == "found":
+        value, iv = _num(node.get("value")), node.get("interval")
+        if value is None or not isinstance(iv, list) or len(iv) != 2:
+            return None
+        lo, hi = _num(iv[0]), _num(iv[1])
+        if lo is None or hi is None:
+            return None
+        return SearchReading("found", measure, value=value, interval=(lo, hi))
+    if outcome in ("below", "at_least"):
+        bound = _num(node.get("bound"))
+        if bound is None:
+            return None
+        at = node.get("failed_at" if outcome == "below" else "passed_at")
+        return SearchReading(outcome, measure, bound=bound, asked=_end(at, "asked"))
+    return None
+
+
+def _legacy_reading(record: Record) -> SearchReading | None:
+    kind = record.get("kind")
+    bracket = record.get("bracket")
+    if kind not in SEARCHES or not isinstance(bracket, list) or len(bracket) != 2:
+        return None
+    ok, bad = _num(bracket[0]), _num(bracket[1])
+    measure = "asked"
+    if kind == "min_flood_rate":
+        # its probes kept the flood's achieved rate beside the asked one
+        measure = "achieved"
+        sent = {
+            _num(p.get("rate_pps")): _num(p.get("flood_pps"))
+            for p in record.get("probes") or []
+            if isinstance(p, Mapping)
+        }
+        ok_a = None if ok is None else (sent.get(ok) or ok)
+        bad_a = None if bad is None else (sent.get(bad) or bad)
+    else:
+        ok_a, bad_a = ok, bad
+    if ok is not None and bad is not None and ok_a is not None and bad_a is not None:
+        value = bad_a if kind == "min_flood_rate" else ok_a
+        iv = (min(ok_a, bad_a), max(ok_a, bad_a))
+        return SearchReading("found", measure, value=value, interval=iv)
+    if ok is None and bad is not None:
+        return SearchReading("below", measure, bound=bad_a, asked=bad)
+    if bad is None and ok is not None:
+        return SearchReading("at_least", measure, bound=ok_a, asked=ok)
+    return None
+
+
+def _search_value(r: Record) -> float | None:
+    reading = search_reading(r)
+    return reading.value if reading is not None else None
+
+
+def searches(result_record: Mapping[str, Any]) -> dict[str, SearchReading]:
+    """Metric name -> the search's reading, for a search record (else {})."""
+    m = SEARCHES.get(str(result_record.get("kind", "")))
+    reading = search_reading(result_record) if m is not None else None
+    return {} if m is None or reading is None else {m.name: reading}
 
 
 def metrics_for_kind(kind: str) -> list[Metric]:

@@ -15,14 +15,15 @@ from typing import Any
 from secperf import stats
 from secperf.results.checks import collect_checks
 from secperf.results.metrics import (
-    CENSORED_TEXT,
     METRICS,
+    SEARCH_METRICS,
     CpuBreakdown,
     Metric,
-    censored,
+    SearchReading,
     cpu_breakdown,
     extract,
     metrics_for_kind,
+    searches,
 )
 from secperf.results.rundir import RunDir
 
@@ -45,13 +46,25 @@ class Group:
     # metric name -> rep -> value
     values: dict[str, dict[int, float]] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
-    # metric name -> rep -> bound: searches that found nothing up to the bound
-    censored: dict[str, dict[int, float]] = field(default_factory=dict)
+    # metric name -> rep -> the search's bracket (found or censored), search kinds only
+    searches: dict[str, dict[int, SearchReading]] = field(default_factory=dict)
     # rep -> CPU by host over the measured window (records with host_cpu)
     cpu: dict[int, CpuBreakdown] = field(default_factory=dict)
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
+
+    def censored(self, metric: str) -> dict[int, SearchReading]:
+        """Rep -> reading of the searches that found no value (below / at least)."""
+        return {r: s for r, s in self.searches.get(metric, {}).items() if s.outcome != "found"}
+
+    def intervals(self, metric: str) -> dict[int, tuple[float, float]]:
+        """Rep -> [lo, hi] of the searches that found a value."""
+        return {
+            r: s.interval
+            for r, s in self.searches.get(metric, {}).items()
+            if s.outcome == "found" and s.interval is not None
+        }
 
 
 GroupKey = tuple[str, str, str]  # (workload, point_id, variant)
@@ -104,8 +117,10 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
         cpu = cpu_breakdown(record, irq_time_accounting=irq)
         if cpu is not None:
             group.cpu[rep] = cpu
-        for name, bound in censored(record).items():
-            group.censored.setdefault(name, {})[rep] = bound
+        for name, reading in searches(record).items():
+            group.searches.setdefault(name, {})[rep] = reading
+            if reading.outcome != "found":  # a retried rep's censored search wins
+                group.values.get(name, {}).pop(rep, None)
     return _ordered(groups, scenario)
 
 
@@ -195,6 +210,62 @@ def _stop_for(stops: list[Mapping[str, Any]], point_id: str, variant: str) -> Ma
     return found
 
 
+def _t_halfwidth(values: Sequence[float], confidence: float) -> float:
+    s = stats.summarize(values, confidence)
+    return s.ci_high - s.mean
+
+
+def _bracketed_interval(
+    lows: Sequence[float], highs: Sequence[float], confidence: float
+) -> tuple[float, float]:
+    """The interval of a mean of quantities each known only to lie in [lo_i, hi_i]:
+    their mean lies in [mean(lo), mean(hi)], widened on each side by the larger t
+    half width of the lo and hi series. Never narrower than the mean bracket, so a
+    search's resolution stays in the interval even when every repetition agreed."""
+    hw = max(_t_halfwidth(lows, confidence), _t_halfwidth(highs, confidence))
+    return sum(lows) / len(lows) - hw, sum(highs) / len(highs) + hw
+
+
+def _degradation_bounds(
+    base: tuple[float, float], variant: tuple[float, float], higher_is_better: bool
+) -> tuple[float, float] | None:
+    """The range of one pair's degradation % when both values are only bracketed."""
+    (bl, bh), (vl, vh) = base, variant
+    if bl <= 0 or bh <= 0:
+        return None
+    if higher_is_better:  # d = (b − v) / b: smallest with v high and b low
+        return (1 - vh / bl) * 100.0, (1 - vl / bh) * 100.0
+    return (vl / bh - 1) * 100.0, (vh / bl - 1) * 100.0
+
+
+def _search_fields(group: Group, metric: str) -> dict[str, Any] | None:
+    """The row's `search` object: how its repetitions' searches ended."""
+    if metric not in SEARCH_METRICS:
+        return None
+    readings = group.searches.get(metric, {})
+    found = group.intervals(metric)
+    below = [s for s in readings.values() if s.outcome == "below"]
+    above = [s for s in readings.values() if s.outcome == "at_least"]
+    # what holds for every censored rep: below the highest bound, at least the lowest
+    low_bound = max(below, key=lambda s: s.bound or 0.0) if below else None
+    high_bound = min(above, key=lambda s: s.bound or 0.0) if above else None
+    resolutions = [(hi / lo - 1) * 100.0 for lo, hi in found.values() if lo > 0]
+    measures = sorted({s.measure for s in readings.values()})
+    return {
+        "measure": measures[0] if len(measures) == 1 else "mixed",
+        "found_n": len(found),
+        "bracket_low": sum(lo for lo, _ in found.values()) / len(found) if found else None,
+        "bracket_high": sum(hi for _, hi in found.values()) / len(found) if found else None,
+        "resolution_pct": max(resolutions) if resolutions else None,
+        "below_n": len(below),
+        "below_bound": low_bound.bound if low_bound else None,
+        "below_asked": low_bound.asked if low_bound else None,
+        "at_least_n": len(above),
+        "at_least_bound": high_bound.bound if high_bound else None,
+        "at_least_asked": high_bound.asked if high_bound else None,
+    }
+
+
 def _row(
     group: Group,
     metric: Metric,
@@ -207,6 +278,19 @@ def _row(
     reps = sorted(series)
     values = [series[r] for r in reps]
     s = _summarize(values, confidence)
+    search = _search_fields(group, metric.name)
+    ci_low = _finite(s.ci_low) if s else None
+    ci_high = _finite(s.ci_high) if s else None
+    halfwidth = _finite(s.halfwidth_pct) if s else None
+    target_met = bool(len(values) >= 2 and stats.ci_met(values, confidence, target))
+    brackets = group.intervals(metric.name)
+    if search is not None and s is not None and all(r in brackets for r in reps):
+        # a search's value is known to its bracket only: the interval holds it
+        ci_low, ci_high = _bracketed_interval(
+            [brackets[r][0] for r in reps], [brackets[r][1] for r in reps], confidence
+        )
+        halfwidth = (ci_high - ci_low) / 2 / abs(s.mean) * 100.0 if s.mean else None
+        target_met = halfwidth is not None and halfwidth <= target
     row: dict[str, Any] = {
         "workload": group.workload,
         "point_id": group.point_id,
@@ -222,19 +306,18 @@ def _row(
         "n": len(values),
         "mean": _finite(s.mean) if s else (values[0] if values else None),
         "stddev": _finite(s.stddev) if s else None,
-        "ci_low": _finite(s.ci_low) if s else None,
-        "ci_high": _finite(s.ci_high) if s else None,
-        "halfwidth_pct": _finite(s.halfwidth_pct) if s else None,
-        "ci_target_met": bool(len(values) >= 2 and stats.ci_met(values, confidence, target)),
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "halfwidth_pct": halfwidth,
+        "ci_target_met": target_met,
         # reported as repetition numbers, not list positions
         "outliers": [reps[i] for i in s.outliers] if s else [],
         "stop_reason": stop.get("reason"),
         "stop_reps": stop.get("reps"),
         "errors": len(group.errors),
-        # repetitions whose search found no value: it lies beyond censored_bound
-        "censored_n": len(group.censored.get(metric.name, {})),
-        "censored_bound": max(group.censored.get(metric.name, {}).values(), default=None),
-        "censored_text": CENSORED_TEXT.get(metric.name),
+        # repetitions whose search found no value; they are in no mean or interval
+        "censored_n": len(group.censored(metric.name)),
+        "search": search,
         "baseline_mean": None,
         "degradation_pct": None,
         "degradation_ci_low": None,
@@ -248,7 +331,8 @@ def _row(
     base_values = [base_series[r] for r in sorted(base_series)]
     if base_values:
         row["baseline_mean"] = sum(base_values) / len(base_values)
-    paired = sorted(set(series) & set(base_series))  # only reps measured under both
+    # only reps measured under both (for a search: found under both)
+    paired = sorted(set(series) & set(base_series))
     row["degradation_n"] = len(paired)
     if len(paired) >= 2 and all(base_series[r] != 0 for r in paired):
         d = stats.degradation(
@@ -261,12 +345,39 @@ def _row(
         row["degradation_ci_low"] = _finite(d.ci_low)
         row["degradation_ci_high"] = _finite(d.ci_high)
         row["significant"] = bool(stats.significant(d))
+        if search is not None:
+            _bracket_degradation(row, base, group, metric, paired, confidence)
     elif len(paired) == 1:  # one pair: a figure without an interval
         r = paired[0]
         row["degradation_pct"] = _point_degradation(
             base_series[r], series[r], metric.higher_is_better
         )
     return row
+
+
+def _bracket_degradation(
+    row: dict[str, Any],
+    base: Group,
+    group: Group,
+    metric: Metric,
+    paired: Sequence[int],
+    confidence: float,
+) -> None:
+    """Widen a search metric's degradation interval by both sides' brackets; it is
+    significant only if that interval excludes 0."""
+    b, v = base.intervals(metric.name), group.intervals(metric.name)
+    pairs = [
+        _degradation_bounds(b[r], v[r], metric.higher_is_better)
+        for r in paired
+        if r in b and r in v
+    ]
+    bounds = [p for p in pairs if p is not None]
+    if len(bounds) != len(paired):
+        row["degradation_ci_low"] = row["degradation_ci_high"] = row["significant"] = None
+        return
+    lo, hi = _bracketed_interval([p[0] for p in bounds], [p[1] for p in bounds], confidence)
+    row["degradation_ci_low"], row["degradation_ci_high"] = _finite(lo), _finite(hi)
+    row["significant"] = lo > 0 or hi < 0
 
 
 # A testbed whose parts miss more (or claim more) of the machine's busy time than this
@@ -337,7 +448,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         names += [n for n in group.values if n not in names and n in METRICS]
         stop = _stop_for(stops, point_id, variant)
         for name in names:
-            if not group.series(name) and not group.censored.get(name):
+            if not group.series(name) and not group.censored(name):
                 continue  # e.g. loss for TCP
             rows.append(_row(group, METRICS[name], base, conf, target, stop))
         for err in group.errors:

@@ -11,7 +11,7 @@ from typing import Any
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError
 from secperf.scenario.sweep import WorkloadPoint
-from secperf.search import bisect_rate, passes
+from secperf.search import Trial, bisect_rate, passes
 from secperf.workloads.base import MeasureContext
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
@@ -101,9 +101,20 @@ class ConnectionsExecutor:
         return run_on_client(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
 
 
-def _trial_record(kind: str, rate: float, detail: dict[str, Any]) -> Record:
-    # Not a "result": the summary reads one result per round, the search's.
-    return {"type": "trial", "kind": kind, "offered": rate, **detail}
+def _trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
+    """Keep the trial as a `trial` record (not a "result": the summary reads one
+    result per round, the search's) and hand it back to the search."""
+    ctx.keep(
+        {
+            "type": "trial",
+            "kind": kind,
+            "asked": rate,
+            "achieved": t.achieved,
+            "passed": t.passed,
+            **t.detail,
+        }
+    )
+    return t
 
 
 @dataclass(frozen=True)
@@ -116,19 +127,17 @@ class ConnRateExecutor:
         p = dict(point.params)
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
 
-        def trial(rate: float) -> tuple[bool, dict[str, Any]]:
+        def trial(rate: float) -> Trial:
             try:
                 r = run_on_client(ctx, crr_spec(ctx.target, p, rate), keep_all=False)
             except EngineError as exc:
-                detail: dict[str, Any] = {"error": exc.message}
-                ctx.keep(_trial_record("crr", rate, detail))
-                return False, detail
+                return _trial("crr", ctx, rate, Trial(False, None, {"error": exc.message}))
             s = crr_summary(r)
             done, lost, achieved = s["completed"], s["failed"], s["rate"]
             ok = passes(lost, done + lost, max_ratio) and achieved >= ACHIEVED_SHARE * rate
-            detail = {"achieved": achieved, "completed": done, "failed": lost}
-            ctx.keep(_trial_record("crr", rate, detail))
-            return ok, detail
+            return _trial(
+                "crr", ctx, rate, Trial(ok, achieved, {"completed": done, "failed": lost})
+            )
 
         return _search(ctx, p, trial, "conn_rate", max_ratio)
 
@@ -145,7 +154,7 @@ class TeardownRateExecutor:
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
         n = int(str(p.get("connections", 2000)))
 
-        def trial(rate: float) -> tuple[bool, dict[str, Any]]:
+        def trial(rate: float) -> Trial:
             spec = connections_spec(
                 {
                     "connections": n,
@@ -159,9 +168,7 @@ class TeardownRateExecutor:
             try:
                 r = run_on_client(ctx, spec, keep_all=False)
             except EngineError as exc:
-                detail: dict[str, Any] = {"error": exc.message}
-                ctx.keep(_trial_record("connections", rate, detail))
-                return False, detail
+                return _trial("connections", ctx, rate, Trial(False, None, {"error": exc.message}))
             tear = r.get("teardown") or {}
             closed, missing = int(tear.get("closed") or 0), int(tear.get("missing") or 0)
             seen = float(r.get("teardown_rate") or 0.0)
@@ -170,9 +177,8 @@ class TeardownRateExecutor:
                 and passes(missing, closed, max_ratio)
                 and seen >= ACHIEVED_SHARE * rate
             )
-            detail = {"achieved": seen, "closed": closed, "missing": missing}
-            ctx.keep(_trial_record("connections", rate, detail))
-            return ok, detail
+            detail = {"closed": closed, "missing": missing}
+            return _trial("connections", ctx, rate, Trial(ok, seen, detail))
 
         return _search(ctx, p, trial, "teardown_rate", max_ratio)
 
@@ -180,24 +186,28 @@ class TeardownRateExecutor:
 def _search(
     ctx: MeasureContext,
     p: dict[str, object],
-    trial: Callable[[float], tuple[bool, dict[str, object]]],
+    trial: Callable[[float], Trial],
     kind: str,
     max_ratio: float,
 ) -> Record:
-    """Bisect with the workload's bounds; the result record carries the bracket."""
+    """Bisect with the workload's bounds; the result record carries the bracket
+    (`search`: found with its resolution, or below / at least a bound, never a
+    number standing in for one). A trial passes only with ≥ 95 % of its asked rate
+    achieved, so the asked rates place the bracket; the achieved ones are beside."""
     found = bisect_rate(
         trial,
         low=_f(p, "low", 500),
         high=_f(p, "high", 20000),
         resolution_pct=_f(p, "resolution_pct", 10),
         max_steps=int(str(p.get("max_steps", 8))),
+        measure="asked",
+        reports="passed",
     )
     rec: Record = {
         "type": "result",
         "kind": kind,
-        "rate": found.best or 0.0,
         "max_failure_pct": max_ratio * 100,
-        **found.as_dict(),
+        "search": found.as_dict(),
     }
     ctx.keep(rec)
     return rec

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,13 +148,18 @@ def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> Non
             rec = MinFloodRateExecutor().measure(context(tb, kept), point)
         finally:
             server.stop()
-    low, high = rec["bracket"]  # type: ignore[misc]
-    assert isinstance(low, int) and isinstance(high, int), rec
-    assert low < high
-    probed = {p["rate_pps"] for p in rec["probes"]}  # type: ignore[attr-defined]
-    assert low in probed and high in probed
-    assert rec["min_flood_rate_pps"] == high
-    assert 2 <= int(str(rec["iterations"])) <= 5
+    search: dict[str, Any] = rec["search"]  # type: ignore[assignment]
+    assert search["outcome"] == "found", search
+    passed, failed = search["passed_at"], search["failed_at"]
+    assert passed["asked"] < failed["asked"]
+    # the bracket is placed by what each probe's flood really sent
+    steps = {s["asked"]: s for s in search["steps"]}
+    assert steps[passed["asked"]]["achieved"] == passed["achieved"] is not None
+    assert steps[failed["asked"]]["achieved"] == failed["achieved"] is not None
+    assert search["value"] == failed["achieved"]
+    assert sorted(search["interval"]) == sorted([passed["achieved"], failed["achieved"]])
+    assert not steps[passed["asked"]]["denied"] and steps[failed["asked"]]["denied"]
+    assert 2 <= len(search["steps"]) <= 5
     # every probe's stream and flood were kept, nested as side records
     roles = {str(k["role"]) for k in kept if k.get("type") == "side"}
     assert "unflooded" in roles and any(r.startswith("probe-") for r in roles)

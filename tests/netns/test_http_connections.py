@@ -123,8 +123,38 @@ def test_setup_rate_search_ends_with_a_bracket(bed: tuple[Testbed, Nginx, Engine
     }
     point = WorkloadPoint(0, 0, "conn-rate", "conn_rate", params, "", ())
     rec = ConnRateExecutor().measure(ctx, point)
-    low, high = rec["bracket"]
-    assert low is not None and high is not None and low < high, rec
-    assert rec["rate"] == low >= 200
+    search = rec["search"]
+    assert search["outcome"] == "found", search
+    low, high = search["interval"]
+    assert search["value"] == low >= 200 and low < high, search
+    assert search["passed_at"]["asked"] == low and search["failed_at"]["asked"] == high
+    # a passing trial achieved (nearly) what it asked; the achieved rate is beside it
+    assert search["passed_at"]["achieved"] >= 0.95 * low
     assert [k["type"] for k in kept].count("result") == 1
-    assert sum(1 for k in kept if k["type"] == "trial") == len(rec["steps"])
+    trials = [k for k in kept if k["type"] == "trial"]
+    assert len(trials) == len(search["steps"])
+    assert all(t["asked"] > 0 and t["achieved"] is not None for t in trials)
+
+
+def search_once(bed: tuple[Testbed, Nginx, EngineServer], **params: object) -> dict[str, Any]:
+    tb, _, _ = bed
+    ctx = MeasureContext.on(tb, f"{SERVER}:{CONTROL_PORT}", variant="baseline")
+    base: dict[str, object] = {"max_steps": 4, "duration": 0.5, "warmup": 0.1, "timeout": 1.0}
+    point = WorkloadPoint(0, 0, "conn-rate", "conn_rate", {**base, **params}, "", ())
+    search: dict[str, Any] = ConnRateExecutor().measure(ctx, point)["search"]
+    return search
+
+
+def test_setup_rate_searches_outside_their_range_are_bounds_not_numbers(
+    bed: tuple[Testbed, Nginx, EngineServer],
+) -> None:
+    # 20–50 conn/s: far below what the path does, so even the top rate passes
+    up = search_once(bed, low=20.0, high=50.0, parallel=4)
+    assert up["outcome"] == "at_least" and up["value"] is None, up
+    assert up["bound"] == 50.0 and len(up["steps"]) == 1
+    assert up["passed_at"]["achieved"] >= 0.95 * 50
+    # one connect loop of 64 KiB responses cannot open 50k conn/s: even the bottom fails
+    down = search_once(bed, low=50_000.0, high=100_000.0, parallel=1, response=65536)
+    assert down["outcome"] == "below" and down["value"] is None, down
+    assert down["bound"] == 50_000.0 and len(down["steps"]) == 2
+    assert down["failed_at"]["achieved"] < 0.95 * 50_000  # what it really did, beside it

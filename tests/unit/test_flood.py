@@ -1,4 +1,5 @@
-"""Flood workloads without root: schema, search arithmetic, ACL flood permits, hosts."""
+"""Flood workloads without root: schema, ACL flood permits, hosts (the search's
+arithmetic: test_search.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from secperf.mechanisms.base import TrafficPlan
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.workloads import hosts_for
-from secperf.workloads.min_flood import narrow_enough, next_rate
 
 PLAN = TrafficPlan(
     family=4,
@@ -55,14 +55,6 @@ def test_flood_rate_sweep_and_attacker_only_when_flooding() -> None:
 def test_bad_flood_keys_are_refused(workload: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         scenario(workload)
-
-
-def test_bisection_arithmetic() -> None:
-    assert next_rate(1000, 100_000) == 10_000  # geometric middle
-    assert 1000 < next_rate(1000, 1002) < 1002
-    assert narrow_enough(1000, 1001, 1.0)
-    assert narrow_enough(10_000, 12_000, 25.0)
-    assert not narrow_enough(10_000, 20_000, 25.0)
 
 
 def test_acl_permits_the_allowed_flood_port_only() -> None:

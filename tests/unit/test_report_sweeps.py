@@ -16,13 +16,21 @@ RULES = (1, 8, 64)
 SWEEPS = {f"acl[rules={n}]": {"family": "acl", "rules": n} for n in RULES}
 
 
-def search(rate: int | None, hi: int = 200_000) -> dict[str, Any]:
+def search(rate: int | None, hi: int = 200_000, reached: int = 149_000) -> dict[str, Any]:
+    """A min_flood_rate result: denied from `rate` up (not denied at 0.8 × it), or (None)
+    never denied, the flood at `hi` having reached only `reached` packets/s."""
+    if rate is None:
+        bracket: dict[str, Any] = {
+            "outcome": "at_least",
+            "bound": reached,
+            "passed_at": {"asked": hi, "achieved": reached},
+        }
+    else:
+        bracket = {"outcome": "found", "value": rate, "interval": [0.8 * rate, rate]}
     return {
         "type": "result",
         "kind": "min_flood_rate",
-        "found": rate is not None,
-        "range": [5000, hi],
-        "min_flood_rate_pps": rate,
+        "search": {**bracket, "measure": "achieved", "reports": "failed", "range": [5000, hi]},
     }
 
 
@@ -45,17 +53,21 @@ def test_a_search_that_found_nothing_is_reported_as_such(tmp_path: Path) -> None
     rows = {(r["workload"], r["variant"]): r for r in summary["rows"]}
     base = rows[("min-flood-allowed", "baseline")]
     assert base["n"] == 0 and base["mean"] is None
-    assert base["censored_n"] == 2 and base["censored_bound"] == 200_000
+    assert base["censored_n"] == 2 and base["search"]["at_least_bound"] == 149_000
+    assert base["search"]["at_least_asked"] == 200_000
     one = rows[("min-flood-allowed", "acl[rules=1]")]
     assert one["n"] == 1 and one["censored_n"] == 1 and one["mean"] == 100_000
     assert rows[("min-flood-allowed", "acl[rules=8]")]["censored_n"] == 0
 
     table = next(t for t in build_tables(summary) if t.workload == "min-flood-allowed")
     cells = [c.text for c in table.rows[0]]
-    assert cells[1] == "not denied up to 200,000"
-    assert cells[2] == "100,000 (1 of 2: not denied up to 200,000)"
+    # the bound is the rate the flood reached, the asked one beside it
+    assert cells[1] == "not denied up to 149,000 achieved (200,000 asked)"
+    assert cells[2] == (
+        "100,000 [80,000–100,000] (1 of 2: not denied up to 149,000 achieved (200,000 asked))"
+    )
     assert cells[-1] == "2/2/2/2"  # repetitions run, the fruitless searches included
-    assert any("found no value within its range" in n for n in table.footnotes)
+    assert any("placed by the flood rate achieved" in n for n in table.footnotes)
 
 
 def test_points_sharing_a_metric_share_a_line_per_family_with_the_baseline_dashed(
@@ -84,12 +96,12 @@ def test_points_sharing_a_metric_share_a_line_per_family_with_the_baseline_dashe
     ]
     bound = "none found up to here"
     assert references == [
-        (f"baseline · min-flood-allowed: {bound}", 200_000.0),
-        (f"baseline · min-flood-denied: {bound}", 200_000.0),
+        (f"baseline · min-flood-allowed: {bound}", 149_000.0),
+        (f"baseline · min-flood-denied: {bound}", 149_000.0),
     ]
     # both baselines found nothing up to the same bound: one dashed line, both named
     assert plots._merge_references(references) == [
-        ("baseline · min-flood-allowed & min-flood-denied: none found up to here", 200_000.0)
+        ("baseline · min-flood-allowed & min-flood-denied: none found up to here", 149_000.0)
     ]
 
 
