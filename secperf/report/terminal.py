@@ -467,6 +467,14 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         "note: the traffic generator and the DUT share this machine's CPUs; "
         "prefer degradation % and service demand to absolute rates"
     )
+    testbed: Mapping[str, Any] = run_meta.get("testbed") or {}
+    cgroups: Mapping[str, Any] = testbed.get("cgroups") or {}
+    pin: Mapping[str, Any] = cgroups.get("pin") or {}
+    if pin:
+        where = ", ".join(
+            f"{host} on CPU {','.join(str(c) for c in cpus)}" for host, cpus in pin.items()
+        )
+        lines.append(f"pinned: {where} (the kernel's forwarding follows the sender)")
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
     if summary.get("errors"):

@@ -204,3 +204,12 @@ def test_cpu_table_shows_each_host_and_flags_a_reconciliation_gap() -> None:
     assert cells[8] == f"65% {RECONCILE_FLAG}"
     assert any("inside the hosts' figures" in n for n in table.footnotes)
     assert any(RECONCILE_FLAG in n for n in table.footnotes)
+
+
+def test_header_says_which_hosts_were_pinned() -> None:
+    from secperf.report.terminal import header_lines
+
+    meta = {"testbed": {"cgroups": {"pin": {"client": [0], "dut": [1]}}}, "status": "complete"}
+    lines = header_lines({}, meta)
+    assert any("client on CPU 0" in x and "dut on CPU 1" in x for x in lines)
+    assert not any(x.startswith("pinned") for x in header_lines({}, {"status": "complete"}))
