@@ -4,7 +4,6 @@ another variant's (or its own previous test's) connections and NAT bindings."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from rich.console import Console
