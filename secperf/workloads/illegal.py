@@ -140,14 +140,20 @@ def denied_specs(
 
 
 def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> list[dict[str, Any]]:
-    """The round's checks: every denied flow was sent (always applicable: a flood that
-    sent nothing tested nothing), and, through a filter, none of it reached the server.
-    With a flow unsent the second check cannot pass either: "0 reached" of nothing
+    """The round's checks: through a filter, no denied packet reached the server; and
+    every denied flow was sent (always applicable: a flood that sent nothing tested
+    nothing). With a flow unsent the first check cannot pass either: "0 reached" of nothing
     proves nothing."""
     unsent = [proto for proto, d in denied.items() if d["sent"] <= 0]
     total = sum(d["sent"] for d in denied.values())
     reached = sum(d["reached"] for d in denied.values())
     return [
+        {
+            "name": "no denied packet reached the server",
+            "passed": reached == 0 and not unsent,
+            "applicable": applicable,
+            "detail": f"{reached} of {total} denied packets reached the server",
+        },
         {
             "name": "every denied flow was sent",
             "passed": not unsent,
@@ -157,12 +163,6 @@ def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> li
                 if unsent
                 else f"{total} denied packets sent"
             ),
-        },
-        {
-            "name": "no denied packet reached the server",
-            "passed": reached == 0 and not unsent,
-            "applicable": applicable,
-            "detail": f"{reached} of {total} denied packets reached the server",
         },
     ]
 

@@ -153,14 +153,14 @@ def test_illegal_with_nothing_sent_fails_instead_of_passing(
     for kind in ("acl", ""):  # through a filter, and the baseline
         rec = _illegal_round(monkeypatch, nothing, nothing, kind)
         assert rec["passed"] is False, kind
-        sent_check = rec["checks"][0]
+        sent_check = rec["checks"][1]
         assert sent_check["applicable"] and not sent_check["passed"]
         assert "sent nothing" in sent_check["detail"]
         assert rec["illegal_reached"] is None  # no figure where nothing was measured
         assert "illegal_reached" not in extract(rec)
     # one flood silent: the other's 0 reached does not make the round pass
     rec = _illegal_round(monkeypatch, {"udp": 100, "tcp": 0}, nothing, "acl")
-    assert rec["passed"] is False and "tcp flood sent nothing" in rec["checks"][0]["detail"]
+    assert rec["passed"] is False and "tcp flood sent nothing" in rec["checks"][1]["detail"]
 
 
 def test_illegal_passes_and_fails_on_what_reached_the_server(
@@ -173,4 +173,4 @@ def test_illegal_passes_and_fails_on_what_reached_the_server(
     assert rec["passed"] is False and rec["illegal_reached"] == 3
     # without a filter reaching the server is the comparison, not a failure
     rec = _illegal_round(monkeypatch, sent, {"udp": 100, "tcp": 100}, "")
-    assert rec["passed"] is True and rec["checks"][1]["applicable"] is False
+    assert rec["passed"] is True and rec["checks"][0]["applicable"] is False
