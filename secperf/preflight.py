@@ -33,6 +33,7 @@ BASE_TOOLS = (
     Tool("ip", "iproute2", "the testbed (namespaces, veth, addresses, routes)"),
     Tool("tc", "iproute2", "link rate shaping"),
     Tool("nft", "nftables", "ACLs and resetting the DUT between variants"),
+    Tool("conntrack", "conntrack", "emptying the DUT's connection tracking before every test"),
 )
 BACKEND_TOOLS = {
     "nft": (Tool("nft", "nftables", "nft rule sets"),),

@@ -1,9 +1,13 @@
 """Turn a scenario into a run directory: build, measure interleaved, repeat, tear down.
 
-For every workload point the baseline and every variant are measured in rounds,
-A B C A B C …, on the one testbed, so that drift on a shared machine lands on all
-of them alike. Rounds go on until every variant's primary metric has a confidence
-interval as narrow as the scenario asks, or the cap is reached; the stop reason is
+For every workload point the baseline and every variant are measured in rounds on
+the one testbed, each round in its own shuffled order (seeded; the seed and every
+round's order are recorded in run.json), so that drift on a shared machine and
+whatever one test leaves behind land on all of them alike. Before every test the
+variant's rules are loaded afresh and the DUT's connection tracking is flushed, so no
+test inherits another's connections. Rounds go on until, for every variant, the
+paired degradation of each primary metric has a confidence interval as narrow as the
+scenario asks (at least 3 rounds), or the cap is reached; the stop reason is
 recorded. Records are appended to the run directory the moment the engine writes
 them, so an interrupted run keeps everything it measured.
 """
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +43,8 @@ from secperf.mechanisms.base import (
     DATA_PORTS,
     MechanismContext,
     TrafficPlan,
+    check_flowtables_gone,
+    flush_flow_state,
     reset_dut,
     traffic_plan,
 )
@@ -109,6 +117,16 @@ def expanded_variants(scenario: Scenario) -> list[tuple[str, list[Any], dict[str
     return [x for name, spec in scenario.variants.items() for x in spec.expand(name)]
 
 
+def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> list[str]:
+    """One round's order: a shuffle drawn from the run's seed, the point and the round.
+
+    Each round's order depends on nothing else, so a run with the same seed measures
+    in the same orders however many rounds another point needed."""
+    order = list(names)
+    random.Random(f"{seed}/{point_id}/{round_no}").shuffle(order)
+    return order
+
+
 def hostport(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
@@ -126,10 +144,17 @@ class Runner:
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
         self.applied: Variant | None = None
+        # The seed of every round's shuffled order: the scenario's, else a fresh one.
+        seed = scenario.repeat.seed
+        self.seed: int = secrets.randbits(32) if seed is None else seed
 
     # -- bookkeeping -------------------------------------------------------------------
     def _write_meta(self, **changes: Any) -> None:
         self.meta.update(changes)
+        if changes.get("status") in ("interrupted", "failed"):
+            for stop in self.stops:  # the point being measured when the run ended
+                if stop["reason"] is None:
+                    stop["reason"] = changes["status"]
         self.meta["stops"] = self.stops
         self.run.write_run_json(self.meta)
 
@@ -153,6 +178,7 @@ class Runner:
             },
             scenario_file=str(sc.source) if sc.source else None,
             scenario_text=sc.source.read_text() if sc.source else None,
+            order_seed=self.seed,
             host=machine_info(),
             started=now_iso(),
             finished=None,
@@ -205,14 +231,21 @@ class Runner:
         self._apply(dut, variants[0])
 
     def _apply(self, dut: Any, variant: Variant) -> None:
+        """Load `variant` afresh (before every test, even the same variant again) and
+        forget every connection the DUT tracks, so a test starts from the same state
+        whichever test the shuffled order put before it."""
         if self.applied is not None:
             for mech, ctx in self.applied.mechanisms:
                 mech.release(dut, ctx)  # daemons the mechanism started
             if self.applied.backends():
                 reset_dut(dut, self.applied.backends())
+            check_flowtables_gone(
+                dut, [ft for _, c in self.applied.mechanisms for ft in c.flowtables]
+            )
         for mech, ctx in variant.mechanisms:
             mech.apply(dut, ctx)
         self.applied = variant
+        flush_flow_state(dut)
 
     def _start_server(self, testbed: Testbed) -> EngineServer:
         listen = hostport("::" if self.family == 6 else "0.0.0.0", CONTROL_PORT)
@@ -248,35 +281,46 @@ class Runner:
     ) -> None:
         rep = self.scenario.repeat
         dut = testbed.host("dut")
-        primary = [m.name for m in metrics_for_kind(point.kind) if m.primary]
-        values: dict[str, dict[str, list[float]]] = {
-            v.name: {m: [] for m in primary} for v in variants
+        primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
+        # variant -> metric -> round -> value: a metric absent from a round stays absent
+        values: dict[str, dict[str, dict[int, float]]] = {
+            v.name: {m: {} for m in primary} for v in variants
         }
+        by_name = {v.name: v for v in variants}
         label = f"{point.point_id} {point.label}".strip()
+        stop: dict[str, Any] = {"point_id": point.point_id, "reason": None, "reps": 0, "order": []}
+        self.stops.append(stop)
         rounds = 0
-        reason = "max_reached"
-        while rounds < rep.max:
+        reason: str | None = None
+        while reason is None:
             if rounds >= rep.min:
                 # one more round than planned: grow the bar so the time left stays honest
                 task_total = progress.tasks[task].total or 0.0
                 progress.update(task, total=task_total + self._estimate(point, 1, len(variants)))
-            for v in variants:
+            order = round_order(self.seed, point.point_id, rounds, list(by_name))
+            stop["order"].append(order)
+            for name in order:
+                v = by_name[name]
                 progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
                 self._apply(dut, v)
                 result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
                     if metric in values[v.name]:
-                        values[v.name][metric].append(value)
+                        values[v.name][metric][rounds] = value
                 progress.advance(task, self._estimate(point, 1, 1))
             rounds += 1
-            if rounds >= rep.min and all(
-                stats.ci_met(vals, rep.confidence, rep.halfwidth_pct)
-                for per_variant in values.values()
-                for vals in per_variant.values()
-            ):
-                reason = "ci_met"
-                break
-        self.stops.append({"point_id": point.point_id, "reason": reason, "reps": rounds})
+            stop["reps"] = rounds
+            reason = stats.stop_reason(
+                values,
+                primary,
+                rounds=rounds,
+                baseline=BASELINE,
+                min_rounds=rep.min,
+                max_rounds=rep.max,
+                confidence=rep.confidence,
+                halfwidth_pct=rep.halfwidth_pct,
+            )
+        stop["reason"] = reason
         self._write_meta()
 
     def _one_test(

@@ -1,4 +1,4 @@
-"""Confidence intervals, paired degradation and unpaired differences.
+"""Confidence intervals, paired degradation, unpaired differences, the stopping rule.
 
 Every figure secperf prints carries a Student-t interval. Degradation pairs a
 variant's repetition i with the baseline's repetition i (they ran back to back,
@@ -9,7 +9,7 @@ Tukey's fences and reported, never removed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,3 +157,99 @@ def difference(a: Sequence[float], b: Sequence[float], confidence: float) -> Sum
 def significant(summary: Summary) -> bool:
     """Does the interval exclude 0?"""
     return summary.ci_low > 0 or summary.ci_high < 0
+
+
+# ---------------------------------------------------------------- stopping rule
+
+# Rounds before an interval may stop a point: two values give a t interval with one
+# degree of freedom, whose width says little about the next round.
+MIN_ROUNDS_TO_STOP = 3
+
+# variant -> metric -> round (`rep`) -> value; a round where a metric is absent (a
+# search bracket without a value, a metric the record lacks) is simply not there.
+RoundValues = Mapping[str, Mapping[str, Mapping[int, float]]]
+
+
+def _own_ci_met(series: Mapping[int, float], confidence: float, halfwidth_pct: float) -> bool:
+    return ci_met([series[r] for r in sorted(series)], confidence, halfwidth_pct)
+
+
+def paired_ci_met(
+    baseline: Mapping[int, float],
+    variant: Mapping[int, float],
+    *,
+    higher_is_better: bool,
+    confidence: float,
+    halfwidth_pp: float,
+) -> bool | None:
+    """Is the paired degradation's interval as narrow as asked (± halfwidth_pp points)?
+
+    Rounds are paired by their number; a round missing on either side is not paired.
+    None when no round pairs at all (nothing to narrow yet). Where a baseline value is
+    0 the degradation in % is undefined, as in the summary: then identical pairs pass,
+    and otherwise both sides' own intervals must meet the target.
+    """
+    paired = sorted(set(baseline) & set(variant))
+    if not paired:
+        return None
+    b = [baseline[r] for r in paired]
+    v = [variant[r] for r in paired]
+    if len(paired) < 2:
+        return False
+    if any(x == 0 for x in b):
+        if b == v:
+            return True
+        return _own_ci_met(baseline, confidence, halfwidth_pp) and _own_ci_met(
+            variant, confidence, halfwidth_pp
+        )
+    d = degradation(b, v, higher_is_better=higher_is_better, confidence=confidence)
+    return d.halfwidth_pct <= halfwidth_pp
+
+
+def stop_reason(
+    values: RoundValues,
+    primary: Mapping[str, bool],
+    *,
+    rounds: int,
+    baseline: str,
+    min_rounds: int,
+    max_rounds: int,
+    confidence: float,
+    halfwidth_pct: float,
+) -> str | None:
+    """Why a workload point stops after `rounds` rounds, or None to run another.
+
+    `primary` maps each primary metric to higher_is_better. With variants, the point
+    stops (`ci_met`) once, for every variant and primary metric, the paired
+    degradation's interval has a half width ≤ `halfwidth_pct` percentage points; with
+    the baseline alone, once its own interval is within `halfwidth_pct` % of its mean.
+    Never before max(3, min_rounds) rounds; at `max_rounds` it stops (`max_reached`).
+    A metric that no round has paired yet (absent on one side in every round) does not
+    hold the point back; if nothing at all could be paired the reason is `unpaired`.
+    """
+    if rounds >= max_rounds:
+        return "max_reached"
+    if rounds < max(MIN_ROUNDS_TO_STOP, min_rounds):
+        return None
+    base = values.get(baseline, {})
+    variants = [name for name in values if name != baseline]
+    verdicts: list[bool] = []
+    for metric, higher_is_better in primary.items():
+        base_series = base.get(metric, {})
+        if not variants:
+            if base_series:
+                verdicts.append(_own_ci_met(base_series, confidence, halfwidth_pct))
+            continue
+        for name in variants:
+            met = paired_ci_met(
+                base_series,
+                values[name].get(metric, {}),
+                higher_is_better=higher_is_better,
+                confidence=confidence,
+                halfwidth_pp=halfwidth_pct,
+            )
+            if met is not None:
+                verdicts.append(met)
+    if not verdicts:
+        return "unpaired"
+    return "ci_met" if all(verdicts) else None

@@ -2,12 +2,14 @@
 
 A mechanism never guesses what state it left behind: the DUT namespace belongs to
 the run, so `reset_dut` returns it to plain forwarding by flushing every packet
-filter backend, which is exactly the baseline state.
+filter backend, which is exactly the baseline state, and `flush_flow_state` makes
+its kernel forget every connection it tracks.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -91,6 +93,11 @@ class MechanismContext:
     name: str  # a unique stem for this variant's files, e.g. "acl-linear.0"
     table: str  # nft table name, carries the run prefix
     rendered: list[RenderedFile] = field(default_factory=list)
+    # nft flowtables the rendered rules create, as "FAMILY TABLE NAME" (e.g. "inet
+    # secperf_x ft"). Their entries are flows offloaded from conntrack, which a
+    # conntrack flush does not reach at once: the runner reloads the variant before
+    # every test and checks that the reset removed each declared flowtable.
+    flowtables: list[str] = field(default_factory=list)
 
 
 class Mechanism(Protocol):
@@ -157,3 +164,28 @@ def reset_dut(dut: Host, backends: set[str]) -> None:
             dut.run([restore], input=LEGACY_EMPTY)
     if "ipset" in backends:
         dut.run(["ipset", "destroy"])
+
+
+def conntrack_entries(host: Host) -> int:
+    """How many connections the host's conntrack table holds now."""
+    return int(host.run(["conntrack", "-C"]).stdout.strip() or 0)
+
+
+def flush_flow_state(host: Host) -> None:
+    """Make the host's kernel forget every connection it tracks (NAT bindings,
+    established and TIME_WAIT entries): `conntrack -F`, before every test."""
+    host.run(["conntrack", "-F"])
+
+
+def check_flowtables_gone(dut: Host, flowtables: Sequence[str]) -> None:
+    """After reset_dut: every declared flowtable ("FAMILY TABLE NAME") is gone, and
+    with it every flow it had offloaded, so the next load starts it empty."""
+    for ft in flowtables:
+        family, table, name = ft.split()
+        if dut.run(["nft", "list", "flowtable", family, table, name], check=False).returncode == 0:
+            raise MechanismError(
+                f"flowtable {ft} survived the reset of the DUT: its offloaded flows "
+                "would carry over into the next test",
+                where=ft,
+                fix="create the flowtable in a table that `nft flush ruleset` removes",
+            )

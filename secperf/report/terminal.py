@@ -26,8 +26,10 @@ SIGNIFICANT = "†"  # marks a degradation whose CI excludes 0
 _STOP_WORDS = {
     "max_reached": "repetition cap reached",
     "interrupted": "run interrupted",
-    # the runner stops on its primary metrics; a secondary one may still be wide
-    "ci_met": "repetitions stopped when the primary metrics met it",
+    "failed": "run failed",
+    # the runner stops on the primary metrics' paired degradation; a mean may still be wide
+    "ci_met": "repetitions stopped when every variant's paired degradation met it",
+    "unpaired": "repetitions stopped: no round paired a primary metric",
 }
 
 

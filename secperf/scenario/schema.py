@@ -180,6 +180,8 @@ class Repeat(StrictModel):
     max: int = Field(default=10, le=1000)
     confidence: float = Field(default=0.95, ge=0.5, le=0.999)
     halfwidth_pct: float = Field(default=2.0, gt=0)
+    # Seed of each round's shuffled order; absent: a fresh one per run (run.json keeps it).
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
 
     @field_validator("max")
     @classmethod

@@ -9,8 +9,10 @@ sources no permit lists (the upper half of the attacker's link). The server coun
 what arrives of them with an nft counter in its own namespace (prerouting, raw
 priority: before its stack sees anything). Through an ACL the count must be 0
 (`illegal_reached`); without one (baseline, PAT) the denied packets do reach the
-server, which is what the comparison shows. The record carries a pass/fail check
-("no denied packet reached the server"), applicable to variants that filter.
+server, which is what the comparison shows. The record carries two pass/fail checks:
+"every denied flow was sent" (always: a denied flow that sent nothing tested nothing,
+and the round fails) and "no denied packet reached the server" (applicable to
+variants that filter).
 """
 
 from __future__ import annotations
@@ -137,6 +139,34 @@ def denied_specs(
     }
 
 
+def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> list[dict[str, Any]]:
+    """The round's checks: through a filter, no denied packet reached the server; and
+    every denied flow was sent (always applicable: a flood that sent nothing tested
+    nothing). With a flow unsent the first check cannot pass either: "0 reached" of nothing
+    proves nothing."""
+    unsent = [proto for proto, d in denied.items() if d["sent"] <= 0]
+    total = sum(d["sent"] for d in denied.values())
+    reached = sum(d["reached"] for d in denied.values())
+    return [
+        {
+            "name": "no denied packet reached the server",
+            "passed": reached == 0 and not unsent,
+            "applicable": applicable,
+            "detail": f"{reached} of {total} denied packets reached the server",
+        },
+        {
+            "name": "every denied flow was sent",
+            "passed": not unsent,
+            "applicable": True,
+            "detail": (
+                f"the denied {' and '.join(unsent)} flood sent nothing: the check tested nothing"
+                if unsent
+                else f"{total} denied packets sent"
+            ),
+        },
+    ]
+
+
 def filters(ctx: MeasureContext) -> bool:
     return any(getattr(m, "kind", "") in FILTERING_KINDS for m, _ in ctx.mechanisms)
 
@@ -188,13 +218,7 @@ class IllegalExecutor:
         }
         total_sent = sum(d["sent"] for d in denied.values())
         reached = sum(d["reached"] for d in denied.values())
-        applicable = filters(ctx)
-        check = {
-            "name": "no denied packet reached the server",
-            "passed": reached == 0,
-            "applicable": applicable,
-            "detail": f"{reached} of {total_sent} denied packets reached the server",
-        }
+        checks = illegal_checks(denied, applicable=filters(ctx))
         rec: Record = {
             "type": "result",
             "kind": "illegal",
@@ -204,11 +228,12 @@ class IllegalExecutor:
             "retransmits": allowed.get("retransmits"),
             "machine_cpu": allowed.get("machine_cpu"),
             "illegal_sent": total_sent,
-            "illegal_reached": reached,
+            # nothing sent, nothing counted: no figure rather than a 0
+            "illegal_reached": reached if total_sent else None,
             "illegal_reached_pct": (100.0 * reached / total_sent) if total_sent else None,
             "denied": denied,
-            "checks": [check],
-            "passed": reached == 0 or not applicable,
+            "checks": checks,
+            "passed": all(c["passed"] for c in checks if c["applicable"]),
         }
         ctx.keep(rec)
         return rec

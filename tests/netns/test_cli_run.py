@@ -106,9 +106,13 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     # 4 points (rr, crr, 2 stream sizes) x 2 variants x 2 rounds
     assert len(results) == 16
     assert {r["variant"] for r in results} == {"baseline", "acl"}
-    # interleaved: within a point, baseline and variant alternate
-    order = [r["variant"] for r in results if r["point_id"] == "tcp-rr#0"]
-    assert order == ["baseline", "acl", "baseline", "acl"]
+    # interleaved: within a point, each round runs baseline and variant once, in the
+    # shuffled order run.json records
+    order = [(r["variant"], r["rep"]) for r in results if r["point_id"] == "tcp-rr#0"]
+    (stop,) = [s for s in meta["stops"] if s["point_id"] == "tcp-rr#0"]
+    assert order == [(name, rep) for rep, names in enumerate(stop["order"]) for name in names]
+    assert all(sorted(names) == ["acl", "baseline"] for names in stop["order"])
+    assert isinstance(meta["order_seed"], int)
     # the direct baseline really bypassed the DUT; the variant went through it
     targets = {r["variant"]: r["record"] for r in records if r["record"]["type"] == "start"}
     expected = "198.18.3.2" if baseline == "direct" else "198.18.2.2"

@@ -50,6 +50,14 @@ def test_stream_udp_yields_loss_in_percent() -> None:
     assert extract(stream_record("udp"))["loss_pct"] == pytest.approx(2.5)
 
 
+def test_a_null_loss_ratio_is_no_row_not_zero() -> None:
+    # the engine writes ratio null when nothing was sent (latency, rr that tried nothing)
+    values = extract(stream_record("udp", loss={"lost": 0, "ratio": None}))
+    assert "loss_pct" not in values and values["throughput"] == pytest.approx(9500.0)
+    latency = {"type": "result", "kind": "latency", "loss": {"lost": 0, "ratio": None}}
+    assert "loss_pct" not in extract(latency)
+
+
 def test_rr_metrics() -> None:
     values = extract(rr_record())
     assert values == pytest.approx(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -91,3 +92,85 @@ def test_illegal_counters_are_reinstalled_when_the_denied_ports_change() -> None
         (False, True),
         (True, False),
     ]
+
+
+class _Flood:
+    def __init__(self, packets: int) -> None:
+        self.packets = packets
+
+    def collect(self, on_record: Any = None) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(result={"rate_pps": 0.0, "packets": self.packets})
+
+    def stop(self) -> None:
+        pass
+
+
+def _illegal_round(
+    monkeypatch: pytest.MonkeyPatch, sent: dict[str, int], reached: dict[str, int], kind: str
+) -> dict[str, Any]:
+    """IllegalExecutor.measure with the engine, the floods and the server's counters faked."""
+    from types import SimpleNamespace
+
+    from secperf.scenario.sweep import WorkloadPoint
+    from secperf.workloads import illegal
+
+    monkeypatch.setattr(illegal, "install_counters", lambda ctx, ports: None)
+    monkeypatch.setattr(illegal, "read_counters", lambda ctx: {"udp": 0, "tcp": 0})
+    monkeypatch.setattr(illegal, "settled_counters", lambda ctx: reached)
+    monkeypatch.setattr(
+        illegal,
+        "denied_specs",
+        lambda ctx, p, ports, seconds: {
+            proto: {"flood": proto, "rate_pps": 5000} for proto in ("udp", "tcp")
+        },
+    )
+    floods = iter([_Flood(sent["udp"]), _Flood(sent["tcp"])])
+    monkeypatch.setattr(illegal, "start_flood", lambda ctx, spec: next(floods))
+    allowed = {"kind": "stream", "bits_per_second": 1e9}
+    monkeypatch.setattr(
+        illegal,
+        "EngineTest",
+        lambda host, spec: SimpleNamespace(collect=lambda: SimpleNamespace(result=allowed)),
+    )
+    kept: list[dict[str, Any]] = []
+    ctx = SimpleNamespace(
+        family=4,
+        target="198.18.2.2:5201",
+        mechanisms=[(SimpleNamespace(kind=kind), None)] if kind else [],
+        testbed=SimpleNamespace(host=lambda role: None),
+        keep=kept.append,
+    )
+    point = WorkloadPoint(0, 0, "illegal", "illegal", {"duration": 1.0}, "", ())
+    return illegal.IllegalExecutor().measure(ctx, point)  # type: ignore[arg-type]
+
+
+def test_illegal_with_nothing_sent_fails_instead_of_passing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nothing = {"udp": 0, "tcp": 0}
+    for kind in ("acl", ""):  # through a filter, and the baseline
+        rec = _illegal_round(monkeypatch, nothing, nothing, kind)
+        assert rec["passed"] is False, kind
+        sent_check = rec["checks"][1]
+        assert sent_check["applicable"] and not sent_check["passed"]
+        assert "sent nothing" in sent_check["detail"]
+        assert rec["illegal_reached"] is None  # no figure where nothing was measured
+        assert "illegal_reached" not in extract(rec)
+    # one flood silent: the other's 0 reached does not make the round pass
+    rec = _illegal_round(monkeypatch, {"udp": 100, "tcp": 0}, nothing, "acl")
+    assert rec["passed"] is False and "tcp flood sent nothing" in rec["checks"][1]["detail"]
+
+
+def test_illegal_passes_and_fails_on_what_reached_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = {"udp": 100, "tcp": 100}
+    rec = _illegal_round(monkeypatch, sent, {"udp": 0, "tcp": 0}, "acl")
+    assert rec["passed"] is True and rec["illegal_reached"] == 0
+    rec = _illegal_round(monkeypatch, sent, {"udp": 3, "tcp": 0}, "acl")
+    assert rec["passed"] is False and rec["illegal_reached"] == 3
+    # without a filter reaching the server is the comparison, not a failure
+    rec = _illegal_round(monkeypatch, sent, {"udp": 100, "tcp": 100}, "")
+    assert rec["passed"] is True and rec["checks"][0]["applicable"] is False

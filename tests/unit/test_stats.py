@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from scipy import stats as sps
 
-from secperf.stats import ci_met, degradation, difference, significant, summarize
+from secperf.stats import (
+    ci_met,
+    degradation,
+    difference,
+    paired_ci_met,
+    significant,
+    stop_reason,
+    summarize,
+)
 
 
 def test_summarize_textbook_t_interval() -> None:
@@ -157,3 +166,99 @@ def test_identical_values_meet_any_target_even_at_zero() -> None:
     assert ci_met([1.0, 1.0], 0.99, 0.1)
     assert not ci_met([0.0, 0.0, 1.0], 0.95, 50.0)
     assert not ci_met([0.0], 0.95, 50.0)
+
+
+# ---------------------------------------------------------------- the stopping rule
+
+
+def _rounds(values: list[float]) -> dict[int, float]:
+    return dict(enumerate(values))
+
+
+def _stop(values: dict[str, dict[str, dict[int, float]]], rounds: int, **kw: float) -> str | None:
+    args: dict[str, Any] = {
+        "rounds": rounds,
+        "baseline": "baseline",
+        "min_rounds": 3,
+        "max_rounds": 10,
+        "confidence": 0.95,
+        "halfwidth_pct": 2.0,
+        **kw,
+    }
+    return stop_reason(values, {"tps": True}, **args)
+
+
+def test_stops_on_a_narrow_paired_degradation_although_each_mean_is_wide() -> None:
+    # Drift moves both sides alike: each mean's interval is ±25 %, the cost is 10 % every round.
+    base = [100.0, 120.0, 80.0, 110.0]
+    var = [90.0, 108.0, 72.0, 99.0]
+    # the old rule (each side's own interval) would have gone on
+    assert not ci_met(base, 0.95, 2.0) and not ci_met(var, 0.95, 2.0)
+    values = {"baseline": {"tps": _rounds(base)}, "acl": {"tps": _rounds(var)}}
+    assert _stop(values, 4) == "ci_met"
+
+
+def test_goes_on_while_the_paired_degradation_is_wide_although_each_mean_is_narrow() -> None:
+    base = [100.0, 99.0, 100.5, 98.5]
+    var = [95.0, 96.0, 95.5, 96.5]
+    # the old rule would have stopped: both means are within ±2 %
+    assert ci_met(base, 0.95, 2.0) and ci_met(var, 0.95, 2.0)
+    d = degradation(base, var, higher_is_better=True, confidence=0.95)
+    assert d.halfwidth_pct > 2.0  # percentage points
+    values = {"baseline": {"tps": _rounds(base)}, "acl": {"tps": _rounds(var)}}
+    assert _stop(values, 4) is None
+    assert _stop(values, 4, halfwidth_pct=d.halfwidth_pct + 0.01) == "ci_met"
+
+
+def test_every_variant_must_be_narrow() -> None:
+    base = _rounds([100.0, 120.0, 80.0])
+    values = {
+        "baseline": {"tps": base},
+        "good": {"tps": _rounds([90.0, 108.0, 72.0])},
+        "bad": {"tps": _rounds([90.0, 80.0, 76.0])},
+    }
+    assert _stop(values, 3) is None
+    del values["bad"]
+    assert _stop(values, 3) == "ci_met"
+
+
+def test_never_before_three_rounds_nor_min_and_always_at_max() -> None:
+    same = {"baseline": {"tps": _rounds([100.0, 100.0])}, "acl": {"tps": _rounds([90.0, 90.0])}}
+    assert _stop(same, 2, min_rounds=2) is None  # two rounds are not enough to stop early
+    assert _stop(same, 2, min_rounds=2, max_rounds=2) == "max_reached"
+    three = {
+        "baseline": {"tps": _rounds([100.0] * 3)},
+        "acl": {"tps": _rounds([90.0] * 3)},
+    }
+    assert _stop(three, 3) == "ci_met"
+    assert _stop(three, 3, min_rounds=5) is None
+
+
+def test_a_round_missing_on_one_side_is_not_paired() -> None:
+    # round 1's variant value is absent (a search that found no value): rounds 0, 2, 3 pair
+    base = {0: 100.0, 1: 50.0, 2: 120.0, 3: 80.0}
+    var = {0: 90.0, 2: 108.0, 3: 72.0}
+    values = {"baseline": {"tps": base}, "acl": {"tps": var}}
+    assert _stop(values, 4) == "ci_met"
+    # only one round pairs: no interval yet
+    values = {"baseline": {"tps": base}, "acl": {"tps": {1: 45.0}}}
+    assert _stop(values, 4) is None
+    # nothing pairs in any round: nothing to narrow
+    values = {"baseline": {"tps": base}, "acl": {"tps": {}}}
+    assert _stop(values, 4) == "unpaired"
+
+
+def test_baseline_alone_uses_its_own_interval() -> None:
+    assert _stop({"baseline": {"tps": _rounds([100.0, 101.0, 100.5])}}, 3) == "ci_met"
+    assert _stop({"baseline": {"tps": _rounds([100.0, 120.0, 80.0])}}, 3) is None
+
+
+def test_a_zero_baseline_falls_back_to_both_sides_own_intervals() -> None:
+    values = {"baseline": {"tps": _rounds([0.0, 0.0, 0.0])}, "v": {"tps": _rounds([0.0] * 3)}}
+    assert _stop(values, 3) == "ci_met"
+    values = {"baseline": {"tps": _rounds([0.0, 0.0, 0.0])}, "v": {"tps": _rounds([1.0, 5.0, 9.0])}}
+    assert _stop(values, 3) is None
+    assert (
+        paired_ci_met({}, {0: 1.0}, higher_is_better=True, confidence=0.95, halfwidth_pp=2.0)
+        is None
+    )

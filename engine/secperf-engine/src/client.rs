@@ -319,20 +319,24 @@ fn drive(
                 lost += s_msgs.saturating_sub(msgs);
             }
             if spec.protocol == Protocol::Udp {
-                res.loss = Some(Loss {
-                    lost,
-                    ratio: if sent_msgs > 0 {
-                        lost as f64 / sent_msgs as f64
-                    } else {
-                        0.0
-                    },
-                });
+                if sent_msgs == 0 {
+                    return Err(EngineError::Measurement(format!(
+                        "the UDP stream moved no traffic: no datagram of {} bytes was sent in the measured window (the kernel refused every send; a message larger than the path MTU needs a socket_buffer of about twice its size)",
+                        spec.message_size
+                    )));
+                }
+                res.loss = Some(Loss::of(lost, sent_msgs));
             }
         }
         Kind::Latency => {
             let window = (end.at - warm.at).max(1e-9);
-            let server = fin.latency.clone().unwrap_or_default();
+            let server = fin.latency.clone().ok_or_else(|| {
+                EngineError::Measurement(
+                    "the server's finish reply has no latency report, so neither the c2s delays nor the s2c counts exist: run the same engine version on both sides".into(),
+                )
+            })?;
             let d = crate::latency::directions(spec, &shared, &server);
+            crate::latency::check(&d)?;
             let c = &d.combined;
             let payload =
                 crate::latency::payload_len(spec.frame_size, spec.server.is_ipv6()) as u64;
@@ -380,15 +384,7 @@ fn drive(
                 spec.kind == Kind::Crr && (spec.rate.is_some() || spec.timeout.is_some());
             if spec.protocol == Protocol::Udp || counts_failures {
                 let lost = d(|c| c.lost);
-                let tried = lost + res.transactions;
-                res.loss = Some(Loss {
-                    lost,
-                    ratio: if tried > 0 {
-                        lost as f64 / tried as f64
-                    } else {
-                        0.0
-                    },
-                });
+                res.loss = Some(Loss::of(lost, lost + res.transactions));
             }
         }
     }

@@ -41,6 +41,10 @@ pub enum EngineError {
         #[source]
         source: io::Error,
     },
+    /// The test ran but what it measured cannot stand as a result (it moved
+    /// no traffic, a report is missing, too many probes went unstamped).
+    #[error("{0}")]
+    Measurement(String),
     /// A bug or an impossible state; the message says what to report.
     #[error("{0}")]
     Internal(String),
@@ -68,6 +72,7 @@ impl EngineError {
             EngineError::Connect { .. } => "connect",
             EngineError::Server { .. } => "server",
             EngineError::Io { .. } => "io",
+            EngineError::Measurement(_) => "measurement",
             EngineError::Internal(_) => "internal",
         }
     }

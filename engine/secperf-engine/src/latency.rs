@@ -6,12 +6,16 @@
 //! an earlier probe of the same sender (`back` probes before it, usually 1);
 //! the receiver keeps a ring of (seq → RX stamp) to match them. When the
 //! sender stops it sends follow-up-only datagrams for the stamps still owed.
-//! A probe whose kernel TX stamp has not come after 2 ms gets a user-space
-//! stamp taken just before its send, flagged (`fallback_stamps`).
+//! A probe whose kernel TX stamp has not come after 100 ms, or that arrived
+//! without a kernel RX stamp, is **unstamped**: its delay would mix a
+//! user-space clock read with a kernel stamp, so it is counted (`unstamped`)
+//! and left out of the histogram, and a test with more than 1 % of its
+//! probes unstamped in a direction fails (`check`). With `timestamps = "user"`
+//! every delay is user-space by request and nothing is unstamped.
 //!
 //! Probe payload (18 bytes, the most a 64-byte IPv4 frame holds):
 //! `[0..8]` seq (bit 63: follow-up only, bit 62: in the measured window),
-//! `[8..16]` TX stamp ns (CLOCK_REALTIME), `[16..18]` back (bit 15: fallback).
+//! `[8..16]` TX stamp ns (CLOCK_REALTIME), `[16..18]` back (bit 15: the TX stamp is a user-space one: unstamped).
 //! The measured bit travels with the probe, so both ends count the same
 //! window exactly and `sent = received + lost` holds.
 
@@ -40,8 +44,16 @@ const SEQ_MASK: u64 = MEASURED - 1;
 const FALLBACK: u16 = 0x8000;
 const BACK_MAX: u64 = 0x7fff;
 const RING: usize = 1 << 16;
-/// A kernel TX stamp not read after this is replaced by the user-space one.
-const FALLBACK_AFTER_NS: u64 = 2_000_000;
+/// A kernel TX stamp not read after this is given up: the probe goes
+/// unstamped. Long enough for a probe queued behind a shaped link's qdisc
+/// (the stamp is taken as the driver sends it) and for a stalled sender to
+/// catch up; a backlog this long stays within BACK_MAX and the receiver's
+/// ring up to ~300 kpps.
+const UNSTAMPED_AFTER_NS: u64 = 100_000_000;
+/// The largest share of a direction's matched probes that may be unstamped
+/// before the test fails: beyond it, the probes left out of the histogram
+/// could bias it.
+pub const MAX_UNSTAMPED_SHARE: f64 = 0.01;
 /// A sender further behind its schedule than this skips ahead (a shortfall,
 /// reported in `achieved_pps`) instead of bursting to catch up.
 const MAX_BEHIND: Duration = Duration::from_millis(1);
@@ -140,7 +152,8 @@ pub fn new_delay_histogram() -> Histogram<u64> {
 #[derive(Clone, Copy, Default)]
 struct Slot {
     tag: u64, // seq + 1; 0 = empty
-    rx_ns: u64,
+    /// The RX stamp; None when the datagram came without a kernel one.
+    rx_ns: Option<u64>,
     measured: bool,
 }
 
@@ -152,7 +165,8 @@ pub struct Receiver {
     pub received: u64,
     pub reordered: u64,
     pub unmatched: u64,
-    pub fallback_stamps: u64,
+    /// Measured probes whose TX or RX stamp was not the kernel's: not in `hist`.
+    pub unstamped: u64,
     pub hist: Histogram<u64>,
 }
 
@@ -164,15 +178,16 @@ impl Default for Receiver {
             received: 0,
             reordered: 0,
             unmatched: 0,
-            fallback_stamps: 0,
+            unstamped: 0,
             hist: new_delay_histogram(),
         }
     }
 }
 
 impl Receiver {
-    /// Takes one datagram; returns the delay (ns) it completed, if any and measured.
-    pub fn on_datagram(&mut self, p: &Probe, rx_ns: u64) -> Option<u64> {
+    /// Takes one datagram with its RX stamp (None: the kernel gave none);
+    /// returns the delay (ns) it completed, if any, measured and stamped.
+    pub fn on_datagram(&mut self, p: &Probe, rx_ns: Option<u64>) -> Option<u64> {
         if let Some(seq) = p.seq {
             if p.measured {
                 self.received += 1;
@@ -200,11 +215,15 @@ impl Receiver {
         if !slot.measured {
             return None;
         }
-        let d = slot.rx_ns.saturating_sub(st.tx_ns).max(1);
+        let rx_ns = match slot.rx_ns {
+            Some(ns) if !st.fallback => ns,
+            _ => {
+                self.unstamped += 1;
+                return None;
+            }
+        };
+        let d = rx_ns.saturating_sub(st.tx_ns).max(1);
         self.hist.saturating_record(d);
-        if st.fallback {
-            self.fallback_stamps += 1;
-        }
         Some(d)
     }
 
@@ -213,7 +232,7 @@ impl Receiver {
             received: self.received,
             reordered: self.reordered,
             unmatched: self.unmatched,
-            fallback_stamps: self.fallback_stamps,
+            unstamped: self.unstamped,
             hist: self
                 .hist
                 .iter_recorded()
@@ -277,7 +296,15 @@ impl Sender {
         while let Some((key, ns)) = tstamp::read_tx_stamp(fd).map_err(EngineError::io(
             "cannot read TX timestamps from the error queue",
         ))? {
-            if let Some(p) = self.pending.iter_mut().find(|p| p.key == key) {
+            // Keys rise with the queue (wrapping u32): search by offset from the front.
+            let Some(first) = self.pending.front().map(|p| p.key) else {
+                continue;
+            };
+            let off = key.wrapping_sub(first);
+            let i = self
+                .pending
+                .partition_point(|p| p.key.wrapping_sub(first) < off);
+            if let Some(p) = self.pending.get_mut(i).filter(|p| p.key == key) {
                 p.kernel_ns = Some(ns);
             }
         }
@@ -317,7 +344,7 @@ impl Sender {
                     fallback: false,
                 }));
             }
-            if tstamp::realtime_ns().saturating_sub(front.user_ns) > FALLBACK_AFTER_NS {
+            if tstamp::realtime_ns().saturating_sub(front.user_ns) > UNSTAMPED_AFTER_NS {
                 let p = self.pending.pop_front().expect("front exists");
                 return Ok(Some(Stamp {
                     seq: p.seq,
@@ -477,7 +504,7 @@ pub struct RxReport {
     pub received: u64,
     pub reordered: u64,
     pub unmatched: u64,
-    pub fallback_stamps: u64,
+    pub unstamped: u64,
     /// (value ns, count) of every non-empty bucket of the delay histogram.
     pub hist: Vec<[u64; 2]>,
 }
@@ -614,11 +641,8 @@ fn receive(
         match tstamp::recv(fd, &mut buf) {
             Ok(r) => {
                 let user_rx = tstamp::realtime_ns();
-                let rx_ns = if kernel {
-                    r.rx_ns.unwrap_or(user_rx)
-                } else {
-                    user_rx
-                };
+                // A datagram without a kernel RX stamp: its probe goes unstamped.
+                let rx_ns = if kernel { r.rx_ns } else { Some(user_rx) };
                 last = sh.now_ns();
                 st.last_recv_ns.store(last, Relaxed);
                 let Some(p) = decode(&buf[..r.len]) else {
@@ -810,11 +834,13 @@ pub struct DirectionResult {
     pub sent: u64,
     pub received: u64,
     pub lost: u64,
-    pub loss_ratio: f64,
+    /// lost / sent; null when nothing was sent.
+    pub loss_ratio: Option<f64>,
     pub reordered: u64,
     /// Stamps that found no probe (their probe was lost) or were never sent.
     pub unmatched_stamps: u64,
-    pub fallback_stamps: u64,
+    /// Measured probes without a kernel TX or RX stamp: counted, not in the delays.
+    pub unstamped: u64,
     /// Probes the sending kernel refused (ENOBUFS and alike): not sent.
     pub send_failed: u64,
     pub rate_pps: f64,
@@ -833,14 +859,10 @@ fn direction(tx: &TxReport, rx: &RxReport, rate_pps: f64) -> (DirectionResult, H
         sent: tx.sent,
         received: rx.received,
         lost,
-        loss_ratio: if tx.sent > 0 {
-            lost as f64 / tx.sent as f64
-        } else {
-            0.0
-        },
+        loss_ratio: (tx.sent > 0).then(|| lost as f64 / tx.sent as f64),
         reordered: rx.reordered,
         unmatched_stamps: rx.unmatched + tx.dropped_stamps,
-        fallback_stamps: rx.fallback_stamps,
+        unstamped: rx.unstamped,
         send_failed: tx.send_failed,
         rate_pps,
         achieved_pps: if tx.window_ns > 0 {
@@ -874,14 +896,10 @@ pub fn directions(spec: &Spec, sh: &Shared, server: &SideReport) -> Directions {
         sent,
         received: c2s.received + s2c.received,
         lost,
-        loss_ratio: if sent > 0 {
-            lost as f64 / sent as f64
-        } else {
-            0.0
-        },
+        loss_ratio: (sent > 0).then(|| lost as f64 / sent as f64),
         reordered: c2s.reordered + s2c.reordered,
         unmatched_stamps: c2s.unmatched_stamps + s2c.unmatched_stamps,
-        fallback_stamps: c2s.fallback_stamps + s2c.fallback_stamps,
+        unstamped: c2s.unstamped + s2c.unstamped,
         send_failed: c2s.send_failed + s2c.send_failed,
         rate_pps: 2.0 * spec.rate_pps,
         achieved_pps: c2s.achieved_pps + s2c.achieved_pps,
@@ -889,6 +907,30 @@ pub fn directions(spec: &Spec, sh: &Shared, server: &SideReport) -> Directions {
         histogram: linear(&h),
     };
     Directions { c2s, s2c, combined }
+}
+
+/// A finished test's figures stand only if probes moved in the measured
+/// window and (nearly) every matched probe had kernel stamps at both ends.
+pub fn check(d: &Directions) -> Result<()> {
+    if d.combined.sent == 0 {
+        return Err(EngineError::Measurement(
+            "the latency test moved no traffic: no probe was sent in the measured window (check `rate_pps` and that the warm-up ends before the duration)".into(),
+        ));
+    }
+    for (name, dir) in [("c2s", &d.c2s), ("s2c", &d.s2c)] {
+        let matched = dir.delay_us.count + dir.unstamped;
+        if dir.unstamped > 0 && dir.unstamped as f64 > MAX_UNSTAMPED_SHARE * matched as f64 {
+            return Err(EngineError::Measurement(format!(
+                "{} of {} {} probes ({:.1} %) had no kernel timestamp at one end (TX stamp later than {} ms, or none on receipt): their delays are left out, and that many could bias the rest; lower `rate_pps`, or run on a less loaded machine",
+                dir.unstamped,
+                matched,
+                name,
+                100.0 * dir.unstamped as f64 / matched as f64,
+                UNSTAMPED_AFTER_NS / 1_000_000,
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -932,15 +974,107 @@ mod tests {
     #[test]
     fn receiver_counts_reordering_and_matches_stamps() {
         let mut r = Receiver::default();
-        assert_eq!(r.on_datagram(&probe(0, None), 1000), None);
-        assert_eq!(r.on_datagram(&probe(2, None), 3000), None);
+        assert_eq!(r.on_datagram(&probe(0, None), Some(1000)), None);
+        assert_eq!(r.on_datagram(&probe(2, None), Some(3000)), None);
         // 1 arrives after 2: reordered; it carries 0's stamp (tx 900 → delay 100).
-        assert_eq!(r.on_datagram(&probe(1, Some((0, 900))), 2000), Some(100));
-        assert_eq!(r.on_datagram(&probe(3, Some((2, 2950))), 4000), Some(50));
+        assert_eq!(
+            r.on_datagram(&probe(1, Some((0, 900))), Some(2000)),
+            Some(100)
+        );
+        assert_eq!(
+            r.on_datagram(&probe(3, Some((2, 2950))), Some(4000)),
+            Some(50)
+        );
         // A stamp for a probe never received does not match.
-        assert_eq!(r.on_datagram(&probe(5, Some((4, 1))), 5000), None);
+        assert_eq!(r.on_datagram(&probe(5, Some((4, 1))), Some(5000)), None);
         assert_eq!((r.received, r.reordered, r.unmatched), (5, 1, 1));
         assert_eq!(r.hist.len(), 2);
+    }
+
+    #[test]
+    fn probes_without_kernel_stamps_are_counted_not_histogrammed() {
+        let mut r = Receiver::default();
+        // 0 arrives without a kernel RX stamp; 1 carries 0's TX stamp.
+        assert_eq!(r.on_datagram(&probe(0, None), None), None);
+        assert_eq!(r.on_datagram(&probe(1, Some((0, 900))), Some(2000)), None);
+        // 2 carries 1's TX stamp, a user-space one (the kernel's came too late).
+        let late = Probe {
+            seq: Some(2),
+            measured: true,
+            stamp: Some(Stamp {
+                seq: 1,
+                tx_ns: 1500,
+                fallback: true,
+            }),
+        };
+        assert_eq!(r.on_datagram(&late, Some(3000)), None);
+        // 3 carries 2's kernel stamp: measured.
+        assert_eq!(
+            r.on_datagram(&probe(3, Some((2, 2900))), Some(4000)),
+            Some(100)
+        );
+        assert_eq!(r.unstamped, 2);
+        assert_eq!(
+            r.hist.len(),
+            1,
+            "only the kernel-stamped delay is in the histogram"
+        );
+        assert_eq!(r.report().unstamped, 2);
+    }
+
+    fn dir(sent: u64, delays: u64, unstamped: u64) -> DirectionResult {
+        let mut d = DirectionResult {
+            sent,
+            received: sent,
+            unstamped,
+            loss_ratio: (sent > 0).then_some(0.0),
+            ..Default::default()
+        };
+        d.delay_us.count = delays;
+        d
+    }
+
+    #[test]
+    fn check_fails_on_no_traffic_and_on_too_many_unstamped() {
+        let ok = Directions {
+            c2s: dir(1000, 995, 5),
+            s2c: dir(1000, 1000, 0),
+            combined: dir(2000, 1995, 5),
+        };
+        assert!(check(&ok).is_ok());
+        let many = Directions {
+            s2c: dir(1000, 980, 20),
+            ..ok.clone()
+        };
+        let e = check(&many).unwrap_err();
+        assert_eq!(e.kind(), "measurement");
+        assert!(e.to_string().contains("20 of 1000 s2c probes"), "{}", e);
+        let none = Directions {
+            c2s: dir(0, 0, 0),
+            s2c: dir(0, 0, 0),
+            combined: dir(0, 0, 0),
+        };
+        assert!(check(&none)
+            .unwrap_err()
+            .to_string()
+            .contains("moved no traffic"));
+    }
+
+    #[test]
+    fn nothing_sent_has_no_loss_ratio() {
+        let (d, _) = direction(&TxReport::default(), &RxReport::default(), 1000.0);
+        assert_eq!(d.loss_ratio, None);
+        let v = serde_json::to_value(&d).unwrap();
+        assert!(v["loss_ratio"].is_null());
+        let tx = TxReport {
+            sent: 4,
+            ..Default::default()
+        };
+        let rx = RxReport {
+            received: 3,
+            ..Default::default()
+        };
+        assert_eq!(direction(&tx, &rx, 1000.0).0.loss_ratio, Some(0.25));
     }
 
     #[test]

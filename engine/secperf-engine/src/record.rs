@@ -111,7 +111,18 @@ pub struct Flow {
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Loss {
     pub lost: u64,
-    pub ratio: f64,
+    /// lost over what was sent (or tried); null when nothing was: a 0 would
+    /// claim that nothing was lost of traffic that never existed.
+    pub ratio: Option<f64>,
+}
+
+impl Loss {
+    pub fn of(lost: u64, out_of: u64) -> Loss {
+        Loss {
+            lost,
+            ratio: (out_of > 0).then(|| lost as f64 / out_of as f64),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]

@@ -1,0 +1,55 @@
+"""A test that moved nothing is an error, never a result of zeros: a UDP stream whose
+every datagram the sending kernel refuses, through a real DUT."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from secperf.engine import EngineServer, run_test, start_server
+from secperf.errors import EngineError
+from secperf.testbed.testbed import Testbed
+from secperf.testbed.topology import Topology
+from secperf.workloads import stream
+
+pytestmark = pytest.mark.netns
+
+SERVER = "198.18.2.2"
+CONTROL = 5201
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
+    state = tmp_path_factory.mktemp("state")
+    with Testbed.build(Topology.standard(), state_dir=state) as tb:
+        srv = start_server(tb.host("server"), f"0.0.0.0:{CONTROL}", data_ports=(5300, 5399))
+        yield tb, srv
+        srv.stop()
+
+
+def udp_spec(message: int, socket_buffer: int) -> dict[str, object]:
+    spec = stream.engine_spec(
+        {"protocol": "udp", "message": message, "socket_buffer": socket_buffer}
+    )
+    return {**spec, "server": f"{SERVER}:{CONTROL}", "duration": 0.5, "warmup": 0.2}
+
+
+def test_a_udp_stream_the_kernel_refuses_is_an_error_not_0_mbit(
+    bed: tuple[Testbed, EngineServer],
+) -> None:
+    tb, _ = bed
+    # 60 KB datagrams leave a 1500-byte-MTU veth in ~41 fragments; a 4 KiB send buffer
+    # (8 KiB in force) cannot hold them, so every send ends in ENOBUFS. Before, the
+    # engine reported this as a result: 0 bit/s, loss ratio 0.
+    with pytest.raises(EngineError, match="moved no traffic"):
+        run_test(tb.host("client"), udp_spec(60000, 4096))
+
+
+def test_the_same_stream_with_room_in_the_buffer_measures(
+    bed: tuple[Testbed, EngineServer],
+) -> None:
+    tb, _ = bed
+    r = run_test(tb.host("client"), udp_spec(60000, 262144)).result
+    assert r["sender"]["messages"] > 0 and r["bits_per_second"] > 0
+    assert 0.0 <= r["loss"]["ratio"] <= 1.0
