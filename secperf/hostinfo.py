@@ -15,6 +15,7 @@ from typing import Any
 
 from secperf import __version__
 from secperf.engine import engine_version
+from secperf.testbed.links import OFFLOAD_FEATURES
 from secperf.testbed.testbed import Testbed
 
 SYSCTLS = (
@@ -95,8 +96,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def testbed_info(testbed: Testbed) -> dict[str, Any]:
-    """Each host's qdiscs, offloads and forwarding sysctls, as built for this run."""
+    """Each host's qdiscs, offloads and forwarding sysctls, as built for this run.
+
+    `offloads` is the scenario's setting; `offloads_read` what `ethtool -k` reads
+    back on every veth for each feature the setting switches: "on", "off", "mixed"
+    (ends differ), or null (not read: no ethtool)."""
     hosts: dict[str, Any] = {}
+    seen: dict[str, set[str]] = {f: set() for f in SWITCHED}
     for spec in testbed.topology.hosts:
         host = testbed.host(spec.role)
         qdisc = host.run(["tc", "qdisc", "show"], check=False).stdout.strip().splitlines()
@@ -115,6 +121,8 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
                 for k, v in (line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
                 if k.strip() in OFFLOADS and v.strip()
             }
+            for f in SWITCHED:
+                seen[f].add(offloads[dev].get(f, "?"))
         sysctl = host.run(
             ["sysctl", "-n", "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"], check=False
         ).stdout.split()
@@ -125,9 +133,23 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
             "ip_forward": sysctl[0] if sysctl else None,
             "ipv6_forwarding": sysctl[1] if len(sysctl) > 1 else None,
         }
-    return {"prefix": testbed.prefix, "hosts": hosts}
+    return {
+        "prefix": testbed.prefix,
+        "offloads": testbed.topology.offloads,
+        "offloads_read": {f: _one_word(values) for f, values in seen.items()},
+        "hosts": hosts,
+    }
 
 
+def _one_word(values: set[str]) -> str | None:
+    """One feature over every veth, from what ethtool read."""
+    if not values or "?" in values:
+        return None
+    return next(iter(values)) if len(values) == 1 else "mixed"
+
+
+# The features `[testbed] offloads` switches.
+SWITCHED = tuple(OFFLOAD_FEATURES.values())
 OFFLOADS = (
     "tcp-segmentation-offload",
     "generic-segmentation-offload",
