@@ -11,6 +11,7 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -170,11 +171,43 @@ class EngineTest:
         self.proc = host.spawn(
             argv, stdout=subprocess.PIPE, stderr=self.errors, label="engine-run", pass_fds=fds
         )
+        self._early: list[Record] = []  # read by wait_started, handed on by collect
+
+    def wait_started(self, timeout: float = 10.0) -> Record:
+        """Read records until the test's `start` record (its traffic has begun) and
+        return it; collect() still hands every record on. Raises EngineError if the
+        engine ends or fails first."""
+        deadline = min(self.deadline, time.monotonic() + timeout)
+        while True:
+            line = _read_line(self.proc.popen, deadline)
+            if line is None:
+                self.stop()
+                raise EngineError(
+                    f"the {self.where} did not start within {timeout:.0f} s",
+                    fix="the engine's records so far are kept; run the spec by hand "
+                    "(`secperf-engine run --spec`) to see why",
+                    record=self._early[-1] if self._early else None,
+                )
+            rec = _parse(line, self.where)
+            self._early.append(rec)
+            if rec.get("type") == "start":
+                return rec
+            if rec.get("type") == "error":
+                self.stop()
+                raise EngineError(
+                    f"{self.where} failed: {rec.get('message')}",
+                    fix="the engine's message says what to change",
+                    record=rec,
+                )
 
     def collect(self, on_record: Callable[[Record], None] | None = None) -> EngineRun:
         """Read every record to the end; raise EngineError if the test failed."""
         run = EngineRun()
         try:
+            for rec in self._early:
+                run.records.append(rec)
+                if on_record:
+                    on_record(rec)
             while True:
                 line = _read_line(self.proc.popen, self.deadline)
                 if line is None:
@@ -206,6 +239,12 @@ class EngineTest:
 
     def stop(self) -> None:
         self.proc.stop()
+
+    def interrupt(self) -> None:
+        """SIGINT the engine: a flood then stops sending and writes its result (with
+        `stopped_by: "signal"`); collect() reads it. A no-op once it has exited."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
 
 
 def run_test(

@@ -15,6 +15,7 @@ from typing import Any
 
 from secperf import __version__
 from secperf.engine import engine_version
+from secperf.testbed.links import OFFLOAD_FEATURES
 from secperf.testbed.testbed import Testbed
 
 SYSCTLS = (
@@ -119,8 +120,13 @@ def irq_time_accounting() -> bool | None:
 
 
 def testbed_info(testbed: Testbed) -> dict[str, Any]:
-    """Each host's qdiscs, offloads and forwarding sysctls, as built for this run."""
+    """Each host's qdiscs, offloads and forwarding sysctls, as built for this run.
+
+    `offloads` is the scenario's setting; `offloads_read` what `ethtool -k` reads
+    back on every veth for each feature the setting switches: "on", "off", "mixed"
+    (ends differ), or null (not read: no ethtool)."""
     hosts: dict[str, Any] = {}
+    seen: dict[str, set[str]] = {f: set() for f in SWITCHED}
     for spec in testbed.topology.hosts:
         host = testbed.host(spec.role)
         qdisc = host.run(["tc", "qdisc", "show"], check=False).stdout.strip().splitlines()
@@ -139,6 +145,8 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
                 for k, v in (line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
                 if k.strip() in OFFLOADS and v.strip()
             }
+            for f in SWITCHED:
+                seen[f].add(offloads[dev].get(f, "?"))
         sysctl = host.run(
             ["sysctl", "-n", "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"], check=False
         ).stdout.split()
@@ -152,6 +160,8 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
     layout = testbed.cgroup_layout
     return {
         "prefix": testbed.prefix,
+        "offloads": testbed.topology.offloads,
+        "offloads_read": {f: _one_word(values) for f, values in seen.items()},
         "hosts": hosts,
         # where each host's CPU is counted, and the CPUs a pinned host may use
         "cgroups": {
@@ -162,6 +172,15 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
     }
 
 
+def _one_word(values: set[str]) -> str | None:
+    """One feature over every veth, from what ethtool read."""
+    if not values or "?" in values:
+        return None
+    return next(iter(values)) if len(values) == 1 else "mixed"
+
+
+# The features `[testbed] offloads` switches.
+SWITCHED = tuple(OFFLOAD_FEATURES.values())
 OFFLOADS = (
     "tcp-segmentation-offload",
     "generic-segmentation-offload",

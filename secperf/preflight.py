@@ -70,8 +70,13 @@ def install_hint(tools: list[Tool]) -> str:
     return "apt-get install -y --no-install-recommends " + " ".join(packages)
 
 
+OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recording offloads)')
+
+
 def tools_for(scenario: Scenario) -> list[Tool]:
     tools = list(BASE_TOOLS)
+    if scenario.testbed.offloads == "off":
+        tools.append(OFFLOAD_TOOL)
     for variant in scenario.variants.values():
         for mech in variant.mechanisms:
             if isinstance(mech, AclMechanism):

@@ -92,6 +92,7 @@ def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
         direct=scenario.testbed.baseline == "direct",
         attacker="attacker" in hosts,
         emulated_hosts=scenario.testbed.emulated_hosts,
+        offloads=scenario.testbed.offloads,
     )
 
 

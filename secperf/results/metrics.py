@@ -164,8 +164,17 @@ DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, Fals
 DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
 ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
 
-FLOOD_PPS = Metric("flood_pps", "Flood rate achieved", "packets/s", True, True)
+# A flood's primary figure is what reached the target (an nft counter in the server),
+# not what the sender sent: a paced sender sends the asked rate whatever the DUT does.
+FLOOD_RX = Metric("flood_received_pps", "Flood rate reaching the target", "packets/s", True, True)
+FLOOD_PPS = Metric("flood_pps", "Flood rate sent", "packets/s", True, False)
+FLOOD_DROP = Metric("flood_dut_drop_pct", "Flood dropped by the DUT", "%", False, False)
 FLOOD_ERR = Metric("flood_rate_error_pct", "Flood rate error", "%", False, False)
+# A flood beside a stream/rr/crr: the same two figures, beside the measured ones.
+BESIDE_RX = Metric(
+    "flood_beside_received_pps", "Flood beside: reaching the target", "packets/s", True, False
+)
+BESIDE_DROP = Metric("flood_beside_drop_pct", "Flood beside: dropped by the DUT", "%", False, False)
 FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
 # Lower is worse: a DUT that a slower flood denies is more fragile.
 MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
@@ -175,7 +184,12 @@ MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/
 DOS_CPS = Metric("dos_cps", "Connection rate under flood", "conn/s", True, True)
 DOS_REF_CPS = Metric("dos_cps_unflooded", "Connection rate without flood", "conn/s", True, False)
 DOS_HALF_OPEN = Metric("server_half_open", "Half-open at the server", "conn", False, False)
-DOS_FLOOD_PPS = Metric("dos_flood_pps", "Flood rate achieved", "packets/s", True, False)
+DOS_FLOOD_PPS = Metric("dos_flood_pps", "Flood rate sent", "packets/s", True, False)
+# What of the SYN flood reached the server; fewer is better (the DUT shields it).
+DOS_FLOOD_RX = Metric(
+    "dos_flood_received_pps", "Flood rate reaching the server", "packets/s", False, False
+)
+DOS_FLOOD_DROP = Metric("dos_flood_drop_pct", "Flood stopped at the DUT", "%", True, False)
 ILLEGAL_REACHED = Metric(
     "illegal_reached", "Denied packets that reached the server", "packets", False, True
 )
@@ -251,7 +265,9 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     # 1 when every check of the record passed (secperf.workloads.failclosed)
     "failclosed": ((FAILCLOSED, lambda r: 1.0 if r.get("passed") is True else 0.0),),
     "flood": (
+        (FLOOD_RX, lambda r: _path(r, "delivered", "received_pps")),
         (FLOOD_PPS, lambda r: _path(r, "rate_pps")),
+        (FLOOD_DROP, lambda r: _path(r, "delivered", "dut_drop_pct")),
         (FLOOD_ERR, _abs_error),
         (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
     ),
@@ -263,6 +279,8 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (DOS_REF_CPS, lambda r: _path(r, "unflooded", "rate")),
         (DOS_HALF_OPEN, lambda r: _path(r, "server_half_open")),
         (DOS_FLOOD_PPS, lambda r: _path(r, "flood", "rate_pps")),
+        (DOS_FLOOD_RX, lambda r: _path(r, "flood", "delivered", "received_pps")),
+        (DOS_FLOOD_DROP, lambda r: _path(r, "flood", "delivered", "dut_drop_pct")),
         (SD_CONN, lambda r: _busy_us_per(r, _path(r, "completed"))),
     ),
     # illegal_reached must be 0 through a filter; its check says so in the report
@@ -273,6 +291,15 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (ILLEGAL_SENT, lambda r: _path(r, "illegal_sent")),
     ),
 }
+
+# A stream/rr/crr measured beside a flood (its record's `flood`, kept only when the
+# flood covered the measured window): what of the flood reached the target.
+_FLOOD_BESIDE: tuple[tuple[Metric, Extractor], ...] = (
+    (BESIDE_RX, lambda r: _path(r, "flood", "received_pps")),
+    (BESIDE_DROP, lambda r: _path(r, "flood", "dut_drop_pct")),
+)
+for _kind in ("stream", "rr", "crr"):
+    _TABLE[_kind] = (*_TABLE[_kind], *_FLOOD_BESIDE)
 
 METRICS: dict[str, Metric] = {m.name: m for rows in _TABLE.values() for m, _ in rows}
 

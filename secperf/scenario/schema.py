@@ -156,6 +156,10 @@ class Testbed(StrictModel):
     family: Literal["ipv4", "ipv6"] = "ipv4"
     # Extra addresses beside the client and the server (document 004's 100 hosts a side).
     emulated_hosts: int = Field(default=0, ge=0, le=200)
+    # Segmentation/receive offloads (TSO, GSO, GRO) on every veth: "on" leaves the
+    # kernel's veth defaults (TCP crosses the DUT as ~64 KB super-packets), "off"
+    # turns them off so the DUT sees and filters every wire-size packet.
+    offloads: Literal["on", "off"] = "on"
     # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
     # and the DUT on the other; checked against the testbed's hosts and this machine.
     pin: dict[str, str] = Field(default_factory=dict)

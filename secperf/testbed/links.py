@@ -15,10 +15,18 @@ both directions: burst = max(10 ms at the rate, 1600 B) and latency 50 ms
 (500 ms below 1 Mbit/s, where a full-size packet alone takes ~12 ms at 1 Mbit/s
 and tens of ms at modem rates). Verified on this kernel: 100 Mbit/s holds
 ~96 Mbit/s TCP, 33.6 kbit/s holds ~32 kbit/s.
+
+Offloads (`[testbed] offloads`): a veth is born with TSO and GSO on (GRO off), so
+a TCP sender hands the stack ~64 KB segments that cross the veth, the DUT's
+forwarding path and nftables as one packet each, and are cut to the MTU only where
+a device cannot take them. With `offloads = "off"` TSO, GSO and GRO are turned off
+on both ends of every veth (`ethtool -K`), and read back: the DUT then sees, and
+its rules run once for, every wire-size packet. "on" leaves the kernel's defaults.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from secperf.errors import TestbedError
@@ -115,3 +123,52 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
         if gw is not None:
             lines.append(f"route add {default} via {gw}")
     return lines
+
+
+# `ethtool -K` keywords and the `ethtool -k` lines they switch.
+OFFLOAD_FEATURES = {
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+}
+
+
+def offload_state(netns: str, dev: str) -> dict[str, str]:
+    """`ethtool -k` of one interface: feature -> "on"/"off" (its first word), as the
+    kernel has it now."""
+    out = run_command(
+        ["ip", "netns", "exec", netns, "ethtool", "-k", dev],
+        fix="install ethtool (apt-get install ethtool)",
+    ).stdout
+    state: dict[str, str] = {}
+    for line in out.splitlines()[1:]:
+        name, sep, value = line.partition(":")
+        if sep and value.split():
+            state[name.strip()] = value.split()[0]
+    return state
+
+
+def set_offloads(netns: str, dev: str, setting: str) -> None:
+    """Turn TSO, GSO and GRO off on `dev` (setting "off") and check that the kernel
+    did; "on" leaves the interface as the kernel made it."""
+    if setting == "on":
+        return
+    args = [arg for key in OFFLOAD_FEATURES for arg in (key, "off")]
+    run_command(
+        ["ip", "netns", "exec", netns, "ethtool", "-K", dev, *args],
+        fix='install ethtool (apt-get install ethtool), or set offloads = "on" in [testbed]',
+    )
+    state = offload_state(netns, dev)
+    still_on = [f for f in OFFLOAD_FEATURES.values() if state.get(f) != "off"]
+    if still_on:
+        raise TestbedError(
+            f"{dev} in {netns}: {', '.join(still_on)} still on after ethtool -K … off",
+            fix='this kernel does not let a veth turn them off: set offloads = "on" in '
+            "[testbed] (and read the figures as per super-packet, docs/methodology.md)",
+        )
+
+
+def apply_offloads(setting: str, ends: Iterable[tuple[str, str]]) -> None:
+    """The testbed's offload setting on every (netns, interface) veth end."""
+    for netns, dev in ends:
+        set_offloads(netns, dev, setting)

@@ -182,6 +182,10 @@ class Testbed:
             if link.rate_bps is not None:
                 for role in link.ends():
                     links.shape(self.netns(role), self.ifname(link.name, role), link.rate_bps)
+        links.apply_offloads(
+            topo.offloads,
+            [(self.netns(r), self.ifname(lk.name, r)) for lk in topo.links for r in lk.ends()],
+        )
 
     # -- access ----------------------------------------------------------------
 

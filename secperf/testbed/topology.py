@@ -42,6 +42,7 @@ MAX_EMULATED_HOSTS = 200
 EMULATED_FIRST = 10  # .10 / ::a: clear of the .1/.2 host addresses
 
 ROLES = ("client", "dut", "server", "attacker", "ids")
+OFFLOAD_SETTINGS = ("on", "off")
 DUT = "dut"
 
 
@@ -128,6 +129,9 @@ class Topology:
     hosts: tuple[HostSpec, ...]
     links: tuple[LinkSpec, ...]
     emulated_hosts: int = 0
+    # TSO/GSO/GRO on every veth: "on" = the kernel's defaults, "off" = all three off
+    # (secperf.testbed.links.apply_offloads).
+    offloads: str = "on"
 
     def __post_init__(self) -> None:
         roles = [h.role for h in self.hosts]
@@ -146,6 +150,11 @@ class Topology:
         pairs = [frozenset(link.ends()) for link in self.links]
         if len(set(pairs)) != len(pairs):
             raise TestbedError("two links join the same pair of hosts")
+        if self.offloads not in OFFLOAD_SETTINGS:
+            raise TestbedError(
+                f"offloads={self.offloads!r} is not a setting",
+                fix=f"use one of {OFFLOAD_SETTINGS}",
+            )
         if not 0 <= self.emulated_hosts <= MAX_EMULATED_HOSTS:
             raise TestbedError(
                 f"emulated_hosts={self.emulated_hosts} is out of range",
@@ -193,6 +202,7 @@ class Topology:
         direct: bool = False,
         attacker: bool = False,
         emulated_hosts: int = 0,
+        offloads: str = "on",
     ) -> Topology:
         """client – dut – server, optionally a direct client–server link and an attacker.
 
@@ -213,7 +223,7 @@ class Topology:
         if attacker:
             hosts.append(HostSpec("attacker", "outside", False))
             links.append(_link(4, "attacker", DUT, 2, 1, link_rate_bps))
-        return cls(tuple(hosts), tuple(links), emulated_hosts)
+        return cls(tuple(hosts), tuple(links), emulated_hosts, offloads)
 
     # -- queries ---------------------------------------------------------
 

@@ -21,7 +21,7 @@ With `reference` the same crr first runs without a flood, in the same round.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from secperf.engine import Record
@@ -30,12 +30,21 @@ from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.connections import crr_spec, crr_summary, run_on_client
+from secperf.workloads.delivery import (
+    DeliveryCount,
+    coverage,
+    flood_window,
+    measured_window,
+    require_covered,
+)
 from secperf.workloads.flood import (
     ATTACKER,
     FLOOD_MARGIN_S,
+    Measured,
     flood_spec,
     keep_side,
-    start_flood,
+    started_flood,
+    with_delivered,
 )
 
 # The crr's fixed server data port, so that the flood can aim at its listener (inside
@@ -89,15 +98,27 @@ class DosExecutor:
             ctx.keep({"type": "side", "role": "unflooded", "record": ref})
             reference = crr_summary(ref)
         fspec = dos_flood_spec(ctx, p, spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S)
-        flood = start_flood(ctx, fspec)
+        count = DeliveryCount(ctx, [fspec])
+        count.start()
+        # The crr's records, for the coverage check only (kept nested below).
+        seen = Measured(lambda _rec: None)
+        flood = started_flood(ctx, fspec)
         try:
-            flooded = run_on_client(ctx, spec, keep_all=False)
+            flooded = run_on_client(replace(ctx, keep=seen), spec, keep_all=True)
             held = half_open(ctx)
         except BaseException:
             flood.stop()
             raise
-        fres = flood.collect(keep_side(ctx, "flood")).result
+        flood.interrupt()
+        frun = flood.collect()
+        fres = frun.result
+        (delivered,) = count.finish([fres])
+        cov = coverage(flood_window(frun.records, fres), measured_window(seen.records, flooded))
+        side = keep_side(ctx, "flood")
+        for frec in with_delivered(frun, delivered, coverage=cov):
+            side(frec)
         ctx.keep({"type": "side", "role": "flooded", "record": flooded})
+        require_covered(cov, "crr under the flood")
         under = crr_summary(flooded)
         rec: Record = {
             "type": "result",
@@ -117,6 +138,9 @@ class DosExecutor:
                 "rate_pps": fres.get("rate_pps"),
                 "packets": fres.get("packets"),
                 "send_errors": fres.get("send_errors"),
+                # what reached the server and what the DUT dropped, over the flood
+                "delivered": delivered,
+                "coverage": cov,
             },
         }
         if under["completed"] == 0 and under["failed"] == 0:

@@ -7,26 +7,45 @@ attacker; a "denied" one to FLOOD_DENIED_PORT, which no permit covers
 (secperf/mechanisms/acl.py). `FloodBeside` wraps any executor so that a flood runs
 while it measures (document 002's "bandwidth during a flood"); later kinds (RFC 3511
 DoS and illegal traffic) reuse `start_flood`.
+
+The sender's count is only what was sent: every flood is also counted at the target
+and at the DUT over its own window (secperf.workloads.delivery), and its result
+record carries `delivered`; a flood beside a measured test must cover the measured
+window or the point fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from secperf.engine import EngineTest, Record
+from secperf.engine import EngineRun, EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.acl import FLOOD_ALLOWED_PORT
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads.base import Executor, MeasureContext
 from secperf.workloads.common import Spec
+from secperf.workloads.delivery import (
+    DeliveryCount,
+    coverage,
+    flood_summary,
+    flood_window,
+    measured_window,
+    require_covered,
+)
 
 # discard (9): the ACL's flood permit covers it; chargen (19): no permit covers it
 FLOOD_DENIED_PORT = 19
 ATTACKER = "attacker"
-# The flood outlasts the measured test's setup and drain by this much.
-FLOOD_MARGIN_S = 0.5
+# A flood beside a measured test starts before the measured test is launched and
+# is stopped (SIGINT: it writes its result) as soon as the measured test is done; it
+# is sized to outlast the measured test's warm-up and duration by this much, room for
+# a control connection's SYN retransmits and a stream's drain under the flood. The
+# coverage of the measured window is checked, not assumed.
+FLOOD_MARGIN_S = 30.0
+# A measured test's warm-up below which the flood is running before it is launched.
+FLOOD_RAMP_S = 0.2
 
 
 def flood_port(target: str) -> int:
@@ -82,6 +101,66 @@ def start_flood(ctx: MeasureContext, spec: Spec) -> EngineTest:
     return EngineTest(ctx.testbed.host(ATTACKER), spec)
 
 
+def started_flood(ctx: MeasureContext, spec: Spec) -> EngineTest:
+    """Start a flood and wait until its packets flow (its `start` record), so that a
+    measured test launched next begins under it (connection setup included)."""
+    test = start_flood(ctx, spec)
+    test.wait_started()
+    return test
+
+
+def flood_beside(ctx: MeasureContext, spec: Spec, warmup: float) -> EngineTest:
+    """Start a flood beside a measured test with `warmup` seconds of warm-up.
+
+    With at least FLOOD_RAMP_S of warm-up the measured test is launched at once: it
+    sets up its connections as the flood starts (a client already connected when an
+    attack begins: the flood is on its data, not on its handshake, which the `dos`
+    kind measures), and the flood is running long before its measured window. With
+    less, the flood is running before the measured test is launched. Either way the
+    coverage of the measured window is checked afterwards."""
+    test = start_flood(ctx, spec)
+    if warmup < FLOOD_RAMP_S:
+        test.wait_started()
+    return test
+
+
+def with_delivered(run: EngineRun, delivered: Mapping[str, Any], **extra: Any) -> list[Record]:
+    """The flood's records with its result carrying `delivered` (and `extra`)."""
+    result = run.result
+    return [
+        {**rec, "delivered": dict(delivered), **extra} if rec is result else rec
+        for rec in run.records
+    ]
+
+
+class Measured:
+    """A record sink for a measured test run under a flood: passes its records on at
+    once but holds its `result` back until the flood is known to have covered it, and
+    remembers its records for the coverage check."""
+
+    def __init__(self, keep: Callable[[Record], None]) -> None:
+        self.keep = keep
+        self.records: list[Record] = []
+        self.held: list[Record] = []
+
+    def __call__(self, rec: Record) -> None:
+        self.records.append(rec)
+        if rec.get("type") == "result":
+            self.held.append(rec)
+        else:
+            self.keep(rec)
+
+    def release(self, covered: bool, **extra: Any) -> None:
+        """Keep the held result(s): as results (with `extra`) when covered, else
+        nested as side records that no summary reads."""
+        for rec in self.held:
+            if covered:
+                self.keep({**rec, **extra})
+            else:
+                self.keep({"type": "side", "role": "uncovered", "record": {**rec, **extra}})
+        self.held = []
+
+
 def keep_side(ctx: MeasureContext, role: str) -> Any:
     """A record sink that keeps a side test's records nested, so that the run's
     summary (which reads top-level `result` records) never mixes them with the
@@ -95,7 +174,8 @@ def keep_side(ctx: MeasureContext, role: str) -> Any:
 
 @dataclass(frozen=True)
 class FloodExecutor:
-    """Kind `flood`: a flood alone, measured at its sender (achieved rate, error)."""
+    """Kind `flood`: a flood alone, measured at its sender (achieved rate, error) and
+    where it landed (`delivered`: reached the target, dropped by the DUT)."""
 
     hosts: frozenset[str] = frozenset({ATTACKER})
 
@@ -111,7 +191,14 @@ class FloodExecutor:
             count=_opt_int(p.get("count")),
             sources=None if p.get("sources") is None else str(p["sources"]),
         )
-        return start_flood(ctx, spec).collect(ctx.keep).result
+        count = DeliveryCount(ctx, [spec])
+        count.start()
+        run = start_flood(ctx, spec).collect()
+        (delivered,) = count.finish([run.result])
+        records = with_delivered(run, delivered)
+        for rec in records:
+            ctx.keep(rec)
+        return {**run.result, "delivered": delivered}
 
 
 def _opt_int(value: object) -> int | None:
@@ -147,8 +234,12 @@ def run_beside(
 ) -> tuple[Record, Record]:
     """Measure `point` with `inner` while a flood runs; (measured result, flood result).
 
-    The flood starts first and lasts the measured test's warm-up and duration plus
-    FLOOD_MARGIN_S, so it covers the whole measured window."""
+    The flood starts first (`flood_beside`) and is stopped when the measured test is
+    done (at the latest it ends by itself FLOOD_MARGIN_S after the measured test's
+    warm-up and duration). The flood result carries `delivered`
+    (secperf.workloads.delivery) and `coverage`; the measured result is kept (with a
+    `flood` summary) only if the flood covered its measured window, else the point
+    fails with an EngineError."""
     spec = flood_spec(
         ctx,
         flood=flood,
@@ -157,14 +248,26 @@ def run_beside(
         target=target,
         payload_size=payload,
     )
-    test = start_flood(ctx, spec)
+    count = DeliveryCount(ctx, [spec])
+    count.start()
+    measured = Measured(ctx.keep)
+    test = flood_beside(ctx, spec, float(str(point.params.get("warmup") or 0)))
     try:
-        result = inner.measure(ctx, point)
+        result = inner.measure(replace(ctx, keep=measured), point)
     except BaseException:
         test.stop()
         raise
-    flood_result = test.collect(keep_side(ctx, "flood")).result
-    return result, flood_result
+    test.interrupt()
+    run = test.collect()
+    (delivered,) = count.finish([run.result])
+    cov = coverage(flood_window(run.records, run.result), measured_window(measured.records, result))
+    side = keep_side(ctx, "flood")
+    for rec in with_delivered(run, delivered, coverage=cov):
+        side(rec)
+    summary = {"flood": flood, "target": target, **flood_summary(spec, run.result, delivered)}
+    measured.release(bool(cov["covered"]), flood=summary)
+    require_covered(cov, f"{point.kind} test")
+    return {**result, "flood": summary}, {**run.result, "delivered": delivered, "coverage": cov}
 
 
 @dataclass(frozen=True)
@@ -188,18 +291,9 @@ class FloodBeside:
         flood, rate, target, payload = flood_params(point.params)
         if flood is None or rate <= 0:
             return self.inner.measure(ctx, point)
-        result, flood_result = run_beside(
+        # The measured record says what it was measured under: run_beside keeps it
+        # with a `flood` summary (asked, sent and delivered rates, DUT drops).
+        result, _ = run_beside(
             ctx, self.inner, point, flood=flood, rate=rate, target=target, payload=payload
         )
-        # The measured record says what it was measured under (a copy: the kept line
-        # already went to records.jsonl as the engine wrote it).
-        return {
-            **result,
-            "flood": {
-                "flood": flood,
-                "target": target,
-                "asked_pps": rate,
-                "rate_pps": flood_result.get("rate_pps"),
-                "packets": flood_result.get("packets"),
-            },
-        }
+        return result

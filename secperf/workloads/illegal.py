@@ -27,13 +27,21 @@ from secperf.errors import EngineError
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import rr, stream
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.delivery import (
+    DeliveryCount,
+    coverage,
+    flood_window,
+    measured_window,
+    require_covered,
+)
 from secperf.workloads.dos import ATTACKER_LINK, unlisted_sources
 from secperf.workloads.flood import (
     ATTACKER,
     FLOOD_MARGIN_S,
+    flood_beside,
     flood_spec,
     keep_side,
-    start_flood,
+    with_delivered,
 )
 
 DEFAULT_DENIED_PORTS = "10-1023"
@@ -191,19 +199,34 @@ class IllegalExecutor:
         seconds = spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S
         before = read_counters(ctx)
         specs = denied_specs(ctx, p, ports, seconds)
-        floods = {proto: start_flood(ctx, s) for proto, s in specs.items()}
+        count = DeliveryCount(ctx, [specs[proto] for proto in FLOWS])
+        count.start()
+        floods = {proto: flood_beside(ctx, s, spec["warmup"]) for proto, s in specs.items()}
         try:
-            allowed = EngineTest(ctx.testbed.host("client"), spec).collect().result
+            allowed_run = EngineTest(ctx.testbed.host("client"), spec).collect()
         except BaseException:
             for f in floods.values():
                 f.stop()
             raise
-        sent = {
-            proto: f.collect(keep_side(ctx, f"denied-{proto}")).result
-            for proto, f in floods.items()
+        for f in floods.values():
+            f.interrupt()
+        allowed = allowed_run.result
+        runs = {proto: f.collect() for proto, f in floods.items()}
+        sent = {proto: run.result for proto, run in runs.items()}
+        delivered = dict(zip(FLOWS, count.finish([sent[proto] for proto in FLOWS]), strict=True))
+        window = measured_window(allowed_run.records, allowed)
+        covers = {
+            proto: coverage(flood_window(run.records, run.result), window)
+            for proto, run in runs.items()
         }
+        for proto, run in runs.items():
+            side = keep_side(ctx, f"denied-{proto}")
+            for frec in with_delivered(run, delivered[proto], coverage=covers[proto]):
+                side(frec)
         after = settled_counters(ctx)
         ctx.keep({"type": "side", "role": "allowed", "record": allowed})
+        for proto in FLOWS:
+            require_covered(covers[proto], f"allowed flow beside the denied {proto} flood")
         denied = {
             proto: {
                 "flood": specs[proto]["flood"],
@@ -213,6 +236,8 @@ class IllegalExecutor:
                 "rate_pps": sent[proto].get("rate_pps"),
                 "sent": int(sent[proto].get("packets") or 0),
                 "reached": after.get(proto, 0) - before.get(proto, 0),
+                # sent and received rates over the flood's window, DUT drops
+                "delivered": delivered[proto],
             }
             for proto in FLOWS
         }

@@ -55,6 +55,27 @@ def test_defaults() -> None:
     assert (rr.duration, rr.warmup) == (5.0, 1.0)
 
 
+def test_offloads_default_on_and_off_reaches_the_topology_and_preflight() -> None:
+    from secperf.preflight import tools_for
+    from secperf.runner import topology_for
+
+    on = Scenario.model_validate(minimal())
+    assert on.testbed.offloads == "on"
+    assert topology_for(on, []).offloads == "on"
+    assert "ethtool" not in {t.program for t in tools_for(on)}
+    off = Scenario.model_validate(minimal(testbed={"offloads": "off"}))
+    assert topology_for(off, []).offloads == "off"
+    assert "ethtool" in {t.program for t in tools_for(off)}
+
+
+def test_per_packet_scenarios_turn_offloads_off() -> None:
+    from secperf.scenario.loader import load_scenario
+
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    for name in ("seed002-flood-tolerance", "seed004-router-delay", "seed004-rule-sweep"):
+        assert load_scenario(root / f"{name}.toml").testbed.offloads == "off", name
+
+
 def test_workload_timing_comes_from_timing_table_unless_given() -> None:
     sc = Scenario.model_validate(
         minimal(
@@ -145,6 +166,8 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
         (minimal(timing={"duration": 0}), ("timing", "duration"), "at least"),
         (minimal(testbed={"link_rate": "fast"}), ("testbed", "link_rate"), "rate"),
         (minimal(testbed={"baseline": "none"}), ("testbed", "baseline"), "'forward' or 'direct'"),
+        (minimal(testbed={"offloads": "auto"}), ("testbed", "offloads"), "'on' or 'off'"),
+        (minimal(testbed={"offloads": False}), ("testbed", "offloads"), "'on' or 'off'"),
         (minimal(variants={}), ("variants",), "at least one variant"),
         (minimal(workloads=[]), ("workloads",), "at least one workload"),
         (minimal(variants={"baseline": {}}), ("variants", "baseline", "[key]"), "reserved"),

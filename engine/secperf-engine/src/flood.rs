@@ -3,11 +3,15 @@
 //! (packet_tx, frame) or as IP packets on a raw IPv4 socket, sent in sendmmsg
 //! batches and paced by a token bucket against an absolute schedule
 //! (packet k is due at t0 + k/rate), so the rate does not drift. Always
-//! bounded by rate, count and duration.
+//! bounded by rate, count and duration; SIGINT ends it early with its result
+//! (`stopped_by: "signal"`), so a caller can end a flood when the test it runs
+//! beside is done.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -79,7 +83,7 @@ pub struct FloodResult {
     pub rate_error_pct: f64,
     pub bits_per_second: f64,
     pub duration_s: f64,
-    /// Why it stopped: "duration" or "count".
+    /// Why it stopped: "duration", "count" or "signal" (SIGINT).
     pub stopped_by: &'static str,
     /// Packets sent in each whole second from the start (last one partial).
     pub per_second: Vec<u64>,
@@ -378,6 +382,9 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         seq: 0,
     };
     let mut tx = choose_tx(f, local, &var.next())?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let sigint = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())
+        .map_err(EngineError::io("cannot install the SIGINT handler"))?;
     let fd = tx.fd.as_raw_fd();
     tight_timer_slack();
 
@@ -449,6 +456,10 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
             stopped_by = "count";
             break;
         }
+        if interrupted.load(Ordering::Relaxed) {
+            stopped_by = "signal";
+            break;
+        }
         // Packets due by now under the schedule (packet k at k/rate).
         let mut due = ((now * rate).floor() as u64 + 1).saturating_sub(forfeited);
         if due > sent + depth {
@@ -499,6 +510,7 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
+    signal_hook::low_level::unregister(sigint);
     // The last interval ends where the flood did (a count can stop it early).
     if iv > 0.0 && iv_start.0 < end_s - 1e-9 && elapsed > iv_start.0 {
         let t_end = elapsed.min(end_s);
@@ -515,9 +527,11 @@ pub fn run(spec: &Spec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResu
             bits_per_second: (pk * plen as u64) as f64 * 8.0 / span,
         }));
     }
-    // Stopped by count: the flood lasted up to the end of its last packet's slot.
+    // Stopped by count: the flood lasted up to the end of its last packet's slot;
+    // by a signal: until now.
     let duration_s = match stopped_by {
         "count" => (last_sent_at + 1.0 / rate).min(elapsed).max(1e-9),
+        "signal" => elapsed.min(end_s).max(1e-9),
         _ => end_s,
     };
     let (machine_cpu, host_cpu) = probe.window(&cpu_start, &probe.read()?);

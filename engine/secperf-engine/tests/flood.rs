@@ -241,3 +241,41 @@ fn flood_spec_bounds() {
     assert_eq!(v["ports"], "9");
     assert!(v.get("server").is_none() && v.get("protocol").is_none());
 }
+
+#[test]
+fn sigint_ends_the_flood_early_with_its_result() {
+    if !root_or_skip() {
+        return;
+    }
+    let c = Counter::start();
+    let spec = serde_json::json!({
+        "kind": "flood", "flood": "udp", "target": "127.0.0.1",
+        "ports": c.port.to_string(), "rate_pps": 5000, "duration": 20
+    });
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_secperf-engine"))
+        .args(["run", "--spec", &spec.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("engine starts");
+    std::thread::sleep(Duration::from_millis(700));
+    let t = Instant::now();
+    // Safety: kill() only sends a signal to the child we started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("engine ends");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "SIGINT should end it at once"
+    );
+    assert!(out.status.success(), "exit status {:?}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("a record")).unwrap();
+    assert_eq!(last["type"], "result", "{}", text);
+    assert_eq!(last["stopped_by"], "signal");
+    let dur = last["duration_s"].as_f64().unwrap();
+    assert!((0.5..3.0).contains(&dur), "duration_s {}", dur);
+    // the rate is over the time it really ran, not the 20 s asked
+    let rate = last["rate_pps"].as_f64().unwrap();
+    assert!((rate - 5000.0).abs() / 5000.0 < 0.05, "rate {}", rate);
+    assert_eq!(c.finish(), last["packets"].as_u64().unwrap());
+}
