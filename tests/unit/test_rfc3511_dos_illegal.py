@@ -101,10 +101,24 @@ class _Flood:
     def collect(self, on_record: Any = None) -> Any:
         from types import SimpleNamespace
 
-        return SimpleNamespace(result={"rate_pps": 0.0, "packets": self.packets})
+        return SimpleNamespace(result={"rate_pps": 0.0, "packets": self.packets}, records=[])
+
+    def interrupt(self) -> None:
+        pass
 
     def stop(self) -> None:
         pass
+
+
+class _Count:
+    def __init__(self, ctx: Any, specs: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def finish(self, results: Any) -> list[dict[str, Any]]:
+        return [{"sent": r["packets"]} for r in results]
 
 
 def _illegal_round(
@@ -127,12 +141,17 @@ def _illegal_round(
         },
     )
     floods = iter([_Flood(sent["udp"]), _Flood(sent["tcp"])])
-    monkeypatch.setattr(illegal, "start_flood", lambda ctx, spec: next(floods))
+    monkeypatch.setattr(illegal, "flood_beside", lambda ctx, spec, warmup: next(floods))
+    monkeypatch.setattr(illegal, "DeliveryCount", _Count)
+    monkeypatch.setattr(illegal, "coverage", lambda flood, window: {"covered": True})
+    monkeypatch.setattr(illegal, "with_delivered", lambda run, delivered, coverage: [])
     allowed = {"kind": "stream", "bits_per_second": 1e9}
     monkeypatch.setattr(
         illegal,
         "EngineTest",
-        lambda host, spec: SimpleNamespace(collect=lambda: SimpleNamespace(result=allowed)),
+        lambda host, spec: SimpleNamespace(
+            collect=lambda: SimpleNamespace(result=allowed, records=[])
+        ),
     )
     kept: list[dict[str, Any]] = []
     ctx = SimpleNamespace(
