@@ -455,7 +455,7 @@ class CpuBreakdown:
 
     unit: str
     units: float
-    window_s: float  # the window's length (machine ticks / CPUs)
+    window_s: float  # the window's length (wall clock)
     hosts: dict[str, float]  # each testbed host's cgroup
     softirq: float  # softirq + irq, machine-wide, wherever it ran
     testbed: float  # the testbed's work: the hosts (+ softirq where it is not in them)
@@ -493,10 +493,12 @@ def cpu_breakdown(
     softirq = (_path(record, "machine_cpu", "softirq_s") or 0.0) + (
         _path(record, "machine_cpu", "irq_s") or 0.0
     )
+    # the engine's own clock; older records: ticks over CPUs (short under steal)
+    window = _path(record, "machine_cpu", "window_s") or total / cpus
     return CpuBreakdown(
         unit=unit,
         units=units,
-        window_s=total / cpus,
+        window_s=window,
         hosts={str(h): float(_num(v) or 0.0) for h, v in hosts.items()},
         softirq=softirq,
         testbed=testbed,

@@ -84,10 +84,12 @@ def test_engine_reads_every_host_over_the_measured_window(
     assert hosts["client"] > 0.05 and hosts["server"] > 0.05
     own = rec["cpu"]["client"]["user_s"] + rec["cpu"]["client"]["system_s"]
     assert abs(hosts["client"] - own) <= max(0.05, 0.25 * own), (hosts, own)
-    # the machine's CPU covers the measured window only: total = duration x CPUs
-    # (before, it ran on through Finish, the drain and a quiet wait)
+    # the CPU readings are the measured window's own edges (before, the machine was
+    # read after Finish, the drain and a quiet wait)
     machine = rec["machine_cpu"]
-    assert abs(machine["total_s"] / machine["cpus"] - rec["duration_s"]) < 0.1, machine
+    assert abs(machine["window_s"] - rec["duration_s"]) < 0.02, machine
+    # and the machine's ticks cover about that window (less only where vCPUs lose time)
+    assert machine["total_s"] / machine["cpus"] < rec["duration_s"] + 0.05, machine
     assert machine["softirq_s"] >= 0 and machine["irq_s"] >= 0
 
 

@@ -138,6 +138,8 @@ impl ProcStat {
             softirq_s: ticks(self.softirq, earlier.softirq),
             irq_s: ticks(self.irq, earlier.irq),
             cpus: self.cpus,
+            // set by CpuProbe::window, which knows when the two readings were taken
+            window_s: 0.0,
         }
     }
 }
@@ -228,6 +230,7 @@ pub fn parse_group_usage(path: &str, text: &str) -> Option<f64> {
 pub struct CpuReading {
     stat: ProcStat,
     groups: Vec<f64>,
+    at: Option<std::time::Instant>,
 }
 
 /// Reads the counters of a test's CPU window: at the warm-up boundary and at
@@ -254,6 +257,7 @@ impl CpuProbe {
         Ok(CpuReading {
             stat: ProcStat::read()?,
             groups,
+            at: Some(std::time::Instant::now()),
         })
     }
 
@@ -265,7 +269,12 @@ impl CpuProbe {
             .zip(start.groups.iter().zip(&end.groups))
             .map(|(g, (a, b))| (g.host.clone(), (b - a).max(0.0)))
             .collect();
-        (end.stat.since(&start.stat), hosts)
+        let mut machine = end.stat.since(&start.stat);
+        machine.window_s = match (start.at, end.at) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+            _ => 0.0,
+        };
+        (machine, hosts)
     }
 }
 

@@ -142,6 +142,9 @@ pub struct MachineCpu {
     pub softirq_s: f64,
     pub irq_s: f64,
     pub cpus: usize,
+    /// Wall-clock length of the window (monotonic clock): on a VM whose vCPUs
+    /// are descheduled, `total_s / cpus` falls short of it.
+    pub window_s: f64,
 }
 
 /// CPU seconds of each testbed host over a test's window (its cgroup), by host name.
