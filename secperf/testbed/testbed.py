@@ -158,15 +158,15 @@ class Testbed:
         topo = self.topology
         self.cgroup_layout = cgroups.detect()
         for spec in topo.hosts:
-            ns = self.netns(spec.role)
+            ns = self.netns(spec.name)
             create_netns(self.ledger, ns)
             set_sysctls(ns, _sysctls(spec.forwarding))
-            self.cgroups[spec.role] = cgroups.create(
+            self.cgroups[spec.name] = cgroups.create(
                 self.ledger,
                 self.cgroup_layout,
                 self.prefix,
-                spec.role,
-                self.pin.get(spec.role),
+                spec.name,
+                self.pin.get(spec.name),
             )
         for link in topo.links:
             links.create_veth(
