@@ -109,12 +109,20 @@ def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
 
 
 def prepare_variants(
-    scenario: Scenario, plan: TrafficPlan, files_dir: Path, table: str, topology: Topology
+    scenario: Scenario,
+    plan: TrafficPlan,
+    files_dir: Path,
+    table: str,
+    topology: Topology,
+    ends: tuple[str, str] | None = None,
+    suffix: str = "",
 ) -> list[Variant]:
     """Render every variant's mechanisms into the run directory (no side effects elsewhere),
-    each for the hosts its `on` names."""
+    each for the hosts its `on` names and for the traffic between `ends` (client and
+    server hosts; `plan` is theirs). `suffix` keeps the files of several pairs apart."""
     variants = [Variant(BASELINE, direct=scenario.testbed.baseline == "direct")]
-    ends = (default_endpoint(topology, "client"), default_endpoint(topology, "server"))
+    if ends is None:
+        ends = (default_endpoint(topology, "client"), default_endpoint(topology, "server"))
     for name, mechs, _swept in expanded_variants(scenario):
         v = Variant(name)
         for i, mspec in enumerate(mechs):
@@ -125,7 +133,7 @@ def prepare_variants(
             ctx = MechanismContext(
                 plan=plan,
                 files_dir=files_dir,
-                name=f"{stem}.{i}",
+                name=f"{stem}.{i}{suffix}",
                 table=table,
                 hosts=hosts,
                 hook=placement_hook(topology, mspec.kind, hosts, where=where),
@@ -172,6 +180,7 @@ class Runner:
         self.seq = 0
         self.applied: Variant | None = None
         self.mechanism_hosts: list[str] = []
+        self.variant_sets: dict[tuple[str, str], list[Variant]] = {}
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
@@ -220,9 +229,22 @@ class Runner:
             preflight(sc, self.family)
             # Render before any namespace exists: a rule set that cannot be written stops here.
             prefix = new_prefix()
-            variants = prepare_variants(
-                sc, self.plan, self.run.files_dir, f"secperf_{prefix}", self.topology
-            )
+            # One rendering per (client, server) pair the workloads use: the rules
+            # permit, translate or tunnel exactly the traffic each workload runs.
+            pairs = sorted(set(self.endpoints.values()))
+            self.variant_sets = {
+                pair: prepare_variants(
+                    sc,
+                    traffic_plan(self.topology, self.family, *pair),
+                    self.run.files_dir,
+                    f"secperf_{prefix}",
+                    self.topology,
+                    ends=pair,
+                    suffix=f".{pair[0]}-{pair[1]}" if len(pairs) > 1 else "",
+                )
+                for pair in pairs
+            }
+            variants = [v for vs in self.variant_sets.values() for v in vs]
             with (
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
@@ -232,10 +254,7 @@ class Runner:
                     prefix=testbed.prefix,
                     testbed=testbed_info(testbed),
                     topology=self.topology.describe(),
-                    placements={
-                        v.name: [{"kind": m.kind, "hosts": list(c.hosts)} for m, c in v.mechanisms]
-                        for v in variants
-                    },
+                    placements=self._placements(),
                 )
                 servers = self._start_servers(testbed)
                 try:
@@ -301,6 +320,18 @@ class Runner:
         for name in self.mechanism_hosts:
             flush_flow_state(testbed.host(name))
 
+    def _placements(self) -> dict[str, list[dict[str, Any]]]:
+        """Variant -> each mechanism's kind and the hosts it ran on (over every pair)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for variants in self.variant_sets.values():
+            for v in variants:
+                entries = out.setdefault(
+                    v.name, [{"kind": m.kind, "hosts": []} for m, _ in v.mechanisms]
+                )
+                for entry, (_m, ctx) in zip(entries, v.mechanisms, strict=True):
+                    entry["hosts"] += [h for h in ctx.hosts if h not in entry["hosts"]]
+        return out
+
     def _start_servers(self, testbed: Testbed) -> list[EngineServer]:
         """An engine server on every host a workload targets."""
         listen = hostport("::" if self.family == 6 else "0.0.0.0", CONTROL_PORT)
@@ -321,7 +352,7 @@ class Runner:
 
     def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
         rep = self.scenario.repeat
-        n = len(variants)
+        n = len(next(iter(self.variant_sets.values()), variants))
         total = sum(self._estimate(p, rep.min, n) for p in self.points)
         columns = (
             TextColumn("{task.description}"),
@@ -333,7 +364,8 @@ class Runner:
         with Progress(*columns, console=self.console, transient=False) as progress:
             task = progress.add_task("starting", total=total)
             for point in self.points:
-                self._measure_point(testbed, variants, point, progress, task)
+                pair = self.endpoints[point.point_id]
+                self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
 
     def _measure_point(
         self,
