@@ -137,6 +137,7 @@ def prepare_variants(
                 table=table,
                 hosts=hosts,
                 hook=placement_hook(topology, mspec.kind, hosts, where=where),
+                topology=topology,
             )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))

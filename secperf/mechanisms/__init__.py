@@ -8,12 +8,14 @@ from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
 from secperf.mechanisms.nat import Nat
+from secperf.mechanisms.proxy import Proxy
 from secperf.mechanisms.synproxy import Synproxy
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
     NatMechanism,
+    ProxyMechanism,
     SynproxyMechanism,
 )
 from secperf.scenario.schema import Mechanism as MechanismSpec
@@ -46,4 +48,15 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
     if isinstance(spec, SynproxyMechanism):
         return Synproxy(mss=spec.mss, wscale=spec.wscale)
+    if isinstance(spec, ProxyMechanism):
+        return Proxy(
+            rules=spec.rules,
+            match=spec.match,
+            dns_lookups=spec.dns_lookups,
+            cache=spec.cache,
+            logging=spec.logging,
+            cpus=spec.cpus,
+            memory=spec.memory,
+            deny=list(spec.deny),
+        )
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

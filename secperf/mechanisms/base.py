@@ -104,6 +104,9 @@ class MechanismContext:
     # conntrack flush does not reach at once: the runner reloads the variant before
     # every test and checks that the reset removed each declared flowtable.
     flowtables: list[str] = field(default_factory=list)
+    # The whole testbed graph, for a mechanism that needs more than the measured pair
+    # (the proxy's DNS server holds a record of every host).
+    topology: Topology | None = None
 
 
 class Mechanism(Protocol):

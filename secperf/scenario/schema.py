@@ -371,8 +371,56 @@ class SynproxyMechanism(MechanismBase):
     wscale: int = Field(default=7, ge=0, le=14)
 
 
+def _proxy_memory(value: object) -> int | None:
+    return (
+        None
+        if value is None
+        else _bounded(parse_size, 16 * 2**20, 64 * 2**30, "a memory limit")(value)
+    )
+
+
+ProxyMemory = Annotated[int | None, PlainValidator(_proxy_memory)]
+
+
+class ProxyMechanism(MechanismBase):
+    """Document 001's application-proxy firewall on the DUT: squid (HTTP) and ftp-proxy
+    (FTP) intercepting transparently, with the paper's switches: the rule base size and
+    where the admitting rule sits, reverse DNS look-ups of clients against a testbed DNS
+    server, the object cache, access logging, the proxy's CPUs and a memory limit."""
+
+    kind: Literal["proxy"]
+    rules: int = Field(default=4, ge=1, le=10_000)
+    match: Literal["first", "last"] = "last"
+    dns_lookups: bool = True
+    cache: bool = True
+    logging: Literal["off", "file", "verbose"] = "file"
+    cpus: int | None = Field(default=None, ge=1, le=2)
+    memory: ProxyMemory = None
+    deny: list[str] = Field(default_factory=list)
+
+    @field_validator("deny")
+    @classmethod
+    def _deny_addresses(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                net = ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"deny entry {item!r} is not an address or network: write e.g. "
+                    '"198.18.2.3" or "198.18.2.0/24"'
+                ) from None
+            if net.version != 4:
+                raise ValueError(f"deny entry {item!r}: the proxy intercepts IPv4 only")
+        return value
+
+
 Mechanism = Annotated[
-    AclMechanism | CustomMechanism | NatMechanism | ApplianceMechanism | SynproxyMechanism,
+    AclMechanism
+    | CustomMechanism
+    | NatMechanism
+    | ApplianceMechanism
+    | SynproxyMechanism
+    | ProxyMechanism,
     Field(discriminator="kind"),
 ]
 

@@ -88,6 +88,7 @@ def render_args(directory: Path, address: str, port: int = DNS_PORT) -> list[str
         f"--pid-file={d}/dnsmasq.pid",
         "--user=root",
         "--group=root",
+        "--local-ttl=0",  # answers are not to be kept: a resolver asks again
         "--cache-size=0",  # every look-up is answered (and logged) by the server itself
     ]
 

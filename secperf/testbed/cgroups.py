@@ -19,6 +19,7 @@ written to the ledger before they are made, and removed by it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -234,3 +235,96 @@ def remove(path: Path, timeout: float = 2.0) -> None:
                     fix="its ledger entry is kept: run `secperf clean` once they have ended",
                 ) from None
             time.sleep(0.01)
+
+
+MEMORY_ROOT_V1 = Path("/sys/fs/cgroup/memory")
+
+
+@dataclass
+class LimitGroup:
+    """Groups that confine one daemon (inside its host's accounting): a cpuset and/or
+    a v1 memory limit. The daemon joins them after its host's groups."""
+
+    dirs: list[Path] = field(default_factory=list)
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def adopt(self, pgid: int) -> list[int]:
+        """Move every process of the group `pgid` (a daemon and what it forked) into
+        these groups; the pids moved. Done from here, not by the daemon's own shell:
+        inside `ip netns exec` /sys is the namespace's and /sys/fs/cgroup is absent.
+        The v1 memory group takes the charges of what it adopts with it."""
+        moved: list[int] = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) != pgid:  # fields after the name: state, ppid, pgrp
+                continue
+            pid = int(stat.parent.name)
+            try:
+                for procs in self.procs_files():
+                    Path(procs).write_text(f"{pid}\n")
+            except OSError:
+                continue  # it ended meanwhile
+            moved.append(pid)
+        return moved
+
+
+def create_limits(
+    ledger: Ledger,
+    name: str,
+    *,
+    cpus: list[int] | None = None,
+    memory_bytes: int | None = None,
+    mounts_text: str | None = None,
+) -> LimitGroup:
+    """A cpuset of `cpus` and a memory limit of `memory_bytes` named `name` (which must
+    start with the run prefix), recorded in the ledger; v1 hierarchies only here."""
+    if mounts_text is None:
+        mounts_text = MOUNTS.read_text()
+    v1: dict[str, Path] = {}
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup":
+            for opt in parts[3].split(","):
+                if opt in ("cpuset", "memory"):
+                    v1.setdefault(opt, Path(parts[1]))
+    group = LimitGroup()
+    if cpus is not None:
+        if "cpuset" not in v1:
+            raise TestbedError(
+                "cannot pin a daemon to CPUs: this machine has no v1 cpuset hierarchy",
+                fix="remove the cpus key, or mount the v1 cpuset controller",
+            )
+        root = v1["cpuset"]
+        path = root / name
+        _mkdir(ledger, path)
+        (path / "cpuset.mems").write_text(_read(root / "cpuset.mems").strip() or "0")
+        (path / "cpuset.cpus").write_text(",".join(str(c) for c in cpus))
+        group.dirs.append(path)
+    if memory_bytes is not None:
+        if "memory" not in v1:
+            raise TestbedError(
+                "cannot limit a daemon's memory: this machine has no v1 memory hierarchy",
+                fix="remove the memory key, or mount the v1 memory controller",
+            )
+        path = v1["memory"] / name
+        _mkdir(ledger, path)
+        # Older kernels can move a process's charges with it; newer ones (6.x)
+        # refuse the knob: the daemon's start-up memory then stays with its host.
+        with contextlib.suppress(OSError):
+            (path / "memory.move_charge_at_immigrate").write_text("3")
+        (path / "memory.limit_in_bytes").write_text(str(memory_bytes))
+        group.dirs.append(path)
+    return group
+
+
+def remove_limits(ledger: Ledger, group: LimitGroup) -> None:
+    """rmdir the groups once their processes are gone, and drop them from the ledger."""
+    for path in group.dirs:
+        remove(path)
+        ledger.remove("cgroup", path=str(path))
+    group.dirs.clear()

@@ -312,6 +312,12 @@ class NetnsHost:
         return self._groups.get(self.role)
 
     @property
+    def ledger(self) -> Ledger:
+        """The run's ledger: a daemon's own cgroups (a proxy's cpuset and memory
+        limit) are recorded in it before they are made."""
+        return self._ledger
+
+    @property
     def cpu_groups(self) -> list[dict[str, Any]]:
         return [g.as_spec() for g in self._groups.values()]
 

@@ -1,0 +1,378 @@
+"""Document 001's application-proxy firewall, built from real proxies on the DUT.
+
+The paper loaded Raptor (an application-level proxy firewall) with HTTP and FTP.
+secperf runs, in the DUT namespace:
+
+- squid for HTTP, intercepting transparently: an nft `redirect` in the DUT's
+  prerouting sends every forwarded TCP connection to nginx's port (HTTP_PORT) to
+  squid's `http_port ... intercept`; squid opens its own connection to the server,
+  so the server sees the DUT's address. A forward port (FORWARD_PORT) is open too.
+- Debian's `ftp-proxy` (SuSE proxy-suite) for FTP, transparent the same way
+  (`AllowTransProxy`): connections to vsftpd's FTP_PORT go to the proxy, which
+  connects to the original destination in passive mode and offers the client
+  passive ports on the DUT (FTP_PASV_PORTS).
+- dnsmasq (secperf.services.dns) on the DUT's loopback with every testbed host's
+  forward and PTR records, squid's only name server.
+
+The switches the paper turned, one key each:
+- `rules`: N squid `http_access` rules; N-1 never match (sources and destinations
+  from 198.19.0.0/16, which no testbed host has) and the one that admits the
+  testbed comes `first` or `last` (`match`); anything else is denied. `deny` lists
+  destination addresses refused before every other rule (for tests and demos).
+  ftp-proxy has no rule base of its own: rules apply to HTTP only.
+- `dns_lookups`: on, the admitting rule also needs the client's reverse name to be
+  in the testbed's domain (`srcdomain`), and squid's name cache is off
+  (`fqdncache_size 0`), so every request makes a PTR look-up against dnsmasq, like
+  a proxy that resolves every client; off, squid asks no name server at all.
+- `cache`: squid's memory object cache (64 MB) on, or `cache deny all`.
+- `logging`: "off" (no access log), "file" (squid's access log, ftp-proxy's log),
+  "verbose" (also request and reply headers, and squid's debug level 2).
+- `cpus` (1 or 2: a cpuset of the first CPUs) and `memory` (a v1 cgroup memory
+  limit) confine both proxies; their CPU time still counts for the DUT's host.
+
+Each daemon is started in the foreground through `host.spawn` (the host's cgroup
+and the ledger) and stopped in `release()`; every file is in the run directory.
+squid keeps shared memory in /dev/shm outside the namespace: each variant's squid
+gets its own service name (`-n`), so the segments never clash between runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from secperf.errors import MechanismError, ToolMissingError
+from secperf.mechanisms.acl import apply_files
+from secperf.mechanisms.base import DATA_PORTS, MechanismContext, RenderedFile
+from secperf.services import dns
+from secperf.services.nginx import HTTP_PORT, _accepts
+from secperf.services.vsftpd import FTP_PORT
+from secperf.testbed import cgroups
+from secperf.testbed.ledger import Ledger
+from secperf.testbed.testbed import Host, ManagedProcess
+
+FORWARD_PORT = 3128
+INTERCEPT_PORT = 3129
+FTP_PROXY_PORT = 2121
+FTP_PASV_PORTS = (5340, 5359)
+assert DATA_PORTS[0] <= FTP_PASV_PORTS[0] <= FTP_PASV_PORTS[1] <= DATA_PORTS[1]
+DNS_ADDRESS = "127.0.0.1"
+CACHE_MEM_MB = 64
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+
+Match = Literal["first", "last"]
+Logging = Literal["off", "file", "verbose"]
+
+
+def _binary(name: str, package: str) -> str:
+    found = shutil.which(name) or (
+        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").is_file() else None
+    )
+    if found is None:
+        raise ToolMissingError(
+            f"{name} is not installed (the proxy mechanism runs it on the DUT)",
+            fix=f"apt-get install -y --no-install-recommends {package}",
+        )
+    return found
+
+
+def filler_net(i: int) -> str:
+    """The i-th never-matching address, from 198.19.0.0/16 (reserved for ACL generators)."""
+    return f"198.19.{(i // 250) % 250}.{i % 250 + 1}/32"
+
+
+def service_name(ctx: MechanismContext) -> str:
+    """squid's -n: names its /dev/shm segments; unique per run (table) and variant."""
+    return re.sub(r"[^A-Za-z0-9]", "", f"{ctx.table}{ctx.name}")[:48]
+
+
+def render_squid(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+    d = directory.resolve()
+    lines = [
+        f"# written by secperf: proxy rules={proxy.rules} match={proxy.match} "
+        f"dns_lookups={proxy.dns_lookups} cache={proxy.cache} logging={proxy.logging}",
+        f"http_port {FORWARD_PORT}",
+        f"http_port {INTERCEPT_PORT} intercept",
+        f"pid_filename {d}/squid.pid",
+        f"cache_log {d}/cache.log",
+        f"coredump_dir {d}",
+        "cache_store_log none",
+        "logfile_rotate 0",
+        "shutdown_lifetime 1 seconds",
+        "visible_hostname secperf-proxy",
+        "cache_effective_user proxy",
+        f"dns_nameservers {DNS_ADDRESS}",
+        "client_persistent_connections on",
+        "server_persistent_connections on",
+        "forwarded_for delete",
+        "via off",
+    ]
+    if proxy.dns_lookups:
+        lines += [
+            "hosts_file none",
+            "fqdncache_size 0",
+            f"acl testbed_names srcdomain .{dns.DOMAIN}",
+        ]
+    else:
+        # squid 5 still resolves each new client in the background now and then;
+        # with the testbed's names in its own hosts table it needs no server to.
+        lines += [f"hosts_file {d}/hosts"]
+    if proxy.cache:
+        lines += [
+            f"cache_mem {CACHE_MEM_MB} MB",
+            "maximum_object_size_in_memory 1 MB",
+            "refresh_pattern . 60 100% 600 override-expire ignore-no-store ignore-private",
+        ]
+    else:
+        lines += ["cache_mem 0 MB", "cache deny all"]
+    if proxy.logging == "off":
+        lines += ["access_log none", "debug_options ALL,0"]
+    else:
+        fmt = "%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %<a %mt"
+        if proxy.logging == "verbose":
+            fmt += ' "%>h" "%<h"'
+            lines += ["debug_options ALL,2"]
+        else:
+            lines += ["debug_options ALL,1"]
+        lines += [f"logformat secperf {fmt}", f"access_log stdio:{d}/access.log secperf"]
+    # The rule base: the admitting rule first or last among `rules`.
+    admit = "http_access allow testbed" + (" testbed_names" if proxy.dns_lookups else "")
+    fillers: list[str] = []
+    acls: list[str] = ["acl testbed src 198.18.0.0/16"]
+    for i in range(proxy.rules - 1):
+        acls += [f"acl r{i}s src {filler_net(2 * i)}", f"acl r{i}d dst {filler_net(2 * i + 1)}"]
+        fillers.append(f"http_access allow r{i}s r{i}d")
+    if proxy.deny:
+        acls.append("acl denied dst " + " ".join(proxy.deny))
+    lines += acls
+    if proxy.deny:
+        lines.append("http_access deny denied")
+    lines += [admit, *fillers] if proxy.match == "first" else [*fillers, admit]
+    lines += ["http_access deny all"]
+    return "\n".join(lines) + "\n"
+
+
+def render_ftp_proxy(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+    d = directory.resolve()
+    # Always a file of the run (never /dev/null: ftp-proxy replaces its log file,
+    # device or not); logging off keeps only errors, no line per request.
+    level = {"off": "ERR", "file": "INF", "verbose": "DBG"}[proxy.logging]
+    return (
+        "\n".join(
+            [
+                "# written by secperf: transparent FTP proxy on the DUT",
+                "[-Global-]",
+                "ServerType standalone",
+                f"Port {FTP_PROXY_PORT}",
+                "AllowTransProxy yes",
+                # A sanity default the program insists on; transparent mode uses the
+                # original destination of each connection instead.
+                f"DestinationAddress {ctx.plan.server_addr}",
+                f"DestinationPort {FTP_PORT}",
+                "DestinationTransferMode passive",
+                f"PassiveMinDataPort {FTP_PASV_PORTS[0]}",
+                f"PassiveMaxDataPort {FTP_PASV_PORTS[1]}",
+                "MaxClients 512",
+                "ForkLimit 100000",
+                "TimeOut 60",
+                f"LogDestination {d}/ftp-proxy.log",
+                f"LogLevel {level}",
+                f"PidFile {d}/ftp-proxy.pid",
+            ]
+        )
+        + "\n"
+    )
+
+
+def render_nft(table: str) -> str:
+    return (
+        f"# secperf proxy: forwarded HTTP and FTP connections go to the proxies\n"
+        f"table ip {table} {{\n"
+        "  chain prerouting {\n"
+        "    type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    tcp dport {HTTP_PORT} redirect to :{INTERCEPT_PORT}\n"
+        f"    tcp dport {FTP_PORT} redirect to :{FTP_PROXY_PORT}\n"
+        # Clients that ignore the address in the proxy's PASV reply (curl by default)
+        # connect to the server's address on the proxy's passive port: to the proxy.
+        f"    tcp dport {FTP_PASV_PORTS[0]}-{FTP_PASV_PORTS[1]} redirect\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def _cpu_list(n: int) -> list[int]:
+    available = sorted(cgroups.available_cpus())
+    if n > len(available):
+        raise MechanismError(
+            f"proxy cpus = {n}, but this machine gives secperf {len(available)} CPU(s)",
+            fix=f"set cpus to at most {len(available)}",
+        )
+    return available[:n]
+
+
+@dataclass
+class Proxy:
+    rules: int = 4
+    match: Match = "last"
+    dns_lookups: bool = True
+    cache: bool = True
+    logging: Logging = "file"
+    cpus: int | None = None
+    memory: int | None = None  # bytes
+    deny: list[str] = field(default_factory=list)
+    kind: str = "proxy"
+    _procs: list[ManagedProcess] = field(default_factory=list, repr=False, compare=False)
+    _limits: cgroups.LimitGroup | None = field(default=None, repr=False, compare=False)
+    dns_server: dns.DnsServer | None = field(default=None, repr=False, compare=False)
+
+    @staticmethod
+    def directory(ctx: MechanismContext) -> Path:
+        return ctx.files_dir / f"{ctx.name}.proxy"
+
+    # -- files ---------------------------------------------------------------------
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        if ctx.plan.family != 4:
+            raise MechanismError(
+                "the proxy mechanism intercepts IPv4 only for now",
+                fix="set testbed.family = 4 for proxy variants",
+            )
+        if ctx.hook != "forward":
+            raise MechanismError(
+                "the proxy intercepts forwarded traffic: put it on a host that forwards",
+                fix='set on = "dut" (or a gateway)',
+            )
+        d = self.directory(ctx)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "squid.conf").write_text(render_squid(self, ctx, d))
+        topology = ctx.topology
+        (d / "hosts").write_text(dns.render_hosts(topology) if topology is not None else "")
+        (d / "ftp-proxy.conf").write_text(render_ftp_proxy(self, ctx, d))
+        nft = ctx.files_dir / f"{ctx.name}.nft"
+        nft.write_text(render_nft(f"{ctx.table}_proxy"))
+        return [RenderedFile(nft, "nft")]
+
+    def backends(self) -> set[str]:
+        return {"nft"}
+
+    # -- life cycle ------------------------------------------------------------------
+    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+        self.release(dut, ctx)
+        d = self.directory(ctx)
+        try:
+            self._start_limits(dut, ctx)
+            if self.dns_lookups:
+                if ctx.topology is None:
+                    raise MechanismError(
+                        "the proxy's DNS server needs the testbed's topology for its records",
+                        fix="apply the mechanism through the runner (it passes the topology)",
+                    )
+                self.dns_server = dns.start_dns(dut, d / "dns", DNS_ADDRESS, ctx.topology)
+                self._procs.append(self.dns_server.process)
+            self._start_squid(dut, ctx, d)
+            self._start_ftp_proxy(dut, d)
+            apply_files(dut, ctx.rendered, "nft", ctx.plan.family)
+        except BaseException:
+            self.release(dut, ctx)
+            raise
+
+    def release(self, dut: Host, ctx: MechanismContext) -> None:
+        """Stop the proxies and the DNS server; the redirect goes with reset_dut."""
+        while self._procs:
+            self._procs.pop().stop(timeout=STOP_TIMEOUT_S)
+        self.dns_server = None
+        if self._limits is not None:
+            cgroups.remove_limits(_ledger(dut), self._limits)
+            self._limits = None
+
+    def _start_limits(self, dut: Host, ctx: MechanismContext) -> None:
+        if self.cpus is None and self.memory is None:
+            return
+        self._limits = cgroups.create_limits(
+            _ledger(dut),
+            f"{dut.name}-proxy",
+            cpus=_cpu_list(self.cpus) if self.cpus is not None else None,
+            memory_bytes=self.memory,
+        )
+
+    def _confine(self, proc: ManagedProcess) -> None:
+        """Move a started daemon (and its helpers) into the cpuset and memory limit."""
+        if self._limits is not None and not self._limits.adopt(proc.pid):
+            raise MechanismError(
+                f"{proc.label} (pid {proc.pid}) could not be moved into the proxy's cgroups",
+                where=" ".join(str(d) for d in self._limits.dirs),
+            )
+
+    def _start_squid(self, dut: Host, ctx: MechanismContext, d: Path) -> None:
+        binary = _binary("squid", "squid")
+        # squid drops to the proxy user: its directory must be its own and reachable.
+        shutil.chown(d, "proxy", "proxy")
+        for sub in [d, *d.parents]:
+            if sub == Path("/"):
+                break
+            sub.chmod(sub.stat().st_mode | 0o001)
+        conf = d / "squid.conf"
+        check = dut.run([binary, "-k", "parse", "-f", str(conf.resolve())], check=False)
+        if check.returncode != 0:
+            raise MechanismError(
+                f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
+                where=str(conf),
+            )
+        err = (d / "squid.stderr").open("w")
+        with err:
+            proc = dut.spawn(
+                [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
+                stdout=err,
+                stderr=err,
+                label="squid",
+            )
+        self._procs.append(proc)
+        self._wait(dut, proc, FORWARD_PORT, d / "squid.stderr", "squid")
+        self._confine(proc)
+
+    def _start_ftp_proxy(self, dut: Host, d: Path) -> None:
+        binary = _binary("ftp-proxy", "ftp-proxy")
+        conf = d / "ftp-proxy.conf"
+        with (d / "ftp-proxy.stderr").open("w") as err:
+            proc = dut.spawn(
+                [binary, "-d", "-n", "-f", str(conf.resolve())],
+                stdout=err,
+                stderr=err,
+                label="ftp-proxy",
+            )
+        self._procs.append(proc)
+        self._wait(dut, proc, FTP_PROXY_PORT, d / "ftp-proxy.stderr", "ftp-proxy")
+        self._confine(proc)
+
+    @staticmethod
+    def _wait(dut: Host, proc: ManagedProcess, port: int, log: Path, what: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _accepts(dut, "127.0.0.1", port):
+                return
+        said = log.read_text(errors="replace")[-800:] if log.is_file() else ""
+        raise MechanismError(
+            f"{what} did not accept on port {port} in {dut.name} within "
+            f"{READY_TIMEOUT_S:.0f} s: {said.strip() or 'no output'}",
+            where=str(log),
+            fix=f"read {log.name}; check that the port is free on the DUT",
+        )
+
+    # -- DaemonMechanism -----------------------------------------------------------------
+    def daemons(self) -> list[ManagedProcess]:
+        return [p for p in self._procs if p.poll() is None]
+
+
+def _ledger(dut: Host) -> Ledger:
+    ledger = getattr(dut, "ledger", None)
+    if ledger is None:
+        raise MechanismError(
+            f"host {dut.name} keeps no ledger: the proxy's cpus/memory need cgroups it records",
+            fix="remove cpus and memory from the proxy on this host",
+        )
+    assert isinstance(ledger, Ledger)
+    return ledger

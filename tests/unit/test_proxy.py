@@ -1,0 +1,67 @@
+"""The proxy mechanism's generated configs and its scenario keys (no namespaces)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from secperf.mechanisms import from_schema
+from secperf.mechanisms.base import MechanismContext, traffic_plan
+from secperf.mechanisms.proxy import Proxy, render_ftp_proxy, render_nft, render_squid
+from secperf.scenario.schema import Variant
+from secperf.testbed.topology import Topology
+
+
+def ctx(tmp_path: Path) -> MechanismContext:
+    topo = Topology.standard()
+    return MechanismContext(
+        plan=traffic_plan(topo, 4), files_dir=tmp_path, name="p.0", table="secperf_t", topology=topo
+    )
+
+
+def http_access(conf: str) -> list[str]:
+    return [line for line in conf.splitlines() if line.startswith("http_access")]
+
+
+@pytest.mark.parametrize("match", ["first", "last"])
+def test_rule_base_has_n_rules_with_the_admitting_one_where_asked(
+    tmp_path: Path, match: str
+) -> None:
+    proxy = Proxy(rules=100, match=match)  # type: ignore[arg-type]
+    rules = http_access(render_squid(proxy, ctx(tmp_path), tmp_path))
+    assert len(rules) == 101  # 100 and the final deny
+    admit = rules.index("http_access allow testbed testbed_names")
+    assert admit == (0 if match == "first" else 99)
+    assert rules[-1] == "http_access deny all"
+
+
+def test_switches_change_the_config(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
+    base = render_squid(Proxy(), c, tmp_path)
+    assert "srcdomain" in base and "hosts_file none" in base and "cache_mem 64 MB" in base
+    assert "access_log stdio:" in base
+    off = render_squid(Proxy(dns_lookups=False, cache=False, logging="off"), c, tmp_path)
+    assert "srcdomain" not in off and "cache deny all" in off and "access_log none" in off
+    assert "testbed_names" not in off
+    denied = render_squid(Proxy(deny=["198.18.2.2"]), c, tmp_path)
+    assert http_access(denied)[0] == "http_access deny denied"
+    assert "LogLevel ERR" in render_ftp_proxy(Proxy(logging="off"), c, tmp_path)
+    assert "/dev/null" not in render_ftp_proxy(Proxy(logging="off"), c, tmp_path)
+    nft = render_nft("secperf_t_proxy")
+    assert "redirect to :3129" in nft and "redirect to :2121" in nft
+
+
+def test_scenario_keys_validate_and_build_the_mechanism() -> None:
+    v = Variant.model_validate(
+        {"mechanisms": [{"kind": "proxy", "rules": 100, "memory": "128MiB", "cpus": 1}]}
+    )
+    mech = from_schema(v.mechanisms[0])
+    assert isinstance(mech, Proxy) and mech.memory == 128 * 2**20 and mech.cpus == 1
+    with pytest.raises(ValidationError, match="deny entry"):
+        Variant.model_validate({"mechanisms": [{"kind": "proxy", "deny": ["nope"]}]})
+    with pytest.raises(ValidationError):
+        Variant.model_validate({"mechanisms": [{"kind": "proxy", "cpus": 3}]})
+    with pytest.raises(ValidationError, match="memory"):
+        Variant.model_validate({"mechanisms": [{"kind": "proxy", "memory": "1MiB"}]})
