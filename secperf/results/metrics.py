@@ -138,6 +138,18 @@ FETCH_P99 = Metric("fetch_p99_us", "Fetch p99", "µs", False, False)
 CONNECT_MEAN = Metric("connect_mean_us", "Connect mean", "µs", False, False)
 FAILURES = Metric("failure_pct", "Failures", "%", False, False)
 SD_FETCH = Metric("sd_cpu_us_per_fetch", "Service demand", "CPU µs/fetch", False, False)
+TPM = Metric("tpm", "Transactions per minute", "TPM", True, True)
+MIX_MBPS = Metric("mix_throughput", "Transfer rate", "Mbit/s", True, False)
+MIX_FAILURES = Metric("mix_failure_pct", "Failures", "%", False, False)
+MIX_FAIL_KIND = {
+    kind: Metric(f"mix_failure_{kind}_pct", f"Failures: {kind}", "%", False, False)
+    for kind in ("connect", "timeout", "short", "refused")
+}
+MIX_P95 = {
+    proto: Metric(f"{proto}_fetch_p95_ms", f"{proto.upper()} fetch p95", "ms", False, False)
+    for proto in ("http", "ftp")
+}
+SD_TRANSACTION = Metric("sd_cpu_us_per_transaction", "Service demand", "CPU µs/trans", False, False)
 CAPACITY = Metric("capacity", "Concurrent connections", "conn", True, True)
 OPEN_RATE = Metric("open_rate", "Open rate", "conn/s", True, False)
 TEARDOWN = Metric("teardown_rate", "Teardown rate", "conn/s", True, False)
@@ -217,6 +229,21 @@ def _abs_error(r: Record) -> float | None:
 
 
 # kind -> ordered (metric, extractor) rows; the order is the report's order.
+def _mix_failure(kind: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        n, attempted = _path(r, "failures", kind), _path(r, "attempted")
+        return None if n is None or not attempted else n / attempted * 100.0
+
+    return get
+
+
+def _mix_p95(proto: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        return _path(r, "protocols", proto, "fetch_ms", "p95")  # None when none succeeded
+
+    return get
+
+
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
     "stream": (
         (THROUGHPUT, _throughput),
@@ -244,6 +271,14 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (FIRST_BYTE, _sub_latency("first_byte", "mean")),
         (FETCH_P99, _sub_latency("total", "p99")),
         (FAILURES, _ratio_pct),
+    ),
+    "mix": (
+        (TPM, lambda r: _path(r, "tpm")),
+        (MIX_FAILURES, _ratio_pct),
+        (MIX_MBPS, _throughput),
+        *((MIX_FAIL_KIND[k], _mix_failure(k)) for k in MIX_FAIL_KIND),
+        *((MIX_P95[p], _mix_p95(p)) for p in MIX_P95),
+        (SD_TRANSACTION, lambda r: _busy_us_per(r, _path(r, "transactions"))),
     ),
     "connections": (
         (CAPACITY, lambda r: _path(r, "capacity")),

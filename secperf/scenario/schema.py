@@ -733,6 +733,36 @@ class HttpWorkload(WorkloadBase):
         return "http"
 
 
+VirtualClients = Annotated[
+    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 512, "virtual clients")))
+]
+Share = Annotated[float, Field(ge=0, le=1)]
+Weight = Annotated[float, Field(ge=0)]
+
+
+class MixWorkload(WorkloadBase):
+    """Document 001's NSTL load: virtual clients over the client hosts, each doing
+    `requests` HTTP or FTP fetches from the server hosts (a server by the hit table,
+    a protocol by that server's HTTP share, a file from the size sets), no think
+    time: transactions per minute, failures by kind, Mbit/s. `duration` and
+    `warmup` do not apply: a point lasts until every request is answered."""
+
+    sweepable: ClassVar[dict[str, str]] = {"virtual_clients": "count"}
+
+    kind: Literal["mix"]
+    virtual_clients: VirtualClients = 1
+    requests: int = Field(default=100, ge=1, le=100_000)
+    hits: list[Weight] = Field(default_factory=list)
+    http_share: list[Share] = Field(default_factory=list)
+    html_files: FileSizes = Field(default_factory=lambda: [1024, 5120, 20480, 81920])
+    gif_files: FileSizes = Field(default_factory=lambda: [512, 8192, 65536, 212992])
+    ftp_files: FileSizes = Field(default_factory=lambda: [32768, 65536, 131072, 262144])
+    timeout: Timeout = 10.0
+
+    def default_name(self) -> str:
+        return "mix"
+
+
 class ConnectionsWorkload(WorkloadBase):
     """RFC 3511 §5.2: concurrent TCP connections held and validated; §5.4 teardown rate.
 
@@ -1009,6 +1039,7 @@ Workload = Annotated[
     | MinFloodRateWorkload
     | LatencyWorkload
     | HttpWorkload
+    | MixWorkload
     | ConnectionsWorkload
     | ConnRateWorkload
     | TeardownRateWorkload

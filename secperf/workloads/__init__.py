@@ -24,6 +24,7 @@ from secperf.workloads.http import HttpExecutor
 from secperf.workloads.illegal import IllegalExecutor
 from secperf.workloads.latency import LatencyExecutor
 from secperf.workloads.min_flood import MinFloodRateExecutor
+from secperf.workloads.mix import MixExecutor
 
 EXECUTORS: dict[str, Executor] = {
     # stream/rr/crr take an optional flood beside them (workloads/flood.py)
@@ -33,6 +34,7 @@ EXECUTORS: dict[str, Executor] = {
     "flood": FloodExecutor(),
     "min_flood_rate": MinFloodRateExecutor(),
     "http": HttpExecutor(),
+    "mix": MixExecutor(),
     "connections": ConnectionsExecutor(),
     "conn_rate": ConnRateExecutor(),
     "teardown_rate": TeardownRateExecutor(),

@@ -1,0 +1,110 @@
+"""The mix workload (document 001's NSTL load) in real namespaces: virtual clients in
+both zones fetch HTTP and FTP files from the servers of the other zone, straight
+through the DUT and through the proxy mechanism."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
+from secperf.mechanisms.proxy import Proxy
+from secperf.results.metrics import extract
+from secperf.scenario.schema import MixWorkload
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed.testbed import Testbed
+from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from secperf.workloads import mix
+from secperf.workloads.base import MeasureContext
+
+pytestmark = pytest.mark.netns
+
+
+def two_zones() -> Topology:
+    hosts = [GraphHost("dut", "dut")]
+    links = []
+    for zone in ("inside", "dmz"):
+        members = [GraphHost(f"{zone}-c1", "client", zone), GraphHost(f"{zone}-s1", "server", zone)]
+        hosts += [*members, GraphHost(f"{zone}-sw", "switch", zone)]
+        links.append(GraphLink("dut", f"{zone}-sw"))
+        links += [GraphLink(f"{zone}-sw", m.name) for m in members]
+    return Topology.graph(hosts, links)
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    with Testbed.build(two_zones(), state_dir=tmp_path_factory.mktemp("state")) as tb:
+        yield tb
+        mix.forget(tb.prefix)
+
+
+def point(**keys: object) -> WorkloadPoint:
+    w = MixWorkload.model_validate({"kind": "mix", **keys})
+    params = w.model_dump()
+    return WorkloadPoint(0, 0, w.name, "mix", params, "", ())
+
+
+def measure(tb: Testbed, tmp_path: Path, p: WorkloadPoint) -> dict[str, object]:
+    ctx = MeasureContext.on(tb, "", client="inside-c1", server="dmz-s1")
+    ctx.extra["files_dir"] = str(tmp_path)
+    return mix.MixExecutor().measure(ctx, p)
+
+
+def test_mix_through_the_dut_counts_every_fetch(testbed: Testbed, tmp_path: Path) -> None:
+    rec = measure(testbed, tmp_path, point(virtual_clients=4, requests=10, http_share=[0.5]))
+    assert rec["attempted"] == 40 and rec["transactions"] == 40
+    protos = rec["protocols"]
+    assert isinstance(protos, dict)
+    assert protos["http"]["ok"] > 0 and protos["ftp"]["ok"] > 0
+    assert protos["http"]["ok"] + protos["ftp"]["ok"] == 40
+    values = extract(rec)
+    assert values["tpm"] is not None and values["tpm"] > 0
+    assert values["mix_failure_pct"] == 0
+    assert values["mix_throughput"] is not None and values["mix_throughput"] > 0
+
+
+def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path) -> None:
+    topo = testbed.topology
+    proxy = Proxy(dns_lookups=False)
+    ctx = MechanismContext(
+        plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
+        files_dir=tmp_path / "files",
+        name="proxy.0",
+        table=f"secperf_{testbed.prefix}",
+        topology=topo,
+    )
+    ctx.rendered = proxy.render(ctx)
+    dut = testbed.host("dut")
+    proxy.apply(dut, ctx)
+    try:
+        rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=10, http_share=[1.0]))
+        assert rec["transactions"] == 20
+        # Every fetch crossed the proxy: its access log has a line per fetch, from
+        # clients in both zones (each fetches from the other zone's server).
+        log = (Proxy.directory(ctx) / "access.log").read_text().splitlines()
+        access = [line for line in log if " GET http://" in line]  # not the readiness probe
+        assert len(access) == 20
+        assert any(topo.primary_address("inside-c1") in line for line in access)
+        assert any(topo.primary_address("dmz-c1") in line for line in access)
+    finally:
+        proxy.release(dut, ctx)
+        reset_dut(dut, proxy.backends())
+    # A proxy that refuses one server: those fetches fail as "refused".
+    denying = Proxy(dns_lookups=False, deny=[topo.primary_address("dmz-s1")])
+    ctx2 = MechanismContext(
+        plan=ctx.plan, files_dir=tmp_path / "deny", name="proxy.1", table=ctx.table, topology=topo
+    )
+    ctx2.rendered = denying.render(ctx2)
+    denying.apply(dut, ctx2)
+    try:
+        rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=10, http_share=[1.0]))
+        failures = rec["failures"]
+        assert isinstance(failures, dict)
+        # inside-c1 fetches only from dmz-s1 (denied); dmz-c1 only from inside-s1.
+        assert failures["refused"] == 10 and rec["transactions"] == 10
+        assert extract(rec)["mix_failure_refused_pct"] == 50.0
+    finally:
+        denying.release(dut, ctx2)
+        reset_dut(dut, denying.backends())

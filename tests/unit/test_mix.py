@@ -1,0 +1,57 @@
+"""The mix workload's record, metrics and scenario keys (no namespaces)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from secperf.results.metrics import extract, metrics_for_kind
+from secperf.scenario.schema import MixWorkload
+from secperf.workloads.mix import MixError, _per_server, summarize
+
+
+def test_summary_counts_tpm_failures_and_rates() -> None:
+    rows = [
+        ["http", None, 1000, 0.0, 1.0],
+        ["ftp", None, 3000, 10.0, 30.0],
+        ["ftp", "timeout", 0, 20.0, 25.0],
+        ["http", "refused", 0, 5.0, 6.0],
+    ]
+    rec = summarize(rows, 2)
+    assert rec["attempted"] == 4 and rec["transactions"] == 2
+    assert rec["tpm"] == pytest.approx(2 / 30 * 60)
+    assert rec["bits_per_second"] == pytest.approx(4000 * 8 / 30)
+    values = extract(rec)
+    assert values["mix_failure_pct"] == 50.0
+    assert values["mix_failure_timeout_pct"] == 25.0
+    assert values["mix_failure_connect_pct"] == 0.0
+    assert values["http_fetch_p95_ms"] == pytest.approx(1000.0)
+    assert values["ftp_fetch_p95_ms"] == pytest.approx(20000.0)
+    assert metrics_for_kind("mix")[0].name == "tpm"
+
+
+def test_nothing_measured_is_no_number() -> None:
+    rec = summarize([], 1)
+    assert rec["tpm"] is None and rec["failure_ratio"] is None
+    assert extract(rec).get("tpm") is None
+    # Every fetch failed: the p95 of a protocol is absent, not 0.
+    rec = summarize([["ftp", "connect", 0, 0.0, 1.0]], 1)
+    assert extract(rec).get("ftp_fetch_p95_ms") is None
+    assert rec["tpm"] == 0
+
+
+def test_schema_sweeps_virtual_clients_and_checks_shares() -> None:
+    w = MixWorkload.model_validate({"kind": "mix", "virtual_clients": [1, 12, 24]})
+    assert w.swept_values() == {"virtual_clients": [1, 12, 24]} and w.requests == 100
+    assert w.ftp_files == [32768, 65536, 131072, 262144]
+    with pytest.raises(ValidationError):
+        MixWorkload.model_validate({"kind": "mix", "http_share": [1.5]})
+    with pytest.raises(ValidationError, match="virtual clients"):
+        MixWorkload.model_validate({"kind": "mix", "virtual_clients": 0})
+
+
+def test_per_server_values_broadcast_or_match() -> None:
+    assert _per_server([0.5], ["a", "b"], "hits", [1, 1]) == [0.5, 0.5]
+    assert _per_server([], ["a", "b"], "hits", [1.0, 1.0]) == [1.0, 1.0]
+    with pytest.raises(MixError, match="one value per server host"):
+        _per_server([1, 2, 3], ["a", "b"], "hits", [])
