@@ -58,7 +58,7 @@ from secperf.testbed.testbed import Host, ManagedProcess
 FORWARD_PORT = 3128
 INTERCEPT_PORT = 3129
 FTP_PROXY_PORT = 2121
-FTP_PASV_PORTS = (5340, 5359)
+FTP_PASV_PORTS = (5322, 5379)  # 58 ports: one per FTP transfer in flight
 assert DATA_PORTS[0] <= FTP_PASV_PORTS[0] <= FTP_PASV_PORTS[1] <= DATA_PORTS[1]
 DNS_ADDRESS = "127.0.0.1"
 CACHE_MEM_MB = 64

@@ -752,11 +752,18 @@ class MixWorkload(WorkloadBase):
     kind: Literal["mix"]
     virtual_clients: VirtualClients = 1
     requests: int = Field(default=100, ge=1, le=100_000)
-    hits: list[Weight] = Field(default_factory=list)
+    # One weight per server host (graph order) for every client, or a list per client
+    # zone (the paper's Table 2); empty: even odds over the servers of other zones.
+    hits: list[Weight] | dict[str, list[Weight]] = Field(default_factory=list)
     http_share: list[Share] = Field(default_factory=list)
-    html_files: FileSizes = Field(default_factory=lambda: [1024, 5120, 20480, 81920])
-    gif_files: FileSizes = Field(default_factory=lambda: [512, 8192, 65536, 212992])
-    ftp_files: FileSizes = Field(default_factory=lambda: [32768, 65536, 131072, 262144])
+    # The paper's file sets (KiB): HTML 1-80, GIF 0.5-208, FTP (ZIP) 32-256.
+    html_files: FileSizes = Field(
+        default_factory=lambda: [k * 1024 for k in (1, 2, 4, 8, 10, 20, 40, 80)]
+    )
+    gif_files: FileSizes = Field(
+        default_factory=lambda: [512] + [k * 1024 for k in (1, 2, 4, 10, 26, 52, 104, 208)]
+    )
+    ftp_files: FileSizes = Field(default_factory=lambda: [k * 1024 for k in (32, 64, 128, 256)])
     timeout: Timeout = 10.0
 
     def default_name(self) -> str:

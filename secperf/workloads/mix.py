@@ -4,9 +4,10 @@ every server host of the graph, through whatever the DUT is.
 Every server host runs nginx (HTTP, port 5380) and vsftpd (FTP, port 5321, passive),
 started once per testbed and serving one file per size of the size sets. The
 virtual clients are spread round-robin over the client hosts; each does `requests`
-fetches one after the other, no think time: a server drawn by the hit table (`hits`,
-one weight per server host in graph order; only servers outside the client's own
-zone, so every fetch crosses the DUT, unless the graph has one zone), a protocol by
+fetches one after the other, no think time: a server drawn by the hit table (`hits`:
+one weight per server host in graph order, for every client or per client zone as
+the paper's Table 2; absent, even odds over the servers outside the client's own
+zone, so every fetch crosses the DUT), a protocol by
 that server's HTTP share (`http_share`; default the paper's Table 1, alternately
 90/10 and 10/90 HTTP/FTP), and a file from the protocol's size set (HTTP: HTML or
 GIF, even odds). HTTP is one HTTP/1.0-style GET per new connection, FTP an
@@ -131,11 +132,22 @@ def _floats(value: object) -> list[float]:
     return [float(str(v)) for v in value] if isinstance(value, list) else []
 
 
-def _cross(topology: Topology, client: str, servers: list[str]) -> list[str]:
-    """The servers outside the client's zone (all of them when that leaves none)."""
+def hit_weights(topology: Topology, client: str, servers: list[str], hits: object) -> list[float]:
+    """The client's weight for each server: `hits` as a list for every client, a
+    dict of lists by the client's zone, or absent: even odds over the servers
+    outside the client's zone (all of them when that leaves none)."""
     zone = topology.host(client).zone
-    other = [s for s in servers if topology.host(s).zone != zone]
-    return other or servers
+    if isinstance(hits, dict):
+        if zone not in hits:
+            raise MixError(
+                f"mix workload: hits has no list for zone {zone!r} (client host {client})",
+                fix=f"add hits.{zone} = [one weight per server host], or give one list",
+            )
+        return _per_server(_floats(hits[zone]), servers, f"hits.{zone}", [])
+    if isinstance(hits, list) and hits:
+        return _per_server(_floats(hits), servers, "hits", [])
+    other = [1.0 if topology.host(s).zone != zone else 0.0 for s in servers]
+    return other if any(other) else [1.0] * len(servers)
 
 
 def _per_server(
@@ -243,14 +255,13 @@ class MixExecutor:
                 fix="give [topology.zones.NAME] clients and servers",
             )
         html, gif, ftp = (_ints(p.get(k)) for k in ("html_files", "gif_files", "ftp_files"))
-        hits = _per_server(_floats(p.get("hits")), servers, "hits", [1.0] * len(servers))
+        hits = p.get("hits")
         default_shares = [DEFAULT_SHARES[i % 2] for i in range(len(servers))]
         shares = _per_server(_floats(p.get("http_share")), servers, "http_share", default_shares)
         servers_for(ctx, sorted(set(html + gif + ftp)))
         n = int(str(p["virtual_clients"]))
         requests = int(str(p["requests"]))
         timeout = float(str(p["timeout"]))
-        table = {s: (h, sh) for s, h, sh in zip(servers, hits, shares, strict=True)}
         seed = f"{ctx.variant}/{point.point_id}/{time.monotonic_ns()}"
         started: list[tuple[str, ManagedProcess]] = []
         cpu_before = {
@@ -262,7 +273,7 @@ class MixExecutor:
             ids = list(range(i, n, len(clients)))
             if not ids:
                 continue
-            reach = _cross(topo, name, servers)
+            weights = hit_weights(topo, name, servers, hits)
             args = {
                 "ids": ids,
                 "requests": requests,
@@ -274,8 +285,9 @@ class MixExecutor:
                 "gif": gif,
                 "ftp": ftp,
                 "servers": [
-                    {"addr": topo.primary_address(s), "hit": table[s][0], "http_share": table[s][1]}
-                    for s in reach
+                    {"addr": topo.primary_address(s), "hit": w, "http_share": sh}
+                    for s, w, sh in zip(servers, weights, shares, strict=True)
+                    if w > 0
                 ],
             }
             proc = ctx.testbed.host(name).spawn(

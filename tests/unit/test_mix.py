@@ -55,3 +55,24 @@ def test_per_server_values_broadcast_or_match() -> None:
     assert _per_server([], ["a", "b"], "hits", [1.0, 1.0]) == [1.0, 1.0]
     with pytest.raises(MixError, match="one value per server host"):
         _per_server([1, 2, 3], ["a", "b"], "hits", [])
+
+
+def test_hit_table_per_zone_or_cross_zone_by_default() -> None:
+    from secperf.testbed.topology import GraphHost, GraphLink, Topology
+    from secperf.workloads.mix import hit_weights
+
+    hosts = [GraphHost("dut", "dut")]
+    links = []
+    for zone in ("inside", "dmz"):
+        members = [GraphHost(f"{zone}-c1", "client", zone), GraphHost(f"{zone}-s1", "server", zone)]
+        hosts += [*members, GraphHost(f"{zone}-sw", "switch", zone)]
+        links.append(GraphLink("dut", f"{zone}-sw"))
+        links += [GraphLink(f"{zone}-sw", m.name) for m in members]
+    topo = Topology.graph(hosts, links)
+    servers = ["inside-s1", "dmz-s1"]
+    assert hit_weights(topo, "inside-c1", servers, []) == [0.0, 1.0]
+    assert hit_weights(topo, "dmz-c1", servers, []) == [1.0, 0.0]
+    table = {"inside": [2.4, 23.8], "dmz": [40.0, 5.0]}
+    assert hit_weights(topo, "dmz-c1", servers, table) == [40.0, 5.0]
+    with pytest.raises(MixError, match="no list for zone 'dmz'"):
+        hit_weights(topo, "dmz-c1", servers, {"inside": [1, 1]})
