@@ -40,6 +40,7 @@ from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms import Mechanism, from_schema
 from secperf.mechanisms.base import (
     CONTROL_PORT,
+    GroupMechanism,
     DATA_PORTS,
     MechanismContext,
     TrafficPlan,
@@ -137,6 +138,8 @@ def prepare_variants(
                 table=table,
                 hosts=hosts,
                 hook=placement_hook(topology, mspec.kind, hosts, where=where),
+                topology=topology,
+                ends=ends,
             )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
@@ -296,9 +299,13 @@ class Runner:
         make every host that carries mechanisms forget the connections it tracks, so a
         test starts from the same state whichever test the shuffled order put before it."""
         if self.applied is not None:
-            for mech, ctx in self.applied.mechanisms:
-                for name in ctx.hosts:
-                    mech.release(testbed.host(name), ctx)  # daemons the mechanism started
+            for mech, ctx in reversed(self.applied.mechanisms):
+                hosts = [testbed.host(name) for name in ctx.hosts]
+                if isinstance(mech, GroupMechanism):
+                    mech.release_group(hosts, ctx)  # a tunnel's two ends at once
+                else:
+                    for host in hosts:
+                        mech.release(host, ctx)  # daemons the mechanism started
             for name in self.applied.hosts():
                 host = testbed.host(name)
                 used = self.applied.backends_on(name)
@@ -314,8 +321,12 @@ class Runner:
                     ],
                 )
         for mech, ctx in variant.mechanisms:
-            for name in ctx.hosts:
-                mech.apply(testbed.host(name), ctx)
+            hosts = [testbed.host(name) for name in ctx.hosts]
+            if isinstance(mech, GroupMechanism):
+                mech.apply_group(hosts, ctx)
+            else:
+                for host in hosts:
+                    mech.apply(host, ctx)
         self.applied = variant
         for name in self.mechanism_hosts:
             flush_flow_state(testbed.host(name))
@@ -347,6 +358,13 @@ class Runner:
         return started
 
     def _target(self, variant: Variant, server: str) -> str:
+        """The server's control address for this variant: through the testbed, or the
+        address a mechanism gives it (a host-to-host tunnel's inner address)."""
+        for mech, ctx in variant.mechanisms:
+            if isinstance(mech, GroupMechanism):
+                addr = mech.target_address(ctx, server, self.family)
+                if addr is not None:
+                    return hostport(addr, CONTROL_PORT)
         via = "direct" if variant.direct else "dut"
         return hostport(self.topology.server_address(self.family, via, server), CONTROL_PORT)
 
