@@ -479,6 +479,12 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         lines.append(f"pinned: {where} (the kernel's forwarding follows the sender)")
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
+    for lost in summary.get("dropped_records") or []:
+        lines.append(
+            f"warning: records.jsonl line {lost.get('line')} was {lost.get('reason')} and is "
+            "dropped: the round it held is missing from these figures, so the run is "
+            "incomplete whatever its status says"
+        )
     if summary.get("errors"):
         lines.append(f"engine errors: {len(summary['errors'])} (see records.jsonl)")
     return lines
