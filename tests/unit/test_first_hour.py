@@ -424,3 +424,44 @@ def test_report_csv_and_json(tmp_path: Path) -> None:
 def test_parse_scenario_of_shipped_files_still_ok() -> None:
     for path in sorted((ROOT / "scenarios").glob("*.toml")):
         parse_scenario(path.read_text(), path)
+
+
+# ---------------------------------------------------------------- charts and tables
+
+
+def test_tick_labels_have_the_precision_the_data_needs() -> None:
+    from secperf.report.plots import PlainTicks
+
+    fmt = PlainTicks()
+    locs = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    fmt.set_locs(locs)
+    labels = [fmt(x) for x in locs]
+    assert len(set(labels)) == len(labels), labels  # not "0, 0, 0, 1, 1, ..."
+    assert labels[1] == "0.25"
+    big = [0.0, 5000.0, 10000.0, 15000.0]
+    fmt.set_locs(big)
+    assert [fmt(x) for x in big] == ["0", "5,000", "10,000", "15,000"]
+
+
+def test_wide_table_is_transposed_not_cut(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from secperf.report.terminal import print_report
+    from secperf.results.summary import build_summary
+
+    rd = RunDir.open(_data_run(tmp_path))
+    summary = build_summary(rd)
+    rows = []
+    for r in summary["rows"]:
+        rows.append(r)
+        if r["variant"] != "baseline":  # five variants and more, as in rfc3511
+            rows += [{**r, "variant": f"{r['variant']}-{k}"} for k in range(3)]
+    summary["rows"] = rows
+    buf = io.StringIO()
+    print_report(Console(file=buf, width=150), summary, rd.read_run_json())
+    out = buf.getvalue()
+    assert "…" not in out
+    assert "+25.0 [+24.3, +25.6]" in out  # every number whole
+    assert "Δ% = cost, positive = worse" in out.split("\n\n")[1]  # at the table's top
