@@ -636,7 +636,9 @@ HttpParallel = Annotated[
     int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 1024, "parallel")))
 ]
 PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
-Timeout = Annotated[float, Field(gt=0, le=120)]
+# Durations everywhere: 5, "5s" and "500ms" alike.
+Timeout = Annotated[float, PlainValidator(_bounded(parse_duration, 0.001, 120, "a timeout"))]
+HoldTime = Annotated[float, PlainValidator(_bounded(parse_duration, 0, 600, "a hold time"))]
 
 
 class HttpWorkload(WorkloadBase):
@@ -667,7 +669,7 @@ class ConnectionsWorkload(WorkloadBase):
     kind: Literal["connections"]
     connections: int = Field(default=10_000, ge=1, le=1_000_000)
     rate: PerSecond | None = None  # opens/s; None = as fast as possible
-    hold: Annotated[float, Field(ge=0, le=600)] = 1.0
+    hold: HoldTime = 1.0
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
 

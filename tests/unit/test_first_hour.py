@@ -465,3 +465,19 @@ def test_wide_table_is_transposed_not_cut(tmp_path: Path) -> None:
     assert "…" not in out
     assert "+25.0 [+24.3, +25.6]" in out  # every number whole
     assert "Δ% = cost, positive = worse" in out.split("\n\n")[1]  # at the table's top
+
+
+def test_failure_before_any_measurement_leaves_no_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from secperf.errors import SecperfError
+    from secperf.runner import run_scenario
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # preflight refuses: not root
+    sc = load_scenario(ROOT / "scenarios" / "quick.toml")
+    with pytest.raises(SecperfError) as info:
+        run_scenario(sc, tmp_path / "results", Console(quiet=True))
+    assert "before any measurement" in str(info.value) and "removed" in str(info.value)
+    assert list((tmp_path / "results").iterdir()) == []
