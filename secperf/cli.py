@@ -69,9 +69,22 @@ def main(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print errors and the final result only.")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Show every command secperf runs (nft, tc, ip, daemons, the engine); "
+            "a run also keeps them in its commands.log.",
+        ),
+    ] = False,
 ) -> None:
     if quiet:
         console.quiet = True
+    if verbose:
+        from secperf import verbose as verbose_mod
+
+        verbose_mod.enable(err_console)
 
 
 def check_out_dir(out: Path) -> None:

@@ -472,9 +472,16 @@ def default_results_root() -> Path:
 
 
 def run_scenario(scenario: Scenario, out_root: Path, console: Console) -> RunDir:
+    from secperf import verbose
+
     run = RunDir.create(out_root, scenario.name)
     console.print(f"run directory: [bold]{run.path}[/]")
+    if verbose.enabled():
+        verbose.log_to(run.path / "commands.log")
     start = time.monotonic()
-    Runner(scenario, run, console).execute()
+    try:
+        Runner(scenario, run, console).execute()
+    finally:
+        verbose.log_to(None)
     console.print(f"measured in {time.monotonic() - start:.0f} s")
     return run

@@ -481,3 +481,25 @@ def test_failure_before_any_measurement_leaves_no_run_directory(
         run_scenario(sc, tmp_path / "results", Console(quiet=True))
     assert "before any measurement" in str(info.value) and "removed" in str(info.value)
     assert list((tmp_path / "results").iterdir()) == []
+
+
+def test_verbose_shows_and_logs_every_command(tmp_path: Path) -> None:
+    import io
+    import subprocess
+
+    from rich.console import Console
+
+    from secperf import verbose
+
+    buf = io.StringIO()
+    log = tmp_path / "commands.log"
+    try:
+        verbose.enable(Console(file=buf, width=200))
+        verbose.log_to(log)
+        subprocess.run(["nft", "--version"], capture_output=True, check=False)
+    finally:
+        verbose.disable()
+    assert "$ nft --version" in buf.getvalue()
+    assert log.read_text().rstrip().endswith("nft --version")
+    subprocess.run(["true"], check=False)  # disabled: nothing more
+    assert "true" not in log.read_text()
