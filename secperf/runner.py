@@ -31,7 +31,6 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from secperf import __version__, stats
@@ -176,6 +175,7 @@ class Runner:
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
         self.point_no = (0, 0)
+        self.measure_start = 0.0
         self.applied: Variant | None = None
         self.removed = False  # the run directory was removed: it held no measurement
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
@@ -304,8 +304,7 @@ class Runner:
             TextColumn("{task.description}"),
             BarColumn(),
             TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
         )
         self.console.print(
             f"{len(self.points)} point(s) x {n} configuration(s), at least {rep.min} rounds "
@@ -314,10 +313,20 @@ class Runner:
             highlight=False,
         )
         with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task("starting", total=total)
+            self.measure_start = time.monotonic()
+            task = progress.add_task("starting", total=total, eta=f"about {fmt_eta(total)} left")
             for index, point in enumerate(self.points):
                 self.point_no = (index + 1, len(self.points))
                 self._measure_point(testbed, variants, point, progress, task)
+
+    def _eta(self, progress: Progress, task: TaskID) -> float:
+        """Seconds left: the scenario's own estimate at first, then scaled by how long
+        the measured tests really took against their estimate."""
+        t = progress.tasks[task]
+        left = max(0.0, (t.total or 0.0) - t.completed)
+        if t.completed <= 0:
+            return left
+        return left * (time.monotonic() - self.measure_start) / t.completed
 
     def _measure_point(
         self,
@@ -351,11 +360,12 @@ class Runner:
                 v = by_name[name]
                 at, of = self.point_no
                 planned = max(rep.min, rounds + 1)
-                progress.update(
-                    task,
-                    description=f"point {at}/{of}, round {rounds + 1}/{planned} · {label} · "
-                    f"{v.name}",
-                )
+                where = f"point {at}/{of}, round {rounds + 1}/{planned}"
+                eta = f"about {fmt_eta(self._eta(progress, task))} left"
+                progress.update(task, description=f"{where} · {label} · {v.name}", eta=eta)
+                if not self.console.is_terminal and name == order[0]:
+                    # a log (CI, a pipe) gets one plain line a round instead of a bar
+                    self.console.print(f"{where}: {label}, {eta}", highlight=False, markup=False)
                 self._apply(dut, v)
                 result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
