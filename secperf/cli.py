@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -97,15 +98,16 @@ def check_out_dir(out: Path) -> None:
             where=str(out),
             fix="give a directory for run directories, e.g. --out results",
         )
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
         raise Err(
-            f"cannot write run directories under {out} ({probe} is not writable)",
+            f"cannot write run directories under {out}: {exc.strerror or exc}",
             where=str(out),
             fix="give a directory you may write, e.g. --out results",
-        )
+        ) from None
 
 
 @app.command()

@@ -503,3 +503,11 @@ def test_verbose_shows_and_logs_every_command(tmp_path: Path) -> None:
     assert log.read_text().rstrip().endswith("nft --version")
     subprocess.run(["true"], check=False)  # disabled: nothing more
     assert "true" not in log.read_text()
+
+
+@pytest.mark.parametrize("where", ["/proc/secperf-results", "/dev/null/results"])
+def test_run_out_in_an_unwritable_place_is_a_clear_error(where: str) -> None:
+    result = cli.invoke(app, ["run", str(ROOT / "scenarios" / "quick.toml"), "--out", where])
+    assert result.exit_code == 4, result.output
+    assert "cannot write run directories" in result.output or "is a file" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
