@@ -155,7 +155,19 @@ def fmt_eta(seconds: float) -> str:
 
 
 # Engine error kinds that fail the same way every time: retrying only wastes a round.
-DETERMINISTIC_ERRORS = frozenset({"spec", "target", "measurement"})
+DETERMINISTIC_ERRORS = frozenset({"spec", "target"})
+
+
+def fails_again(record: Record | None) -> bool:
+    """An engine error that a second attempt would repeat: a spec the engine refuses,
+    a target it may not reach, a test that moved no traffic (the kernel refused every
+    send). Connection resets, a lost server report or unstamped probes may pass."""
+    if not record:
+        return False
+    kind = str(record.get("kind"))
+    return kind in DETERMINISTIC_ERRORS or (
+        kind == "measurement" and "moved no traffic" in str(record.get("message", ""))
+    )
 
 
 def hostport(addr: str, port: int) -> str:
@@ -425,7 +437,7 @@ class Runner:
                 last_error = exc
                 if exc.record is None or exc.record.get("type") != "error":
                     keep({"type": "error", "kind": "runner", "message": str(exc)})
-                if str((exc.record or {}).get("kind")) in DETERMINISTIC_ERRORS:
+                if fails_again(exc.record):
                     raise EngineError(
                         f"{point.point_id} ({variant.name}): {exc.message}",
                         where=exc.where,

@@ -511,3 +511,13 @@ def test_run_out_in_an_unwritable_place_is_a_clear_error(where: str) -> None:
     assert result.exit_code == 4, result.output
     assert "cannot write run directories" in result.output or "is a file" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_which_engine_errors_fail_again() -> None:
+    from secperf.runner import fails_again
+
+    assert fails_again({"type": "error", "kind": "spec", "message": "socket_buffer …"})
+    assert fails_again({"type": "error", "kind": "measurement", "message": "moved no traffic"})
+    assert not fails_again({"type": "error", "kind": "measurement", "message": "unstamped"})
+    assert not fails_again({"type": "error", "kind": "connect", "message": "reset"})
+    assert not fails_again(None)
