@@ -187,8 +187,9 @@ def check(
             mark = "[yellow]ok, partly checked[/]" if skipped else "[green]ok[/]"
             console.print(
                 f"{mark} {escape(str(path))}: {variants} variant(s) + baseline, "
-                f"{points} workload point(s); estimated run time {fmt_eta(lo)} "
-                f"(up to {fmt_eta(hi)} at {sc.repeat.max} rounds){escape(skipped)}{note}",
+                f"{points} workload point(s); estimated run time {fmt_eta(lo)}"
+                + (f" (up to {fmt_eta(hi)} at {sc.repeat.max} rounds)" if hi > lo else "")
+                + f"{escape(skipped)}{note}",
                 highlight=False,
             )
         except SecperfError as exc:

@@ -318,10 +318,14 @@ class Runner:
             TimeElapsedColumn(),
             TextColumn("{task.fields[eta]}"),
         )
+        upto = (
+            f" (up to {fmt_eta(total * rep.max / rep.min)} if every point needs {rep.max} rounds)"
+            if rep.max > rep.min
+            else ""
+        )
         self.console.print(
             f"{len(self.points)} point(s) x {n} configuration(s), at least {rep.min} rounds "
-            f"each: about {fmt_eta(total)} (up to {fmt_eta(total * rep.max / rep.min)} "
-            f"if every point needs {rep.max} rounds)",
+            f"each: about {fmt_eta(total)}{upto}",
             highlight=False,
         )
         with Progress(*columns, console=self.console, transient=False) as progress:
