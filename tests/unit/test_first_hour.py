@@ -110,7 +110,8 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     r.topology = r.plan = None  # type: ignore[assignment]
     r.family = 4
     monkeypatch.setattr(runner_mod, "executor_for", lambda kind: executor)
-    monkeypatch.setattr(runner_mod.Runner, "_target", lambda self, v: "198.18.1.2:5201")
+    monkeypatch.setattr(runner_mod.Runner, "_target", lambda self, *a: "198.18.1.2:5201")
+    r.endpoints = {"udp-stream#0": ("client", "server")}
     point = WorkloadPoint(
         workload_index=0, name="udp-stream", kind="stream", params={}, index=0, label="", swept={}
     )
