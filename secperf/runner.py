@@ -40,8 +40,8 @@ from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms import Mechanism, from_schema
 from secperf.mechanisms.base import (
     CONTROL_PORT,
-    GroupMechanism,
     DATA_PORTS,
+    GroupMechanism,
     MechanismContext,
     TrafficPlan,
     check_flowtables_gone,
