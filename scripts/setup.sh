@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           iperf3 sockperf python3-venv netsniff-ng hping3
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp)
+          squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          chromium)  # chromium: the test that renders report.html in a real browser
 
 need=()
 for p in "${PACKAGES[@]}"; do
