@@ -49,8 +49,7 @@ from secperf.errors import MechanismError, ToolMissingError
 from secperf.mechanisms.acl import apply_files
 from secperf.mechanisms.base import DATA_PORTS, MechanismContext, RenderedFile
 from secperf.services import dns
-from secperf.services.nginx import HTTP_PORT, _accepts
-from secperf.services.vsftpd import FTP_PORT
+from secperf.services.ports import FTP_PORT, HTTP_PORT
 from secperf.testbed import cgroups
 from secperf.testbed.ledger import Ledger
 from secperf.testbed.testbed import Host, ManagedProcess
@@ -357,6 +356,9 @@ class Proxy:
 
     @staticmethod
     def _wait(dut: Host, proc: ManagedProcess, port: int, log: Path, what: str) -> None:
+        # Imported here: secperf.services.nginx imports the mechanisms' port range.
+        from secperf.services.nginx import _accepts
+
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _accepts(dut, "127.0.0.1", port):

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from secperf.errors import SecperfError, ToolMissingError
 from secperf.mechanisms.base import DATA_PORTS
+from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
 
-HTTP_PORT = 5380
 assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 START_TIMEOUT_S = 10.0
 FILES = "files"  # URL prefix and directory under the web root

@@ -21,10 +21,11 @@ from pathlib import Path
 from secperf.errors import SecperfError, ToolMissingError
 from secperf.mechanisms.base import DATA_PORTS
 from secperf.services.nginx import _accepts, write_files
+from secperf.services.ports import FTP_PASV_PORTS
+from secperf.services.ports import FTP_PORT as FTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
 
-FTP_PORT = 5321
-PASV_PORTS = (5390, 5399)
+PASV_PORTS = FTP_PASV_PORTS
 assert DATA_PORTS[0] <= FTP_PORT <= DATA_PORTS[1]
 assert DATA_PORTS[0] <= PASV_PORTS[0] <= PASV_PORTS[1] <= DATA_PORTS[1]
 START_TIMEOUT_S = 10.0

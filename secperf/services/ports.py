@@ -1,0 +1,9 @@
+"""The testbed services' ports, in a module that imports nothing of secperf: the
+mechanisms (the proxy redirects these ports) and the services both need them, and
+the services import the mechanisms' port range."""
+
+from __future__ import annotations
+
+HTTP_PORT = 5380  # nginx
+FTP_PORT = 5321  # vsftpd's control port
+FTP_PASV_PORTS = (5390, 5399)  # vsftpd's passive data ports
