@@ -94,6 +94,16 @@ def service_name(ctx: MechanismContext) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", f"{ctx.table}{ctx.name}")[:48]
 
 
+SHM_DIR = Path("/dev/shm")
+SHM_SEGMENTS = ("cf__metadata.shm", "cf__queues.shm", "cf__readers.shm")
+
+
+def shm_paths(ctx: MechanismContext) -> list[Path]:
+    """The shared-memory files squid makes under its service name, outside the
+    namespace; recorded in the ledger before squid starts and removed at release."""
+    return [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
+
+
 def render_squid(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
     d = directory.resolve()
     lines = [
@@ -235,6 +245,7 @@ class Proxy:
     _procs: list[ManagedProcess] = field(default_factory=list, repr=False, compare=False)
     _limits: cgroups.LimitGroup | None = field(default=None, repr=False, compare=False)
     dns_server: dns.DnsServer | None = field(default=None, repr=False, compare=False)
+    _shm: tuple[Ledger, list[Path]] | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def directory(ctx: MechanismContext) -> Path:
@@ -290,6 +301,12 @@ class Proxy:
         """Stop the proxies and the DNS server; the redirect goes with reset_dut."""
         while self._procs:
             self._procs.pop().stop(timeout=STOP_TIMEOUT_S)
+        if self._shm is not None:  # squid leaves its segments behind when stopped
+            ledger, paths = self._shm
+            for path in paths:
+                path.unlink(missing_ok=True)
+                ledger.remove("file", path=str(path))
+            self._shm = None
         self.dns_server = None
         if self._limits is not None:
             cgroups.remove_limits(_ledger(dut), self._limits)
@@ -328,6 +345,11 @@ class Proxy:
                 f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
                 where=str(conf),
             )
+        ledger = getattr(dut, "ledger", None)
+        if isinstance(ledger, Ledger):
+            for path in shm_paths(ctx):
+                ledger.add("file", path=str(path))
+            self._shm = (ledger, shm_paths(ctx))
         err = (d / "squid.stderr").open("w")
         with err:
             proc = dut.spawn(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy
+from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy, shm_paths
 from secperf.services import dns
 from secperf.services.nginx import HTTP_PORT, write_files
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, file_url, start_vsftpd
@@ -109,12 +109,15 @@ def applied(
     ctx.rendered = proxy.render(ctx)
     dut = bed.tb.host("dut")
     proxy.apply(dut, ctx)
+    # squid's shared memory lives outside the namespace, under this run's name.
+    assert any(p.exists() for p in shm_paths(ctx))
     try:
         yield proxy, ctx
     finally:
         proxy.release(dut, ctx)
         reset_dut(dut, proxy.backends())
     assert not proxy.daemons()
+    assert not any(p.exists() for p in shm_paths(ctx))
 
 
 def fetch(bed: Bed, url: str) -> subprocess.CompletedProcess[str]:
