@@ -19,6 +19,7 @@ from secperf.scenario.schema import (
     NatMechanism,
     Scenario,
     SynproxyMechanism,
+    VpnMechanism,
 )
 
 
@@ -47,6 +48,29 @@ BACKEND_TOOLS = {
     ),
     "ipset": (Tool("ipset", "ipset", "ACLs with layout = set on an iptables backend"),),
 }
+# Per VPN implementation (secperf.mechanisms.vpn). strongSwan's plugins come with it
+# from scripts/setup.sh: kernel-libipsec (libcharon-extra-plugins), openssl and gcm
+# (libstrongswan-standard-plugins), chapoly and curve25519 (libstrongswan-extra-plugins).
+VPN_TOOLS = {
+    "wireguard": (
+        Tool("wireguard-go", "wireguard-go", "vpn wireguard (user-space WireGuard)"),
+        Tool("wg", "wireguard-tools", "vpn wireguard (keys and configuration)"),
+    ),
+    "openvpn": (
+        Tool("openvpn", "openvpn", "vpn openvpn"),
+        Tool("openssl", "openssl", "vpn openvpn (a CA and certificates per run)"),
+    ),
+    "ipsec": (
+        Tool("/usr/lib/ipsec/charon", "strongswan-charon", "vpn ipsec (the IKE daemon)"),
+        Tool("swanctl", "strongswan-swanctl", "vpn ipsec (loading and starting the SAs)"),
+        Tool("unshare", "util-linux", "vpn ipsec (a private /run per charon)"),
+    ),
+    "tinc": (Tool("tincd", "tinc", "vpn tinc"),),
+    "vtun": (
+        Tool("vtund", "vtun", "vpn vtun"),
+        Tool("unshare", "util-linux", "vpn vtun (a private /run per vtund)"),
+    ),
+}
 PEER_TOOLS = (
     Tool("iperf3", "iperf3", "bench/engine_vs_peers (stream peer)"),
     Tool("sockperf", "sockperf", "bench/engine_vs_peers (rr peer)"),
@@ -56,7 +80,12 @@ PEER_TOOLS = (
 
 def all_tools() -> list[Tool]:
     seen: dict[str, Tool] = {}
-    for tool in (*BASE_TOOLS, *(t for ts in BACKEND_TOOLS.values() for t in ts), *PEER_TOOLS):
+    for tool in (
+        *BASE_TOOLS,
+        *(t for ts in BACKEND_TOOLS.values() for t in ts),
+        *(t for ts in VPN_TOOLS.values() for t in ts),
+        *PEER_TOOLS,
+    ):
         seen.setdefault(tool.program, tool)
     return list(seen.values())
 
@@ -92,6 +121,8 @@ def tools_for(scenario: Scenario) -> list[Tool]:
                 tools += BACKEND_TOOLS["nft"] + BACKEND_TOOLS["iptables-nft"]
             elif isinstance(mech, SynproxyMechanism):
                 tools += BACKEND_TOOLS["nft"]  # and sysctl (procps) for nf_conntrack_tcp_loose
+            elif isinstance(mech, VpnMechanism):
+                tools += VPN_TOOLS.get(mech.implementation, ())
     return tools
 
 

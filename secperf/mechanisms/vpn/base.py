@@ -110,8 +110,9 @@ def tunnel_addresses(index: int) -> tuple[tuple[str, str], tuple[str, str]]:
 
 
 def tunnel_name(prefix: str, index: int) -> str:
-    """The stem of a tunnel's device names, e.g. 'sp1a2b3-t0' (devices add 'a'/'b')."""
-    name = f"{prefix}-t{index}"
+    """The stem of a tunnel's device names, e.g. 'sp1a2b3v0' (devices add 'a'/'b'): the
+    longest run prefix (12) still leaves room for tunnels 0-9."""
+    name = f"{prefix}v{index}"
     check_tunnel_name(name)
     return name
 
