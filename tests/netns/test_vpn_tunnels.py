@@ -34,6 +34,7 @@ from secperf.mechanisms.vpn import (
 )
 from secperf.mechanisms.vpn.ipsec import kernel_has_esp
 from secperf.probe import EchoServer, probe, start_echo
+from secperf.testbed.ledger import proc_state
 from secperf.testbed.netns import Host, ManagedProcess
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -266,6 +267,20 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         assert info["implementation"] == impl and info["version"] not in ("", "unknown")
         if impl == "ipsec":
             assert info["backend"] == "kernel-libipsec"  # this kernel has no ESP transform
+        if impl == "openvpn":  # what the data channel runs, in openvpn's words
+            want = {"aes-256-gcm": "AES-256-GCM", "aes-256-cbc": "AES-256-CBC"}.get(
+                params["cipher"], params["cipher"].upper()
+            )
+            lines = info["data_channel"]
+            assert set(lines) == {"client", "server"}, lines
+            for line in lines.values():
+                assert f"cipher '{want}'" in line and params.get("compression", "") in line
+
+        host_files = vpn.host_files()
+        assert all(f.exists() for f in host_files), host_files
+        if impl == "wireguard":
+            assert len(host_files) == 2  # wireguard-go's sockets, named with the prefix
+            assert all(tb.prefix in f.name for f in host_files)
 
         # (0) each end's daemon has resident memory
         mem = memory(vpn)
@@ -315,8 +330,9 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         assert "198.18.240." not in host.run(["ip", "-o", "addr", "show"]).stdout
         v6_default = host.run(["sysctl", "-n", "net.ipv6.conf.default.disable_ipv6"]).stdout
         assert v6_default.strip() == "0"
-    assert all(not Path(f"/proc/{p}").exists() for p in pids), pids
+    assert all(proc_state(p) in (None, "Z", "X") for p in pids), pids
     assert memory(vpn) == {}
+    assert not any(f.exists() for f in host_files), host_files
     seen = len(echo.seen())
     assert probe(client, b.ip4, ECHO_PORT, "tcp", timeout=1.0) is None
     assert probe(client, b.ip4, ECHO_PORT, "udp", timeout=1.0) is None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
+from secperf.testbed.ledger import proc_state
 from secperf.testbed.netns import Host, ManagedProcess
 
 TUNNEL_NET4 = ipaddress.IPv4Network("198.18.240.0/20")
@@ -197,6 +198,12 @@ class Vpn(Protocol):
         """What ran: implementation, version, cipher, mode, backend, compression."""
         ...
 
+    def host_files(self) -> list[Path]:
+        """Files start() makes outside the run directory (wireguard-go's control
+        sockets): the runner records them in the ledger, so that a run killed before
+        stop() leaves none behind."""
+        ...
+
 
 # -- daemons ---------------------------------------------------------------------------
 
@@ -248,12 +255,25 @@ class DaemonSet:
         self.undo.append((host, argv))
 
     def stop(self) -> None:
+        forked = [p for d in self.daemons for p in group_pids(d.proc.pid) if p != d.proc.pid]
         for d in reversed(self.daemons):
             d.proc.stop(timeout=5.0)
+        # What a daemon forked (vtund's session process) got the group's signals too;
+        # wait until it has exited, so that "stopped" means gone.
+        deadline = time.monotonic() + 5.0
+        alive = forked
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.02)
+            alive = [p for p in forked if proc_state(p) not in (None, "Z", "X")]
         for host, argv in reversed(self.undo):
             host.run(argv, check=False)
         self.daemons.clear()
         self.undo.clear()
+        if alive:
+            raise MechanismError(
+                f"{self.what}'s children {alive} outlived it",
+                fix="`secperf clean` stops what runs in the run's namespaces",
+            )
 
     def pids(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

@@ -31,6 +31,7 @@ from secperf.mechanisms.vpn.base import (
     check_tunnel_name,
     run_local,
     version_of,
+    wait_for,
     wait_listening,
     wait_passing,
     write_private,
@@ -181,6 +182,7 @@ class OpenVpn:
         self._confs: dict[str, Path] = {}
         self._files: Path | None = None
         self._ds = DaemonSet("openvpn")
+        self._logs: dict[str, Path] = {}
 
     def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         check_ends(a, b)
@@ -213,10 +215,19 @@ class OpenVpn:
             for end in (b, a):
                 dev = self._names[end.name]
                 log = self._files / f"{dev}.openvpn.log"
+                self._logs[end.name] = log
                 ds.spawn(end, ["openvpn", "--config", str(self._confs[end.name])], log, "openvpn")
                 if end is b and self.transport == "tcp":
                     wait_listening(ds, b, PORT)
             wait_passing(a, b, ds)
+            # A static key passes packets before openvpn reports its data channel
+            # (it does once it has heard its peer): wait for both reports.
+            wait_for(
+                lambda: set(self.data_channel()) == {a.name, b.name},
+                ds,
+                what="openvpn did not report its data channel on both ends",
+                fix="read the daemons' logs above",
+            )
             for end in (a, b):
                 add_routes(ds, end, self._names[end.name])
         except BaseException:
@@ -232,6 +243,9 @@ class OpenVpn:
     def pids(self) -> dict[str, list[int]]:
         return self._ds.pids()
 
+    def host_files(self) -> list[Path]:
+        return []  # everything it writes is in the run directory (or its private /run)
+
     def describe(self) -> dict[str, Any]:
         return {
             "implementation": "openvpn",
@@ -245,4 +259,20 @@ class OpenVpn:
             "transport": self.transport,
             "auth": self.auth,
             "compression": self.compression,
+            # What each end's data channel actually runs, in openvpn's own words.
+            "data_channel": self.data_channel(),
         }
+
+    def data_channel(self) -> dict[str, str]:
+        """End name -> the last 'Data Channel: ...' line of its openvpn log."""
+        out: dict[str, str] = {}
+        for end, log in self._logs.items():
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            found = [ln.split("Data Channel: ", 1)[1] for ln in text.splitlines()
+                     if "Data Channel: " in ln]  # fmt: skip
+            if found:
+                out[end] = found[-1].strip()
+        return out

@@ -168,6 +168,9 @@ class Vtun:
     def pids(self) -> dict[str, list[int]]:
         return self._ds.pids()
 
+    def host_files(self) -> list[Path]:
+        return []  # everything it writes is in the run directory (or its private /run)
+
     def describe(self) -> dict[str, Any]:
         return {
             "implementation": "vtun",

@@ -33,6 +33,7 @@ from secperf.mechanisms.vpn.base import (
 )
 
 PORT = 51820
+SOCKET_DIR = Path("/var/run/wireguard")
 CIPHERS = ("chacha20-poly1305",)
 
 
@@ -128,6 +129,16 @@ class Wireguard:
 
     def stop(self) -> None:
         self._ds.stop()
+        if self._backend == "wireguard-go":
+            # wireguard-go removes its socket on SIGTERM; one it could not remove
+            # (killed) is ours by its name, which carries the run prefix.
+            for path in self.host_files():
+                path.unlink(missing_ok=True)
+
+    def host_files(self) -> list[Path]:
+        if self._backend != "wireguard-go":
+            return []
+        return [SOCKET_DIR / f"{dev}.sock" for dev in self._names.values()]
 
     def devices(self) -> dict[str, str]:
         return dict(self._names)
