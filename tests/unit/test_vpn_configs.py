@@ -100,13 +100,14 @@ def test_ends_are_checked() -> None:
 
 def test_wireguard_conf_names_the_peer_and_its_networks(tmp_path: Path) -> None:
     needs("wg")
-    a, b = ends(v6=True, routes_b=("198.18.2.0/24",))
+    a, b = ends(v6=True, routes_a=("198.18.99.0/24",))
     vpn = wireguard.Wireguard()
     paths = vpn.render(a, b, tmp_path, "sp1v0")
     assert vpn.devices() == {"client": "sp1v0a", "server": "sp1v0b"}
     conf_a = paths[0].read_text()
     assert "Endpoint = 198.18.2.2:51820" in conf_a
-    assert "AllowedIPs = 198.18.240.2/32, 2001:2:0:f0::2/128, 198.18.2.0/24" in conf_a
+    assert "AllowedIPs = 198.18.240.2/32, 2001:2:0:f0::2/128, 198.18.99.0/24" in conf_a
+    assert "198.18.99.0/24" not in paths[1].read_text()  # behind the server, not the client
     assert stat.S_IMODE(paths[0].stat().st_mode) == 0o600  # holds a private key
     # each end's peer key is the other end's public key
     priv_b = paths[1].read_text().split("PrivateKey = ")[1].split()[0]
@@ -182,10 +183,10 @@ def test_openvpn_certificates_verify_and_carry_key_usage(tmp_path: Path) -> None
 
 
 def test_ipsec_confs() -> None:
-    a, b = ends(routes_a=("198.18.1.0/24",))
+    a, b = ends(routes_a=("198.18.99.0/24",), routes_b=("198.18.98.0/24",))
     conf = ipsec.render_swanctl_conf(a, b, "aes128gcm16", "tunnel", True, "c2VjcmV0")
-    assert "local_ts = 198.18.240.1/32,198.18.1.0/24" in conf
-    assert "remote_ts = 198.18.240.2/32" in conf
+    assert "local_ts = 198.18.240.1/32,198.18.98.0/24" in conf  # behind a: what b routes to it
+    assert "remote_ts = 198.18.240.2/32,198.18.99.0/24" in conf
     assert "esp_proposals = aes128gcm16" in conf and "encap = yes" in conf
     assert "secret = 0sc2VjcmV0" in conf
     transport = ipsec.render_swanctl_conf(a, b, "null-sha256", "transport", False, "x")
@@ -213,7 +214,7 @@ def test_kernel_esp_is_read_from_the_kernel_config(tmp_path: Path) -> None:
 
 def test_tinc_dirs_hold_both_nodes_with_the_same_crypto(tmp_path: Path) -> None:
     needs("tincd")
-    a, b = ends(routes_b=("198.18.2.0/24",))
+    a, b = ends(routes_a=("198.18.99.0/24",))
     vpn = tinc.Tinc(cipher="aes-128-cbc", digest="sha1", compression="zlib", compression_level=4)
     vpn.render(a, b, tmp_path, "sp1v0")
     da, db = tmp_path / "sp1v0.client.tinc", tmp_path / "sp1v0.server.tinc"
@@ -226,7 +227,8 @@ def test_tinc_dirs_hold_both_nodes_with_the_same_crypto(tmp_path: Path) -> None:
             assert "Cipher = aes-128-cbc" in host and "Digest = sha1" in host
             assert "Compression = 4" in host and "BEGIN RSA PUBLIC KEY" in host
         assert os.access(d / "tinc-up", os.X_OK)
-    assert "Subnet = 198.18.2.0/24" in (da / "hosts" / "server").read_text()
+    assert "Subnet = 198.18.99.0/24" in (da / "hosts" / "server").read_text()
+    assert "198.18.99.0/24" not in (da / "hosts" / "client").read_text()
     assert "ip addr add 198.18.240.1/30" in (da / "tinc-up").read_text()
     assert tinc.tinc_level("lzo", None) == 11 and tinc.tinc_level("none", 5) == 0
 

@@ -2,10 +2,12 @@
 
 A tunnel has two ends (`TunnelEnd`): a host that runs the daemon, the address the
 other end reaches it at (`underlay`), the tunnel's own addresses (`inner4`,
-`inner6`) and the networks sent through it (`routes`). Host-to-host, the client
-and the server are the ends and `routes` is empty (traffic goes to the peer's
-inner address); site-to-site, two gateways are the ends and `routes` holds the
-far zone's networks.
+`inner6`) and the networks it sends through the tunnel (`routes`: those behind
+the peer). Host-to-host, the client and the server are the ends and `routes` is
+empty (traffic goes to the peer's inner address); site-to-site, two gateways are
+the ends and each end's `routes` holds the far zone's networks. What lies behind
+an end is therefore its peer's `routes`: the implementations that must name it
+(WireGuard's allowed IPs, IPsec's traffic selectors, tinc's subnets) read it there.
 
 Inner addresses come from 198.18.240.0/20 and 2001:2:0:f0::/64, kept for tunnel
 overlays (the testbed's links never use them; 2001:2:0:ff::/64, inside the /60
@@ -62,7 +64,7 @@ class TunnelEnd:
     underlay: str  # this end's address on the path to the peer (the peer reaches it there)
     inner4: str  # the tunnel address with its prefix, e.g. "198.18.240.1/30"
     inner6: str | None = None  # e.g. "2001:2:0:f0::1/120"
-    routes: tuple[str, ...] = ()  # networks sent through the tunnel from this end
+    routes: tuple[str, ...] = ()  # networks this end sends through the tunnel (behind the peer)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):

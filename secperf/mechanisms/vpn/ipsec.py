@@ -98,8 +98,9 @@ def render_swanctl_conf(
     me: TunnelEnd, peer: TunnelEnd, esp: str, mode: str, libipsec: bool, psk: str
 ) -> str:
     if mode == "tunnel":
-        local_ts = ",".join([*me.host_prefixes(), *me.routes])
-        remote_ts = ",".join([*peer.host_prefixes(), *peer.routes])
+        # Behind me: what my peer routes to me; behind the peer: what I route to it.
+        local_ts = ",".join([*me.host_prefixes(), *peer.routes])
+        remote_ts = ",".join([*peer.host_prefixes(), *me.routes])
     else:
         local_ts = remote_ts = "dynamic"
     return (

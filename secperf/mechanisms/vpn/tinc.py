@@ -88,8 +88,9 @@ def render_tinc_conf(me: TunnelEnd, peer: TunnelEnd, device: str, key: Path, tcp
     return "\n".join(lines) + "\n"
 
 
-def render_host(end: TunnelEnd, cipher: str, digest: str, level: int) -> str:
-    subnets = [*end.host_prefixes(), *end.routes]
+def render_host(end: TunnelEnd, peer: TunnelEnd, cipher: str, digest: str, level: int) -> str:
+    """hosts/<end>: its address, the subnets behind it (what its peer routes to it), crypto."""
+    subnets = [*end.host_prefixes(), *peer.routes]
     return (
         f"Address = {end.underlay} {PORT}\n"
         + "".join(f"Subnet = {s}\n" for s in subnets)
@@ -161,7 +162,7 @@ class Tinc:
             up.write_text(render_up(end))
             up.chmod(0o755)
             host = d / "hosts" / node_name(end)
-            host.write_text(render_host(end, self.cipher, self.digest, self.level))
+            host.write_text(render_host(end, peer, self.cipher, self.digest, self.level))
             # -K appends the public key to hosts/<Name>; stdin closed: no questions asked.
             run_local(["tincd", "-c", str(d), "-K", "2048"], what="tincd -K", input="")
             key.chmod(0o600)

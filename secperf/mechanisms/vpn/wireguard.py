@@ -8,7 +8,7 @@ two tunnels, or two runs, never meet there.
 
 Keys are made per run with `wg genkey` / `wg pubkey`; each end's `wg setconf`
 file holds its private key and the peer (public key, endpoint, allowed IPs = the
-peer's inner addresses and its routes). The cipher is WireGuard's only one,
+peer's inner addresses and the networks behind it, this end's routes). The cipher is WireGuard's only one,
 ChaCha20-Poly1305; there is no compression.
 """
 
@@ -38,7 +38,9 @@ CIPHERS = ("chacha20-poly1305",)
 
 
 def render_conf(private_key: str, me: TunnelEnd, peer: TunnelEnd, peer_public: str) -> str:
-    allowed = [*peer.host_prefixes(), *peer.routes]
+    # What I send to the peer, and the sources I accept from it: its inner addresses
+    # and the networks behind it (my routes).
+    allowed = [*peer.host_prefixes(), *me.routes]
     return (
         f"# secperf wireguard: {me.name} -> {peer.name}\n"
         "[Interface]\n"
