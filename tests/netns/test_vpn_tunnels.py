@@ -387,18 +387,25 @@ def test_routes_reach_a_network_behind_the_peer_only_through_the_tunnel(
         server.run(["ip", "addr", "del", f"{FAR_ADDR}/32", "dev", "lo"])
 
 
-def test_wireguard_carries_inner_ipv6(
-    bed: tuple[Testbed, EngineServer, Sink, EchoServer, Path], tmp_path: Path
+@pytest.mark.parametrize("impl", ["wireguard", "openvpn", "ipsec", "tinc"])
+def test_ipv6_underlay_carries_both_inner_families(
+    bed: tuple[Testbed, EngineServer, Sink, EchoServer, Path], tmp_path: Path, impl: str
 ) -> None:
+    """The tunnel between the ends' IPv6 addresses, with inner IPv4 and IPv6 (vtun has
+    neither: its parser takes no IPv6 bindaddr, its device no IPv6)."""
     tb = bed[0]
     a, b = tunnel_ends(tb, v6=True)
-    vpn = make("wireguard")
+    topo = tb.topology
+    a = TunnelEnd(a.host, a.name, topo.address("client", "client-dut", 6), a.inner4, a.inner6)
+    b = TunnelEnd(b.host, b.name, topo.address("server", "dut-server", 6), b.inner4, b.inner6)
+    vpn = make(impl)
     vpn.render(a, b, tmp_path, tunnel_name(tb.prefix, 0))
     vpn.start(a, b)
     try:
         assert b.ip6 is not None
-        out = tb.host("client").run(["ping", "-6", "-c", "1", "-W", "2", b.ip6], check=False)
-        assert out.returncode == 0, out.stdout + out.stderr
+        for addr in (b.ip6, b.ip4):
+            out = tb.host("client").run(["ping", "-c", "1", "-W", "2", addr], check=False)
+            assert out.returncode == 0, out.stdout + out.stderr
     finally:
         vpn.stop()
 

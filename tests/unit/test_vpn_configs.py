@@ -247,6 +247,10 @@ def test_vtun_confs_and_refusals() -> None:
         vtun.Vtun(cipher="aes-256-cbc")
     with pytest.raises(MechanismError, match="IPv6"):
         vtun.Vtun().render(*ends(v6=True), Path("/nonexistent"), "sp1v0")
+    v6a = TunnelEnd(FakeHost(), "client", "2001:2:0:1::2", a.inner4)  # type: ignore[arg-type]
+    v6b = TunnelEnd(FakeHost(), "server", "2001:2:0:2::2", b.inner4)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError, match="IPv4 underlay"):
+        vtun.Vtun().render(v6a, v6b, Path("/nonexistent"), "sp1v0")
 
 
 def test_pptp_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ address set by vtund's `up` block with `ip`. `encrypt` is `no` or aes128ecb
 Refused, with the reason: Blowfish (vtun's `encrypt yes` and the blowfish*
 ciphers: vtund 3.0.4 segfaults with them here) and aes256cbc (the tunnel dies
 under load); found on this machine (docs/methodology.md, "VPN tunnels"). Inner
-IPv6 is refused too: vtund's TUN device only works with IPv6 off on it (with
+IPv6 is refused too, and so is an IPv6 underlay (vtund's parser rejects an IPv6
+`bindaddr`): vtund's TUN device only works with IPv6 off on it (with
 IPv6 on, the kernel's own router solicitations make vtund fail with EIO), so
 start() sets `net.ipv6.conf.default.disable_ipv6 = 1` in both hosts while the
 tunnel runs (new devices only: the hosts' links keep IPv6) and stop() restores
@@ -122,6 +123,12 @@ class Vtun:
             raise MechanismError(
                 "vtun carries no inner IPv6 here: its TUN device works only with IPv6 off",
                 fix="give vtun's tunnel ends no inner6 address",
+            )
+        if a.underlay_family != 4:
+            raise MechanismError(
+                f"vtun 3.0 takes IPv4 underlay addresses only, not {a.underlay}/{b.underlay} "
+                "(its configuration parser rejects an IPv6 bindaddr)",
+                fix="give vtun's tunnel ends IPv4 underlay addresses",
             )
         files_dir.mkdir(parents=True, exist_ok=True)
         self._files = files_dir

@@ -8,8 +8,8 @@ two tunnels, or two runs, never meet there.
 
 Keys are made per run with `wg genkey` / `wg pubkey`; each end's `wg setconf`
 file holds its private key and the peer (public key, endpoint, allowed IPs = the
-peer's inner addresses and the networks behind it, this end's routes). The cipher is WireGuard's only one,
-ChaCha20-Poly1305; there is no compression.
+peer's inner addresses and the networks behind it, this end's routes). The cipher
+is WireGuard's only one, ChaCha20-Poly1305; there is no compression.
 """
 
 from __future__ import annotations
