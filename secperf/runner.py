@@ -52,11 +52,18 @@ from secperf.preflight import preflight
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.scenario.graph import build_topology
+from secperf.scenario.placement import (
+    default_endpoint,
+    endpoints,
+    placement_hook,
+    resolve_placement,
+)
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
-from secperf.testbed.topology import Topology
+from secperf.testbed.topology import DUT, Topology
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
@@ -79,6 +86,17 @@ class Variant:
             used |= mech.backends()
         return used
 
+    def hosts(self) -> list[str]:
+        """The hosts this variant's mechanisms run on, in first-use order."""
+        return list(dict.fromkeys(h for _, c in self.mechanisms for h in c.hosts))
+
+    def backends_on(self, host: str) -> set[str]:
+        used: set[str] = set()
+        for mech, ctx in self.mechanisms:
+            if host in ctx.hosts:
+                used |= mech.backends()
+        return used
+
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -87,26 +105,39 @@ def now_iso() -> str:
 def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
     """The graph a scenario needs: an attacker only if a workload kind asks for one."""
     hosts = frozenset().union(*(hosts_for(p) for p in points))
-    return Topology.standard(
-        link_rate_bps=scenario.testbed.rate_bps,
-        direct=scenario.testbed.baseline == "direct",
-        attacker="attacker" in hosts,
-        emulated_hosts=scenario.testbed.emulated_hosts,
-        offloads=scenario.testbed.offloads,
-    )
+    return build_topology(scenario, attacker="attacker" in hosts)
 
 
 def prepare_variants(
-    scenario: Scenario, plan: TrafficPlan, files_dir: Path, table: str
+    scenario: Scenario,
+    plan: TrafficPlan,
+    files_dir: Path,
+    table: str,
+    topology: Topology,
+    ends: tuple[str, str] | None = None,
+    suffix: str = "",
 ) -> list[Variant]:
-    """Render every variant's mechanisms into the run directory (no side effects elsewhere)."""
+    """Render every variant's mechanisms into the run directory (no side effects elsewhere),
+    each for the hosts its `on` names and for the traffic between `ends` (client and
+    server hosts; `plan` is theirs). `suffix` keeps the files of several pairs apart."""
     variants = [Variant(BASELINE, direct=scenario.testbed.baseline == "direct")]
+    if ends is None:
+        ends = (default_endpoint(topology, "client"), default_endpoint(topology, "server"))
     for name, mechs, _swept in expanded_variants(scenario):
         v = Variant(name)
         for i, mspec in enumerate(mechs):
             mech = from_schema(mspec)
+            where = f"variants.{name.split('[', 1)[0]}.mechanisms[{i}].on"
+            hosts = resolve_placement(topology, mspec.on, ends, where=where)
             stem = name.replace("[", ".").replace("]", "").replace(" ", ".").replace("=", "")
-            ctx = MechanismContext(plan=plan, files_dir=files_dir, name=f"{stem}.{i}", table=table)
+            ctx = MechanismContext(
+                plan=plan,
+                files_dir=files_dir,
+                name=f"{stem}.{i}{suffix}",
+                table=table,
+                hosts=hosts,
+                hook=placement_hook(topology, mspec.kind, hosts, where=where),
+            )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
         variants.append(v)
@@ -140,11 +171,16 @@ class Runner:
         self.family = 6 if scenario.testbed.family == "ipv6" else 4
         self.points: list[WorkloadPoint] = expand_scenario(scenario)
         self.topology = topology_for(scenario, self.points)
-        self.plan = traffic_plan(self.topology, self.family)
+        # Every point's (client, server) hosts, checked against the graph up front.
+        self.endpoints = {p.point_id: endpoints(self.topology, p) for p in self.points}
+        client, server = (default_endpoint(self.topology, r) for r in ("client", "server"))
+        self.plan = traffic_plan(self.topology, self.family, client, server)
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
         self.applied: Variant | None = None
+        self.mechanism_hosts: list[str] = []
+        self.variant_sets: dict[tuple[str, str], list[Variant]] = {}
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
@@ -193,18 +229,39 @@ class Runner:
             preflight(sc, self.family)
             # Render before any namespace exists: a rule set that cannot be written stops here.
             prefix = new_prefix()
-            variants = prepare_variants(sc, self.plan, self.run.files_dir, f"secperf_{prefix}")
+            # One rendering per (client, server) pair the workloads use: the rules
+            # permit, translate or tunnel exactly the traffic each workload runs.
+            pairs = sorted(set(self.endpoints.values()))
+            self.variant_sets = {
+                pair: prepare_variants(
+                    sc,
+                    traffic_plan(self.topology, self.family, *pair),
+                    self.run.files_dir,
+                    f"secperf_{prefix}",
+                    self.topology,
+                    ends=pair,
+                    suffix=f".{pair[0]}-{pair[1]}" if len(pairs) > 1 else "",
+                )
+                for pair in pairs
+            }
+            variants = [v for vs in self.variant_sets.values() for v in vs]
             with (
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
-                self._check_on_dut(testbed, variants)
-                self._write_meta(prefix=testbed.prefix, testbed=testbed_info(testbed))
-                server = self._start_server(testbed)
+                self._check_mechanisms(testbed, variants)
+                self._write_meta(
+                    prefix=testbed.prefix,
+                    testbed=testbed_info(testbed),
+                    topology=self.topology.describe(),
+                    placements=self._placements(),
+                )
+                servers = self._start_servers(testbed)
                 try:
                     self._measure_all(testbed, variants)
                 finally:
-                    server.stop()
+                    for server in servers:
+                        server.stop()
         except KeyboardInterrupt:
             self._write_meta(status="interrupted", finished=now_iso())
             self._finish_summary()
@@ -224,41 +281,78 @@ class Runner:
         except (SecperfError, ValueError, KeyError) as exc:
             self.console.print(f"[yellow]could not summarise the run: {exc}[/]")
 
-    def _check_on_dut(self, testbed: Testbed, variants: list[Variant]) -> None:
+    def _check_mechanisms(self, testbed: Testbed, variants: list[Variant]) -> None:
         """Load every variant once before any traffic: a rule the kernel rejects stops here."""
-        dut = testbed.host("dut")
+        self.mechanism_hosts = sorted(
+            {h for v in variants for _, c in v.mechanisms for h in c.hosts}
+            | ({DUT} if DUT in self.topology.roles else set())
+        )
         for v in variants:
-            self._apply(dut, v)
-        self._apply(dut, variants[0])
+            self._apply(testbed, v)
+        self._apply(testbed, variants[0])
 
-    def _apply(self, dut: Any, variant: Variant) -> None:
+    def _apply(self, testbed: Testbed, variant: Variant) -> None:
         """Load `variant` afresh (before every test, even the same variant again) and
-        forget every connection the DUT tracks, so a test starts from the same state
-        whichever test the shuffled order put before it."""
+        make every host that carries mechanisms forget the connections it tracks, so a
+        test starts from the same state whichever test the shuffled order put before it."""
         if self.applied is not None:
             for mech, ctx in self.applied.mechanisms:
-                mech.release(dut, ctx)  # daemons the mechanism started
-            if self.applied.backends():
-                reset_dut(dut, self.applied.backends())
-            check_flowtables_gone(
-                dut, [ft for _, c in self.applied.mechanisms for ft in c.flowtables]
-            )
+                for name in ctx.hosts:
+                    mech.release(testbed.host(name), ctx)  # daemons the mechanism started
+            for name in self.applied.hosts():
+                host = testbed.host(name)
+                used = self.applied.backends_on(name)
+                if used:
+                    reset_dut(host, used)
+                check_flowtables_gone(
+                    host,
+                    [
+                        ft
+                        for _, c in self.applied.mechanisms
+                        if name in c.hosts
+                        for ft in c.flowtables
+                    ],
+                )
         for mech, ctx in variant.mechanisms:
-            mech.apply(dut, ctx)
+            for name in ctx.hosts:
+                mech.apply(testbed.host(name), ctx)
         self.applied = variant
-        flush_flow_state(dut)
+        for name in self.mechanism_hosts:
+            flush_flow_state(testbed.host(name))
 
-    def _start_server(self, testbed: Testbed) -> EngineServer:
+    def _placements(self) -> dict[str, list[dict[str, Any]]]:
+        """Variant -> each mechanism's kind and the hosts it ran on (over every pair)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for variants in self.variant_sets.values():
+            for v in variants:
+                entries = out.setdefault(
+                    v.name, [{"kind": m.kind, "hosts": []} for m, _ in v.mechanisms]
+                )
+                for entry, (_m, ctx) in zip(entries, v.mechanisms, strict=True):
+                    entry["hosts"] += [h for h in ctx.hosts if h not in entry["hosts"]]
+        return out
+
+    def _start_servers(self, testbed: Testbed) -> list[EngineServer]:
+        """An engine server on every host a workload targets."""
         listen = hostport("::" if self.family == 6 else "0.0.0.0", CONTROL_PORT)
-        return start_server(testbed.host("server"), listen, data_ports=DATA_PORTS)
+        targets = sorted({server for _client, server in self.endpoints.values()})
+        started: list[EngineServer] = []
+        try:
+            for name in targets:
+                started.append(start_server(testbed.host(name), listen, data_ports=DATA_PORTS))
+        except BaseException:
+            for server in started:
+                server.stop()
+            raise
+        return started
 
-    def _target(self, variant: Variant) -> str:
+    def _target(self, variant: Variant, server: str) -> str:
         via = "direct" if variant.direct else "dut"
-        return hostport(self.topology.server_address(self.family, via), CONTROL_PORT)
+        return hostport(self.topology.server_address(self.family, via, server), CONTROL_PORT)
 
     def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
         rep = self.scenario.repeat
-        n = len(variants)
+        n = len(next(iter(self.variant_sets.values()), variants))
         total = sum(self._estimate(p, rep.min, n) for p in self.points)
         columns = (
             TextColumn("{task.description}"),
@@ -270,7 +364,8 @@ class Runner:
         with Progress(*columns, console=self.console, transient=False) as progress:
             task = progress.add_task("starting", total=total)
             for point in self.points:
-                self._measure_point(testbed, variants, point, progress, task)
+                pair = self.endpoints[point.point_id]
+                self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
 
     def _measure_point(
         self,
@@ -281,7 +376,6 @@ class Runner:
         task: TaskID,
     ) -> None:
         rep = self.scenario.repeat
-        dut = testbed.host("dut")
         primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
         # variant -> metric -> round -> value: a metric absent from a round stays absent
         values: dict[str, dict[str, dict[int, float]]] = {
@@ -303,7 +397,7 @@ class Runner:
             for name in order:
                 v = by_name[name]
                 progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
-                self._apply(dut, v)
+                self._apply(testbed, v)
                 result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
                     if metric in values[v.name]:
@@ -341,6 +435,7 @@ class Runner:
             self.seq += 1
             self.run.append_record({**tags, "seq": self.seq}, rec)
 
+        client, server = self.endpoints[point.point_id]
         ctx = MeasureContext(
             testbed=testbed,
             topology=self.topology,
@@ -348,10 +443,12 @@ class Runner:
             family=self.family,
             variant=variant.name,
             direct=variant.direct,
-            target=self._target(variant),
+            target=self._target(variant, server),
             mechanisms=variant.mechanisms,
             keep=keep,
             extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
+            client=client,
+            server=server,
         )
         executor = executor_for(point.kind)
         last_error: EngineError | None = None

@@ -48,32 +48,33 @@ class TrafficPlan:
                 raise ValueError(f"{net} is not an IPv{self.family} network")
 
 
-def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
-    """The measured flow between the client and the server across the DUT.
+def traffic_plan(
+    topology: Topology, family: int, client: str = "client", server: str = "server"
+) -> TrafficPlan:
+    """The measured flow between `client` and `server` hosts across the testbed.
 
     The permits match the client and server hosts exactly, or their whole links
     when emulated hosts stand beside them.
     """
-    client = topology.address("client", "client-dut", family)
-    server = topology.address("server", "dut-server", family)
-    emulated = topology.emulated_addresses("client", family)
+    client_if = topology.primary_interface(client, family)
+    server_if = topology.primary_interface(server, family)
+    client_addr, server_addr = str(client_if.ip), str(server_if.ip)
+    emulated = topology.emulated_addresses(client, family)
+    host_len = 32 if family == 4 else 128
     if emulated:
-        client_net = str(topology.interface("client", "client-dut", family).network)
-        server_net = str(topology.interface("server", "dut-server", family).network)
+        client_net, server_net = str(client_if.network), str(server_if.network)
     else:
-        host_len = 32 if family == 4 else 128
-        client_net, server_net = f"{client}/{host_len}", f"{server}/{host_len}"
+        client_net, server_net = f"{client_addr}/{host_len}", f"{server_addr}/{host_len}"
     attacker_net = None
     if "attacker" in topology.roles:
-        host_len = 32 if family == 4 else 128
-        attacker_net = f"{topology.address('attacker', 'attacker-dut', family)}/{host_len}"
+        attacker_net = f"{topology.primary_address('attacker', family)}/{host_len}"
     return TrafficPlan(
         family=family,
         client_net=client_net,
         server_net=server_net,
-        client_addr=client,
-        server_addr=server,
-        client_hosts=(client, *emulated),
+        client_addr=client_addr,
+        server_addr=server_addr,
+        client_hosts=(client_addr, *emulated),
         attacker_net=attacker_net,
     )
 
@@ -93,6 +94,11 @@ class MechanismContext:
     name: str  # a unique stem for this variant's files, e.g. "acl-linear.0"
     table: str  # nft table name, carries the run prefix
     rendered: list[RenderedFile] = field(default_factory=list)
+    # The testbed hosts it runs on (scenario key `on`, resolved against the graph),
+    # and the netfilter hook its filters go in: "forward" on a host that forwards
+    # (the DUT, a gateway), "input" on an end host (a firewall on the target itself).
+    hosts: tuple[str, ...] = ("dut",)
+    hook: str = "forward"
     # nft flowtables the rendered rules create, as "FAMILY TABLE NAME" (e.g. "inet
     # secperf_x ft"). Their entries are flows offloaded from conntrack, which a
     # conntrack flush does not reach at once: the runner reloads the variant before

@@ -235,11 +235,20 @@ def _cpu_cell(row: Mapping[str, Any], part: str) -> Cell:
     return Cell(text)
 
 
+def _host_busy(row: Mapping[str, Any], host: str) -> bool:
+    mean = ((row.get("per_unit_us") or {}).get(f"host:{host}") or {}).get("mean")
+    return mean is None or mean > 0
+
+
 def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
     """CPU per host: each host's cgroup, softirq, the testbed's sum and the machine,
     per unit of work and as % of one CPU, with the reconciliation of the parts."""
     unit = str(rows[0].get("unit", "unit"))
-    hosts = _ordered_unique([str(h) for r in rows for h in r.get("hosts") or []])
+    every = _ordered_unique([str(h) for r in rows for h in r.get("hosts") or []])
+    # A host where secperf started nothing (a switch, an idle server) counts no CPU by
+    # construction: named once in a note rather than given a column of zeros.
+    hosts = [h for h in every if any(_host_busy(r, h) for r in rows)]
+    idle = [h for h in every if h not in hosts]
     columns = ["point", "variant", *hosts, "softirq", "testbed", "machine", "accounted", "n"]
     body: list[list[Cell]] = []
     flagged = False
@@ -274,6 +283,10 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
         "testbed = the work of the testbed's hosts; machine = the whole machine's busy time; "
         "accounted = testbed / machine",
     ]
+    if idle:
+        notes.append(
+            f"no process of secperf's ran on {', '.join(idle)}: their cgroups counted 0 µs"
+        )
     if flagged:
         notes.append(
             f"{RECONCILE_FLAG} the parts and the machine total differ by more than 5 % in "

@@ -179,6 +179,63 @@ class Testbed(StrictModel):
         return self.link_rate
 
 
+HostRole = Literal["client", "server", "dut", "gateway", "attacker", "ids", "switch"]
+HostName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,19}$")]
+QueueDuration = Annotated[
+    float | None, PlainValidator(_bounded(parse_duration, 0.001, 10, "a queue"))
+]
+
+
+class TopologyHost(StrictModel):
+    """One host of the graph: its name, role and zone (routers have none)."""
+
+    name: HostName
+    role: HostRole
+    zone: str | None = None
+
+
+class TopologyLink(StrictModel):
+    """One link: the two hosts it joins, its rate, queue and offloads."""
+
+    between: list[HostName] = Field(min_length=2, max_length=2)
+    rate: Rate = None
+    queue: QueueDuration = None
+    offloads: Literal["on", "off"] | None = None
+
+
+class TopologyZone(StrictModel):
+    """A zone's LAN: N client and M server hosts on a switch, joined to `router`.
+
+    The hosts are named `<zone>-c1..`, `<zone>-s1..`; the switch `<zone>-sw`; each
+    host's link to the switch has `rate` (else [testbed] link_rate)."""
+
+    clients: int = Field(default=0, ge=0, le=50)
+    servers: int = Field(default=0, ge=0, le=50)
+    router: HostName = "dut"
+    rate: Rate = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TopologyZone:
+        if self.clients + self.servers == 0:
+            raise ValueError("a zone needs at least one client or server host")
+        return self
+
+
+class TopologySection(StrictModel):
+    """The testbed graph (docs/scenario-format.md, [topology]). Absent: the
+    standard client – dut – server plan."""
+
+    hosts: list[TopologyHost] = Field(default_factory=list)
+    links: list[TopologyLink] = Field(default_factory=list)
+    zones: dict[HostName, TopologyZone] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something(self) -> TopologySection:
+        if not self.hosts and not self.zones:
+            raise ValueError("[topology] needs hosts (with links) or zones")
+        return self
+
+
 class Repeat(StrictModel):
     min: int = Field(default=3, ge=2)
     max: int = Field(default=10, le=1000)
@@ -218,7 +275,32 @@ RuleCount = Annotated[
 ]
 
 
-class AclMechanism(StrictModel):
+Placement = Annotated[str | list[str], Field(min_length=1)]
+
+
+class MechanismBase(StrictModel):
+    """Keys every mechanism has: where it runs.
+
+    `on` is a host name ("dut", the default; "server" puts a host firewall on the
+    target itself), a list of names (the same mechanism on each), "ends" (the
+    workload's client and server hosts) or "gateways" (every host with role
+    gateway). The runner resolves it against the testbed graph."""
+
+    on: Placement = "dut"
+
+    @field_validator("on")
+    @classmethod
+    def _placement_names(cls, value: str | list[str]) -> str | list[str]:
+        for name in [value] if isinstance(value, str) else value:
+            if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", name):
+                raise ValueError(
+                    f"on = {name!r} is not a host name: write a host of [topology] "
+                    '(e.g. "dut", "server"), "ends" or "gateways"'
+                )
+        return value
+
+
+class AclMechanism(MechanismBase):
     """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
 
     # Keys that take a list: the variant then expands into one variant per value.
@@ -238,7 +320,7 @@ class AclMechanism(StrictModel):
     flood_permit: bool = True
 
 
-class CustomMechanism(StrictModel):
+class CustomMechanism(MechanismBase):
     """A rule file the user wrote, loaded as is on the DUT."""
 
     kind: Literal["custom"]
@@ -258,7 +340,7 @@ class CustomMechanism(StrictModel):
         return resolved
 
 
-class NatMechanism(StrictModel):
+class NatMechanism(MechanismBase):
     """Address translation on the DUT: static 1:1, a pool, or PAT (masquerade)."""
 
     kind: Literal["nat"]
@@ -267,7 +349,7 @@ class NatMechanism(StrictModel):
     pool_size: int = Field(default=16, ge=1, le=200)
 
 
-class ApplianceMechanism(StrictModel):
+class ApplianceMechanism(MechanismBase):
     """Document 000's security appliance on the DUT: a stateful filter (the inside
     opens connections, the outside cannot), PAT towards the server side, and a
     daemon on NFQUEUE that logs every new connection. Without its daemon nothing
@@ -279,7 +361,7 @@ class ApplianceMechanism(StrictModel):
     fail_open: bool = False
 
 
-class SynproxyMechanism(StrictModel):
+class SynproxyMechanism(MechanismBase):
     """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
     answers SYNs with cookies; `mss` and `wscale` must match the server's (default:
     1460/1440 for IPv4/IPv6 on a 1500-byte MTU, and 7, Linux's for a 6 MiB rmem)."""
@@ -472,6 +554,11 @@ class WorkloadBase(StrictModel):
     duration: PositiveDuration = 5.0
     warmup: NonNegativeDuration = 1.0
     sweep: Literal["product", "zip"] = "product"
+    # Where the workload runs from and to: a host name or a zone of [topology]
+    # (a zone means its first client / server host). Empty: the testbed's
+    # "client" and "server" (or its first host of that role).
+    clients: list[HostName] = Field(default_factory=list)
+    servers: list[HostName] = Field(default_factory=list)
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
@@ -492,6 +579,17 @@ class WorkloadBase(StrictModel):
             for key in self.sweepable
             if isinstance(value := getattr(self, key), list)
         }
+
+    @field_validator("clients", "servers")
+    @classmethod
+    def _one_endpoint(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if len(value) > 1:
+            raise ValueError(
+                f"{info.field_name} names {len(value)} hosts; a workload runs between one "
+                f"client and one server host for now: name one (a host or a zone), and "
+                "write one workload per pair"
+            )
+        return value
 
     @model_validator(mode="after")
     def _fill_name_and_check_sweep(self) -> WorkloadBase:
@@ -1022,6 +1120,7 @@ class Scenario(StrictModel):
     name: Name
     description: str = ""
     testbed: Testbed = Field(default_factory=Testbed)
+    topology: TopologySection | None = None
     repeat: Repeat = Field(default_factory=Repeat)
     timing: Timing = Field(default_factory=Timing)
     variants: dict[VariantName, Variant]

@@ -63,7 +63,7 @@ def widen_ports(ctx: MeasureContext) -> None:
     default 28k ephemeral range's (a namespace sysctl: only the testbed's client)."""
     if ctx.testbed.prefix in _WIDENED:
         return
-    ctx.testbed.host("client").run(["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"])
+    ctx.testbed.host(ctx.client).run(["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"])
     _WIDENED.add(ctx.testbed.prefix)
 
 
@@ -89,7 +89,7 @@ def run_on_client(ctx: MeasureContext, spec: dict[str, Any], keep_all: bool) -> 
         spec["duration"] + spec.get("hold", 0) + spec.get("warmup", 0) + 4 * spec["timeout"] + 30
     )
     keep = ctx.keep if keep_all else (lambda _r: None)
-    return run_test(ctx.testbed.host("client"), spec, on_record=keep, timeout=budget).result
+    return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
 
 
 @dataclass(frozen=True)
