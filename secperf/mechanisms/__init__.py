@@ -48,12 +48,12 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
     if isinstance(spec, SynproxyMechanism):
         return Synproxy(mss=spec.mss, wscale=spec.wscale)
     if isinstance(spec, VpnMechanism):
-        # The implementations are in secperf.mechanisms.vpn; a tunnel's ends are hosts of
-        # the testbed graph (issue 10), which this runner does not have yet.
+        # The implementations are in secperf.mechanisms.vpn (a Vpn between two
+        # TunnelEnds); the runner does not yet turn `on` into the two ends.
         raise MechanismError(
-            f"the vpn mechanism ({spec.implementation}) cannot be placed by this runner yet: "
-            "its tunnel ends come with the graph testbed",
+            f"the vpn mechanism ({spec.implementation}) is not wired into the runner yet",
             fix="secperf.mechanisms.vpn runs tunnels from Python (tests/netns/"
-            "test_vpn_tunnels.py shows how); scenarios with vpn run once placement lands",
+            "test_vpn_tunnels.py shows how); scenarios with vpn run once the runner places "
+            "tunnel ends",
         )
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -412,14 +412,14 @@ PPTP_REASON = (
 )
 
 
-class VpnMechanism(StrictModel):
+class VpnMechanism(MechanismBase):
     """A VPN tunnel: a real daemon at each end, keys and certificates made per run.
 
-    `placement` says where its ends go: "ends" = the client and the server
-    themselves (host-to-host), "gateways" = a gateway pair with the path between
-    them (site-to-site). It is recorded; the runner places tunnels once the
-    testbed is a graph."""
+    `on` says where its two ends go: "ends" (the default) = the workload's client
+    and server themselves (host-to-host), "gateways" = the testbed's gateway pair
+    with the path between them (site-to-site), or a list of the two host names."""
 
+    on: Placement = "ends"
     kind: Literal["vpn"]
     implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
     cipher: str | None = None  # None: the implementation's default (VPN_CIPHERS)
@@ -429,13 +429,22 @@ class VpnMechanism(StrictModel):
     mode: Literal["tunnel", "transport"] | None = None
     transport: Literal["udp", "tcp"] | None = None
     auth: Literal["tls", "static"] | None = None
-    placement: Literal["ends", "gateways"] = "ends"
 
     @model_validator(mode="after")
     def _fits_the_implementation(self) -> VpnMechanism:
         impl = self.implementation
         if impl == "pptp":
             raise ValueError(PPTP_REASON)
+        if isinstance(self.on, list) and len(self.on) != 2:
+            raise ValueError(
+                f"a tunnel has two ends: on = {self.on!r} names {len(self.on)} hosts; "
+                'write "ends", "gateways" or two host names'
+            )
+        if self.on == "dut":
+            raise ValueError(
+                'a tunnel has two ends, not one host: on = "ends" (the client and the server), '
+                '"gateways" (a gateway pair) or two host names'
+            )
         for key, takers in VPN_KEYS.items():
             if getattr(self, key) is not None and impl not in takers:
                 raise ValueError(

@@ -34,8 +34,9 @@ from secperf.mechanisms.vpn import (
 )
 from secperf.mechanisms.vpn.ipsec import kernel_has_esp
 from secperf.probe import EchoServer, probe, start_echo
+from secperf.testbed.host import Host
 from secperf.testbed.ledger import proc_state
-from secperf.testbed.netns import Host, ManagedProcess
+from secperf.testbed.netns import ManagedProcess
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 
@@ -203,7 +204,7 @@ def transfer(tb: Testbed, sink: Sink, payload: Path, addr: str) -> int:
 
 
 def dut_rx(tb: Testbed) -> int:
-    return device_counters(tb.host("dut"), tb.ifname("client-dut", "dut"))["rx_bytes"]
+    return device_counters(tb.host("dut"), tb.ifname("client-dut", "dut")).rx_bytes
 
 
 def link_names(host: Host) -> set[str]:
@@ -303,8 +304,8 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         c1 = device_counters(client, devs["client"])
         s1 = device_counters(server, devs["server"])
         assert measured > 100_000, res
-        assert c1["tx_bytes"] - c0["tx_bytes"] >= measured, (c0, c1, measured)
-        assert s1["rx_bytes"] - s0["rx_bytes"] >= measured, (s0, s1, measured)
+        assert c1.tx_bytes - c0.tx_bytes >= measured, (c0, c1, measured)
+        assert s1.rx_bytes - s0.rx_bytes >= measured, (s0, s1, measured)
 
         # (2) a known text through the tunnel: not in clear on the DUT's underlay interface
         cap = Capture(tb.host("dut"), tb.ifname("client-dut", "dut"), tmp_path / "tunnel.pcap")

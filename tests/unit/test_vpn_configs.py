@@ -35,6 +35,7 @@ from secperf.mechanisms.vpn import (
     wireguard,
 )
 from secperf.scenario.schema import Scenario, VpnMechanism
+from secperf.testbed import topology
 from secperf.testbed.topology import ACL_RESERVED_NET4, ACL_RESERVED_NET6, TESTBED_NET4
 
 
@@ -61,7 +62,9 @@ def needs(tool: str) -> None:
 def test_tunnel_addresses_are_testbed_addresses_clear_of_the_acl_ranges() -> None:
     assert TUNNEL_NET4.subnet_of(TESTBED_NET4) and not TUNNEL_NET4.overlaps(ACL_RESERVED_NET4)
     assert not TUNNEL_NET6.overlaps(ACL_RESERVED_NET6)
-    assert TUNNEL_NET6.subnet_of(ipaddress.IPv6Network("2001:2:0:f0::/60"))
+    assert ipaddress.IPv6Network("2001:2:0:f0::/64") == TUNNEL_NET6
+    assert TUNNEL_NET4.subnet_of(topology.TUNNEL_NET4)
+    assert TUNNEL_NET6.subnet_of(topology.TUNNEL_NET6)
     (a4, b4), (a6, b6) = tunnel_addresses(0)
     assert (a4, b4) == ("198.18.240.1/30", "198.18.240.2/30")
     assert (a6, b6) == ("2001:2:0:f0::1/120", "2001:2:0:f0::2/120")
@@ -306,9 +309,13 @@ def _refused(**m: Any) -> str:
 
 def test_schema_defaults_and_params() -> None:
     wg = _vpn(implementation="wireguard")
-    assert wg.placement == "ends" and wg.effective_cipher == "chacha20-poly1305"
+    assert wg.on == "ends" and wg.effective_cipher == "chacha20-poly1305"
     assert wg.implementation_params() == {"cipher": "chacha20-poly1305"}
-    ov = _vpn(implementation="openvpn", compression="lz4", transport="tcp", placement="gateways")
+    ov = _vpn(implementation="openvpn", compression="lz4", transport="tcp", on="gateways")
+    assert ov.on == "gateways" and _vpn(implementation="tinc", on=["gw-a", "gw-b"]).on == [
+        "gw-a",
+        "gw-b",
+    ]
     assert ov.implementation_params() == {
         "cipher": "aes-256-gcm",
         "compression": "lz4",
@@ -335,7 +342,9 @@ def test_schema_refuses_what_cannot_run_with_the_reason() -> None:
     assert "no cipher 'des'" in _refused(implementation="ipsec", cipher="des")
     assert "ipsec has no compression" in _refused(implementation="ipsec", compression="lzo")
     assert "compression_level needs" in _refused(implementation="tinc", compression_level=3)
-    assert "placement" in _refused(implementation="tinc", placement="dut")
+    assert "two ends" in _refused(implementation="tinc", on="dut")
+    assert "two ends" in _refused(implementation="tinc", on=["a", "b", "c"])
+    assert "placement" in _refused(implementation="tinc", placement="ends")  # no such key
 
 
 def test_every_schema_combination_builds_its_implementation() -> None:
@@ -350,6 +359,6 @@ def test_every_schema_combination_builds_its_implementation() -> None:
                 assert vpn.describe()["cipher"] == cipher
 
 
-def test_the_runner_refuses_a_vpn_variant_until_placement_lands() -> None:
-    with pytest.raises(MechanismError, match="graph testbed"):
+def test_the_runner_refuses_a_vpn_variant_until_tunnels_are_wired() -> None:
+    with pytest.raises(MechanismError, match="not wired"):
         mechanism_from_schema(_vpn(implementation="wireguard"))

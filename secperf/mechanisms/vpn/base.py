@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import re
 import subprocess
 import time
@@ -36,12 +35,15 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
+from secperf.testbed import topology
+from secperf.testbed.host import Host, InterfaceCounters
 from secperf.testbed.ledger import proc_state
-from secperf.testbed.netns import Host, ManagedProcess
+from secperf.testbed.netns import ManagedProcess
 
-TUNNEL_NET4 = ipaddress.IPv4Network("198.18.240.0/20")
-# Inside the 2001:2:0:f0::/60 kept for overlays, clear of the ACL-reserved 2001:2:0:ff::/64.
-TUNNEL_NET6 = ipaddress.IPv6Network("2001:2:0:f0::/64")
+TUNNEL_NET4 = topology.TUNNEL_NET4  # 198.18.240.0/20, which no link of the graph uses
+# The first /64 of the overlays' 2001:2:0:f0::/60: that /60 also holds the ACL
+# generators' 2001:2:0:ff::/64, which no tunnel may use.
+TUNNEL_NET6 = next(topology.TUNNEL_NET6.subnets(new_prefix=64))
 MAX_TUNNELS = TUNNEL_NET4.num_addresses // 4
 IFNAMSIZ = 15  # the kernel's limit on an interface name (16 with the NUL)
 START_TIMEOUT_S = 20.0
@@ -413,21 +415,15 @@ def write_private(path: Path, text: str) -> Path:
 # -- measurements ------------------------------------------------------------------------
 
 
-def device_counters(host: Host, device: str) -> dict[str, int]:
-    """rx/tx bytes and packets of a device in `host` (`ip -s -j link`, 64-bit counters)."""
-    proc = host.run(["ip", "-s", "-j", "link", "show", "dev", device], check=False)
-    if proc.returncode != 0:
+def device_counters(host: Host, device: str) -> InterfaceCounters:
+    """The counters of a tunnel device in `host` (the host interface's own reading)."""
+    counters = host.interface_counters()
+    if device not in counters:
         raise MechanismError(
-            f"no device {device} in {host.name}: {proc.stderr.strip()}",
+            f"no device {device} in {host.name} (it has {', '.join(sorted(counters))})",
             fix="the tunnel is down: start it first",
         )
-    stats = json.loads(proc.stdout)[0]["stats64"]
-    return {
-        "rx_bytes": int(stats["rx"]["bytes"]),
-        "rx_packets": int(stats["rx"]["packets"]),
-        "tx_bytes": int(stats["tx"]["bytes"]),
-        "tx_packets": int(stats["tx"]["packets"]),
-    }
+    return counters[device]
 
 
 def rss_bytes(pids: Sequence[int], proc_root: Path = Path("/proc")) -> int | None:

@@ -40,7 +40,7 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
-from secperf.testbed.netns import Host
+from secperf.testbed.host import Host
 
 CHARON = "/usr/lib/ipsec/charon"
 ESP_PROPOSALS = {
