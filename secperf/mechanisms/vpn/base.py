@@ -29,7 +29,7 @@ import ipaddress
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -226,8 +226,8 @@ class DaemonSet:
 
     what: str  # "wireguard-go", for messages
     daemons: list[Daemon] = field(default_factory=list)
-    # Undo steps (host, argv), run in reverse order by stop(); failures are ignored
-    # only when the thing is already gone (the daemon took its device with it).
+    # Undo steps (host, argv), run in reverse order by stop(). Their failures are not
+    # errors: a daemon usually takes its device, and the routes through it, with it.
     undo: list[tuple[Host, list[str]]] = field(default_factory=list)
 
     def spawn(self, end: TunnelEnd, argv: Sequence[str], log: Path, label: str) -> ManagedProcess:
@@ -297,7 +297,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def group_pids(leader: int) -> list[int]:
-    """The leader and every live process in its process group (daemons' forks)."""
+    """The leader and every process in its process group (daemons' forks)."""
     out = [leader]
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -313,7 +313,12 @@ def group_pids(leader: int) -> list[int]:
 
 
 def wait_for(
-    check: Any, daemons: DaemonSet, *, what: str, fix: str, timeout: float = START_TIMEOUT_S
+    check: Callable[[], bool],
+    daemons: DaemonSet,
+    *,
+    what: str,
+    fix: str,
+    timeout: float = START_TIMEOUT_S,
 ) -> None:
     """Poll `check()` until it is true, the deadline passes (error), or a daemon dies."""
     deadline = time.monotonic() + timeout

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import gzip
 import secrets
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,11 @@ class Ipsec:
             out += [ss, sw]
         return out
 
+    def _vici_answers(self, end: TunnelEnd) -> bool:
+        return (
+            self._confs[end.name][2].exists() and self._swanctl(end, "--stats", check=False) != ""
+        )
+
     def _swanctl(self, end: TunnelEnd, *args: str, check: bool = True) -> str:
         ss, _, vici = self._confs[end.name]
         argv = ["env", f"STRONGSWAN_CONF={ss}", "swanctl", *args, "--uri", f"unix://{vici}"]
@@ -221,10 +227,7 @@ class Ipsec:
                 ds.spawn(end, argv, log, label="charon")
             for end in (a, b):
                 wait_for(
-                    lambda end=end: (
-                        self._confs[end.name][2].exists()
-                        and self._swanctl(end, "--stats", check=False) != ""
-                    ),
+                    partial(self._vici_answers, end),
                     ds,
                     what=f"charon in {end.name} did not open its vici socket",
                     fix="read charon's log above",

@@ -14,6 +14,7 @@ is WireGuard's only one, ChaCha20-Poly1305; there is no compression.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
+from secperf.testbed.host import Host
 
 PORT = 51820
 SOCKET_DIR = Path("/var/run/wireguard")
@@ -53,6 +55,10 @@ def render_conf(private_key: str, me: TunnelEnd, peer: TunnelEnd, peer_public: s
         f"AllowedIPs = {', '.join(allowed)}\n"
         "PersistentKeepalive = 25\n"
     )
+
+
+def _has_wg_device(host: Host, dev: str) -> bool:
+    return host.run(["wg", "show", dev], check=False).returncode == 0
 
 
 class Wireguard:
@@ -110,9 +116,7 @@ class Wireguard:
                     ds.spawn(end, ["wireguard-go", "-f", dev], log, label="wireguard-go")
                     self._backend = "wireguard-go"
                     wait_for(
-                        lambda end=end, dev=dev: (
-                            end.host.run(["wg", "show", dev], check=False).returncode == 0
-                        ),
+                        partial(_has_wg_device, end.host, dev),
                         ds,
                         what=f"wireguard-go made no device {dev} in {end.name}",
                         fix="check that /dev/net/tun exists in that host",
