@@ -18,6 +18,7 @@ import datetime as dt
 import os
 import random
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,6 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from secperf import __version__, stats
@@ -41,6 +41,7 @@ from secperf.mechanisms import Mechanism, from_schema
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
+    GroupMechanism,
     MechanismContext,
     TrafficPlan,
     check_flowtables_gone,
@@ -137,6 +138,8 @@ def prepare_variants(
                 table=table,
                 hosts=hosts,
                 hook=placement_hook(topology, mspec.kind, hosts, where=where),
+                topology=topology,
+                ends=ends,
             )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
@@ -159,6 +162,48 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
     return order
 
 
+def point_seconds(point: WorkloadPoint, rounds: int, tests_per_round: int) -> float:
+    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned."""
+    per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+    return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
+
+
+def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
+    """The run's planned measuring time: (at `repeat.min` rounds, at `repeat.max` rounds).
+
+    Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
+    points = expand_scenario(scenario)
+    tests = 1 + len(expanded_variants(scenario))
+    lo = sum(point_seconds(p, scenario.repeat.min, tests) for p in points)
+    hi = sum(point_seconds(p, scenario.repeat.max, tests) for p in points)
+    return lo, hi
+
+
+def fmt_eta(seconds: float) -> str:
+    """`45 s`, `12 min`, `2 h 05 min`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+# Engine error kinds that fail the same way every time: retrying only wastes a round.
+DETERMINISTIC_ERRORS = frozenset({"spec", "target"})
+
+
+def fails_again(record: Record | None) -> bool:
+    """An engine error that a second attempt would repeat: a spec the engine refuses,
+    a target it may not reach, a test that moved no traffic (the kernel refused every
+    send). Connection resets, a lost server report or unstamped probes may pass."""
+    if not record:
+        return False
+    kind = str(record.get("kind"))
+    return kind in DETERMINISTIC_ERRORS or (
+        kind == "measurement" and "moved no traffic" in str(record.get("message", ""))
+    )
+
+
 def hostport(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
@@ -178,7 +223,10 @@ class Runner:
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
+        self.point_no = (0, 0)
+        self.measure_start = 0.0
         self.applied: Variant | None = None
+        self.removed = False  # the run directory was removed: it held no measurement
         self.mechanism_hosts: list[str] = []
         self.variant_sets: dict[tuple[str, str], list[Variant]] = {}
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
@@ -196,8 +244,7 @@ class Runner:
         self.run.write_run_json(self.meta)
 
     def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
-        per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
-        return rounds * nvariants * (per_test + TEST_OVERHEAD_S)
+        return point_seconds(point, rounds, nvariants)
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -267,6 +314,14 @@ class Runner:
             self._finish_summary()
             raise
         except BaseException as exc:
+            if self.seq == 0 and isinstance(exc, SecperfError):
+                # Nothing was measured: a "failed" run directory would only be clutter
+                # that `compare` and people trip over. Say so, and keep nothing.
+                shutil.rmtree(self.run.path, ignore_errors=True)
+                self.removed = True
+                exc.message += f" (before any measurement; run directory {self.run.path} removed)"
+                exc.args = (exc.message,)
+                raise
             self._write_meta(status="failed", finished=now_iso(), error=str(exc))
             self._finish_summary()
             raise
@@ -296,9 +351,13 @@ class Runner:
         make every host that carries mechanisms forget the connections it tracks, so a
         test starts from the same state whichever test the shuffled order put before it."""
         if self.applied is not None:
-            for mech, ctx in self.applied.mechanisms:
-                for name in ctx.hosts:
-                    mech.release(testbed.host(name), ctx)  # daemons the mechanism started
+            for mech, ctx in reversed(self.applied.mechanisms):
+                hosts = [testbed.host(name) for name in ctx.hosts]
+                if isinstance(mech, GroupMechanism):
+                    mech.release_group(hosts, ctx)  # a tunnel's two ends at once
+                else:
+                    for host in hosts:
+                        mech.release(host, ctx)  # daemons the mechanism started
             for name in self.applied.hosts():
                 host = testbed.host(name)
                 used = self.applied.backends_on(name)
@@ -314,8 +373,12 @@ class Runner:
                     ],
                 )
         for mech, ctx in variant.mechanisms:
-            for name in ctx.hosts:
-                mech.apply(testbed.host(name), ctx)
+            hosts = [testbed.host(name) for name in ctx.hosts]
+            if isinstance(mech, GroupMechanism):
+                mech.apply_group(hosts, ctx)
+            else:
+                for host in hosts:
+                    mech.apply(host, ctx)
         self.applied = variant
         for name in self.mechanism_hosts:
             flush_flow_state(testbed.host(name))
@@ -347,6 +410,13 @@ class Runner:
         return started
 
     def _target(self, variant: Variant, server: str) -> str:
+        """The server's control address for this variant: through the testbed, or the
+        address a mechanism gives it (a host-to-host tunnel's inner address)."""
+        for mech, ctx in variant.mechanisms:
+            if isinstance(mech, GroupMechanism):
+                addr = mech.target_address(ctx, server, self.family)
+                if addr is not None:
+                    return hostport(addr, CONTROL_PORT)
         via = "direct" if variant.direct else "dut"
         return hostport(self.topology.server_address(self.family, via, server), CONTROL_PORT)
 
@@ -358,14 +428,34 @@ class Runner:
             TextColumn("{task.description}"),
             BarColumn(),
             TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
+        )
+        upto = (
+            f" (up to {fmt_eta(total * rep.max / rep.min)} if every point needs {rep.max} rounds)"
+            if rep.max > rep.min
+            else ""
+        )
+        self.console.print(
+            f"{len(self.points)} point(s) x {n} configuration(s), at least {rep.min} rounds "
+            f"each: about {fmt_eta(total)}{upto}",
+            highlight=False,
         )
         with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task("starting", total=total)
-            for point in self.points:
+            self.measure_start = time.monotonic()
+            task = progress.add_task("starting", total=total, eta=f"about {fmt_eta(total)} left")
+            for index, point in enumerate(self.points):
+                self.point_no = (index + 1, len(self.points))
                 pair = self.endpoints[point.point_id]
                 self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+
+    def _eta(self, progress: Progress, task: TaskID) -> float:
+        """Seconds left: the scenario's own estimate at first, then scaled by how long
+        the measured tests really took against their estimate."""
+        t = progress.tasks[task]
+        left = max(0.0, (t.total or 0.0) - t.completed)
+        if t.completed <= 0:
+            return left
+        return left * (time.monotonic() - self.measure_start) / t.completed
 
     def _measure_point(
         self,
@@ -396,7 +486,14 @@ class Runner:
             stop["order"].append(order)
             for name in order:
                 v = by_name[name]
-                progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
+                at, of = self.point_no
+                planned = max(rep.min, rounds + 1)
+                where = f"point {at}/{of}, round {rounds + 1}/{planned}"
+                eta = f"about {fmt_eta(self._eta(progress, task))} left"
+                progress.update(task, description=f"{where} · {label} · {v.name}", eta=eta)
+                if not self.console.is_terminal and name == order[0]:
+                    # a log (CI, a pipe) gets one plain line a round instead of a bar
+                    self.console.print(f"{where}: {label}, {eta}", highlight=False, markup=False)
                 self._apply(testbed, v)
                 result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
@@ -454,11 +551,34 @@ class Runner:
         last_error: EngineError | None = None
         for _attempt in range(2):
             try:
-                return executor.measure(ctx, point)
+                result = executor.measure(ctx, point)
             except EngineError as exc:
                 last_error = exc
                 if exc.record is None or exc.record.get("type") != "error":
                     keep({"type": "error", "kind": "runner", "message": str(exc)})
+                if fails_again(exc.record):
+                    raise EngineError(
+                        f"{point.point_id} ({variant.name}): {exc.message}",
+                        where=exc.where,
+                        fix=exc.fix or "see records.jsonl in the run directory",
+                        record=exc.record,
+                    ) from None  # it would fail the same way again: no retry
+                continue
+            nothing = moved_nothing(result)
+            if nothing:
+                record: dict[str, object] = {
+                    "type": "error",
+                    "kind": "measurement",
+                    "message": nothing,
+                }
+                keep(record)
+                raise EngineError(
+                    f"{point.point_id} ({variant.name}): {nothing}",
+                    fix="check the workload's sizes, socket_buffer and rate against the "
+                    "path (`secperf check` explains the limits); no number was recorded",
+                    record=record,
+                )
+            return result
         assert last_error is not None
         raise EngineError(
             f"{point.point_id} ({variant.name}) failed twice: {last_error.message}",
@@ -467,14 +587,42 @@ class Runner:
         )
 
 
+# kind -> the result fields whose sum is the traffic the test moved.
+_MOVED = {"stream": ("bytes",), "rr": ("transactions",), "crr": ("transactions",)}
+
+
+def moved_nothing(result: Record) -> str | None:
+    """Why a result record that moved no traffic cannot stand as a result (else None):
+    0 bit/s with 0 % loss is not a measurement of the path but of nothing."""
+    if result.get("type") != "result":
+        return None
+    fields = _MOVED.get(str(result.get("kind", "")))
+    if not fields:
+        return None
+    got = [result.get(f) for f in fields]
+    if any(not isinstance(v, int | float) for v in got) or any(got):
+        return None
+    sender = result.get("sender")
+    sent = sender.get("messages") if isinstance(sender, dict) else None
+    what = "no datagram or byte arrived" if sent else "the sender sent nothing"
+    return f"the {result.get('kind')} test moved no traffic in the measured window ({what})"
+
+
 def default_results_root() -> Path:
     return Path(os.environ.get("SECPERF_RESULTS", "results"))
 
 
 def run_scenario(scenario: Scenario, out_root: Path, console: Console) -> RunDir:
+    from secperf import verbose
+
     run = RunDir.create(out_root, scenario.name)
     console.print(f"run directory: [bold]{run.path}[/]")
+    if verbose.enabled():
+        verbose.log_to(run.path / "commands.log")
     start = time.monotonic()
-    Runner(scenario, run, console).execute()
+    try:
+        Runner(scenario, run, console).execute()
+    finally:
+        verbose.log_to(None)
     console.print(f"measured in {time.monotonic() - start:.0f} s")
     return run

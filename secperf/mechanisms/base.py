@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
 from secperf.testbed.testbed import Host
@@ -99,6 +99,11 @@ class MechanismContext:
     # (the DUT, a gateway), "input" on an end host (a firewall on the target itself).
     hosts: tuple[str, ...] = ("dut",)
     hook: str = "forward"
+    # The testbed graph (None in contexts built by hand): mechanisms that span hosts
+    # (tunnels) find their ends' addresses and what lies behind them here.
+    topology: Topology | None = None
+    # The workload's client and server hosts this rendering is for.
+    ends: tuple[str, str] = ("client", "server")
     # nft flowtables the rendered rules create, as "FAMILY TABLE NAME" (e.g. "inet
     # secperf_x ft"). Their entries are flows offloaded from conntrack, which a
     # conntrack flush does not reach at once: the runner reloads the variant before
@@ -124,6 +129,28 @@ class Mechanism(Protocol):
 
     def release(self, dut: Host, ctx: MechanismContext) -> None:
         """Stop what apply() started beyond rules (daemons); rules go with reset_dut."""
+        ...
+
+
+@runtime_checkable
+class GroupMechanism(Protocol):
+    """A mechanism that needs all its hosts at once (a tunnel's two ends): the runner
+    calls apply_group / release_group once with every host `on` names, in order."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]: ...
+
+    def backends(self) -> set[str]: ...
+
+    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
+
+    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
+
+    def target_address(self, ctx: MechanismContext, server: str, family: int) -> str | None:
+        """The address a workload must target to reach `server` through this mechanism
+        (a host-to-host tunnel's inner address), or None for the usual one."""
         ...
 
 

@@ -59,11 +59,14 @@ def _table_html(table: ReportTable) -> str:
 
 
 def _figure_html(chart: Chart) -> str:
-    data = base64.b64encode(chart.png).decode("ascii")
-    return (
-        f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{escape(chart.title)}</figcaption></figure>"
-    )
+    caption = f"<figcaption>{escape(chart.title)}</figcaption></figure>"
+    if chart.mime == "image/svg+xml":
+        # inline: crisp at any zoom, its text searchable; matplotlib's own markup
+        svg = chart.image.decode("utf-8")
+        svg = svg[svg.index("<svg") :]
+        return f'<figure class="chart" role="img" aria-label="{escape(chart.title)}">{svg}{caption}'
+    data = base64.b64encode(chart.image).decode("ascii")
+    return f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">{caption}'
 
 
 def render_html(

@@ -8,6 +8,7 @@ terminal (rich) and the HTML report render.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -360,6 +361,8 @@ def _table(
     label = str(first.get("metric_label") or metric)
     better = "higher" if first.get("higher_is_better") else "lower"
     title = f"{workload} — {label} ({unit}, {better} is better)"
+    if any(r["variant"] != BASELINE for r in mrows):
+        title += "; Δ% = cost, positive = worse"  # at the top, not only in a footnote
     points = _ordered_unique([str(r["point_id"]) for r in mrows])
     variants = _ordered_unique([str(r["variant"]) for r in mrows if r["variant"] != BASELINE])
     by_key = {(str(r["point_id"]), str(r["variant"])): r for r in mrows}
@@ -492,6 +495,12 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         lines.append(f"pinned: {where} (the kernel's forwarding follows the sender)")
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
+    for lost in summary.get("dropped_records") or []:
+        lines.append(
+            f"warning: records.jsonl line {lost.get('line')} was {lost.get('reason')} and is "
+            "dropped: the round it held is missing from these figures, so the run is "
+            "incomplete whatever its status says"
+        )
     if summary.get("errors"):
         lines.append(f"engine errors: {len(summary['errors'])} (see records.jsonl)")
     return lines
@@ -524,6 +533,43 @@ def to_rich(table: ReportTable) -> Table:
     return t
 
 
+def flip(table: ReportTable) -> ReportTable:
+    """Columns become rows: a table with many variants reads as one row per variant
+    (as the paper-layout tables do) instead of being cut at the terminal's edge."""
+    head = table.columns[0] if table.columns else ""
+    columns = [f"{head} →" if head else "", *(row[0].text for row in table.rows)]
+    rows = [
+        [Cell(name, numeric=False), *(row[i] for row in table.rows)]
+        for i, name in enumerate(table.columns)
+        if i > 0
+    ]
+    return ReportTable(table.workload, table.metric, table.title, columns, rows, table.footnotes)
+
+
+def fit(table: ReportTable, width: int | None) -> Table:
+    """The table drawn within `width` columns without cutting a number: as it is, else
+    transposed, else with cells wrapped (a number may break across lines, never lose
+    digits)."""
+    drawn = to_rich(table)
+    if width is None or _width(drawn) <= width:
+        return drawn
+    # a paper layout has variants as rows already
+    standard = bool(table.columns) and table.columns[0] == "point"
+    flipped = to_rich(flip(table)) if standard else drawn
+    if _width(flipped) <= width:
+        return flipped
+    narrower = flipped if _width(flipped) < _width(drawn) else drawn
+    for column in narrower.columns:
+        column.no_wrap = False
+        column.overflow = "fold"
+    return narrower
+
+
+def _width(table: Table) -> int:
+    probe = Console(width=100_000, file=io.StringIO())
+    return probe.measure(table).maximum
+
+
 def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Table]:
     """The report's tables as rich Tables (footnotes in each caption); layouts from the scenario."""
     return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
@@ -532,7 +578,8 @@ def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
 def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> None:
     for line in header_lines(summary, run_meta):
         console.print(line, highlight=False, markup=False)
-    tables = render_tables(summary, run_meta)
+    width = None if console.width >= 100_000 else console.width
+    tables = [fit(t, width) for t in build_tables(summary, paper_layouts(run_meta))]
     if not tables:
         console.print("no result records: nothing to report", markup=False)
     for table in tables:
