@@ -266,11 +266,42 @@ def _near(a: str, b: str) -> bool:
 
 
 def check_static(scenario: Scenario) -> None:
-    """What `check` and `run` can refuse without root: rule-file targets, socket buffers."""
+    """What `check` and `run` can refuse without root: rule-file targets, socket buffers,
+    VPN tunnels this machine or this runner cannot run."""
     for mech in custom_files(scenario):
         if mech.format == "iptables":
             check_iptables_targets(mech.file)
     check_socket_buffers(scenario)
+    check_vpn(scenario)
+
+
+def check_vpn(scenario: Scenario) -> None:
+    """IPsec transport mode without the kernel's ESP transform (kernel-libipsec carries
+    tunnel mode only), and any vpn mechanism while the runner cannot place tunnel ends:
+    both refused now rather than after the testbed is built."""
+    from secperf.mechanisms.vpn.ipsec import kernel_has_esp
+
+    where = str(scenario.source or "scenario")
+    for name, variant in scenario.variants.items():
+        for i, mech in enumerate(variant.mechanisms):
+            if not isinstance(mech, VpnMechanism):
+                continue
+            key = f"variants.{name}.mechanisms[{i}]"
+            if mech.implementation == "ipsec" and mech.mode == "transport" and not kernel_has_esp():
+                raise ScenarioError(
+                    f"{key}: ipsec transport mode needs the kernel's ESP transform, which this "
+                    "kernel lacks; kernel-libipsec, the user-space fallback, carries tunnel "
+                    "mode only",
+                    where=where,
+                    fix='use mode = "tunnel" here, or a kernel with ESP (CONFIG_INET_ESP)',
+                )
+            raise ScenarioError(
+                f"{key}: the vpn mechanism is not wired into the runner yet (its "
+                "implementations run from Python: secperf.mechanisms.vpn)",
+                where=where,
+                fix="remove the vpn variant for now; tests/netns/test_vpn_tunnels.py shows the "
+                "tunnels running",
+            )
 
 
 def _sysctl(name: str) -> int | None:

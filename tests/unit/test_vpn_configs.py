@@ -362,3 +362,25 @@ def test_every_schema_combination_builds_its_implementation() -> None:
 def test_the_runner_refuses_a_vpn_variant_until_tunnels_are_wired() -> None:
     with pytest.raises(MechanismError, match="not wired"):
         mechanism_from_schema(_vpn(implementation="wireguard"))
+
+
+def test_check_refuses_vpn_before_any_testbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`secperf check` and `run` refuse a vpn variant now, not after the build: the runner
+    does not place tunnels yet, and transport mode needs kernel ESP."""
+    from secperf.errors import ScenarioError
+    from secperf.preflight import check_static
+
+    def scenario(**m: Any) -> Scenario:
+        return Scenario.model_validate(
+            {
+                "name": "t",
+                "variants": {"v": {"mechanisms": [{"kind": "vpn", **m}]}},
+                "workloads": [{"kind": "stream"}],
+            }
+        )
+
+    with pytest.raises(ScenarioError, match="not wired"):
+        check_static(scenario(implementation="wireguard"))
+    monkeypatch.setattr(ipsec, "kernel_has_esp", lambda: False)
+    with pytest.raises(ScenarioError, match="transport mode needs the kernel's ESP"):
+        check_static(scenario(implementation="ipsec", mode="transport"))
