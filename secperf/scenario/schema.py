@@ -404,8 +404,149 @@ class SynproxyMechanism(MechanismBase):
     wscale: int = Field(default=7, ge=0, le=14)
 
 
+# -- VPN tunnels (secperf.mechanisms.vpn implements them; docs/methodology.md, "VPN tunnels")
+
+VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
+# Per implementation: the ciphers secperf runs, the first being its default.
+VPN_CIPHERS: dict[str, tuple[str, ...]] = {
+    "wireguard": ("chacha20-poly1305",),
+    "openvpn": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
+    "ipsec": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
+    "tinc": ("aes-256-cbc", "aes-128-cbc", "blowfish", "none"),
+    "vtun": ("aes-128-ecb", "none"),
+}
+# Ciphers an implementation has but that do not work on this kind of machine (FIELD-NOTES).
+VPN_REFUSED_CIPHERS: dict[str, dict[str, str]] = {
+    "vtun": {
+        "blowfish": "vtund 3.0.4 segfaults with Blowfish (its `encrypt yes`)",
+        "aes-256-cbc": "vtun's aes256cbc tunnel dies under load",
+    },
+}
+VPN_COMPRESSION: dict[str, tuple[str, ...]] = {
+    "wireguard": ("none",),
+    "openvpn": ("none", "lz4", "lzo"),
+    "ipsec": ("none",),
+    "tinc": ("none", "zlib", "lzo"),
+    "vtun": ("none", "lzo", "zlib"),
+}
+VPN_AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
+# Which implementations take each optional key (any other is an error, not ignored).
+VPN_KEYS: dict[str, tuple[str, ...]] = {
+    "mode": ("ipsec",),
+    "transport": ("openvpn", "tinc", "vtun"),
+    "auth": ("openvpn",),
+    "digest": ("tinc",),
+    "compression_level": ("tinc", "vtun"),
+}
+PPTP_REASON = (
+    "PPTP cannot run here: pppd needs the kernel's PPP driver (/dev/ppp, CONFIG_PPP with "
+    "MPPE) and GRE, which this kind of machine's kernel lacks and cannot load as modules "
+    '(docs/methodology.md, "VPN tunnels")'
+)
+
+
+class VpnMechanism(MechanismBase):
+    """A VPN tunnel: a real daemon at each end, keys and certificates made per run.
+
+    `on` says where its two ends go: "ends" (the default) = the workload's client
+    and server themselves (host-to-host), "gateways" = the testbed's gateway pair
+    with the path between them (site-to-site), or a list of the two host names."""
+
+    on: Placement = "ends"
+    kind: Literal["vpn"]
+    implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
+    cipher: str | None = None  # None: the implementation's default (VPN_CIPHERS)
+    compression: Literal["none", "lz4", "lzo", "zlib"] = "none"
+    compression_level: int | None = Field(default=None, ge=1, le=9)
+    digest: Literal["sha256", "sha1", "none"] | None = None
+    mode: Literal["tunnel", "transport"] | None = None
+    transport: Literal["udp", "tcp"] | None = None
+    auth: Literal["tls", "static"] | None = None
+
+    @model_validator(mode="after")
+    def _fits_the_implementation(self) -> VpnMechanism:
+        impl = self.implementation
+        if impl == "pptp":
+            raise ValueError(PPTP_REASON)
+        if isinstance(self.on, list) and len(self.on) != 2:
+            raise ValueError(
+                f"a tunnel has two ends: on = {self.on!r} names {len(self.on)} hosts; "
+                'write "ends", "gateways" or two host names'
+            )
+        if self.on == "dut":
+            raise ValueError(
+                'a tunnel has two ends, not one host: on = "ends" (the client and the server), '
+                '"gateways" (a gateway pair) or two host names'
+            )
+        for key, takers in VPN_KEYS.items():
+            if getattr(self, key) is not None and impl not in takers:
+                raise ValueError(
+                    f"{key} does not apply to {impl} (only to {', '.join(takers)}): remove it"
+                )
+        refused = VPN_REFUSED_CIPHERS.get(impl, {})
+        if self.cipher in refused:
+            raise ValueError(
+                f"{impl} cipher {self.cipher!r} is refused: {refused[self.cipher]} on this kind "
+                f"of machine; use one of {', '.join(VPN_CIPHERS[impl])}"
+            )
+        if self.cipher is not None and self.cipher not in VPN_CIPHERS[impl]:
+            raise ValueError(
+                f"{impl} has no cipher {self.cipher!r}: use one of {', '.join(VPN_CIPHERS[impl])}"
+            )
+        if self.compression not in VPN_COMPRESSION[impl]:
+            raise ValueError(
+                f"{impl} has no compression {self.compression!r}: use one of "
+                f"{', '.join(VPN_COMPRESSION[impl])}"
+            )
+        if self.compression_level is not None and self.compression not in ("zlib", "lzo"):
+            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
+        if impl == "tinc" and self.compression == "lzo" and self.compression_level is not None:
+            raise ValueError("tinc's lzo has no level (it runs LZO at its best, tinc level 11)")
+        if impl == "openvpn" and self.auth == "static" and self.cipher in VPN_AEAD:
+            raise ValueError(
+                f"openvpn static-key mode cannot use {self.cipher}: it has no AEAD ciphers "
+                '(GCM and ChaCha20-Poly1305 need TLS mode); use auth = "tls", or cipher = '
+                '"aes-256-cbc" or "none" with auth = "static"'
+            )
+        if impl == "ipsec" and self.compression != "none":
+            raise ValueError("ipsec has no compression here (IPComp is not set up): remove it")
+        return self
+
+    @property
+    def effective_cipher(self) -> str:
+        """The cipher that runs: the given one, or the implementation's default (an
+        OpenVPN static key defaults to aes-256-cbc, the only one it can use)."""
+        if self.cipher is not None:
+            return self.cipher
+        if self.implementation == "openvpn" and self.auth == "static":
+            return "aes-256-cbc"
+        return VPN_CIPHERS[self.implementation][0]
+
+    def implementation_params(self) -> dict[str, Any]:
+        """Keyword arguments for the implementation's class (secperf.mechanisms.vpn)."""
+        impl = self.implementation
+        params: dict[str, Any] = {"cipher": self.effective_cipher}
+        if impl in ("openvpn", "tinc", "vtun"):
+            params["compression"] = self.compression
+            params["transport"] = self.transport
+        if impl in ("tinc", "vtun"):
+            params["compression_level"] = self.compression_level
+        if impl == "openvpn":
+            params["auth"] = self.auth
+        if impl == "tinc":
+            params["digest"] = self.digest
+        if impl == "ipsec":
+            params["mode"] = self.mode
+        return params
+
+
 Mechanism = Annotated[
-    AclMechanism | CustomMechanism | NatMechanism | ApplianceMechanism | SynproxyMechanism,
+    AclMechanism
+    | CustomMechanism
+    | NatMechanism
+    | ApplianceMechanism
+    | SynproxyMechanism
+    | VpnMechanism,
     Field(discriminator="kind"),
 ]
 

@@ -178,7 +178,7 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
             "a rule count must be at least 0",
         ),
         (
-            minimal(variants={"x": {"mechanisms": [{"kind": "vpn"}]}}),
+            minimal(variants={"x": {"mechanisms": [{"kind": "proxy"}]}}),
             ("variants", "x", "mechanisms", 0),
             "'acl', 'custom'",
         ),
