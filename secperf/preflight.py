@@ -295,13 +295,6 @@ def check_vpn(scenario: Scenario) -> None:
                     where=where,
                     fix='use mode = "tunnel" here, or a kernel with ESP (CONFIG_INET_ESP)',
                 )
-            raise ScenarioError(
-                f"{key}: the vpn mechanism is not wired into the runner yet (its "
-                "implementations run from Python: secperf.mechanisms.vpn)",
-                where=where,
-                fix="remove the vpn variant for now; tests/netns/test_vpn_tunnels.py shows the "
-                "tunnels running",
-            )
 
 
 def _sysctl(name: str) -> int | None:

@@ -9,6 +9,7 @@ from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.synproxy import Synproxy
+from secperf.mechanisms.tunnel import Tunnel
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
@@ -48,12 +49,5 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
     if isinstance(spec, SynproxyMechanism):
         return Synproxy(mss=spec.mss, wscale=spec.wscale)
     if isinstance(spec, VpnMechanism):
-        # The implementations are in secperf.mechanisms.vpn (a Vpn between two
-        # TunnelEnds); the runner does not yet turn `on` into the two ends.
-        raise MechanismError(
-            f"the vpn mechanism ({spec.implementation}) is not wired into the runner yet",
-            fix="secperf.mechanisms.vpn runs tunnels from Python (tests/netns/"
-            "test_vpn_tunnels.py shows how); scenarios with vpn run once the runner places "
-            "tunnel ends",
-        )
+        return Tunnel(spec)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")
