@@ -359,14 +359,17 @@ def test_every_schema_combination_builds_its_implementation() -> None:
                 assert vpn.describe()["cipher"] == cipher
 
 
-def test_the_runner_refuses_a_vpn_variant_until_tunnels_are_wired() -> None:
-    with pytest.raises(MechanismError, match="not wired"):
-        mechanism_from_schema(_vpn(implementation="wireguard"))
+def test_a_vpn_variant_becomes_a_tunnel_the_runner_applies_whole() -> None:
+    from secperf.mechanisms.base import GroupMechanism
+
+    mech = mechanism_from_schema(_vpn(implementation="wireguard"))
+    assert isinstance(mech, GroupMechanism) and mech.kind == "vpn"
+    assert mech.backends() == set()
 
 
 def test_check_refuses_vpn_before_any_testbed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`secperf check` and `run` refuse a vpn variant now, not after the build: the runner
-    does not place tunnels yet, and transport mode needs kernel ESP."""
+    """`secperf check` and `run` refuse IPsec transport mode without kernel ESP before
+    any testbed is built; a plain vpn variant passes."""
     from secperf.errors import ScenarioError
     from secperf.preflight import check_static
 
@@ -379,8 +382,7 @@ def test_check_refuses_vpn_before_any_testbed(monkeypatch: pytest.MonkeyPatch) -
             }
         )
 
-    with pytest.raises(ScenarioError, match="not wired"):
-        check_static(scenario(implementation="wireguard"))
+    check_static(scenario(implementation="wireguard"))
     monkeypatch.setattr(ipsec, "kernel_has_esp", lambda: False)
     with pytest.raises(ScenarioError, match="transport mode needs the kernel's ESP"):
         check_static(scenario(implementation="ipsec", mode="transport"))

@@ -45,6 +45,7 @@ TUNNEL_NET4 = topology.TUNNEL_NET4  # 198.18.240.0/20, which no link of the grap
 # generators' 2001:2:0:ff::/64, which no tunnel may use.
 TUNNEL_NET6 = next(topology.TUNNEL_NET6.subnets(new_prefix=64))
 MAX_TUNNELS = TUNNEL_NET4.num_addresses // 4
+TUNNEL_ROUTE_METRIC = 10
 IFNAMSIZ = 15  # the kernel's limit on an interface name (16 with the NUL)
 START_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 12
@@ -375,8 +376,11 @@ def add_routes(ds: DaemonSet, end: TunnelEnd, device: str) -> None:
     """Send `end.routes` through `device` (added after the tunnel is up; undone by stop)."""
     for net in end.routes:
         family = "-6" if ipaddress.ip_network(net, strict=False).version == 6 else "-4"
-        end.host.run(["ip", family, "route", "replace", net, "dev", device])
-        ds.add_undo(end.host, ["ip", family, "route", "del", net, "dev", device])
+        # Metric 10, below the graph's own routes (metric 100): the tunnel wins while it
+        # is up, and deleting exactly this route leaves the graph's route in place.
+        metric = ["metric", str(TUNNEL_ROUTE_METRIC)]
+        end.host.run(["ip", family, "route", "replace", net, "dev", device, *metric])
+        ds.add_undo(end.host, ["ip", family, "route", "del", net, "dev", device, *metric])
 
 
 def version_of(argv: list[str], pattern: str) -> str:
