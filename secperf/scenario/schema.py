@@ -528,8 +528,17 @@ class RrWorkload(FloodBeside, WorkloadBase):
         return f"{self.protocol}-rr"
 
 
+# How crr-style workloads end each connection: "fin" an orderly close (FINs both
+# ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
+Close = Literal["fin", "reset"]
+
+
 class CrrWorkload(FloodBeside, WorkloadBase):
-    """A new TCP connection per transaction (netperf TCP_CRR): connections/s."""
+    """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
+
+    `close = "fin"` (default) closes each connection in order (FIN both ways);
+    `close = "reset"` with an RST (SO_LINGER 0), which a stateful DUT never sees
+    as a teardown."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "request": "size",
@@ -544,6 +553,7 @@ class CrrWorkload(FloodBeside, WorkloadBase):
     response: TransactionSize = 1
     parallel: Parallel = 1
     payload: Payload = "random"
+    close: Close = "fin"
 
     def default_name(self) -> str:
         return "tcp-crr"
@@ -598,6 +608,7 @@ class ConnectionsWorkload(WorkloadBase):
     hold: Annotated[float, Field(ge=0, le=600)] = 1.0
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
+    close: Close = "fin"  # how the server answers each FIN: its own FIN, or an RST
 
     def default_name(self) -> str:
         return "connections"
@@ -612,6 +623,7 @@ class RateSearchBase(WorkloadBase):
     max_failure_pct: float = Field(default=0.1, ge=0, le=100)
     max_steps: int = Field(default=8, ge=1, le=30)
     timeout: Timeout = 1.0
+    close: Close = "fin"
 
     @model_validator(mode="after")
     def _low_below_high(self) -> RateSearchBase:
@@ -796,6 +808,7 @@ class DosWorkload(WorkloadBase):
     timeout: Timeout = 1.0
     request: int = Field(default=1, ge=1, le=65536)
     response: int = Field(default=1, ge=1, le=65536)
+    close: Close = "fin"
     flood: FloodKind = "syn"
     flood_rate: DosFloodRate = 20_000
     flood_target: Literal["measured", "allowed", "denied"] = "measured"

@@ -16,7 +16,6 @@ from secperf.workloads.base import MeasureContext
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
 ACHIEVED_SHARE = 0.95
-_WIDENED: set[str] = set()
 
 
 def _f(params: dict[str, Any], key: str, default: float) -> float:
@@ -39,6 +38,7 @@ def crr_spec(
         "duration": _f(p, "duration", 2.0),
         "warmup": _f(p, "warmup", 0.5),
         "interval": 0,
+        "close": str(p.get("close") or "fin"),
     }
     if data_port is not None:
         spec["data_port"] = data_port
@@ -58,15 +58,6 @@ def crr_summary(r: Record) -> dict[str, Any]:
     }
 
 
-def widen_ports(ctx: MeasureContext) -> None:
-    """Give the client host 64k source ports, so the capacity is the path's, not the
-    default 28k ephemeral range's (a namespace sysctl: only the testbed's client)."""
-    if ctx.testbed.prefix in _WIDENED:
-        return
-    ctx.testbed.host("client").run(["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"])
-    _WIDENED.add(ctx.testbed.prefix)
-
-
 def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "kind": "connections",
@@ -75,6 +66,7 @@ def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
         "hold": _f(params, "hold", 1.0),
         "timeout": _f(params, "timeout", 5.0),
         "duration": _f(params, "duration", 5.0),
+        "close": str(params.get("close") or "fin"),
     }
     for key in ("rate", "close_rate"):
         if params.get(key) is not None:
@@ -97,7 +89,6 @@ class ConnectionsExecutor:
     hosts: frozenset[str] = frozenset()
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        widen_ports(ctx)
         return run_on_client(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
 
 
@@ -149,7 +140,6 @@ class TeardownRateExecutor:
     hosts: frozenset[str] = frozenset()
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        widen_ports(ctx)
         p = dict(point.params)
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
         n = int(str(p.get("connections", 2000)))
@@ -162,6 +152,7 @@ class TeardownRateExecutor:
                     "close_rate": rate,
                     "timeout": p.get("timeout"),
                     "duration": p.get("duration"),
+                    "close": p.get("close"),
                 },
                 ctx.target,
             )
@@ -208,6 +199,7 @@ def _search(
         "kind": kind,
         "max_failure_pct": max_ratio * 100,
         "search": found.as_dict(),
+        "close": str(p.get("close") or "fin"),
     }
     ctx.keep(rec)
     return rec
