@@ -198,6 +198,9 @@ class Runner:
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
+                for v in variants:
+                    for _mech, ctx in v.mechanisms:
+                        ctx.server = testbed.host("server")
                 self._check_on_dut(testbed, variants)
                 self._write_meta(prefix=testbed.prefix, testbed=testbed_info(testbed))
                 server = self._start_server(testbed)

@@ -281,12 +281,16 @@ class ApplianceMechanism(StrictModel):
 
 class SynproxyMechanism(StrictModel):
     """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
-    answers SYNs with cookies; `mss` and `wscale` must match the server's (default:
-    1460/1440 for IPv4/IPv6 on a 1500-byte MTU, and 7, Linux's for a 6 MiB rmem)."""
+    answers SYNs with cookies. The options it promises must be the server's: by default
+    they are read from the server's namespace when the rules are loaded (MSS from its
+    link MTU, window scale from its tcp_rmem / rmem_max, timestamps and SACK from its
+    sysctls); a key given here overrides what was read."""
 
     kind: Literal["synproxy"]
     mss: int | None = Field(default=None, ge=536, le=65495)
-    wscale: int = Field(default=7, ge=0, le=14)
+    wscale: int | None = Field(default=None, ge=0, le=14)
+    timestamp: bool | None = None
+    sack_perm: bool | None = None
 
 
 Mechanism = Annotated[
