@@ -10,6 +10,7 @@ from typing import Any
 
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError
+from secperf.mechanisms.base import flush_flow_state
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.search import Trial, bisect_rate, passes
 from secperf.workloads.base import MeasureContext
@@ -92,6 +93,14 @@ class ConnectionsExecutor:
         return run_on_client(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
 
 
+def fresh_dut(ctx: MeasureContext) -> None:
+    """Before each trial of a search: the DUT forgets the connections of the one
+    before (TIME_WAIT entries of an orderly close, NAT bindings), so a trial's
+    result does not depend on which rates the search tried first."""
+    if "dut" in ctx.topology.roles:
+        flush_flow_state(ctx.testbed.host("dut"))
+
+
 def _trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
     """Keep the trial as a `trial` record (not a "result": the summary reads one
     result per round, the search's) and hand it back to the search."""
@@ -119,6 +128,7 @@ class ConnRateExecutor:
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
 
         def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
             try:
                 r = run_on_client(ctx, crr_spec(ctx.target, p, rate), keep_all=False)
             except EngineError as exc:
@@ -145,6 +155,7 @@ class TeardownRateExecutor:
         n = int(str(p.get("connections", 2000)))
 
         def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
             spec = connections_spec(
                 {
                     "connections": n,
