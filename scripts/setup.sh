@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
-          iperf3 sockperf python3-venv netsniff-ng hping3)
+          iperf3 sockperf python3-venv netsniff-ng hping3
+          chromium)  # chromium: the test that renders report.html in a real browser
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from secperf import __version__
-from secperf.errors import SecperfError
+from secperf.errors import ScenarioError, SecperfError
+
+# Exit codes (README.md): 0 ok, 2 usage (a bad command line), 3 invalid scenario,
+# 4 a run, report or comparison failed, 130 interrupted (Ctrl-C).
+EXIT_USAGE = 2
+EXIT_SCENARIO = 3
+EXIT_FAILED = 4
+EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     help="secperf measures what network security costs: put a firewall, NAT, an IPS, a VPN "
     "or a proxy in the path and compare it, with honest statistics, to the path without it.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 # Piped output (CI, `tee`) gets a width that fits the tables instead of 80 columns.
@@ -26,18 +36,78 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def fail(exc: SecperfError, code: int = 2) -> typer.Exit:
+def exit_code(exc: SecperfError) -> int:
+    return EXIT_SCENARIO if isinstance(exc, ScenarioError) else EXIT_FAILED
+
+
+def fail(exc: SecperfError, code: int | None = None) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-    return typer.Exit(code)
+    return typer.Exit(exit_code(exc) if code is None else code)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"secperf {__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
+def _print_json(data: Any) -> None:
+    """Machine-readable output: one JSON document on stdout, nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 @app.callback()
 def main(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print errors and the final result only.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Show every command secperf runs (nft, tc, ip, daemons, the engine); "
+            "a run also keeps them in its commands.log.",
+        ),
+    ] = False,
 ) -> None:
-    if version:
-        console.print(f"secperf {__version__}")
-        raise typer.Exit(0)
+    if quiet:
+        console.quiet = True
+    if verbose:
+        from secperf import verbose as verbose_mod
+
+        verbose_mod.enable(err_console)
+
+
+def check_out_dir(out: Path) -> None:
+    """`--out` must be a directory secperf may write (or one it may create)."""
+    from secperf.errors import SecperfError as Err
+
+    if out.exists() and not out.is_dir():
+        raise Err(
+            "--out is a file, not a directory",
+            where=str(out),
+            fix="give a directory for run directories, e.g. --out results",
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise Err(
+            f"cannot write run directories under {out}: {exc.strerror or exc}",
+            where=str(out),
+            fix="give a directory you may write, e.g. --out results",
+        ) from None
 
 
 @app.command()
@@ -46,6 +116,9 @@ def run(
     out: Annotated[
         Path, typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
     ] = Path("results"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout (no tables).")
+    ] = False,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report."""
     from secperf.report.html import write_html
@@ -54,17 +127,23 @@ def run(
     from secperf.runner import run_scenario
     from secperf.scenario.loader import load_scenario
 
+    if as_json:
+        console.quiet = True  # stdout carries the JSON document alone
     try:
         sc = load_scenario(scenario)
+        check_out_dir(out)
         rundir = run_scenario(sc, out, console)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: the testbed is torn down; records kept.[/]")
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except SecperfError as exc:
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
-    print_report(console, done.read_summary(), done.read_run_json())
     html = write_html(done)
+    if as_json:
+        _print_json({"run_dir": str(done.path), "report": str(html), **done.read_summary()})
+        return
+    print_report(console, done.read_summary(), done.read_run_json())
     console.print(f"\nrun directory: [bold]{done.path}[/]\nreport: [bold]{html}[/]")
 
 
@@ -73,69 +152,123 @@ def check(
     scenarios: Annotated[list[Path], typer.Argument(help="Scenario files to validate.")],
 ) -> None:
     """Validate scenarios and everything they reference; runs no traffic, builds no testbed."""
-    from secperf.preflight import check_custom_files, install_hint, missing, tools_for
+    from secperf.preflight import (
+        check_custom_files,
+        check_static,
+        custom_files,
+        install_hint,
+        missing,
+        tools_for,
+    )
+    from secperf.runner import estimate_seconds, fmt_eta
     from secperf.scenario.loader import load_scenario
     from secperf.scenario.sweep import expand
 
-    failed = False
+    failed = 0
     for path in scenarios:
         try:
             sc = load_scenario(path)
             family = 6 if sc.testbed.family == "ipv6" else 4
-            if os.geteuid() == 0:
-                check_custom_files(sc, family)
+            check_static(sc)
+            skipped = ""
+            if custom_files(sc):
+                if os.geteuid() == 0:
+                    check_custom_files(sc, family)
+                else:
+                    skipped = (
+                        "; rule files NOT checked by nft -c / iptables-restore --test "
+                        "(that needs root: run `sudo secperf check` to check them too)"
+                    )
             gone = missing(tools_for(sc))
             points = sum(len(expand(w)) for w in sc.workloads)
             variants = sum(len(v.expand(name)) for name, v in sc.variants.items())
+            lo, hi = estimate_seconds(sc)
             note = f" (missing tools: {install_hint(gone)})" if gone else ""
+            mark = "[yellow]ok, partly checked[/]" if skipped else "[green]ok[/]"
             console.print(
-                f"[green]ok[/] {escape(str(path))}: {variants} variant(s) + baseline, "
-                f"{points} workload point(s){note}"
+                f"{mark} {escape(str(path))}: {variants} variant(s) + baseline, "
+                f"{points} workload point(s); estimated run time {fmt_eta(lo)}"
+                + (f" (up to {fmt_eta(hi)} at {sc.repeat.max} rounds)" if hi > lo else "")
+                + f"{escape(skipped)}{note}",
+                highlight=False,
             )
         except SecperfError as exc:
-            failed = True
+            failed = max(failed, exit_code(exc))
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     if failed:
-        raise typer.Exit(2)
+        raise typer.Exit(failed)
 
 
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/…).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout (no tables).")
+    ] = False,
+    as_csv: Annotated[
+        bool, typer.Option("--csv", help="Print one CSV line per figure on stdout (no tables).")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace the report even if the records now give less."),
+    ] = False,
 ) -> None:
-    """Rebuild the tables and report.html from a run directory alone."""
-    from secperf.report.html import write_html
+    """Rebuild the tables and report.html from a run directory alone.
+
+    It never replaces a report with less than it had: with records.jsonl missing,
+    empty or shorter than what the summary was built from, it stops (exit 4)."""
+    from secperf.api import records, to_csv
+    from secperf.report.rebuild import rebuild
     from secperf.report.terminal import print_report
     from secperf.results.rundir import RunDir
-    from secperf.results.summary import build_summary
 
     try:
         rd = RunDir.open(run_dir)
         meta = rd.read_run_json()
         confidence = float(meta.get("scenario", {}).get("repeat", {}).get("confidence", 0.95))
-        summary = build_summary(rd, confidence)
-        rd.write_summary(summary)
-        print_report(console, summary, meta)
-        html = write_html(rd)
+        summary = rebuild(rd, confidence, force=force)
     except SecperfError as exc:
         raise fail(exc) from None
-    console.print(f"\nreport: [bold]{html}[/]")
+    for lost in summary.get("dropped_records") or []:
+        err_console.print(
+            f"[yellow]warning:[/] {escape(str(rd.records_path))}:{lost.get('line')} was "
+            f"{escape(str(lost.get('reason')))}; dropped (its round is missing)",
+            highlight=False,
+        )
+    if as_json:
+        _print_json({"run_dir": str(rd.path), "report": str(rd.report_html_path), **summary})
+        return
+    if as_csv:
+        sys.stdout.write(to_csv(records(summary)))
+        return
+    print_report(console, summary, meta)
+    console.print(f"\nreport: [bold]{rd.report_html_path}[/]")
 
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="The first run directory (the reference).")],
-    run_b: Annotated[Path, typer.Argument(help="The second run directory.")],
+    run_a: Annotated[Path, typer.Argument(help="The first run directory (the reference, A).")],
+    run_b: Annotated[Path, typer.Argument(help="The second run directory (B).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
+    ] = False,
 ) -> None:
     """Compare two runs row by row: both values and the difference with its CI."""
-    from secperf.report.compare import compare_runs, print_comparison
+    from secperf.report.compare import compare_runs, differences, print_comparison
     from secperf.results.rundir import RunDir
 
     try:
-        rows = compare_runs(RunDir.open(run_a), RunDir.open(run_b))
+        a, b = RunDir.open(run_a), RunDir.open(run_b)
+        rows = compare_runs(a, b)
+        warnings = differences(a.read_run_json(), b.read_run_json())
     except SecperfError as exc:
         raise fail(exc) from None
-    print_comparison(console, rows)
+    if as_json:
+        _print_json({"a": str(a.path), "b": str(b.path), "warnings": warnings, "rows": rows})
+        return
+    for text in warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False)
+    print_comparison(console, rows, label_a=str(a.path), label_b=str(b.path))
 
 
 @app.command()

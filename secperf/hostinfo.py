@@ -128,13 +128,13 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
     hosts: dict[str, Any] = {}
     seen: dict[str, set[str]] = {f: set() for f in SWITCHED}
     for spec in testbed.topology.hosts:
-        host = testbed.host(spec.role)
+        host = testbed.host(spec.name)
         qdisc = host.run(["tc", "qdisc", "show"], check=False).stdout.strip().splitlines()
         offloads: dict[str, dict[str, str]] = {}
         for link in testbed.topology.links:
-            if spec.role not in (link.a, link.b):
+            if spec.name not in (link.a, link.b):
                 continue
-            dev = testbed.ifname(link.name, spec.role)
+            dev = testbed.ifname(link.name, spec.name)
             out = (
                 host.run(["ethtool", "-k", dev], check=False).stdout
                 if shutil.which("ethtool")
@@ -158,8 +158,8 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
             ],
             check=False,
         ).stdout.splitlines()
-        hosts[spec.role] = {
-            "netns": testbed.netns(spec.role),
+        hosts[spec.name] = {
+            "netns": testbed.netns(spec.name),
             "qdiscs": qdisc,
             "offloads": offloads,
             "ip_forward": sysctl[0] if sysctl else None,

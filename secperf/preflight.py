@@ -7,11 +7,13 @@ Debian package brings it, and who needs it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from secperf.engine import engine_path
-from secperf.errors import SecperfError, ToolMissingError
+from secperf.errors import MechanismError, ScenarioError, SecperfError, ToolMissingError
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
@@ -20,6 +22,7 @@ from secperf.scenario.schema import (
     Scenario,
     SynproxyMechanism,
 )
+from secperf.scenario.units import human_size
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,169 @@ def check_custom_files(scenario: Scenario, family: int) -> None:
                 Custom(file=mech.file, format=mech.format, backend=mech.backend).check(family)
 
 
+def custom_files(scenario: Scenario) -> list[CustomMechanism]:
+    return [
+        m
+        for v in scenario.variants.values()
+        for m in v.mechanisms
+        if isinstance(m, CustomMechanism)
+    ]
+
+
+# iptables' own verdicts, and the target extensions of Debian's xtables (iptables 1.8).
+IPTABLES_TARGETS = frozenset(
+    [
+        "ACCEPT",
+        "DROP",
+        "RETURN",
+        "QUEUE",
+        "AUDIT",
+        "CHECKSUM",
+        "CLASSIFY",
+        "CLUSTERIP",
+        "CONNMARK",
+        "CONNSECMARK",
+        "CT",
+        "DNAT",
+        "DNPT",
+        "DSCP",
+        "ECN",
+        "HL",
+        "HMARK",
+        "IDLETIMER",
+        "LED",
+        "LOG",
+        "MARK",
+        "MASQUERADE",
+        "NETMAP",
+        "NFLOG",
+        "NFQUEUE",
+        "NOTRACK",
+        "RATEEST",
+        "REDIRECT",
+        "REJECT",
+        "SECMARK",
+        "SET",
+        "SNAT",
+        "SNPT",
+        "SYNPROXY",
+        "TCPMSS",
+        "TCPOPTSTRIP",
+        "TEE",
+        "TOS",
+        "TPROXY",
+        "TRACE",
+        "TTL",
+        "ULOG",
+    ]
+)
+XTABLES_DIRS = (Path("/usr/lib/x86_64-linux-gnu/xtables"), Path("/usr/lib/xtables"))
+_TARGET_OPT = re.compile(r"(?:^|\s)(?:-j|--jump|-g|--goto)\s+(\S+)")
+_CHAIN_OPT = re.compile(r"^(?:-A|--append|-I|--insert|-R|--replace)\s+(\S+)")
+
+
+def _installed_targets() -> set[str]:
+    names: set[str] = set()
+    for d in XTABLES_DIRS:
+        if d.is_dir():
+            for f in d.glob("lib*_*.so"):
+                name = f.stem.split("_", 1)[1]
+                if name.isupper():
+                    names.add(name)
+    return names
+
+
+def check_iptables_targets(path: Path) -> None:
+    """Every `-j`/`-g` target of an iptables-restore file is a chain the file declares
+    in that table or a target iptables knows. `iptables-restore --test` does not check
+    this (a misspelt `-j DORP` passes as a jump to a chain), and the load fails only
+    on the DUT, after the testbed is built."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise MechanismError(
+            f"cannot read the rule file: {exc.strerror}", where=str(path)
+        ) from None
+    known = IPTABLES_TARGETS | _installed_targets()
+    chains: dict[str, set[str]] = {}
+    table = "filter"
+    uses: list[tuple[int, str, str, str]] = []  # line, table, chain, target
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("*"):
+            table = line[1:].strip()
+            chains.setdefault(table, set())
+        elif line.startswith(":"):
+            chains.setdefault(table, set()).add(line[1:].split()[0])
+        elif m := re.match(r"^(?:-N|--new-chain)\s+(\S+)", line):
+            chains.setdefault(table, set()).add(m.group(1))
+        elif (c := _CHAIN_OPT.match(line)) and (t := _TARGET_OPT.search(line)):
+            uses.append((number, table, c.group(1), t.group(1)))
+    for number, tbl, chain, target in uses:
+        if target in known or target in chains.get(tbl, set()):
+            continue
+        close = [k for k in sorted(known | chains.get(tbl, set())) if _near(target, k)]
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else (
+                f"declare the chain (`:{target} - [0:0]` or `-N {target}`) in *{tbl}, "
+                "or use a target such as ACCEPT, DROP, REJECT or RETURN"
+            )
+        )
+        raise MechanismError(
+            f"-A {chain} jumps to {target!r}, which is neither a chain of table {tbl} "
+            "in this file nor an iptables target (iptables-restore --test does not catch this)",
+            where=f"{path}:{number}",
+            fix=hint,
+        )
+
+
+def _near(a: str, b: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, a.upper(), b.upper()).ratio() >= 0.6
+
+
+def check_static(scenario: Scenario) -> None:
+    """What `check` and `run` can refuse without root: rule-file targets, socket buffers."""
+    for mech in custom_files(scenario):
+        if mech.format == "iptables":
+            check_iptables_targets(mech.file)
+    check_socket_buffers(scenario)
+
+
+def _sysctl(name: str) -> int | None:
+    try:
+        return int(Path("/proc/sys", *name.split(".")).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def check_socket_buffers(scenario: Scenario) -> None:
+    """A socket_buffer above net.core.rmem_max/wmem_max: the kernel would clamp it, so
+    the engine refuses the test; say so now, not after the testbed is built."""
+    limits = {k: _sysctl(f"net.core.{k}") for k in ("wmem_max", "rmem_max")}
+    for i, w in enumerate(scenario.workloads):
+        value = getattr(w, "socket_buffer", None)
+        sizes = value if isinstance(value, list) else [value]
+        for size in sizes:
+            if not isinstance(size, int):
+                continue
+            for name, limit in limits.items():
+                if limit is not None and size > limit:
+                    raise ScenarioError(
+                        f"workloads[{i}].socket_buffer = {human_size(size)} is above "
+                        f"net.core.{name} = {human_size(limit)} on this machine (the kernel "
+                        "would clamp it, so the engine refuses the test)",
+                        where=str(scenario.source or "scenario"),
+                        fix=f"give at most {human_size(limit)}, or raise the limit: "
+                        f"sysctl -w net.core.{name}={size}",
+                    )
+
+
 def preflight(scenario: Scenario, family: int) -> None:
     """Stop before any namespace exists if the run cannot work."""
     if os.geteuid() != 0:
@@ -112,6 +278,7 @@ def preflight(scenario: Scenario, family: int) -> None:
             "secperf run needs root: it creates network namespaces and loads rule sets",
             fix="run it as root (sudo secperf run …); `secperf check` works without root",
         )
+    check_static(scenario)
     gone = missing(tools_for(scenario))
     if gone:
         names = ", ".join(t.program for t in gone)

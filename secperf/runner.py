@@ -18,6 +18,7 @@ import datetime as dt
 import os
 import random
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,6 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from secperf import __version__, stats
@@ -41,6 +41,7 @@ from secperf.mechanisms import Mechanism, from_schema
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
+    GroupMechanism,
     MechanismContext,
     TrafficPlan,
     check_flowtables_gone,
@@ -52,11 +53,18 @@ from secperf.preflight import preflight
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.scenario.graph import build_topology
+from secperf.scenario.placement import (
+    default_endpoint,
+    endpoints,
+    placement_hook,
+    resolve_placement,
+)
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
-from secperf.testbed.topology import Topology
+from secperf.testbed.topology import DUT, Topology
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
@@ -79,6 +87,17 @@ class Variant:
             used |= mech.backends()
         return used
 
+    def hosts(self) -> list[str]:
+        """The hosts this variant's mechanisms run on, in first-use order."""
+        return list(dict.fromkeys(h for _, c in self.mechanisms for h in c.hosts))
+
+    def backends_on(self, host: str) -> set[str]:
+        used: set[str] = set()
+        for mech, ctx in self.mechanisms:
+            if host in ctx.hosts:
+                used |= mech.backends()
+        return used
+
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -87,26 +106,41 @@ def now_iso() -> str:
 def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
     """The graph a scenario needs: an attacker only if a workload kind asks for one."""
     hosts = frozenset().union(*(hosts_for(p) for p in points))
-    return Topology.standard(
-        link_rate_bps=scenario.testbed.rate_bps,
-        direct=scenario.testbed.baseline == "direct",
-        attacker="attacker" in hosts,
-        emulated_hosts=scenario.testbed.emulated_hosts,
-        offloads=scenario.testbed.offloads,
-    )
+    return build_topology(scenario, attacker="attacker" in hosts)
 
 
 def prepare_variants(
-    scenario: Scenario, plan: TrafficPlan, files_dir: Path, table: str
+    scenario: Scenario,
+    plan: TrafficPlan,
+    files_dir: Path,
+    table: str,
+    topology: Topology,
+    ends: tuple[str, str] | None = None,
+    suffix: str = "",
 ) -> list[Variant]:
-    """Render every variant's mechanisms into the run directory (no side effects elsewhere)."""
+    """Render every variant's mechanisms into the run directory (no side effects elsewhere),
+    each for the hosts its `on` names and for the traffic between `ends` (client and
+    server hosts; `plan` is theirs). `suffix` keeps the files of several pairs apart."""
     variants = [Variant(BASELINE, direct=scenario.testbed.baseline == "direct")]
+    if ends is None:
+        ends = (default_endpoint(topology, "client"), default_endpoint(topology, "server"))
     for name, mechs, _swept in expanded_variants(scenario):
         v = Variant(name)
         for i, mspec in enumerate(mechs):
             mech = from_schema(mspec)
+            where = f"variants.{name.split('[', 1)[0]}.mechanisms[{i}].on"
+            hosts = resolve_placement(topology, mspec.on, ends, where=where)
             stem = name.replace("[", ".").replace("]", "").replace(" ", ".").replace("=", "")
-            ctx = MechanismContext(plan=plan, files_dir=files_dir, name=f"{stem}.{i}", table=table)
+            ctx = MechanismContext(
+                plan=plan,
+                files_dir=files_dir,
+                name=f"{stem}.{i}{suffix}",
+                table=table,
+                hosts=hosts,
+                hook=placement_hook(topology, mspec.kind, hosts, where=where),
+                topology=topology,
+                ends=ends,
+            )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
         variants.append(v)
@@ -128,6 +162,48 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
     return order
 
 
+def point_seconds(point: WorkloadPoint, rounds: int, tests_per_round: int) -> float:
+    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned."""
+    per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+    return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
+
+
+def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
+    """The run's planned measuring time: (at `repeat.min` rounds, at `repeat.max` rounds).
+
+    Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
+    points = expand_scenario(scenario)
+    tests = 1 + len(expanded_variants(scenario))
+    lo = sum(point_seconds(p, scenario.repeat.min, tests) for p in points)
+    hi = sum(point_seconds(p, scenario.repeat.max, tests) for p in points)
+    return lo, hi
+
+
+def fmt_eta(seconds: float) -> str:
+    """`45 s`, `12 min`, `2 h 05 min`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+# Engine error kinds that fail the same way every time: retrying only wastes a round.
+DETERMINISTIC_ERRORS = frozenset({"spec", "target"})
+
+
+def fails_again(record: Record | None) -> bool:
+    """An engine error that a second attempt would repeat: a spec the engine refuses,
+    a target it may not reach, a test that moved no traffic (the kernel refused every
+    send). Connection resets, a lost server report or unstamped probes may pass."""
+    if not record:
+        return False
+    kind = str(record.get("kind"))
+    return kind in DETERMINISTIC_ERRORS or (
+        kind == "measurement" and "moved no traffic" in str(record.get("message", ""))
+    )
+
+
 def hostport(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
@@ -140,11 +216,19 @@ class Runner:
         self.family = 6 if scenario.testbed.family == "ipv6" else 4
         self.points: list[WorkloadPoint] = expand_scenario(scenario)
         self.topology = topology_for(scenario, self.points)
-        self.plan = traffic_plan(self.topology, self.family)
+        # Every point's (client, server) hosts, checked against the graph up front.
+        self.endpoints = {p.point_id: endpoints(self.topology, p) for p in self.points}
+        client, server = (default_endpoint(self.topology, r) for r in ("client", "server"))
+        self.plan = traffic_plan(self.topology, self.family, client, server)
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
+        self.point_no = (0, 0)
+        self.measure_start = 0.0
         self.applied: Variant | None = None
+        self.removed = False  # the run directory was removed: it held no measurement
+        self.mechanism_hosts: list[str] = []
+        self.variant_sets: dict[tuple[str, str], list[Variant]] = {}
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
@@ -160,8 +244,7 @@ class Runner:
         self.run.write_run_json(self.meta)
 
     def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
-        per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
-        return rounds * nvariants * (per_test + TEST_OVERHEAD_S)
+        return point_seconds(point, rounds, nvariants)
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -193,26 +276,56 @@ class Runner:
             preflight(sc, self.family)
             # Render before any namespace exists: a rule set that cannot be written stops here.
             prefix = new_prefix()
-            variants = prepare_variants(sc, self.plan, self.run.files_dir, f"secperf_{prefix}")
+            # One rendering per (client, server) pair the workloads use: the rules
+            # permit, translate or tunnel exactly the traffic each workload runs.
+            pairs = sorted(set(self.endpoints.values()))
+            self.variant_sets = {
+                pair: prepare_variants(
+                    sc,
+                    traffic_plan(self.topology, self.family, *pair),
+                    self.run.files_dir,
+                    f"secperf_{prefix}",
+                    self.topology,
+                    ends=pair,
+                    suffix=f".{pair[0]}-{pair[1]}" if len(pairs) > 1 else "",
+                )
+                for pair in pairs
+            }
+            variants = [v for vs in self.variant_sets.values() for v in vs]
             with (
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
                 for v in variants:
                     for _mech, ctx in v.mechanisms:
-                        ctx.server = testbed.host("server")
-                self._check_on_dut(testbed, variants)
-                self._write_meta(prefix=testbed.prefix, testbed=testbed_info(testbed))
-                server = self._start_server(testbed)
+                        # a mechanism that copies the server's settings (synproxy)
+                        ctx.server = testbed.host(ctx.ends[1])
+                self._check_mechanisms(testbed, variants)
+                self._write_meta(
+                    prefix=testbed.prefix,
+                    testbed=testbed_info(testbed),
+                    topology=self.topology.describe(),
+                    placements=self._placements(),
+                )
+                servers = self._start_servers(testbed)
                 try:
                     self._measure_all(testbed, variants)
                 finally:
-                    server.stop()
+                    for server in servers:
+                        server.stop()
         except KeyboardInterrupt:
             self._write_meta(status="interrupted", finished=now_iso())
             self._finish_summary()
             raise
         except BaseException as exc:
+            if self.seq == 0 and isinstance(exc, SecperfError):
+                # Nothing was measured: a "failed" run directory would only be clutter
+                # that `compare` and people trip over. Say so, and keep nothing.
+                shutil.rmtree(self.run.path, ignore_errors=True)
+                self.removed = True
+                exc.message += f" (before any measurement; run directory {self.run.path} removed)"
+                exc.args = (exc.message,)
+                raise
             self._write_meta(status="failed", finished=now_iso(), error=str(exc))
             self._finish_summary()
             raise
@@ -227,53 +340,126 @@ class Runner:
         except (SecperfError, ValueError, KeyError) as exc:
             self.console.print(f"[yellow]could not summarise the run: {exc}[/]")
 
-    def _check_on_dut(self, testbed: Testbed, variants: list[Variant]) -> None:
+    def _check_mechanisms(self, testbed: Testbed, variants: list[Variant]) -> None:
         """Load every variant once before any traffic: a rule the kernel rejects stops here."""
-        dut = testbed.host("dut")
+        self.mechanism_hosts = sorted(
+            {h for v in variants for _, c in v.mechanisms for h in c.hosts}
+            | ({DUT} if DUT in self.topology.roles else set())
+        )
         for v in variants:
-            self._apply(dut, v)
-        self._apply(dut, variants[0])
+            self._apply(testbed, v)
+        self._apply(testbed, variants[0])
 
-    def _apply(self, dut: Any, variant: Variant) -> None:
+    def _apply(self, testbed: Testbed, variant: Variant) -> None:
         """Load `variant` afresh (before every test, even the same variant again) and
-        forget every connection the DUT tracks, so a test starts from the same state
-        whichever test the shuffled order put before it."""
+        make every host that carries mechanisms forget the connections it tracks, so a
+        test starts from the same state whichever test the shuffled order put before it."""
         if self.applied is not None:
-            for mech, ctx in self.applied.mechanisms:
-                mech.release(dut, ctx)  # daemons the mechanism started
-            if self.applied.backends():
-                reset_dut(dut, self.applied.backends())
-            check_flowtables_gone(
-                dut, [ft for _, c in self.applied.mechanisms for ft in c.flowtables]
-            )
+            for mech, ctx in reversed(self.applied.mechanisms):
+                hosts = [testbed.host(name) for name in ctx.hosts]
+                if isinstance(mech, GroupMechanism):
+                    mech.release_group(hosts, ctx)  # a tunnel's two ends at once
+                else:
+                    for host in hosts:
+                        mech.release(host, ctx)  # daemons the mechanism started
+            for name in self.applied.hosts():
+                host = testbed.host(name)
+                used = self.applied.backends_on(name)
+                if used:
+                    reset_dut(host, used)
+                check_flowtables_gone(
+                    host,
+                    [
+                        ft
+                        for _, c in self.applied.mechanisms
+                        if name in c.hosts
+                        for ft in c.flowtables
+                    ],
+                )
         for mech, ctx in variant.mechanisms:
-            mech.apply(dut, ctx)
+            hosts = [testbed.host(name) for name in ctx.hosts]
+            if isinstance(mech, GroupMechanism):
+                mech.apply_group(hosts, ctx)
+            else:
+                for host in hosts:
+                    mech.apply(host, ctx)
         self.applied = variant
-        flush_flow_state(dut)
+        for name in self.mechanism_hosts:
+            flush_flow_state(testbed.host(name))
 
-    def _start_server(self, testbed: Testbed) -> EngineServer:
+    def _placements(self) -> dict[str, list[dict[str, Any]]]:
+        """Variant -> each mechanism's kind and the hosts it ran on (over every pair)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for variants in self.variant_sets.values():
+            for v in variants:
+                entries = out.setdefault(
+                    v.name, [{"kind": m.kind, "hosts": []} for m, _ in v.mechanisms]
+                )
+                for entry, (_m, ctx) in zip(entries, v.mechanisms, strict=True):
+                    entry["hosts"] += [h for h in ctx.hosts if h not in entry["hosts"]]
+        return out
+
+    def _start_servers(self, testbed: Testbed) -> list[EngineServer]:
+        """An engine server on every host a workload targets."""
         listen = hostport("::" if self.family == 6 else "0.0.0.0", CONTROL_PORT)
-        return start_server(testbed.host("server"), listen, data_ports=DATA_PORTS)
+        targets = sorted({server for _client, server in self.endpoints.values()})
+        started: list[EngineServer] = []
+        try:
+            for name in targets:
+                started.append(start_server(testbed.host(name), listen, data_ports=DATA_PORTS))
+        except BaseException:
+            for server in started:
+                server.stop()
+            raise
+        return started
 
-    def _target(self, variant: Variant) -> str:
+    def _target(self, variant: Variant, server: str) -> str:
+        """The server's control address for this variant: through the testbed, or the
+        address a mechanism gives it (a host-to-host tunnel's inner address)."""
+        for mech, ctx in variant.mechanisms:
+            if isinstance(mech, GroupMechanism):
+                addr = mech.target_address(ctx, server, self.family)
+                if addr is not None:
+                    return hostport(addr, CONTROL_PORT)
         via = "direct" if variant.direct else "dut"
-        return hostport(self.topology.server_address(self.family, via), CONTROL_PORT)
+        return hostport(self.topology.server_address(self.family, via, server), CONTROL_PORT)
 
     def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
         rep = self.scenario.repeat
-        n = len(variants)
+        n = len(next(iter(self.variant_sets.values()), variants))
         total = sum(self._estimate(p, rep.min, n) for p in self.points)
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
             TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
+        )
+        upto = (
+            f" (up to {fmt_eta(total * rep.max / rep.min)} if every point needs {rep.max} rounds)"
+            if rep.max > rep.min
+            else ""
+        )
+        self.console.print(
+            f"{len(self.points)} point(s) x {n} configuration(s), at least {rep.min} rounds "
+            f"each: about {fmt_eta(total)}{upto}",
+            highlight=False,
         )
         with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task("starting", total=total)
-            for point in self.points:
-                self._measure_point(testbed, variants, point, progress, task)
+            self.measure_start = time.monotonic()
+            task = progress.add_task("starting", total=total, eta=f"about {fmt_eta(total)} left")
+            for index, point in enumerate(self.points):
+                self.point_no = (index + 1, len(self.points))
+                pair = self.endpoints[point.point_id]
+                self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+
+    def _eta(self, progress: Progress, task: TaskID) -> float:
+        """Seconds left: the scenario's own estimate at first, then scaled by how long
+        the measured tests really took against their estimate."""
+        t = progress.tasks[task]
+        left = max(0.0, (t.total or 0.0) - t.completed)
+        if t.completed <= 0:
+            return left
+        return left * (time.monotonic() - self.measure_start) / t.completed
 
     def _measure_point(
         self,
@@ -284,7 +470,6 @@ class Runner:
         task: TaskID,
     ) -> None:
         rep = self.scenario.repeat
-        dut = testbed.host("dut")
         primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
         # variant -> metric -> round -> value: a metric absent from a round stays absent
         values: dict[str, dict[str, dict[int, float]]] = {
@@ -305,8 +490,15 @@ class Runner:
             stop["order"].append(order)
             for name in order:
                 v = by_name[name]
-                progress.update(task, description=f"{label} · {v.name} · round {rounds + 1}")
-                self._apply(dut, v)
+                at, of = self.point_no
+                planned = max(rep.min, rounds + 1)
+                where = f"point {at}/{of}, round {rounds + 1}/{planned}"
+                eta = f"about {fmt_eta(self._eta(progress, task))} left"
+                progress.update(task, description=f"{where} · {label} · {v.name}", eta=eta)
+                if not self.console.is_terminal and name == order[0]:
+                    # a log (CI, a pipe) gets one plain line a round instead of a bar
+                    self.console.print(f"{where}: {label}, {eta}", highlight=False, markup=False)
+                self._apply(testbed, v)
                 result = self._one_test(testbed, v, point, rounds)
                 for metric, value in extract(result).items():
                     if metric in values[v.name]:
@@ -344,6 +536,7 @@ class Runner:
             self.seq += 1
             self.run.append_record({**tags, "seq": self.seq}, rec)
 
+        client, server = self.endpoints[point.point_id]
         ctx = MeasureContext(
             testbed=testbed,
             topology=self.topology,
@@ -351,20 +544,45 @@ class Runner:
             family=self.family,
             variant=variant.name,
             direct=variant.direct,
-            target=self._target(variant),
+            target=self._target(variant, server),
             mechanisms=variant.mechanisms,
             keep=keep,
             extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
+            client=client,
+            server=server,
         )
         executor = executor_for(point.kind)
         last_error: EngineError | None = None
         for _attempt in range(2):
             try:
-                return executor.measure(ctx, point)
+                result = executor.measure(ctx, point)
             except EngineError as exc:
                 last_error = exc
                 if exc.record is None or exc.record.get("type") != "error":
                     keep({"type": "error", "kind": "runner", "message": str(exc)})
+                if fails_again(exc.record):
+                    raise EngineError(
+                        f"{point.point_id} ({variant.name}): {exc.message}",
+                        where=exc.where,
+                        fix=exc.fix or "see records.jsonl in the run directory",
+                        record=exc.record,
+                    ) from None  # it would fail the same way again: no retry
+                continue
+            nothing = moved_nothing(result)
+            if nothing:
+                record: dict[str, object] = {
+                    "type": "error",
+                    "kind": "measurement",
+                    "message": nothing,
+                }
+                keep(record)
+                raise EngineError(
+                    f"{point.point_id} ({variant.name}): {nothing}",
+                    fix="check the workload's sizes, socket_buffer and rate against the "
+                    "path (`secperf check` explains the limits); no number was recorded",
+                    record=record,
+                )
+            return result
         assert last_error is not None
         raise EngineError(
             f"{point.point_id} ({variant.name}) failed twice: {last_error.message}",
@@ -373,14 +591,42 @@ class Runner:
         )
 
 
+# kind -> the result fields whose sum is the traffic the test moved.
+_MOVED = {"stream": ("bytes",), "rr": ("transactions",), "crr": ("transactions",)}
+
+
+def moved_nothing(result: Record) -> str | None:
+    """Why a result record that moved no traffic cannot stand as a result (else None):
+    0 bit/s with 0 % loss is not a measurement of the path but of nothing."""
+    if result.get("type") != "result":
+        return None
+    fields = _MOVED.get(str(result.get("kind", "")))
+    if not fields:
+        return None
+    got = [result.get(f) for f in fields]
+    if any(not isinstance(v, int | float) for v in got) or any(got):
+        return None
+    sender = result.get("sender")
+    sent = sender.get("messages") if isinstance(sender, dict) else None
+    what = "no datagram or byte arrived" if sent else "the sender sent nothing"
+    return f"the {result.get('kind')} test moved no traffic in the measured window ({what})"
+
+
 def default_results_root() -> Path:
     return Path(os.environ.get("SECPERF_RESULTS", "results"))
 
 
 def run_scenario(scenario: Scenario, out_root: Path, console: Console) -> RunDir:
+    from secperf import verbose
+
     run = RunDir.create(out_root, scenario.name)
     console.print(f"run directory: [bold]{run.path}[/]")
+    if verbose.enabled():
+        verbose.log_to(run.path / "commands.log")
     start = time.monotonic()
-    Runner(scenario, run, console).execute()
+    try:
+        Runner(scenario, run, console).execute()
+    finally:
+        verbose.log_to(None)
     console.print(f"measured in {time.monotonic() - start:.0f} s")
     return run

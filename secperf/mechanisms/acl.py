@@ -99,7 +99,7 @@ class Acl:
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
         if self.backend == "nft":
             path = ctx.files_dir / f"{ctx.name}.nft"
-            path.write_text(render_nft(self, gen, ctx.plan, ctx.table))
+            path.write_text(render_nft(self, gen, ctx.plan, ctx.table, hook=ctx.hook))
             return [RenderedFile(path, "nft")]
         files: list[RenderedFile] = []
         if self.layout == "set":
@@ -107,7 +107,7 @@ class Acl:
             sets.write_text(render_ipset(self, gen, ctx.plan, set_name(ctx.table)))
             files.append(RenderedFile(sets, "ipset"))
         rules = ctx.files_dir / f"{ctx.name}.iptables"
-        rules.write_text(render_iptables(self, gen, ctx.plan, set_name(ctx.table)))
+        rules.write_text(render_iptables(self, gen, ctx.plan, set_name(ctx.table), hook=ctx.hook))
         files.append(RenderedFile(rules, "iptables-restore"))
         return files
 
@@ -147,7 +147,12 @@ def _nft_proto_match(family: int) -> str:
     return "ip" if family == 4 else "ip6"
 
 
-def render_nft(acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str) -> str:
+def render_nft(
+    acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str, *, hook: str = "forward"
+) -> str:
+    """The ACL as an nft table. `hook = "input"` makes it a host firewall on the
+    target itself (document 002's NIC firewall): the same list on the host's input
+    path, with loopback and IPv6 neighbour discovery let through first."""
     ip = _nft_proto_match(plan.family)
     addr_type = "ipv4_addr" if plan.family == 4 else "ipv6_addr"
     ports = f"{{ {plan.control_port}, {plan.data_ports[0]}-{plan.data_ports[1]} }}"
@@ -202,8 +207,13 @@ def render_nft(acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str) -> str
     chain = permits + body if acl.match == "first" else body + permits
     if acl.stateful:
         chain.insert(0, "ct state established,related accept")
-    lines.append("  chain forward {")
-    lines.append("    type filter hook forward priority filter; policy drop;")
+    if hook == "input":
+        chain[:0] = [
+            "iif lo accept",
+            "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept",
+        ]
+    lines.append(f"  chain {hook} {{")
+    lines.append(f"    type filter hook {hook} priority filter; policy drop;")
     lines.extend(f"    {rule}" for rule in chain)
     lines.append("  }")
     lines.append("}")
@@ -222,7 +232,11 @@ def render_ipset(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> st
     return "\n".join(lines) + "\n"
 
 
-def render_iptables(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> str:
+def render_iptables(
+    acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str, *, hook: str = "forward"
+) -> str:
+    """The ACL as an iptables-restore file (its FORWARD chain, or INPUT for `hook =
+    "input"`, like render_nft)."""
     ports = f"{plan.control_port},{plan.data_ports[0]}:{plan.data_ports[1]}"
     if acl.entries == "standard":
         permits = [f"-A FORWARD -s {plan.client_net} -j ACCEPT"]
@@ -262,12 +276,18 @@ def render_iptables(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) ->
     chain = permits + body if acl.match == "first" else body + permits
     if acl.stateful:
         chain.insert(0, "-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT")
+    policy = {"INPUT": "ACCEPT", "FORWARD": "DROP"}
+    if hook == "input":
+        chain = [rule.replace("-A FORWARD ", "-A INPUT ", 1) for rule in chain]
+        icmp6 = ["-A INPUT -p icmpv6 -j ACCEPT"] if plan.family == 6 else []
+        chain[:0] = ["-A INPUT -i lo -j ACCEPT", *icmp6]
+        policy = {"INPUT": "DROP", "FORWARD": "ACCEPT"}
     lines = [
         f"# secperf acl family {plan.family}: rules={acl.rules} layout={acl.layout} "
-        f"entries={acl.entries} match={acl.match} stateful={acl.stateful}",
+        f"entries={acl.entries} match={acl.match} stateful={acl.stateful} hook={hook}",
         "*filter",
-        ":INPUT ACCEPT [0:0]",
-        ":FORWARD DROP [0:0]",
+        f":INPUT {policy['INPUT']} [0:0]",
+        f":FORWARD {policy['FORWARD']} [0:0]",
         ":OUTPUT ACCEPT [0:0]",
         *chain,
         "COMMIT",

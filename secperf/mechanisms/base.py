@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
 from secperf.testbed.testbed import Host
@@ -48,32 +48,33 @@ class TrafficPlan:
                 raise ValueError(f"{net} is not an IPv{self.family} network")
 
 
-def traffic_plan(topology: Topology, family: int) -> TrafficPlan:
-    """The measured flow between the client and the server across the DUT.
+def traffic_plan(
+    topology: Topology, family: int, client: str = "client", server: str = "server"
+) -> TrafficPlan:
+    """The measured flow between `client` and `server` hosts across the testbed.
 
     The permits match the client and server hosts exactly, or their whole links
     when emulated hosts stand beside them.
     """
-    client = topology.address("client", "client-dut", family)
-    server = topology.address("server", "dut-server", family)
-    emulated = topology.emulated_addresses("client", family)
+    client_if = topology.primary_interface(client, family)
+    server_if = topology.primary_interface(server, family)
+    client_addr, server_addr = str(client_if.ip), str(server_if.ip)
+    emulated = topology.emulated_addresses(client, family)
+    host_len = 32 if family == 4 else 128
     if emulated:
-        client_net = str(topology.interface("client", "client-dut", family).network)
-        server_net = str(topology.interface("server", "dut-server", family).network)
+        client_net, server_net = str(client_if.network), str(server_if.network)
     else:
-        host_len = 32 if family == 4 else 128
-        client_net, server_net = f"{client}/{host_len}", f"{server}/{host_len}"
+        client_net, server_net = f"{client_addr}/{host_len}", f"{server_addr}/{host_len}"
     attacker_net = None
     if "attacker" in topology.roles:
-        host_len = 32 if family == 4 else 128
-        attacker_net = f"{topology.address('attacker', 'attacker-dut', family)}/{host_len}"
+        attacker_net = f"{topology.primary_address('attacker', family)}/{host_len}"
     return TrafficPlan(
         family=family,
         client_net=client_net,
         server_net=server_net,
-        client_addr=client,
-        server_addr=server,
-        client_hosts=(client, *emulated),
+        client_addr=client_addr,
+        server_addr=server_addr,
+        client_hosts=(client_addr, *emulated),
         attacker_net=attacker_net,
     )
 
@@ -93,6 +94,16 @@ class MechanismContext:
     name: str  # a unique stem for this variant's files, e.g. "acl-linear.0"
     table: str  # nft table name, carries the run prefix
     rendered: list[RenderedFile] = field(default_factory=list)
+    # The testbed hosts it runs on (scenario key `on`, resolved against the graph),
+    # and the netfilter hook its filters go in: "forward" on a host that forwards
+    # (the DUT, a gateway), "input" on an end host (a firewall on the target itself).
+    hosts: tuple[str, ...] = ("dut",)
+    hook: str = "forward"
+    # The testbed graph (None in contexts built by hand): mechanisms that span hosts
+    # (tunnels) find their ends' addresses and what lies behind them here.
+    topology: Topology | None = None
+    # The workload's client and server hosts this rendering is for.
+    ends: tuple[str, str] = ("client", "server")
     # nft flowtables the rendered rules create, as "FAMILY TABLE NAME" (e.g. "inet
     # secperf_x ft"). Their entries are flows offloaded from conntrack, which a
     # conntrack flush does not reach at once: the runner reloads the variant before
@@ -121,6 +132,28 @@ class Mechanism(Protocol):
 
     def release(self, dut: Host, ctx: MechanismContext) -> None:
         """Stop what apply() started beyond rules (daemons); rules go with reset_dut."""
+        ...
+
+
+@runtime_checkable
+class GroupMechanism(Protocol):
+    """A mechanism that needs all its hosts at once (a tunnel's two ends): the runner
+    calls apply_group / release_group once with every host `on` names, in order."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]: ...
+
+    def backends(self) -> set[str]: ...
+
+    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
+
+    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
+
+    def target_address(self, ctx: MechanismContext, server: str, family: int) -> str | None:
+        """The address a workload must target to reach `server` through this mechanism
+        (a host-to-host tunnel's inner address), or None for the usual one."""
         ...
 
 

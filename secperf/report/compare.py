@@ -86,9 +86,56 @@ def compare_runs(a: RunDir, b: RunDir, confidence: float | None = None) -> list[
     return rows
 
 
-def comparison_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> Table:
+def differences(meta_a: Mapping[str, Any], meta_b: Mapping[str, Any]) -> list[str]:
+    """What differs between the two runs' scenarios (name, then every setting), in words.
+
+    Runs of different scenarios, or of one scenario with other settings, may still be
+    compared on purpose; but never without a word."""
+    sa: Mapping[str, Any] = meta_a.get("scenario") or {}
+    sb: Mapping[str, Any] = meta_b.get("scenario") or {}
+    out: list[str] = []
+    if sa.get("name") != sb.get("name"):
+        out.append(
+            f"the runs are of different scenarios: A {sa.get('name')!r}, B {sb.get('name')!r}"
+        )
+    changed = sorted(_diff_keys(_without(sa), _without(sb)))
+    if changed:
+        shown = ", ".join(changed[:8]) + (
+            f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+        )
+        out.append(f"the scenarios' settings differ: {shown}")
+    return out
+
+
+def _without(sc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sc.items() if k not in ("name", "description")}
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in a or key not in b:
+                out.append(path)
+            else:
+                out += _diff_keys(a[key], b[key], path)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            x
+            for i, (p, q) in enumerate(zip(a, b, strict=True))
+            for x in _diff_keys(p, q, f"{prefix}[{i}]")
+        ]
+    return [] if a == b else [prefix or "(scenario)"]
+
+
+def comparison_table(
+    rows: Sequence[Mapping[str, Any]], *, title: str = "", label_a: str = "", label_b: str = ""
+) -> Table:
+    named = "".join(f"\n{x} = {lbl}" for x, lbl in (("A", label_a), ("B", label_b)) if lbl)
     table = Table(
-        title=title or "run B against run A",
+        title=title or "run B against run A" + named,
         caption="Δ% = (B − A) / A; [CI] Welch; † significant (CI excludes 0)",
         caption_justify="left",
     )
@@ -116,7 +163,11 @@ def comparison_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> T
     return table
 
 
-def print_comparison(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
+def print_comparison(
+    console: Console, rows: Sequence[Mapping[str, Any]], *, label_a: str = "", label_b: str = ""
+) -> None:
+    if label_a or label_b:
+        console.print(f"A = {label_a}\nB = {label_b}", markup=False, highlight=False)
     if not rows:
         console.print("the two runs share no (workload, point, variant, metric)", markup=False)
         return

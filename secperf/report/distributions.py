@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
-from secperf.report.plots import BASELINE, Chart, png_bytes
+from secperf.report.plots import BASELINE, Chart, figure_bytes
 
 DIRECTIONS = (("c2s", "client → server"), ("s2c", "server → client"))
 CLIP_QUANTILE = 0.995  # the x axis ends where the slowest variant reaches this
@@ -244,10 +244,11 @@ def distribution_chart(point: PointDelays) -> Chart:
         ax.set_xlabel("one-way delay (µs)")
         ax.set_ylabel("probes per bin (%)")
         ax.set_title(f"{name} ({bins})", fontsize=9)
-        ax.legend(fontsize=7)
+        # below its panel: never over the lines (the panels sit side by side)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     fig.suptitle(f"{title}, up to the {CLIP_QUANTILE * 100:g}th percentile", fontsize=10)
     fig.tight_layout()
-    return Chart(title, png_bytes(fig))
+    return Chart(title, figure_bytes(fig))
 
 
 def _minor_label(x: float, _pos: int | None = None) -> str:

@@ -16,6 +16,7 @@ from secperf.report.checks import check_tables
 from secperf.report.distributions import delay_charts
 from secperf.report.plots import Chart, charts, variant_sweep_charts
 from secperf.report.terminal import ReportTable, build_tables, header_lines, paper_layouts
+from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 
@@ -58,11 +59,14 @@ def _table_html(table: ReportTable) -> str:
 
 
 def _figure_html(chart: Chart) -> str:
-    data = base64.b64encode(chart.png).decode("ascii")
-    return (
-        f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{escape(chart.title)}</figcaption></figure>"
-    )
+    caption = f"<figcaption>{escape(chart.title)}</figcaption></figure>"
+    if chart.mime == "image/svg+xml":
+        # inline: crisp at any zoom, its text searchable; matplotlib's own markup
+        svg = chart.image.decode("utf-8")
+        svg = svg[svg.index("<svg") :]
+        return f'<figure class="chart" role="img" aria-label="{escape(chart.title)}">{svg}{caption}'
+    data = base64.b64encode(chart.image).decode("ascii")
+    return f'<figure><img alt="{escape(chart.title)}" src="data:image/png;base64,{data}">{caption}'
 
 
 def render_html(
@@ -84,8 +88,17 @@ def render_html(
         '<div class="header">',
         *(f"<p>{escape(line)}</p>" for line in head[1:]),
         "</div>",
-        "<h2>Results</h2>",
     ]
+    graph = render_topology_svg(run_meta.get("topology") or {}, run_meta.get("placements") or {})
+    if graph:
+        parts += [
+            "<h2>Testbed</h2>",
+            '<p class="note">Hosts by hop distance from the first client; heavy borders '
+            "forward (DUT, gateways); link labels give shaped rates; green lines name the "
+            "mechanisms a host carries, with their variant.</p>",
+            f'<div class="topology">{graph}</div>',
+        ]
+    parts.append("<h2>Results</h2>")
     tables = build_tables(summary, paper_layouts(run_meta))
     if not tables:
         parts.append("<p>No result records: nothing to report.</p>")

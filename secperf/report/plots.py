@@ -1,4 +1,5 @@
-"""Charts of a run's summary, as PNG bytes (matplotlib, Agg backend, no display).
+"""Charts of a run's summary, as SVG (or PNG where that is smaller), drawn by
+matplotlib without a display.
 
 Per workload and metric: a bar chart (one group per workload point, a bar per
 variant, CI whiskers) and, where one numeric parameter was swept, a line per
@@ -8,6 +9,7 @@ variant against the swept value.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
 from collections import Counter
@@ -15,10 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import Formatter
 
 BASELINE = "baseline"
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)(it)?\s*$")
@@ -28,7 +32,56 @@ _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 @dataclass(frozen=True)
 class Chart:
     title: str
-    png: bytes
+    image: bytes  # an SVG document or PNG bytes: see `mime`
+
+    @property
+    def mime(self) -> str:
+        return "image/png" if self.image[:4] == b"\x89PNG" else "image/svg+xml"
+
+
+class PlainTicks(Formatter):
+    """Tick labels with as many decimals as the tick spacing needs (0.25, 0.5, 0.75 —
+    not 0, 0, 1), thousands grouped, never an exponent or an offset."""
+
+    def __init__(self) -> None:
+        self.decimals = 0
+
+    def set_locs(self, locs: list[float]) -> None:
+        super().set_locs(locs)
+        finite = sorted(float(x) for x in locs if math.isfinite(x))
+        steps = [b - a for a, b in itertools.pairwise(finite) if b - a > 0]
+        step = min(steps) if steps else (abs(finite[0]) if finite and finite[0] else 1.0)
+        self.decimals = max(0, min(9, -math.floor(math.log10(step) + 1e-9)))
+        # a step like 0.25 needs one more digit than its order of magnitude says
+        while self.decimals < 9 and any(
+            abs(round(x, self.decimals) - x) > step * 1e-6 for x in finite
+        ):
+            self.decimals += 1
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        text = f"{x:,.{self.decimals}f}"
+        return "0" if text.strip("-0.,") == "" else text
+
+
+_SALT = itertools.count()
+
+
+def figure_bytes(fig: Figure) -> bytes:
+    """The figure as SVG (text as text: crisp, searchable), or as PNG when that is
+    smaller; legends outside the axes are kept (tight bounding box)."""
+    salt = f"secperf-{next(_SALT)}"  # unique ids when several SVGs share one page
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        FigureCanvasSVG(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+        svg = buf.getvalue()
+    png = png_bytes(fig)
+    return png if len(png) < len(svg) else svg
+
+
+def outside_legend(ax: Any, *args: Any, **kwargs: Any) -> None:
+    """A legend beside the plot, never over bars or lines."""
+    ax.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
 
 
 def numeric(value: Any) -> float | None:
@@ -61,7 +114,7 @@ def png_bytes(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     # no Software metadata: keeps the file free of URLs
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight")
     return buf.getvalue()
 
 
@@ -142,10 +195,10 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     if any_censored:
         handles.append(Patch(fill=False, hatch="//", edgecolor="0.4"))
         names.append("search found no value: ≥ or < the bar's top")
-    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
-    ax.legend(handles, names, fontsize=8)
+    ax.yaxis.set_major_formatter(PlainTicks())
+    outside_legend(ax, handles, names, fontsize=8)
     fig.tight_layout()
-    return png_bytes(fig)
+    return figure_bytes(fig)
 
 
 def sweep_chart(
@@ -229,14 +282,13 @@ def sweep_chart(
             color="0.4",
             label="search found no value: at least here (△) / below here (▽)",
         )
-    if all(abs(v) >= 1000 for v in ax.get_yticks() if v):
-        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_major_formatter(PlainTicks())
     ax.set_xlabel(parameter)
     ax.set_ylabel(unit)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     fig.tight_layout()
-    return png_bytes(fig)
+    return figure_bytes(fig)
 
 
 def _chart_metrics(rows: Sequence[Mapping[str, Any]]) -> list[str]:

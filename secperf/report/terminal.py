@@ -8,6 +8,7 @@ terminal (rich) and the HTML report render.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,11 +236,20 @@ def _cpu_cell(row: Mapping[str, Any], part: str) -> Cell:
     return Cell(text)
 
 
+def _host_busy(row: Mapping[str, Any], host: str) -> bool:
+    mean = ((row.get("per_unit_us") or {}).get(f"host:{host}") or {}).get("mean")
+    return mean is None or mean > 0
+
+
 def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
     """CPU per host: each host's cgroup, softirq, the testbed's sum and the machine,
     per unit of work and as % of one CPU, with the reconciliation of the parts."""
     unit = str(rows[0].get("unit", "unit"))
-    hosts = _ordered_unique([str(h) for r in rows for h in r.get("hosts") or []])
+    every = _ordered_unique([str(h) for r in rows for h in r.get("hosts") or []])
+    # A host where secperf started nothing (a switch, an idle server) counts no CPU by
+    # construction: named once in a note rather than given a column of zeros.
+    hosts = [h for h in every if any(_host_busy(r, h) for r in rows)]
+    idle = [h for h in every if h not in hosts]
     columns = ["point", "variant", *hosts, "softirq", "testbed", "machine", "accounted", "n"]
     body: list[list[Cell]] = []
     flagged = False
@@ -274,6 +284,10 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
         "testbed = the work of the testbed's hosts; machine = the whole machine's busy time; "
         "accounted = testbed / machine",
     ]
+    if idle:
+        notes.append(
+            f"no process of secperf's ran on {', '.join(idle)}: their cgroups counted 0 µs"
+        )
     if flagged:
         notes.append(
             f"{RECONCILE_FLAG} the parts and the machine total differ by more than 5 % in "
@@ -347,6 +361,8 @@ def _table(
     label = str(first.get("metric_label") or metric)
     better = "higher" if first.get("higher_is_better") else "lower"
     title = f"{workload} — {label} ({unit}, {better} is better)"
+    if any(r["variant"] != BASELINE for r in mrows):
+        title += "; Δ% = cost, positive = worse"  # at the top, not only in a footnote
     points = _ordered_unique([str(r["point_id"]) for r in mrows])
     variants = _ordered_unique([str(r["variant"]) for r in mrows if r["variant"] != BASELINE])
     by_key = {(str(r["point_id"]), str(r["variant"])): r for r in mrows}
@@ -479,6 +495,12 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         lines.append(f"pinned: {where} (the kernel's forwarding follows the sender)")
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
+    for lost in summary.get("dropped_records") or []:
+        lines.append(
+            f"warning: records.jsonl line {lost.get('line')} was {lost.get('reason')} and is "
+            "dropped: the round it held is missing from these figures, so the run is "
+            "incomplete whatever its status says"
+        )
     if summary.get("errors"):
         lines.append(f"engine errors: {len(summary['errors'])} (see records.jsonl)")
     return lines
@@ -511,6 +533,43 @@ def to_rich(table: ReportTable) -> Table:
     return t
 
 
+def flip(table: ReportTable) -> ReportTable:
+    """Columns become rows: a table with many variants reads as one row per variant
+    (as the paper-layout tables do) instead of being cut at the terminal's edge."""
+    head = table.columns[0] if table.columns else ""
+    columns = [f"{head} →" if head else "", *(row[0].text for row in table.rows)]
+    rows = [
+        [Cell(name, numeric=False), *(row[i] for row in table.rows)]
+        for i, name in enumerate(table.columns)
+        if i > 0
+    ]
+    return ReportTable(table.workload, table.metric, table.title, columns, rows, table.footnotes)
+
+
+def fit(table: ReportTable, width: int | None) -> Table:
+    """The table drawn within `width` columns without cutting a number: as it is, else
+    transposed, else with cells wrapped (a number may break across lines, never lose
+    digits)."""
+    drawn = to_rich(table)
+    if width is None or _width(drawn) <= width:
+        return drawn
+    # a paper layout has variants as rows already
+    standard = bool(table.columns) and table.columns[0] == "point"
+    flipped = to_rich(flip(table)) if standard else drawn
+    if _width(flipped) <= width:
+        return flipped
+    narrower = flipped if _width(flipped) < _width(drawn) else drawn
+    for column in narrower.columns:
+        column.no_wrap = False
+        column.overflow = "fold"
+    return narrower
+
+
+def _width(table: Table) -> int:
+    probe = Console(width=100_000, file=io.StringIO())
+    return probe.measure(table).maximum
+
+
 def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Table]:
     """The report's tables as rich Tables (footnotes in each caption); layouts from the scenario."""
     return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
@@ -519,7 +578,8 @@ def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
 def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> None:
     for line in header_lines(summary, run_meta):
         console.print(line, highlight=False, markup=False)
-    tables = render_tables(summary, run_meta)
+    width = None if console.width >= 100_000 else console.width
+    tables = [fit(t, width) for t in build_tables(summary, paper_layouts(run_meta))]
     if not tables:
         console.print("no result records: nothing to report", markup=False)
     for table in tables:

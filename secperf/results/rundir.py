@@ -61,6 +61,8 @@ class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seq: int | None = None
+        # Lines `iter_records` skipped on its last pass: {"line": N, "reason": ..., "text": ...}
+        self.dropped: list[dict[str, Any]] = []
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -193,6 +195,7 @@ class RunDir:
         A last line cut short (the process was killed mid-write) is skipped;
         a damaged line elsewhere is an error.
         """
+        self.dropped = []
         if not self.records_path.exists():
             return
         with self.records_path.open("r", encoding="utf-8") as f:
@@ -204,6 +207,14 @@ class RunDir:
                 line = json.loads(raw)
             except json.JSONDecodeError as exc:
                 if number == len(lines) and not raw.endswith("\n"):
+                    # Say what was lost: the caller reports it (never a silent "complete").
+                    self.dropped.append(
+                        {
+                            "line": number,
+                            "reason": "cut short (the writer was killed mid-line)",
+                            "text": raw[:120],
+                        }
+                    )
                     return
                 raise RunDirError(
                     f"damaged record line: {exc.msg}",

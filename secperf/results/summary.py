@@ -456,6 +456,9 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     return {
         "format": FORMAT,
+        # records.jsonl lines that could not be read (a last line cut short): their
+        # round is missing from the figures, and the report says so.
+        "dropped_records": list(run.dropped),
         "cpu": [_cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu],
         "scenario": scenario.get("name"),
         "confidence": conf,

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from secperf.errors import ScenarioError
 from secperf.scenario.schema import Scenario
+from secperf.scenario.units import toml_repr
 
 Key = str | int
 KeyPath = tuple[Key, ...]
@@ -369,7 +370,7 @@ def _clean_loc(loc: tuple[int | str, ...], raw: Any) -> tuple[KeyPath, bool]:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = toml_repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -418,7 +419,29 @@ def _problem(error: Any, raw: Any, lines: _LineMap) -> Problem:
         message = f"{text}, got {_show(given)}"
     if is_key:
         message = f"bad name {str(path[-1])!r}: {message}"
+    if kind == "value_error":
+        # A cross-field check names the key it is about: `workloads[1].load is ...`,
+        # `mechanisms[0] and mechanisms[1] ...`; point the line at it.
+        named = _named_path(message)
+        if named and (not path or named[0] not in path):
+            deeper = (*path, *named) if path and named[0] != path[0] else named
+            if lines.line_of(deeper) is not None:
+                path = deeper
     return Problem(path=path, message=message, line=lines.line_of(path), fix=fix)
+
+
+_NAMED = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*(?:\[\d+\]|\.[A-Za-z_][A-Za-z0-9_-]*)*)")
+
+
+def _named_path(message: str) -> KeyPath:
+    """The key path a message starts with (`workloads[1].load` -> ('workloads', 1, 'load'))."""
+    match = _NAMED.match(message)
+    if match is None or ("[" not in match.group(1) and "." not in match.group(1)):
+        return ()
+    out: list[Key] = []
+    for name, index in re.findall(r"([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]", match.group(1)):
+        out.append(int(index) if index else name)
+    return tuple(out)
 
 
 def _expected_kinds(path: KeyPath, raw: Any) -> str:
@@ -436,6 +459,15 @@ def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> ScenarioError:
     # tomllib: "Invalid value (at line 3, column 9)"; keep its line and column.
     match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
     where = f"{path}:{match.group(1)}" if match else str(path)
+    twice = re.search(r"Cannot declare \(([^)]*)\) twice", str(exc))
+    if twice:
+        name = ".".join(p.strip().strip("'\"") for p in twice.group(1).split(",") if p.strip())
+        return ScenarioError(
+            f"the table [{name}] is written twice",
+            where=where,
+            fix=f"merge the two [{name}] tables into one (or rename one of them); "
+            "a table may appear only once in a TOML file",
+        )
     return ScenarioError(
         f"not valid TOML: {exc}",
         where=where,
@@ -469,6 +501,28 @@ def parse_scenario(text: str, path: Path) -> Scenario:
     return scenario
 
 
+def validate_dict(data: dict[str, Any], base_dir: Path) -> Scenario:
+    """Validate a scenario given as a dict (the Python API); relative rule files resolve
+    against `base_dir`. Problems are reported as for a file, without line numbers."""
+    where = Path("<dict>")
+    raw = dict(data)
+    problems: list[Problem] = []
+    if "source" in raw:
+        raw.pop("source")
+        problems.append(Problem(("source",), "unknown key 'source'"))
+    no_lines = _LineMap("")
+    try:
+        scenario = Scenario.model_validate(
+            raw, context={"base_dir": base_dir.absolute(), "check_files": True}
+        )
+    except ValidationError as exc:
+        problems.extend(_problem(error, raw, no_lines) for error in exc.errors())
+        scenario = None
+    if problems or scenario is None:
+        raise ScenarioValidationError(where, problems)
+    return scenario
+
+
 def load_scenario(path: Path) -> Scenario:
     """Read and validate a scenario file; every problem becomes one ScenarioError."""
     path = Path(path)
@@ -491,7 +545,7 @@ def load_scenario(path: Path) -> Scenario:
             fix="check the path and that you may read the file",
         ) from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # an editor's byte-order mark is not an error
     except UnicodeDecodeError as exc:
         raise ScenarioError(
             f"not UTF-8 text (byte {exc.start})", where=str(path), fix="save the file as UTF-8"

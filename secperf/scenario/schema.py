@@ -29,7 +29,15 @@ from pydantic import (
     model_validator,
 )
 
-from secperf.scenario.units import parse_duration, parse_rate, parse_size
+from secperf.scenario.units import (
+    human_duration,
+    human_size,
+    parse_duration,
+    parse_rate,
+    parse_size,
+    plain_number,
+    toml_repr,
+)
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_POINTS_PER_WORKLOAD = 1000
@@ -41,7 +49,7 @@ def check_name(value: str) -> str:
     if not NAME_PATTERN.match(value):
         raise ValueError(
             f"expected a name of lowercase letters, digits and '-' (such as 'acl-1000'), "
-            f"got {value!r}"
+            f"got {toml_repr(value)}"
         )
     return value
 
@@ -55,25 +63,39 @@ T = TypeVar("T")
 
 
 def _bounded(
-    parse: Callable[[object], T], lo: float | None, hi: float | None, what: str
+    parse: Callable[[object], T],
+    lo: float | None,
+    hi: float | None,
+    what: str,
+    show: Callable[[float], str] | None = None,
 ) -> Callable[[object], T]:
+    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit)."""
+    if show is None and parse is parse_size:
+        show = human_size
+    elif show is None and parse is parse_duration:
+        show = human_duration
+    shown: Callable[[float], str] = show or plain_number
+
     def check(value: object) -> T:
         parsed = parse(value)
         if parsed is None:
             return parsed
         assert isinstance(parsed, int | float)
         if lo is not None and parsed < lo:
-            raise ValueError(f"{what} must be at least {lo:g} (got {value!r})")
+            raise ValueError(f"{what} must be at least {shown(lo)} (got {toml_repr(value)})")
         if hi is not None and parsed > hi:
-            raise ValueError(f"{what} must be at most {hi:g} (got {value!r})")
+            raise ValueError(f"{what} must be at most {shown(hi)} (got {toml_repr(value)})")
         return parsed
 
     return check
 
 
 def _parse_count(value: object) -> int:
+    # TOML writes 1e6 as a float: a whole one is the count it says.
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {value!r}")
+        raise ValueError(f"expected a whole number, got {toml_repr(value)}")
     return value
 
 
@@ -100,7 +122,7 @@ def _sweepable(
                 raise ValueError(f"item {i}: {exc}") from None
         zipped = info.data.get("sweep") == "zip"
         if not zipped and len(set(map(repr, items))) != len(items):
-            raise ValueError(f"a sweep list repeats a value: {list(value)!r}")
+            raise ValueError(f"a sweep list repeats a value: {toml_repr(list(value))}")
         return items
 
     return parse
@@ -142,7 +164,8 @@ Inflight = Annotated[
 class StrictModel(BaseModel):
     """Unknown keys are errors; no silent coercion of "3" to 3."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # nan and inf are no value of any key (pydantic's floats accept them by default).
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- testbed, repeat, timing
@@ -179,6 +202,63 @@ class Testbed(StrictModel):
         return self.link_rate
 
 
+HostRole = Literal["client", "server", "dut", "gateway", "attacker", "ids", "switch"]
+HostName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,19}$")]
+QueueDuration = Annotated[
+    float | None, PlainValidator(_bounded(parse_duration, 0.001, 10, "a queue"))
+]
+
+
+class TopologyHost(StrictModel):
+    """One host of the graph: its name, role and zone (routers have none)."""
+
+    name: HostName
+    role: HostRole
+    zone: str | None = None
+
+
+class TopologyLink(StrictModel):
+    """One link: the two hosts it joins, its rate, queue and offloads."""
+
+    between: list[HostName] = Field(min_length=2, max_length=2)
+    rate: Rate = None
+    queue: QueueDuration = None
+    offloads: Literal["on", "off"] | None = None
+
+
+class TopologyZone(StrictModel):
+    """A zone's LAN: N client and M server hosts on a switch, joined to `router`.
+
+    The hosts are named `<zone>-c1..`, `<zone>-s1..`; the switch `<zone>-sw`; each
+    host's link to the switch has `rate` (else [testbed] link_rate)."""
+
+    clients: int = Field(default=0, ge=0, le=50)
+    servers: int = Field(default=0, ge=0, le=50)
+    router: HostName = "dut"
+    rate: Rate = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TopologyZone:
+        if self.clients + self.servers == 0:
+            raise ValueError("a zone needs at least one client or server host")
+        return self
+
+
+class TopologySection(StrictModel):
+    """The testbed graph (docs/scenario-format.md, [topology]). Absent: the
+    standard client – dut – server plan."""
+
+    hosts: list[TopologyHost] = Field(default_factory=list)
+    links: list[TopologyLink] = Field(default_factory=list)
+    zones: dict[HostName, TopologyZone] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something(self) -> TopologySection:
+        if not self.hosts and not self.zones:
+            raise ValueError("[topology] needs hosts (with links) or zones")
+        return self
+
+
 class Repeat(StrictModel):
     min: int = Field(default=3, ge=2)
     max: int = Field(default=10, le=1000)
@@ -186,6 +266,16 @@ class Repeat(StrictModel):
     halfwidth_pct: float = Field(default=2.0, gt=0)
     # Seed of each round's shuffled order; absent: a fresh one per run (run.json keeps it).
     seed: int | None = Field(default=None, ge=0, lt=2**63)
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence_is_a_fraction(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+            raise ValueError(
+                f"confidence is a fraction, not a percentage: write {plain_number(value / 100)} "
+                f"for {plain_number(value)} %"
+            )
+        return value
 
     @field_validator("max")
     @classmethod
@@ -218,7 +308,32 @@ RuleCount = Annotated[
 ]
 
 
-class AclMechanism(StrictModel):
+Placement = Annotated[str | list[str], Field(min_length=1)]
+
+
+class MechanismBase(StrictModel):
+    """Keys every mechanism has: where it runs.
+
+    `on` is a host name ("dut", the default; "server" puts a host firewall on the
+    target itself), a list of names (the same mechanism on each), "ends" (the
+    workload's client and server hosts) or "gateways" (every host with role
+    gateway). The runner resolves it against the testbed graph."""
+
+    on: Placement = "dut"
+
+    @field_validator("on")
+    @classmethod
+    def _placement_names(cls, value: str | list[str]) -> str | list[str]:
+        for name in [value] if isinstance(value, str) else value:
+            if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", name):
+                raise ValueError(
+                    f"on = {name!r} is not a host name: write a host of [topology] "
+                    '(e.g. "dut", "server"), "ends" or "gateways"'
+                )
+        return value
+
+
+class AclMechanism(MechanismBase):
     """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
 
     # Keys that take a list: the variant then expands into one variant per value.
@@ -238,7 +353,7 @@ class AclMechanism(StrictModel):
     flood_permit: bool = True
 
 
-class CustomMechanism(StrictModel):
+class CustomMechanism(MechanismBase):
     """A rule file the user wrote, loaded as is on the DUT."""
 
     kind: Literal["custom"]
@@ -258,7 +373,7 @@ class CustomMechanism(StrictModel):
         return resolved
 
 
-class NatMechanism(StrictModel):
+class NatMechanism(MechanismBase):
     """Address translation on the DUT: static 1:1, a pool, or PAT (masquerade)."""
 
     kind: Literal["nat"]
@@ -267,7 +382,7 @@ class NatMechanism(StrictModel):
     pool_size: int = Field(default=16, ge=1, le=200)
 
 
-class ApplianceMechanism(StrictModel):
+class ApplianceMechanism(MechanismBase):
     """Document 000's security appliance on the DUT: a stateful filter (the inside
     opens connections, the outside cannot), PAT towards the server side, and a
     daemon on NFQUEUE that logs every new connection. Without its daemon nothing
@@ -279,7 +394,7 @@ class ApplianceMechanism(StrictModel):
     fail_open: bool = False
 
 
-class SynproxyMechanism(StrictModel):
+class SynproxyMechanism(MechanismBase):
     """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
     answers SYNs with cookies. The options it promises must be the server's: by default
     they are read from the server's namespace when the rules are loaded (MSS from its
@@ -304,6 +419,21 @@ class Variant(StrictModel):
     # Empty = a plain forwarding DUT: the cost of the hop itself (against
     # baseline = "direct"), or an A/A check of the noise (against "forward").
     mechanisms: list[Mechanism] = Field(default_factory=list)
+
+    @field_validator("mechanisms")
+    @classmethod
+    def _one_acl(cls, mechs: list[Any]) -> list[Any]:
+        # Each ACL renders its own complete filter (permits, then the default drop) into
+        # the one table and chain of the variant: a second one would sit behind the
+        # first's permits and never be evaluated. Refuse it rather than measure nothing.
+        acls = [i for i, m in enumerate(mechs) if isinstance(m, AclMechanism)]
+        if len(acls) > 1:
+            raise ValueError(
+                f'mechanisms[{acls[0]}] and mechanisms[{acls[1]}] are both kind = "acl": one '
+                "variant takes one ACL (a second would come after the first's permits and never "
+                "be evaluated); give it the total rule count, or put each ACL in its own variant"
+            )
+        return mechs
 
     def expand(self, name: str) -> list[tuple[str, list[Any], dict[str, object]]]:
         """One (name, mechanisms, swept values) per combination of the listed values.
@@ -344,6 +474,11 @@ class WorkloadBase(StrictModel):
     duration: PositiveDuration = 5.0
     warmup: NonNegativeDuration = 1.0
     sweep: Literal["product", "zip"] = "product"
+    # Where the workload runs from and to: a host name or a zone of [topology]
+    # (a zone means its first client / server host). Empty: the testbed's
+    # "client" and "server" (or its first host of that role).
+    clients: list[HostName] = Field(default_factory=list)
+    servers: list[HostName] = Field(default_factory=list)
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
@@ -364,6 +499,17 @@ class WorkloadBase(StrictModel):
             for key in self.sweepable
             if isinstance(value := getattr(self, key), list)
         }
+
+    @field_validator("clients", "servers")
+    @classmethod
+    def _one_endpoint(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if len(value) > 1:
+            raise ValueError(
+                f"{info.field_name} names {len(value)} hosts; a workload runs between one "
+                f"client and one server host for now: name one (a host or a zone), and "
+                "write one workload per pair"
+            )
+        return value
 
     @model_validator(mode="after")
     def _fill_name_and_check_sweep(self) -> WorkloadBase:
@@ -412,7 +558,7 @@ def _flood_rate(value: object) -> int:
     if rate != 0 and not FLOOD_RATE_MIN <= rate <= FLOOD_RATE_MAX:
         raise ValueError(
             f"a flood rate is 0 (no flood) or {FLOOD_RATE_MIN}..{FLOOD_RATE_MAX} packets/s "
-            f"(got {value!r})"
+            f"(got {toml_repr(value)})"
         )
     return rate
 
@@ -493,6 +639,30 @@ class StreamWorkload(FloodBeside, WorkloadBase):
     def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
         return udp_fits(value, info, "message")
 
+    @model_validator(mode="after")
+    def _udp_message_fits_socket_buffer(self) -> StreamWorkload:
+        """A UDP datagram larger than the socket buffer is refused by the kernel (once
+        fragmented, every fragment is charged to the buffer): the sender moves nothing."""
+        if self.protocol != "udp":
+            return self
+        messages = self.message if isinstance(self.message, list) else [self.message]
+        buffers = (
+            self.socket_buffer if isinstance(self.socket_buffer, list) else [self.socket_buffer]
+        )
+        if self.sweep == "zip" and len(messages) == len(buffers) > 1:
+            pairs = list(zip(messages, buffers, strict=True))
+        else:
+            pairs = list(itertools.product(messages, buffers))
+        for message, buffer in pairs:
+            if buffer is not None and message > buffer:
+                raise ValueError(
+                    f"a UDP message of {human_size(message)} does not fit a socket_buffer of "
+                    f"{human_size(buffer)}: the kernel refuses every such send and the stream "
+                    f"would move nothing; give socket_buffer at least {human_size(2 * message)} "
+                    "(twice the message) or a smaller message"
+                )
+        return self
+
     @field_validator("rcvlowat")
     @classmethod
     def _tcp_only(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -569,7 +739,7 @@ def _file_sizes(value: object) -> list[int]:
     check = _bounded(parse_size, 1, 1024**3, "a file size")
     sizes = [check(v) for v in value]
     if len(set(sizes)) != len(sizes):
-        raise ValueError(f"files repeats a size: {list(value)!r}")
+        raise ValueError(f"files repeats a size: {toml_repr(list(value))}")
     return sizes
 
 
@@ -578,7 +748,9 @@ HttpParallel = Annotated[
     int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 1024, "parallel")))
 ]
 PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
-Timeout = Annotated[float, Field(gt=0, le=120)]
+# Durations everywhere: 5, "5s" and "500ms" alike.
+Timeout = Annotated[float, PlainValidator(_bounded(parse_duration, 0.001, 120, "a timeout"))]
+HoldTime = Annotated[float, PlainValidator(_bounded(parse_duration, 0, 600, "a hold time"))]
 
 
 class HttpWorkload(WorkloadBase):
@@ -609,7 +781,7 @@ class ConnectionsWorkload(WorkloadBase):
     kind: Literal["connections"]
     connections: int = Field(default=10_000, ge=1, le=1_000_000)
     rate: PerSecond | None = None  # opens/s; None = as fast as possible
-    hold: Annotated[float, Field(ge=0, le=600)] = 1.0
+    hold: HoldTime = 1.0
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
     close: Close = "fin"  # how the server answers each FIN: its own FIN, or an RST
@@ -831,11 +1003,13 @@ class DosWorkload(WorkloadBase):
 
 def _denied_ports(value: object) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"\d{1,5}(-\d{1,5})?", value):
-        raise ValueError(f'denied_ports is a port or a range such as "10-1023" (got {value!r})')
+        raise ValueError(
+            f'denied_ports is a port or a range such as "10-1023" (got {toml_repr(value)})'
+        )
     lo, _, hi = value.partition("-")
     first, last = int(lo), int(hi or lo)
     if not 1 <= first <= last <= 65535:
-        raise ValueError(f"denied_ports {value!r} is not a range of ports 1..65535")
+        raise ValueError(f"denied_ports {toml_repr(value)} is not a range of ports 1..65535")
     # 9 is the attacker's permitted flood port; 5201 and 5300-5399 the measured flow's.
     for taken, what in (
         (range(9, 10), "the permitted flood port 9"),
@@ -843,7 +1017,9 @@ def _denied_ports(value: object) -> str:
         (range(5300, 5400), "the engine's data ports 5300-5399"),
     ):
         if first <= taken[-1] and taken[0] <= last:
-            raise ValueError(f"denied_ports {value!r} includes {what}, which an ACL permits")
+            raise ValueError(
+                f"denied_ports {toml_repr(value)} includes {what}, which an ACL permits"
+            )
     return value
 
 
@@ -893,6 +1069,16 @@ Workload = Annotated[
 # ---------------------------------------------------------------- the scenario
 
 
+def _floods(w: WorkloadBase) -> bool:
+    """Does this workload send a flood (or denied flows) from the attacker?"""
+    if isinstance(w, FloodWorkload | MinFloodRateWorkload | DosWorkload | IllegalWorkload):
+        return True
+    if isinstance(w, FloodBeside) and w.flood is not None:
+        rates = w.flood_rate if isinstance(w.flood_rate, list) else [w.flood_rate]
+        return any(rates)
+    return False
+
+
 def _variant_name(value: str) -> str:
     check_name(value)
     if value == "baseline":
@@ -907,6 +1093,7 @@ class Scenario(StrictModel):
     name: Name
     description: str = ""
     testbed: Testbed = Field(default_factory=Testbed)
+    topology: TopologySection | None = None
     repeat: Repeat = Field(default_factory=Repeat)
     timing: Timing = Field(default_factory=Timing)
     variants: dict[VariantName, Variant]
@@ -945,6 +1132,19 @@ class Scenario(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _floods_need_ipv4(self) -> Scenario:
+        if self.testbed.family != "ipv6":
+            return self
+        for i, w in enumerate(self.workloads):
+            if _floods(w):
+                raise ValueError(
+                    f"workloads[{i}] ({w.name}) floods from the attacker, and floods are IPv4 "
+                    'only: set family = "ipv4" in [testbed], or move this workload to a '
+                    "scenario of its own"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _latency_load_needs_link_rate(self) -> Scenario:
         for i, w in enumerate(self.workloads):
             if isinstance(w, LatencyWorkload) and w.load is not None and not self.testbed.link_rate:
@@ -966,7 +1166,7 @@ class Scenario(StrictModel):
             if workload.name in explicit:
                 raise ValueError(
                     f"workloads[{explicit[workload.name]}] and workloads[{i}] are both named "
-                    f"{workload.name!r}; give each workload its own name"
+                    f"{toml_repr(workload.name)}; give each workload its own name"
                 )
             explicit[workload.name] = i
         # Derived names that collide get -2, -3, … in file order.

@@ -16,7 +16,7 @@ from secperf.scenario.units import fmt_rate, fmt_size
 AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
-_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table"})
+_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers"})
 # A workload's flood-beside keys (schema.FloodBeside); left out when it has no flood.
 _FLOOD_BESIDE = ("flood", "flood_rate", "flood_target", "flood_payload")
 
@@ -35,6 +35,9 @@ class WorkloadPoint:
     params: dict[str, object]
     label: str  # "message=16KiB", "request=32 response=1KiB"; "" when nothing is swept
     swept: tuple[str, ...]
+    # The hosts or zones the workload names to run from and to ([] = the defaults).
+    clients: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
 
     @property
     def point_id(self) -> str:
@@ -86,6 +89,8 @@ def expand(workload: AnyWorkload, workload_index: int = 0) -> list[WorkloadPoint
                 params=params,
                 label=label,
                 swept=keys,
+                clients=tuple(getattr(workload, "clients", ())),
+                servers=tuple(getattr(workload, "servers", ())),
             )
         )
     return points

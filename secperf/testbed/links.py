@@ -1,10 +1,12 @@
 """Links: veth pairs made directly inside their namespaces, their addresses, and shaping.
 
-Interface names are `<prefix>-<r><p>`: the run prefix, a dash, the first letter
-of this end's role and of the peer's role. `sp1a2b3-cd` is the client's end of
-the client–dut link and `sp1a2b3-dc` the dut's end. Every name carries the
-prefix (so it is traceable to its run) and fits IFNAMSIZ (15 characters) for
-prefixes up to 12 characters. Roles have distinct initials (Topology checks).
+Interface names are `<prefix>-<h><p>`: the run prefix, a dash, the tag of this
+end's host and of the peer's (`Topology.tag`: the initial, or the initial and a
+number where hosts share it). `sp1a2b3-cd` is the client's end of the client–dut
+link and `sp1a2b3-dc` the dut's end; in a graph with gateways `gw-a` and `gw-b`,
+`sp1a2b3-g1g2` joins them. Every name carries the prefix (so it is traceable to
+its run) and must fit IFNAMSIZ (15 characters). A switch host holds a bridge,
+`<prefix>-br`, with every port of the switch in it.
 
 Each veth is created with both ends already in their namespaces
 (`ip link add A netns N1 type veth peer name B netns N2`), so no testbed
@@ -13,7 +15,7 @@ interface ever exists in the root namespace, even for an instant.
 A link with a rate gets a tbf qdisc on the egress of both ends, which shapes
 both directions: burst = max(10 ms at the rate, 1600 B) and latency 50 ms
 (500 ms below 1 Mbit/s, where a full-size packet alone takes ~12 ms at 1 Mbit/s
-and tens of ms at modem rates). Verified on this kernel: 100 Mbit/s holds
+and tens of ms at modem rates), or the link's own `queue`. Verified on this kernel: 100 Mbit/s holds
 ~96 Mbit/s TCP, 33.6 kbit/s holds ~32 kbit/s.
 
 Offloads (`[testbed] offloads`): a veth is born with TSO and GSO on (GRO off), so
@@ -40,9 +42,10 @@ TBF_BURST_SECONDS = 0.010
 SLOW_LINK_BPS = 1_000_000
 
 
-def ifname(prefix: str, role: str, peer: str) -> str:
-    """`role`'s end of its link to `peer`: ifname('sp1a2b3', 'client', 'dut') == 'sp1a2b3-cd'."""
-    name = f"{prefix}-{role[0]}{peer[0]}"
+def ifname(prefix: str, tag: str, peer_tag: str) -> str:
+    """An end's name from its host's tag and its peer's (`Topology.tag`):
+    ifname('sp1a2b3', 'c', 'd') == 'sp1a2b3-cd'."""
+    name = f"{prefix}-{tag}{peer_tag}"
     if len(name) > IFNAMSIZ:
         raise TestbedError(
             f"interface name {name!r} is longer than {IFNAMSIZ} characters",
@@ -69,12 +72,15 @@ class TbfParams:
         ]
 
 
-def tbf_params(rate_bps: int) -> TbfParams:
-    """The tbf that holds `rate_bps`: 10 ms of burst (≥ 1600 B), 50 ms queue (500 ms if slow)."""
+def tbf_params(rate_bps: int, queue_s: float | None = None) -> TbfParams:
+    """The tbf that holds `rate_bps`: 10 ms of burst (≥ 1600 B), a queue of `queue_s`
+    (default 50 ms, 500 ms if slow)."""
     if rate_bps <= 0:
         raise TestbedError(f"link rate {rate_bps} bit/s must be positive")
     burst = max(int(rate_bps / 8 * TBF_BURST_SECONDS), TBF_MIN_BURST)
     latency = 500 if rate_bps < SLOW_LINK_BPS else 50
+    if queue_s is not None:
+        latency = max(1, round(queue_s * 1000))
     return TbfParams(rate_bps, burst, latency)
 
 
@@ -89,11 +95,24 @@ def create_veth(ledger: Ledger, name: str, netns: str, peer: str, peer_netns: st
         raise
 
 
-def shape(netns: str, dev: str, rate_bps: int) -> None:
+def shape(netns: str, dev: str, rate_bps: int, queue_s: float | None = None) -> None:
     """Put tbf at `rate_bps` on the egress of `dev`."""
-    run_command(
-        ["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf_params(rate_bps).tc_args()]
-    )
+    tbf = tbf_params(rate_bps, queue_s)
+    run_command(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
+
+
+BRIDGE = "br"
+
+
+def bridge_lines(bridge: str, ports: list[str]) -> list[str]:
+    """`ip -batch` lines that make a switch: one bridge, every port in it, all up.
+
+    No STP, no address: a plain learning switch for a zone's LAN."""
+    lines = ["link set lo up", f"link add {bridge} type bridge stp_state 0 forward_delay 0"]
+    lines += [f"link set {port} master {bridge}" for port in ports]
+    lines += [f"link set {port} up" for port in ports]
+    lines.append(f"link set {bridge} up")
+    return lines
 
 
 def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> list[str]:
@@ -105,6 +124,8 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
     lines = ["link set lo up"]
     links: list[LinkSpec] = list(topology.links_of(role))
     for link in links:
+        if role not in link.addr4:
+            continue
         dev = ifnames[link.name]
         lines.append(f"addr add {link.addr4[role]} dev {dev}")
         lines.append(f"addr add {link.addr6[role]} dev {dev} nodad")
@@ -116,12 +137,14 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
     for link in links:
         lines.append(f"link set {ifnames[link.name]} up")
     # The direct link's /24 is on-link, more specific than the default: traffic
-    # to 198.18.3.x never crosses the dut.
+    # to 198.18.3.x never crosses the dut. Subnets the default gateway does not
+    # lead to get their own route (Topology.routes).
     # (Batch lines take no global options such as -6: the prefix names the family.)
     for fam, default in ((4, "0.0.0.0/0"), (6, "::/0")):
         gw = topology.gateway(role, fam)
         if gw is not None:
             lines.append(f"route add {default} via {gw}")
+        lines += [f"route add {net} via {via}" for net, via in topology.routes(role, fam)]
     return lines
 
 

@@ -8,8 +8,9 @@ secperf and the kernel. `ip netns exec` execs the target in place, so the pid
 Popen returns is the pid of the real program, and that is what the ledger
 records.
 
-`Host` is the seam for other kinds of hosts: a remote machine reached over SSH
-implements the same members (`name`, `run`, `spawn`, `cpu_groups`).
+This module is the namespace backend of the host interface
+(secperf.testbed.host.Host): `NetnsHost` is a host that is a namespace on this
+machine. A remote machine reached over SSH implements the same members.
 
 Every process `spawn` starts joins the host's cgroup before it execs (a
 `sh -c 'echo $$ > …/cgroup.procs; exec "$@"'` in front of `ip netns exec`,
@@ -19,6 +20,7 @@ which keeps the pid), so its CPU and its children's count for that host.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -28,16 +30,17 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, Any
 
 from secperf.errors import TestbedError
 from secperf.testbed.cgroups import HostCgroup
+from secperf.testbed.host import Host, InterfaceCounters, Redirect
 from secperf.testbed.ledger import Ledger, proc_starttime, proc_state, process_matches
 
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
 NETNS_DIR = Path("/run/netns")
 
-Redirect = int | IO[Any] | None
+__all__ = ["Host", "ManagedProcess", "NetnsHost", "Redirect"]
 
 
 def new_prefix() -> str:
@@ -281,45 +284,6 @@ class ManagedProcess:
 # -- hosts --------------------------------------------------------------------
 
 
-@runtime_checkable
-class Host(Protocol):
-    """Somewhere commands run: a namespace here, an SSH host in a lab."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def cpu_groups(self) -> list[dict[str, Any]]:
-        """The CPU counter of every host of the testbed (`host`, `path`, `fd`), for an
-        engine spec's `cpu_groups` (spawn it with those fds); empty where CPU per
-        host is not counted."""
-        ...
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        check: bool = True,
-        input: str | None = None,
-        timeout: float = 30.0,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run to completion; with check, a non-zero exit raises a SecperfError."""
-        ...
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        stdout: Redirect = subprocess.DEVNULL,
-        stderr: Redirect = subprocess.DEVNULL,
-        label: str = "",
-        pass_fds: Sequence[int] = (),
-    ) -> ManagedProcess:
-        """Start a long-running process, recorded until it is stopped; it inherits
-        `pass_fds` (file descriptors of this process, same numbers)."""
-        ...
-
-
 class NetnsHost:
     """A host that is a network namespace on this machine."""
 
@@ -410,8 +374,83 @@ class NetnsHost:
         self._processes.append(proc)
         return proc
 
+    # -- counters, CPU and memory (the host interface) -------------------------------
+
+    def interface_counters(self) -> dict[str, InterfaceCounters]:
+        """Every interface's byte and packet counters, as the kernel has them now."""
+        out = self.run(["ip", "-s", "-j", "link", "show"]).stdout
+        counters: dict[str, InterfaceCounters] = {}
+        for link in json.loads(out or "[]"):
+            stats = link.get("stats64") or link.get("stats") or {}
+            rx, tx = stats.get("rx", {}), stats.get("tx", {})
+            counters[str(link["ifname"])] = InterfaceCounters(
+                rx_bytes=int(rx.get("bytes", 0)),
+                rx_packets=int(rx.get("packets", 0)),
+                rx_dropped=int(rx.get("dropped", 0)),
+                tx_bytes=int(tx.get("bytes", 0)),
+                tx_packets=int(tx.get("packets", 0)),
+                tx_dropped=int(tx.get("dropped", 0)),
+            )
+        return counters
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of everything secperf started in this host (its cgroup), or None
+        where this machine gives hosts no cgroup."""
+        group = self.cgroup
+        return None if group is None else group.usage_s()
+
+    def memory_bytes(self) -> int:
+        """Resident memory (VmRSS) of the processes secperf started here that still run,
+        with their children: what the host's daemons hold now."""
+        total = 0
+        for proc in self._processes:
+            if proc.host != self.netns or proc.returncode is not None:
+                continue
+            for pid in [proc.pid, *_descendants(proc.pid)]:
+                total += _rss_bytes(pid)
+        return total
+
+    def stop_started(self) -> list[str]:
+        """Stop every process secperf started in this host (newest first)."""
+        stopped: list[str] = []
+        for proc in reversed(self._processes):
+            if proc.host == self.netns and proc.returncode is None:
+                proc.stop(timeout=2.0)
+                stopped.append(f"process {proc.pid} ({proc.label})")
+        return stopped
+
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0  # gone between the listing and the read: it holds nothing now
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Pids of every live descendant of `pid` (from /proc/PID/task/*/children)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        here = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{here}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
 
 
 def netns_pids(name: str) -> list[int]:

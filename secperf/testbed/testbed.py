@@ -2,9 +2,10 @@
 
 Build order (each item written to the ledger before it is made): namespaces
 with a cgroup each (secperf.testbed.cgroups: CPU per host, pinning) and their
-sysctls (forwarding on in the dut only, IPv6 DAD off), veth pairs born inside
-their namespaces, then per namespace one `ip -batch` with loopback,
-addresses, links up and default routes, then tbf on shaped links.
+sysctls (forwarding on in forwarding hosts only, IPv6 DAD off), veth pairs born
+inside their namespaces, then per namespace one `ip -batch` with loopback,
+addresses, links up and the routes the graph gives (a switch gets a bridge with
+its ports instead), then tbf on each shaped link and each link's offloads.
 
 Teardown removes exactly what the ledger holds, newest first within each
 kind: processes (only while pid + starttime still match), whatever else still
@@ -169,15 +170,15 @@ class Testbed:
         topo = self.topology
         self.cgroup_layout = cgroups.detect()
         for spec in topo.hosts:
-            ns = self.netns(spec.role)
+            ns = self.netns(spec.name)
             create_netns(self.ledger, ns)
             set_sysctls(ns, _sysctls(spec.forwarding))
-            self.cgroups[spec.role] = cgroups.create(
+            self.cgroups[spec.name] = cgroups.create(
                 self.ledger,
                 self.cgroup_layout,
                 self.prefix,
-                spec.role,
-                self.pin.get(spec.role),
+                spec.name,
+                self.pin.get(spec.name),
             )
         for link in topo.links:
             links.create_veth(
@@ -187,17 +188,25 @@ class Testbed:
                 self.ifname(link.name, link.b),
                 self.netns(link.b),
             )
-        for role in topo.roles:
+        for spec in topo.hosts:
+            role = spec.name
             names = {lk.name: self.ifname(lk.name, role) for lk in topo.links_of(role)}
-            run_ip_batch(self.netns(role), links.host_ip_lines(topo, role, names))
+            if spec.is_switch:
+                bridge = f"{self.prefix}-{links.BRIDGE}"
+                run_ip_batch(self.netns(role), links.bridge_lines(bridge, list(names.values())))
+            else:
+                run_ip_batch(self.netns(role), links.host_ip_lines(topo, role, names))
         for link in topo.links:
             if link.rate_bps is not None:
                 for role in link.ends():
-                    links.shape(self.netns(role), self.ifname(link.name, role), link.rate_bps)
-        links.apply_offloads(
-            topo.offloads,
-            [(self.netns(r), self.ifname(lk.name, r)) for lk in topo.links for r in lk.ends()],
-        )
+                    links.shape(
+                        self.netns(role), self.ifname(link.name, role), link.rate_bps, link.queue_s
+                    )
+        for link in topo.links:
+            links.apply_offloads(
+                link.offloads or topo.offloads,
+                [(self.netns(r), self.ifname(link.name, r)) for r in link.ends()],
+            )
 
     # -- access ----------------------------------------------------------------
 
@@ -221,7 +230,8 @@ class Testbed:
     def ifname(self, link: str, role: str) -> str:
         """`role`'s interface on `link`, e.g. ifname('client-dut', 'client') == 'sp1a2b3-cd'."""
         spec = self.topology.link(link)
-        return links.ifname(self.prefix, role, spec.peer(role))
+        topo = self.topology
+        return links.ifname(self.prefix, topo.tag(role), topo.tag(spec.peer(role)))
 
     @property
     def processes(self) -> list[ManagedProcess]:

@@ -32,6 +32,9 @@ class MeasureContext:
     direct: bool  # this variant bypasses the DUT (a `direct` baseline)
     target: str  # the engine server's control address (ADDR:PORT) for this variant
     mechanisms: list[tuple[Mechanism, MechanismContext]] = field(default_factory=list)
+    # The hosts the workload runs from and to (names in the testbed graph).
+    client: str = "client"
+    server: str = "server"
     # Append one record to records.jsonl, tagged with variant, point and round.
     keep: Callable[[Record], None] = lambda _rec: None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -46,19 +49,23 @@ class MeasureContext:
         variant: str = "test",
         mechanisms: list[tuple[Mechanism, MechanismContext]] | None = None,
         keep: Callable[[Record], None] | None = None,
+        client: str = "client",
+        server: str = "server",
     ) -> MeasureContext:
         """A context for measuring on `testbed` outside a run (tools and tests):
         topology and traffic plan come from the testbed itself."""
         return cls(
             testbed=testbed,
             topology=testbed.topology,
-            plan=traffic_plan(testbed.topology, family),
+            plan=traffic_plan(testbed.topology, family, client, server),
             family=family,
             variant=variant,
             direct=False,
             target=target,
             mechanisms=mechanisms or [],
             keep=keep or (lambda _rec: None),
+            client=client,
+            server=server,
         )
 
 
@@ -92,4 +99,4 @@ class EngineExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         spec = self.spec(dict(point.params), ctx.target)
-        return run_test(ctx.testbed.host("client"), spec, on_record=ctx.keep).result
+        return run_test(ctx.testbed.host(ctx.client), spec, on_record=ctx.keep).result

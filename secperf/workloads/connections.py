@@ -13,6 +13,7 @@ from secperf.errors import EngineError
 from secperf.mechanisms.base import flush_flow_state
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.search import Trial, bisect_rate, passes
+from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
@@ -82,7 +83,7 @@ def run_on_client(ctx: MeasureContext, spec: dict[str, Any], keep_all: bool) -> 
         spec["duration"] + spec.get("hold", 0) + spec.get("warmup", 0) + 4 * spec["timeout"] + 30
     )
     keep = ctx.keep if keep_all else (lambda _r: None)
-    return run_test(ctx.testbed.host("client"), spec, on_record=keep, timeout=budget).result
+    return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,15 @@ class ConnectionsExecutor:
 
 
 def fresh_dut(ctx: MeasureContext) -> None:
-    """Before each trial of a search: the DUT forgets the connections of the one
-    before (TIME_WAIT entries of an orderly close, NAT bindings), so a trial's
-    result does not depend on which rates the search tried first."""
-    if "dut" in ctx.topology.roles:
-        flush_flow_state(ctx.testbed.host("dut"))
+    """Before each trial of a search: the DUT (and every host carrying a mechanism)
+    forgets the connections of the trial before (TIME_WAIT entries of an orderly
+    close, NAT bindings), so a trial's result does not depend on which rates the
+    search tried first."""
+    names = {h for _mech, mctx in ctx.mechanisms for h in mctx.hosts}
+    if DUT in ctx.topology.names:
+        names.add(DUT)
+    for name in sorted(names):
+        flush_flow_state(ctx.testbed.host(name))
 
 
 def _trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:

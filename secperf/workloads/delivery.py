@@ -131,7 +131,7 @@ class DeliveryCount:
         self.before: Reading | None = None
 
     def _reached(self) -> tuple[int, ...]:
-        out = self.ctx.testbed.host("server").run(
+        out = self.ctx.testbed.host(self.ctx.server).run(
             ["nft", "-j", "list", "counters", "table", "inet", self.table]
         )
         got: dict[str, int] = {}
@@ -150,7 +150,7 @@ class DeliveryCount:
         return Reading(time.monotonic(), self._reached(), links)
 
     def start(self) -> None:
-        self.ctx.testbed.host("server").run(
+        self.ctx.testbed.host(self.ctx.server).run(
             ["nft", "-f", "-"], input=counter_rules(self.table, self.matches)
         )
         self.before = self._read()

@@ -64,7 +64,7 @@ def unlisted_sources(topology: Topology) -> str:
 
 def half_open(ctx: MeasureContext) -> int:
     """TCP sockets in SYN-RECV in the server: half-open connections it holds."""
-    out = ctx.testbed.host("server").run(["ss", "-Htn", "state", "syn-recv"]).stdout
+    out = ctx.testbed.host(ctx.server).run(["ss", "-Htn", "state", "syn-recv"]).stdout
     return sum(1 for line in out.splitlines() if line.strip())
 
 

@@ -79,7 +79,7 @@ def flood_spec(
     spec: Spec = {
         "kind": "flood",
         "flood": flood,
-        "target": ctx.topology.server_address(4, "dut"),
+        "target": ctx.topology.server_address(4, "dut", ctx.server),
         "rate_pps": int(rate_pps),
         "duration": float(duration),
     }

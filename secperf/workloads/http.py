@@ -40,9 +40,9 @@ def nginx_for(ctx: MeasureContext) -> Nginx:
     base = ctx.extra.get("files_dir")
     root = Path(base) if base else Path(tempfile.mkdtemp(prefix=f"secperf-{key}-"))
     server = start_nginx(
-        ctx.testbed.host("server"),
+        ctx.testbed.host(ctx.server),
         root / "nginx",
-        ctx.topology.server_address(ctx.family, "dut"),
+        ctx.topology.server_address(ctx.family, "dut", ctx.server),
         ipv6=ctx.family == 6,
     )
     _NGINX[key] = server
@@ -84,4 +84,6 @@ class HttpExecutor:
         urls = server.serve(sizes)
         spec = engine_spec(dict(point.params), urls, hostport(target_address(ctx), HTTP_PORT))
         budget = spec["duration"] + spec["warmup"] + 2 * spec["timeout"] + 15
-        return run_test(ctx.testbed.host("client"), spec, on_record=ctx.keep, timeout=budget).result
+        return run_test(
+            ctx.testbed.host(ctx.client), spec, on_record=ctx.keep, timeout=budget
+        ).result

@@ -81,7 +81,7 @@ def install_counters(ctx: MeasureContext, ports: str) -> None:
     if _INSTALLED.get(ctx.testbed.prefix) == ports:
         return
     net = str(ctx.topology.interface(ATTACKER, ATTACKER_LINK, 4).network)
-    ctx.testbed.host("server").run(
+    ctx.testbed.host(ctx.server).run(
         ["nft", "-f", "-"], input=counter_rules(counter_table(ctx), net, ports)
     )
     _INSTALLED[ctx.testbed.prefix] = ports
@@ -89,7 +89,7 @@ def install_counters(ctx: MeasureContext, ports: str) -> None:
 
 def read_counters(ctx: MeasureContext) -> dict[str, int]:
     """Packets counted so far per denied flow (cumulative)."""
-    out = ctx.testbed.host("server").run(
+    out = ctx.testbed.host(ctx.server).run(
         ["nft", "-j", "list", "counters", "table", "inet", counter_table(ctx)]
     )
     got: dict[str, int] = {}
@@ -203,7 +203,7 @@ class IllegalExecutor:
         count.start()
         floods = {proto: flood_beside(ctx, s, spec["warmup"]) for proto, s in specs.items()}
         try:
-            allowed_run = EngineTest(ctx.testbed.host("client"), spec).collect()
+            allowed_run = EngineTest(ctx.testbed.host(ctx.client), spec).collect()
         except BaseException:
             for f in floods.values():
                 f.stop()

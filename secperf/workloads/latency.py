@@ -101,7 +101,7 @@ class LatencyExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         spec, other = self.specs(ctx, dict(point.params))
-        client = ctx.testbed.host("client")
+        client = ctx.testbed.host(ctx.client)
         side = EngineTest(client, other) if other is not None else None
 
         def keep_but_result(rec: Record) -> None:

@@ -57,7 +57,7 @@ class MinFloodRateExecutor:
         )
         spec = inner.spec(stream_params, ctx.target)
         unflooded = run_test(
-            ctx.testbed.host("client"), spec, on_record=keep_side(ctx, "unflooded")
+            ctx.testbed.host(ctx.client), spec, on_record=keep_side(ctx, "unflooded")
         ).result
         base_bps = float(unflooded.get("bits_per_second") or 0.0)
 

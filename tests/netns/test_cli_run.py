@@ -124,6 +124,9 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     assert (run_dir / "report.html").is_file()
     assert (run_dir / "files" / "acl.0.nft").is_file()
     assert "tcp-rr" in proc.stdout and "Δ%" in proc.stdout
+    # the run said how long it would take, and counted points and rounds
+    assert "point(s) x 2 configuration(s)" in proc.stdout and "about " in proc.stdout
+    assert "point 1/4, round 1/2: " in proc.stdout and " left" in proc.stdout
     # nothing left behind: no namespace, no ledger, no engine process of ours
     assert our_namespaces(meta["prefix"]) == []
     assert ledgers(state_dir) == []
@@ -143,7 +146,7 @@ def test_a_typo_fails_before_any_namespace_exists(tmp_path: Path, state_dir: Pat
         TINY.format(baseline="forward", duration="1s").replace("request = 1", "reqest = 1")
     )
     proc = secperf("run", str(scenario), "--out", str(tmp_path / "results"))
-    assert proc.returncode == 2
+    assert proc.returncode == 3  # invalid scenario (README.md, exit codes)
     assert "reqest" in proc.stderr and "request" in proc.stderr and f"{scenario}:" in proc.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
     assert ledgers(state_dir) == [] and not any(state_dir.iterdir())

@@ -34,7 +34,8 @@ def setup(
     )
     runner = Runner(sc, RunDir.create(tmp / "results", "flow"), Console(quiet=True))
     with Testbed.build(runner.topology, state_dir=tmp / "state") as tb:
-        variants = prepare_variants(sc, runner.plan, tmp, f"secperf_{tb.prefix}")
+        variants = prepare_variants(sc, runner.plan, tmp, f"secperf_{tb.prefix}", runner.topology)
+        runner.mechanism_hosts = ["dut"]
         echo = start_echo(tb.host("server"), "0.0.0.0", [PORT])
         try:
             yield runner, tb, variants, echo
@@ -53,14 +54,14 @@ def test_switching_variants_leaves_the_dut_conntrack_table_empty(
     runner, tb, (baseline, pat), _ = setup
     dut = tb.host("dut")
     server = runner.plan.server_addr
-    runner._apply(dut, pat)
+    runner._apply(tb, pat)
     connect_through_dut(tb, server)
     # PAT tracked both connections (TIME_WAIT and the UDP binding outlive the probes)
     assert conntrack_entries(dut) >= 2
-    runner._apply(dut, baseline)
+    runner._apply(tb, baseline)
     assert conntrack_entries(dut) == 0
     # and back: the NAT variant starts with no binding from its earlier test
-    runner._apply(dut, pat)
+    runner._apply(tb, pat)
     assert conntrack_entries(dut) == 0
 
 
@@ -69,8 +70,8 @@ def test_the_same_variant_again_starts_empty_too(
 ) -> None:
     runner, tb, (_, pat), _ = setup
     dut = tb.host("dut")
-    runner._apply(dut, pat)
+    runner._apply(tb, pat)
     connect_through_dut(tb, runner.plan.server_addr)
     assert conntrack_entries(dut) >= 2
-    runner._apply(dut, pat)  # a shuffled order may run one variant twice in a row
+    runner._apply(tb, pat)  # a shuffled order may run one variant twice in a row
     assert conntrack_entries(dut) == 0

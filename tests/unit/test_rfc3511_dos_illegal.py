@@ -84,6 +84,7 @@ def test_illegal_counters_are_reinstalled_when_the_denied_ports_change() -> None
     ctx = SimpleNamespace(
         testbed=SimpleNamespace(prefix="sptest1", host=lambda role: server),
         topology=SimpleNamespace(interface=lambda *a: ip_interface("198.19.9.1/24")),
+        server="server",
     )
     for ports in ("10-1023", "10-1023", "2000-2100", "10-1023"):
         install_counters(ctx, ports)  # type: ignore[arg-type]
@@ -160,6 +161,8 @@ def _illegal_round(
         mechanisms=[(SimpleNamespace(kind=kind), None)] if kind else [],
         testbed=SimpleNamespace(host=lambda role: None),
         keep=kept.append,
+        client="client",
+        server="server",
     )
     point = WorkloadPoint(0, 0, "illegal", "illegal", {"duration": 1.0}, "", ())
     return illegal.IllegalExecutor().measure(ctx, point)  # type: ignore[arg-type]

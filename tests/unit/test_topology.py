@@ -145,13 +145,13 @@ def test_ifnames_short_and_prefixed() -> None:
         names = set()
         for link in t.links:
             for role in link.ends():
-                name = ifname(prefix, role, link.peer(role))
+                name = ifname(prefix, t.tag(role), t.tag(link.peer(role)))
                 assert len(name) <= 15 and name.startswith(prefix)
                 names.add(name)
         assert len(names) == 2 * len(t.links)  # no two ends share a name
-    assert ifname("sp1a2b3", "client", "dut") == "sp1a2b3-cd"
+    assert ifname("sp1a2b3", t.tag("client"), t.tag("dut")) == "sp1a2b3-cd"
     with pytest.raises(TestbedError):
-        ifname("abcdefghijklm", "client", "dut")
+        ifname("abcdefghijklm", "c", "d")
     with pytest.raises(TestbedError):
         check_prefix("abcdefghijklm")
     with pytest.raises(TestbedError):
