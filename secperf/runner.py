@@ -296,6 +296,10 @@ class Runner:
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
+                for v in variants:
+                    for _mech, ctx in v.mechanisms:
+                        # a mechanism that copies the server's settings (synproxy)
+                        ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
                 self._write_meta(
                     prefix=testbed.prefix,

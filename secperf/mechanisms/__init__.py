@@ -47,7 +47,9 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
     if isinstance(spec, ApplianceMechanism):
         return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
     if isinstance(spec, SynproxyMechanism):
-        return Synproxy(mss=spec.mss, wscale=spec.wscale)
+        return Synproxy(
+            mss=spec.mss, wscale=spec.wscale, timestamp=spec.timestamp, sack_perm=spec.sack_perm
+        )
     if isinstance(spec, VpnMechanism):
         return Tunnel(spec)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

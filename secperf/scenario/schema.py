@@ -396,12 +396,16 @@ class ApplianceMechanism(MechanismBase):
 
 class SynproxyMechanism(MechanismBase):
     """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
-    answers SYNs with cookies; `mss` and `wscale` must match the server's (default:
-    1460/1440 for IPv4/IPv6 on a 1500-byte MTU, and 7, Linux's for a 6 MiB rmem)."""
+    answers SYNs with cookies. The options it promises must be the server's: by default
+    they are read from the server's namespace when the rules are loaded (MSS from its
+    link MTU, window scale from its tcp_rmem / rmem_max, timestamps and SACK from its
+    sysctls); a key given here overrides what was read."""
 
     kind: Literal["synproxy"]
     mss: int | None = Field(default=None, ge=536, le=65495)
-    wscale: int = Field(default=7, ge=0, le=14)
+    wscale: int | None = Field(default=None, ge=0, le=14)
+    timestamp: bool | None = None
+    sack_perm: bool | None = None
 
 
 # -- VPN tunnels (secperf.mechanisms.vpn implements them; docs/methodology.md, "VPN tunnels")
@@ -839,8 +843,17 @@ class RrWorkload(FloodBeside, WorkloadBase):
         return f"{self.protocol}-rr"
 
 
+# How crr-style workloads end each connection: "fin" an orderly close (FINs both
+# ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
+Close = Literal["fin", "reset"]
+
+
 class CrrWorkload(FloodBeside, WorkloadBase):
-    """A new TCP connection per transaction (netperf TCP_CRR): connections/s."""
+    """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
+
+    `close = "fin"` (default) closes each connection in order (FIN both ways);
+    `close = "reset"` with an RST (SO_LINGER 0), which a stateful DUT never sees
+    as a teardown."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "request": "size",
@@ -855,6 +868,7 @@ class CrrWorkload(FloodBeside, WorkloadBase):
     response: TransactionSize = 1
     parallel: Parallel = 1
     payload: Payload = "random"
+    close: Close = "fin"
 
     def default_name(self) -> str:
         return "tcp-crr"
@@ -911,6 +925,7 @@ class ConnectionsWorkload(WorkloadBase):
     hold: HoldTime = 1.0
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
+    close: Close = "fin"  # how the server answers each FIN: its own FIN, or an RST
 
     def default_name(self) -> str:
         return "connections"
@@ -925,6 +940,7 @@ class RateSearchBase(WorkloadBase):
     max_failure_pct: float = Field(default=0.1, ge=0, le=100)
     max_steps: int = Field(default=8, ge=1, le=30)
     timeout: Timeout = 1.0
+    close: Close = "fin"
 
     @model_validator(mode="after")
     def _low_below_high(self) -> RateSearchBase:
@@ -1109,6 +1125,7 @@ class DosWorkload(WorkloadBase):
     timeout: Timeout = 1.0
     request: int = Field(default=1, ge=1, le=65536)
     response: int = Field(default=1, ge=1, le=65536)
+    close: Close = "fin"
     flood: FloodKind = "syn"
     flood_rate: DosFloodRate = 20_000
     flood_target: Literal["measured", "allowed", "denied"] = "measured"
