@@ -288,6 +288,26 @@ class DaemonSet:
         return out
 
 
+class DaemonTunnel:
+    """What the implementations share once started: their DaemonSet (`_ds`) and
+    device names per end (`_names`); an implementation overrides what differs."""
+
+    _names: dict[str, str]
+    _ds: DaemonSet
+
+    def stop(self) -> None:
+        self._ds.stop()
+
+    def devices(self) -> dict[str, str]:
+        return dict(self._names)
+
+    def pids(self) -> dict[str, list[int]]:
+        return self._ds.pids()
+
+    def host_files(self) -> list[Path]:
+        return []  # everything it writes is in the run directory (or its private /run)
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")

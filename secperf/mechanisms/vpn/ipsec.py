@@ -33,6 +33,7 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     PRIVATE_RUN,
     DaemonSet,
+    DaemonTunnel,
     TunnelEnd,
     check_ends,
     check_tunnel_name,
@@ -141,7 +142,7 @@ def render_swanctl_conf(
     )
 
 
-class Ipsec:
+class Ipsec(DaemonTunnel):
     kind = "ipsec"
 
     def __init__(self, cipher: str = "aes-256-gcm", mode: str = "tunnel") -> None:
@@ -252,15 +253,6 @@ class Ipsec:
     def stop(self) -> None:
         self._ds.stop()
         self._names.clear()
-
-    def devices(self) -> dict[str, str]:
-        return dict(self._names)
-
-    def pids(self) -> dict[str, list[int]]:
-        return self._ds.pids()
-
-    def host_files(self) -> list[Path]:
-        return []  # everything it writes is in the run directory (or its private /run)
 
     def describe(self) -> dict[str, Any]:
         return {

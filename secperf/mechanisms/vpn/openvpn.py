@@ -25,6 +25,7 @@ from typing import Any
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     DaemonSet,
+    DaemonTunnel,
     TunnelEnd,
     add_routes,
     check_ends,
@@ -165,7 +166,7 @@ def make_tls_files(files_dir: Path, name: str) -> dict[str, Path]:
     return out
 
 
-class OpenVpn:
+class OpenVpn(DaemonTunnel):
     kind = "openvpn"
 
     def __init__(
@@ -233,18 +234,6 @@ class OpenVpn:
         except BaseException:
             ds.stop()
             raise
-
-    def stop(self) -> None:
-        self._ds.stop()
-
-    def devices(self) -> dict[str, str]:
-        return dict(self._names)
-
-    def pids(self) -> dict[str, list[int]]:
-        return self._ds.pids()
-
-    def host_files(self) -> list[Path]:
-        return []  # everything it writes is in the run directory (or its private /run)
 
     def describe(self) -> dict[str, Any]:
         return {

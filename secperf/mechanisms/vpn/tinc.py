@@ -26,6 +26,7 @@ from typing import Any
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     DaemonSet,
+    DaemonTunnel,
     TunnelEnd,
     add_routes,
     check_ends,
@@ -111,7 +112,7 @@ def render_up(end: TunnelEnd) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Tinc:
+class Tinc(DaemonTunnel):
     kind = "tinc"
 
     def __init__(
@@ -189,18 +190,6 @@ class Tinc:
         except BaseException:
             ds.stop()
             raise
-
-    def stop(self) -> None:
-        self._ds.stop()
-
-    def devices(self) -> dict[str, str]:
-        return dict(self._names)
-
-    def pids(self) -> dict[str, list[int]]:
-        return self._ds.pids()
-
-    def host_files(self) -> list[Path]:
-        return []  # everything it writes is in the run directory (or its private /run)
 
     def describe(self) -> dict[str, Any]:
         return {

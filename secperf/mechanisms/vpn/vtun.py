@@ -25,6 +25,7 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     PRIVATE_RUN,
     DaemonSet,
+    DaemonTunnel,
     TunnelEnd,
     add_routes,
     check_ends,
@@ -95,7 +96,7 @@ def render_conf(vpn: Vtun, me: TunnelEnd, device: str, password: str, server: bo
     )
 
 
-class Vtun:
+class Vtun(DaemonTunnel):
     kind = "vtun"
 
     def __init__(
@@ -165,18 +166,6 @@ class Vtun:
         except BaseException:
             ds.stop()
             raise
-
-    def stop(self) -> None:
-        self._ds.stop()
-
-    def devices(self) -> dict[str, str]:
-        return dict(self._names)
-
-    def pids(self) -> dict[str, list[int]]:
-        return self._ds.pids()
-
-    def host_files(self) -> list[Path]:
-        return []  # everything it writes is in the run directory (or its private /run)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -21,6 +21,7 @@ from typing import Any
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     DaemonSet,
+    DaemonTunnel,
     TunnelEnd,
     add_routes,
     check_ends,
@@ -61,7 +62,7 @@ def _has_wg_device(host: Host, dev: str) -> bool:
     return host.run(["wg", "show", dev], check=False).returncode == 0
 
 
-class Wireguard:
+class Wireguard(DaemonTunnel):
     kind = "wireguard"
 
     def __init__(self, cipher: str = "chacha20-poly1305") -> None:
@@ -145,12 +146,6 @@ class Wireguard:
         if self._backend != "wireguard-go":
             return []
         return [SOCKET_DIR / f"{dev}.sock" for dev in self._names.values()]
-
-    def devices(self) -> dict[str, str]:
-        return dict(self._names)
-
-    def pids(self) -> dict[str, list[int]]:
-        return self._ds.pids()
 
     def describe(self) -> dict[str, Any]:
         return {
