@@ -8,9 +8,14 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           iperf3 sockperf python3-venv netsniff-ng hping3
+          chromium  # chromium: the test that renders report.html in a real browser
+          # VPN tunnels (secperf.mechanisms.vpn) and the capture that proves them encrypted.
+          # --no-install-recommends matters: wireguard-tools recommends a kernel image.
+          openvpn openssl wireguard-go wireguard-tools tinc vtun tcpdump util-linux
+          strongswan-charon strongswan-swanctl libcharon-extra-plugins
+          libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp
-          chromium)  # chromium: the test that renders report.html in a real browser
+          squid ftp-proxy vsftpd dnsmasq-base curl lftp)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -55,6 +55,39 @@ say("ready")
 threading.Event().wait()
 """
 
+# A TCP sink on port 5001: prints "ready", then the bytes it received and the
+# seconds between the first and the last (tests of link rates).
+SINK_SCRIPT = """
+import socket, time
+s = socket.socket()
+s.bind(("0.0.0.0", 5001))
+s.listen()
+print("ready", flush=True)
+c, _ = s.accept()
+n, first, last = 0, None, None
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    now = time.monotonic()
+    first = first or now
+    last = now
+    n += len(b)
+print(n, last - first, flush=True)
+"""
+
+# Sends 64 KiB writes to ADDR:5001 for SECONDS (argv 1 and 2), then closes.
+SOURCE_SCRIPT = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5001), timeout=5)
+buf = b"x" * 65536
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    c.sendall(buf)
+c.close()
+"""
+
+
 PROBE = r"""
 import socket, sys
 addr, port, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3]

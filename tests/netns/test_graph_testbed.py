@@ -14,7 +14,7 @@ import pytest
 
 from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.base import MechanismContext, traffic_plan
-from secperf.probe import EchoServer, probe, start_echo
+from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT, EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
 
@@ -88,11 +88,11 @@ def test_rate_on_one_link_only(gateways: tuple[Testbed, EchoServer]) -> None:
             qdisc = tb.host(end).run(["tc", "qdisc", "show", "dev", dev]).stdout
             assert ("tbf" in qdisc) == (link.name == "gw-a-gw-b"), (link.name, end, qdisc)
     sink = tb.host("server").spawn(
-        [sys.executable, "-c", SINK], stdout=subprocess.PIPE, label="sink"
+        [sys.executable, "-c", SINK_SCRIPT], stdout=subprocess.PIPE, label="sink"
     )
     assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
     server = tb.topology.primary_address("server")
-    tb.host("client").run([sys.executable, "-c", SOURCE, server, "1.5"])
+    tb.host("client").run([sys.executable, "-c", SOURCE_SCRIPT, server, "1.5"])
     nbytes, seconds = sink.stdout.readline().split()
     bps = int(nbytes) * 8 / float(seconds)
     assert 0.5 * RATE < bps < 1.2 * RATE, f"{bps / 1e6:.1f} Mbit/s through an 8 Mbit/s link"
@@ -228,33 +228,3 @@ def test_scenario_with_topology_runs_end_to_end(tmp_path: Path, state_dir: Path)
     assert results and all(b and 10e6 < b < 55e6 for b in bps), bps
     html = (run_dir / "report.html").read_text()
     assert "<svg" in html and "gw-a" in html and "50 Mbit/s" in html
-
-
-SINK = """
-import socket, time
-s = socket.socket()
-s.bind(("0.0.0.0", 5001))
-s.listen()
-print("ready", flush=True)
-c, _ = s.accept()
-n, first, last = 0, None, None
-while True:
-    b = c.recv(65536)
-    if not b:
-        break
-    now = time.monotonic()
-    first = first or now
-    last = now
-    n += len(b)
-print(n, last - first, flush=True)
-"""
-
-SOURCE = """
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], 5001), timeout=5)
-buf = b"x" * 65536
-end = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
-    c.sendall(buf)
-c.close()
-"""

@@ -16,6 +16,7 @@ from typing import IO, Any
 import pytest
 
 from secperf.errors import TestbedError
+from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT
 from secperf.testbed import Testbed, Topology, clean
 from secperf.testbed.ledger import proc_state
 from secperf.testbed.netns import ManagedProcess, new_prefix
@@ -48,34 +49,6 @@ print(c.recv(100).decode())
 """
 
 # Receives one stream, reports bytes and the time from first to last byte.
-SINK = """
-import socket, time
-s = socket.socket()
-s.bind(("0.0.0.0", 5001))
-s.listen()
-print("ready", flush=True)
-c, _ = s.accept()
-n, first, last = 0, None, None
-while True:
-    b = c.recv(65536)
-    if not b:
-        break
-    now = time.monotonic()
-    first = first or now
-    last = now
-    n += len(b)
-print(n, last - first, flush=True)
-"""
-
-SOURCE = """
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], 5001), timeout=5)
-buf = b"x" * 65536
-end = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
-    c.sendall(buf)
-c.close()
-"""
 
 
 def read_line(stream: IO[Any] | None, timeout: float = 5.0) -> str:
@@ -249,10 +222,12 @@ def test_rate_holds_on_real_traffic(state_dir: Path) -> None:
     rate = 20_000_000
     with Testbed.build(Topology.standard(link_rate_bps=rate)) as tb:
         sink = tb.host("server").spawn(
-            [sys.executable, "-c", SINK], stdout=subprocess.PIPE, label="sink"
+            [sys.executable, "-c", SINK_SCRIPT], stdout=subprocess.PIPE, label="sink"
         )
         assert read_line(sink.stdout) == "ready"
-        tb.host("client").run([sys.executable, "-c", SOURCE, tb.topology.server_address(), "1.0"])
+        tb.host("client").run(
+            [sys.executable, "-c", SOURCE_SCRIPT, tb.topology.server_address(), "1.0"]
+        )
         nbytes, seconds = read_line(sink.stdout).split()
         bps = int(nbytes) * 8 / float(seconds)
         assert 0.5 * rate < bps < 1.15 * rate, f"{bps / 1e6:.1f} Mbit/s through a 20 Mbit/s link"
