@@ -7,12 +7,15 @@ from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
+from secperf.mechanisms.ips import Ids, Ips
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.synproxy import Synproxy
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    IdsMechanism,
+    IpsMechanism,
     NatMechanism,
     SynproxyMechanism,
 )
@@ -46,4 +49,8 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
     if isinstance(spec, SynproxyMechanism):
         return Synproxy(mss=spec.mss, wscale=spec.wscale)
+    if isinstance(spec, IpsMechanism):
+        return Ips(engine=spec.engine, rules=spec.rules, mode=spec.mode, queue=spec.queue)
+    if isinstance(spec, IdsMechanism):
+        return Ids(rules=spec.rules)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -487,8 +487,9 @@ fn run_sensor(args: &Args, iface: &str, matcher: &mut Matcher) -> Result<()> {
             continue;
         };
         counters.packets += 1;
-        let out = matcher.check(pkt);
+        let mut out = matcher.check(pkt);
         // The sensor never drops traffic: a drop rule is an alert here.
+        out.drop = false;
         ips.record(pkt.len(), &out);
     }
     sock.update_stats();
