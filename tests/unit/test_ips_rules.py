@@ -112,3 +112,28 @@ def test_fwsnort_glue_keeps_drop_only_for_drop_rules() -> None:
 def test_mirror_duplicates_every_interface_but_the_sensors() -> None:
     nft = render_mirror("t_ids", ["a-cl", "a-sv"], "a-id")
     assert nft.count("dup to") == 2 and 'device "a-id"' not in nft
+
+
+def test_ids_variant_adds_an_ids_host_and_fwsnort_is_a_required_tool() -> None:
+    from secperf.preflight import tools_for
+    from secperf.runner import topology_for
+    from secperf.scenario.schema import Scenario
+
+    def scenario(mechanisms: list[dict[str, object]]) -> Scenario:
+        return Scenario.model_validate(
+            {
+                "name": "t",
+                "variants": {"v": {"mechanisms": mechanisms}},
+                "workloads": [{"kind": "rr"}],
+            }
+        )
+
+    with_ids = topology_for(scenario([{"kind": "ids", "rules": str(SHIPPED)}]), [])
+    assert with_ids.host("ids").role == "ids"
+    assert with_ids.primary_address("ids", 4) == "198.18.5.2"
+    without = topology_for(scenario([{"kind": "ips", "engine": "fwsnort", "rules": 10}]), [])
+    assert "ids" not in without.roles
+    fw = scenario([{"kind": "ips", "engine": "fwsnort", "rules": 10}])
+    assert "fwsnort" in {t.program for t in tools_for(fw)}
+    nfq = scenario([{"kind": "ips", "rules": 10}])
+    assert "fwsnort" not in {t.program for t in tools_for(nfq)}
