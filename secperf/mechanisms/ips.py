@@ -214,15 +214,18 @@ class Ips:
         if self.engine == "fwsnort":
             self._apply_fwsnort(dut, ctx)
             return
-        stats, _out, err = _stats_paths(ctx, dut)
-        js = ctx.files_dir / f"{ctx.name}.rules.json"
-        argv = ["--queue", str(self.queue), "--rules", str(js)]
-        proc = start_matcher(dut, argv, stats, err, f"ips on queue {self.queue}")
-        self._daemons[host_name(dut)] = _Daemon(proc, stats, _stats_paths(ctx, dut)[1])
+        # The daemon first: once the rule is in, every packet needs it.
+        self.restart_daemons(dut, ctx)
         ipt = [f for f in ctx.rendered if f.tool == "iptables-restore"]
         apply_files(dut, ipt, "iptables-nft", ctx.plan.family)
 
     def _apply_fwsnort(self, dut: Host, ctx: MechanismContext) -> None:
+        if ctx.plan.family != 4:
+            raise MechanismError(
+                "the fwsnort engine is set up for IPv4 only",
+                where="mechanism ips, key engine",
+                fix='use engine = "nfq" for IPv6, or run the scenario over IPv4',
+            )
         save = ctx.files_dir / f"{ctx.name}.fwsnort.save"
         if not save.is_file():
             work = ctx.files_dir / f"{ctx.name}.fwsnort"
@@ -294,7 +297,14 @@ class Ips:
         return killed
 
     def restart_daemons(self, dut: Host, ctx: MechanismContext) -> None:
-        self.apply(dut, ctx)
+        """Start (again) the matcher daemon alone; the NFQUEUE rule stays."""
+        if self.engine != "nfq":
+            return
+        stats, out, err = _stats_paths(ctx, dut)
+        js = ctx.files_dir / f"{ctx.name}.rules.json"
+        argv = ["--queue", str(self.queue), "--rules", str(js)]
+        proc = start_matcher(dut, argv, stats, err, f"ips on queue {self.queue}")
+        self._daemons[host_name(dut)] = _Daemon(proc, stats, out)
 
 
 # ------------------------------------------------------------------------- ids

@@ -144,3 +144,25 @@ def test_ids_on_a_mirror_alerts_and_lets_the_attack_pass(
     assert record["sensor_drops"] == 0, record
     # The sensor saw both directions of every exchange (the mirror copies all of it).
     assert record["packets"] >= 6, record
+
+
+def test_nfq_ips_fails_closed_without_its_daemon(
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
+) -> None:
+    tb, _echo = bed
+    dut, client = tb.host("dut"), tb.host("client")
+    ips = Ips(engine="nfq", rules=RULES)
+    ctx = _ctx(tb, tmp_path, "ips-fc.0")
+    ctx.rendered = ips.render(ctx)
+    try:
+        ips.apply(dut, ctx)
+        assert send(client, "udp", CLEAN)
+        assert ips.kill_daemons()
+        closed = send(client, "udp", CLEAN)  # no --queue-bypass: nothing passes
+        ips.restart_daemons(dut, ctx)
+        reopened = send(client, "udp", CLEAN)
+    finally:
+        ips.release(dut, ctx)
+        reset_dut(dut, ips.backends())
+    assert not closed
+    assert reopened
