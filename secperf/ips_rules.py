@@ -371,3 +371,22 @@ def generate_rules(n: int, *, action: str = "alert") -> str:
         opts += [f"sid:{sid}", "rev:1"]
         lines.append(f"{action} {proto} any any -> any {port} ({'; '.join(opts)};)")
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """`python -m secperf.ips_rules N [alert|drop]`: print N generated rules."""
+    if not argv or not argv[0].isdigit():
+        print("usage: python -m secperf.ips_rules N [alert|drop] > FILE.rules")
+        return 2
+    action = argv[1] if len(argv) > 1 else "alert"
+    if action not in ACTIONS:
+        print(f"action {action!r}: expected alert or drop")
+        return 2
+    print(generate_rules(int(argv[0]), action=action), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

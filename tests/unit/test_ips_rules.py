@@ -137,3 +137,17 @@ def test_ids_variant_adds_an_ids_host_and_fwsnort_is_a_required_tool() -> None:
     assert "fwsnort" in {t.program for t in tools_for(fw)}
     nfq = scenario([{"kind": "ips", "rules": 10}])
     assert "fwsnort" not in {t.program for t in tools_for(nfq)}
+
+
+def test_secperf_check_takes_a_rule_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from secperf.cli import app
+
+    ok = CliRunner().invoke(app, ["check", str(SHIPPED)])
+    assert ok.exit_code == 0 and "15 rule(s)" in ok.output
+    bad = tmp_path / "b.rules"
+    bad.write_text(ips_rules.generate_rules(3) + "alert tcp any any -> any 80 (sid:9;\n")
+    res = CliRunner().invoke(app, ["check", str(bad)])
+    assert res.exit_code != 0
+    assert "b.rules:5" in res.output + str(res.stderr if res.stderr_bytes else "")
