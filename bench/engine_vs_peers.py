@@ -7,7 +7,8 @@ medians:
 
   stream tcp 16 KiB / 128 KiB writes  vs  iperf3 -l 16K / 128K  (throughput)
   rr tcp / udp, 14-byte messages      vs  sockperf ping-pong    (mean round trip)
-  crr tcp                              (engine alone: connections/s)
+  crr tcp                              (engine alone: connections/s; orderly close)
+  crr tcp close=reset                  (engine alone: the RST close, for comparison)
 
 CPU is taken the same way for both tools, from outside: utime+stime of
 /proc/PID/stat of the client process (read once it has exited, before it is
@@ -656,7 +657,17 @@ def tests(rcvlowat: int | None = None) -> list[Case]:
         Case(
             "crr_tcp",
             "crr tcp 1/1 B",
-            {**base, "kind": "crr"},
+            {**base, "kind": "crr"},  # the engine's default close: FIN both ways
+            None,
+            None,
+            (Metric("cps", "connections/s", True),),
+            1.0,
+            "CPU µs/conn",
+        ),
+        Case(
+            "crr_tcp_reset",
+            "crr tcp 1/1 B close=reset",
+            {**base, "kind": "crr", "close": "reset"},  # SO_LINGER 0: one RST, no FIN
             None,
             None,
             (Metric("cps", "connections/s", True),),

@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           iperf3 sockperf python3-venv netsniff-ng hping3
           libhyperscan-dev fwsnort  # ips: the nfq matcher links Hyperscan; fwsnort = kernel engine
-          chromium)  # chromium: the test that renders report.html in a real browser
+          chromium  # chromium: the test that renders report.html in a real browser
+          # VPN tunnels (secperf.mechanisms.vpn) and the capture that proves them encrypted.
+          # --no-install-recommends matters: wireguard-tools recommends a kernel image.
+          openvpn openssl wireguard-go wireguard-tools tinc vtun tcpdump util-linux
+          strongswan-charon strongswan-swanctl libcharon-extra-plugins
+          libstrongswan-standard-plugins libstrongswan-extra-plugins)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -148,14 +148,25 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
             for f in SWITCHED:
                 seen[f].add(offloads[dev].get(f, "?"))
         sysctl = host.run(
-            ["sysctl", "-n", "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"], check=False
-        ).stdout.split()
+            [
+                "sysctl",
+                "-n",
+                "net.ipv4.ip_forward",
+                "net.ipv6.conf.all.forwarding",
+                "net.ipv4.tcp_tw_reuse",
+                "net.ipv4.ip_local_port_range",
+            ],
+            check=False,
+        ).stdout.splitlines()
         hosts[spec.name] = {
             "netns": testbed.netns(spec.name),
             "qdiscs": qdisc,
             "offloads": offloads,
             "ip_forward": sysctl[0] if sysctl else None,
             "ipv6_forwarding": sysctl[1] if len(sysctl) > 1 else None,
+            # what the orderly close's TIME_WAIT leaves to the next connect()
+            "tcp_tw_reuse": sysctl[2] if len(sysctl) > 2 else None,
+            "ip_local_port_range": " ".join(sysctl[3].split()) if len(sysctl) > 3 else None,
         }
     layout = testbed.cgroup_layout
     return {

@@ -23,6 +23,7 @@ from secperf.scenario.schema import (
     NatMechanism,
     Scenario,
     SynproxyMechanism,
+    VpnMechanism,
 )
 from secperf.scenario.units import human_size
 
@@ -52,6 +53,29 @@ BACKEND_TOOLS = {
     ),
     "ipset": (Tool("ipset", "ipset", "ACLs with layout = set on an iptables backend"),),
 }
+# Per VPN implementation (secperf.mechanisms.vpn). strongSwan's plugins come with it
+# from scripts/setup.sh: kernel-libipsec (libcharon-extra-plugins), openssl and gcm
+# (libstrongswan-standard-plugins), chapoly and curve25519 (libstrongswan-extra-plugins).
+VPN_TOOLS = {
+    "wireguard": (
+        Tool("wireguard-go", "wireguard-go", "vpn wireguard (user-space WireGuard)"),
+        Tool("wg", "wireguard-tools", "vpn wireguard (keys and configuration)"),
+    ),
+    "openvpn": (
+        Tool("openvpn", "openvpn", "vpn openvpn"),
+        Tool("openssl", "openssl", "vpn openvpn (a CA and certificates per run)"),
+    ),
+    "ipsec": (
+        Tool("/usr/lib/ipsec/charon", "strongswan-charon", "vpn ipsec (the IKE daemon)"),
+        Tool("swanctl", "strongswan-swanctl", "vpn ipsec (loading and starting the SAs)"),
+        Tool("unshare", "util-linux", "vpn ipsec (a private /run per charon)"),
+    ),
+    "tinc": (Tool("tincd", "tinc", "vpn tinc"),),
+    "vtun": (
+        Tool("vtund", "vtun", "vpn vtun"),
+        Tool("unshare", "util-linux", "vpn vtun (a private /run per vtund)"),
+    ),
+}
 PEER_TOOLS = (
     Tool("iperf3", "iperf3", "bench/engine_vs_peers (stream peer)"),
     Tool("sockperf", "sockperf", "bench/engine_vs_peers (rr peer)"),
@@ -65,6 +89,7 @@ def all_tools() -> list[Tool]:
         *BASE_TOOLS,
         *(t for ts in BACKEND_TOOLS.values() for t in ts),
         FWSNORT_TOOL,
+        *(t for ts in VPN_TOOLS.values() for t in ts),
         *PEER_TOOLS,
     ):
         seen.setdefault(tool.program, tool)
@@ -109,6 +134,8 @@ def tools_for(scenario: Scenario) -> list[Tool]:
                     tools.append(FWSNORT_TOOL)
             elif isinstance(mech, IdsMechanism):
                 tools += BACKEND_TOOLS["nft"]  # the mirror: nft netdev dup
+            elif isinstance(mech, VpnMechanism):
+                tools += VPN_TOOLS.get(mech.implementation, ())
     return tools
 
 
@@ -249,11 +276,35 @@ def _near(a: str, b: str) -> bool:
 
 
 def check_static(scenario: Scenario) -> None:
-    """What `check` and `run` can refuse without root: rule-file targets, socket buffers."""
+    """What `check` and `run` can refuse without root: rule-file targets, socket buffers,
+    VPN tunnels this machine or this runner cannot run."""
     for mech in custom_files(scenario):
         if mech.format == "iptables":
             check_iptables_targets(mech.file)
     check_socket_buffers(scenario)
+    check_vpn(scenario)
+
+
+def check_vpn(scenario: Scenario) -> None:
+    """IPsec transport mode without the kernel's ESP transform (kernel-libipsec carries
+    tunnel mode only), and any vpn mechanism while the runner cannot place tunnel ends:
+    both refused now rather than after the testbed is built."""
+    from secperf.mechanisms.vpn.ipsec import kernel_has_esp
+
+    where = str(scenario.source or "scenario")
+    for name, variant in scenario.variants.items():
+        for i, mech in enumerate(variant.mechanisms):
+            if not isinstance(mech, VpnMechanism):
+                continue
+            key = f"variants.{name}.mechanisms[{i}]"
+            if mech.implementation == "ipsec" and mech.mode == "transport" and not kernel_has_esp():
+                raise ScenarioError(
+                    f"{key}: ipsec transport mode needs the kernel's ESP transform, which this "
+                    "kernel lacks; kernel-libipsec, the user-space fallback, carries tunnel "
+                    "mode only",
+                    where=where,
+                    fix='use mode = "tunnel" here, or a kernel with ESP (CONFIG_INET_ESP)',
+                )
 
 
 def _sysctl(name: str) -> int | None:

@@ -298,6 +298,10 @@ class Runner:
                 Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
                 install_teardown_handlers(testbed),
             ):
+                for v in variants:
+                    for _mech, ctx in v.mechanisms:
+                        # a mechanism that copies the server's settings (synproxy)
+                        ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
                 self._write_meta(
                     prefix=testbed.prefix,
@@ -384,6 +388,15 @@ class Runner:
         self.applied = variant
         for name in self.mechanism_hosts:
             flush_flow_state(testbed.host(name))
+
+    @staticmethod
+    def _observe_mechanisms(variant: Variant, keep: Any) -> None:
+        """A `mechanism` record per mechanism that reports what it did in the test (a
+        tunnel: bytes through its devices, its daemons' memory, what ran)."""
+        for mech, ctx in variant.mechanisms:
+            observe = getattr(mech, "observe", None)
+            if callable(observe):
+                keep({"type": "mechanism", "hosts": list(ctx.hosts), **observe()})
 
     def _placements(self) -> dict[str, list[dict[str, Any]]]:
         """Variant -> each mechanism's kind and the hosts it ran on (over every pair)."""
@@ -580,6 +593,7 @@ class Runner:
                     "path (`secperf check` explains the limits); no number was recorded",
                     record=record,
                 )
+            self._observe_mechanisms(variant, keep)
             return result
         assert last_error is not None
         raise EngineError(

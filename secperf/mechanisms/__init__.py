@@ -10,6 +10,7 @@ from secperf.mechanisms.custom import Custom
 from secperf.mechanisms.ips import Ids, Ips
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.synproxy import Synproxy
+from secperf.mechanisms.tunnel import Tunnel
 from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
@@ -18,6 +19,7 @@ from secperf.scenario.schema import (
     IpsMechanism,
     NatMechanism,
     SynproxyMechanism,
+    VpnMechanism,
 )
 from secperf.scenario.schema import Mechanism as MechanismSpec
 
@@ -48,7 +50,11 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
     if isinstance(spec, ApplianceMechanism):
         return Appliance(queue=spec.queue, nat=spec.nat, fail_open=spec.fail_open)
     if isinstance(spec, SynproxyMechanism):
-        return Synproxy(mss=spec.mss, wscale=spec.wscale)
+        return Synproxy(
+            mss=spec.mss, wscale=spec.wscale, timestamp=spec.timestamp, sack_perm=spec.sack_perm
+        )
+    if isinstance(spec, VpnMechanism):
+        return Tunnel(spec)
     if isinstance(spec, IpsMechanism):
         return Ips(engine=spec.engine, rules=spec.rules, mode=spec.mode, queue=spec.queue)
     if isinstance(spec, IdsMechanism):

@@ -109,6 +109,9 @@ class MechanismContext:
     # conntrack flush does not reach at once: the runner reloads the variant before
     # every test and checks that the reset removed each declared flowtable.
     flowtables: list[str] = field(default_factory=list)
+    # The server host, for a mechanism that must copy the server's settings
+    # (synproxy's TCP options); set by the runner once the testbed exists.
+    server: Host | None = None
 
 
 class Mechanism(Protocol):

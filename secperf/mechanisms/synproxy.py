@@ -13,12 +13,22 @@ table), so a policy that drops a SYN drops it before the proxy answers it.
 `nf_conntrack_tcp_loose` is a per-namespace sysctl: it is set in the DUT only and
 restored on release. The server's own `tcp_syncookies` is left as the system has it
 (1 by default): synproxy computes its cookies itself.
+
+synproxy answers the client in the server's place and never rewrites the options it
+promised, so they must be the server's: the MSS its link allows, the window scale it
+will use (the client scales every window the server advertises by it), and whether
+it does timestamps and SACK. A real deployment copies them from the server; here,
+when the runner hands the mechanism the server host, apply() reads them from the
+server's namespace (`server_options`) and renders the rules with them; `mss`,
+`wscale`, `timestamp` and `sack_perm` given in the scenario override what was read.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from secperf.errors import TestbedError
 from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan, run_tool
 from secperf.testbed.testbed import Host
 
@@ -26,6 +36,75 @@ LOOSE_SYSCTL = "net.netfilter.nf_conntrack_tcp_loose"
 # Run after the filter-priority chains of other tables (the ACL's), before none.
 FORWARD_PRIORITY = "filter + 10"
 DEFAULT_MSS = {4: 1460, 6: 1440}  # 1500-byte veth MTU minus IP and TCP headers
+DEFAULT_WSCALE = 7  # used only when the server was not read (render without apply)
+HEADERS = {4: 40, 6: 60}  # IP + TCP headers without options
+MAX_WSCALE = 14  # RFC 7323
+
+
+@dataclass(frozen=True)
+class TcpOptions:
+    """What a server's TCP puts in its SYN-ACK, and so what synproxy must promise."""
+
+    mss: int
+    wscale: int | None  # None: the server does not scale its window
+    timestamp: bool
+    sack_perm: bool
+    source: str = "default"  # "server" when read from the server's namespace
+
+    def nft(self) -> str:
+        parts = [f"mss {self.mss}"]
+        if self.wscale is not None:
+            parts.append(f"wscale {self.wscale}")
+        if self.timestamp:
+            parts.append("timestamp")
+        if self.sack_perm:
+            parts.append("sack-perm")
+        return " ".join(parts)
+
+
+def window_scale(rmem_max: int, core_rmem_max: int) -> int:
+    """The window scale Linux's tcp_select_initial_window() gives a socket without
+    SO_RCVBUF: enough to advertise the largest receive buffer it may grow to."""
+    space = max(rmem_max, core_rmem_max, 1)
+    return max(0, min(MAX_WSCALE, space.bit_length() - 1 - 15))
+
+
+def server_options(server: Host, family: int) -> TcpOptions:
+    """Reads the server namespace's TCP settings and its smallest link MTU."""
+    names = [
+        "net.ipv4.tcp_timestamps",
+        "net.ipv4.tcp_sack",
+        "net.ipv4.tcp_window_scaling",
+        "net.ipv4.tcp_rmem",
+        "net.core.rmem_max",
+    ]
+    out = server.run(["sysctl", "-n", *names]).stdout.splitlines()
+    if len(out) != len(names):
+        raise TestbedError(
+            f"could not read the server's TCP settings for synproxy (got {out!r})",
+            where=", ".join(names),
+            fix="check that procps' sysctl works inside the server namespace",
+        )
+    ts, sack, scaling, rmem, core_max = out
+    links = server.run(["ip", "-o", "link", "show"]).stdout
+    mtus = [
+        int(m.group(2))
+        for m in re.finditer(r"^\d+: ([^:@]+)[^\n]*? mtu (\d+)", links, re.M)
+        if m.group(1) != "lo"
+    ]
+    if not mtus:
+        raise TestbedError(
+            "the server has no link besides lo: synproxy cannot take its MTU",
+            where="ip -o link show",
+            fix="build the testbed before applying synproxy",
+        )
+    return TcpOptions(
+        mss=min(mtus) - HEADERS[family],
+        wscale=window_scale(int(rmem.split()[2]), int(core_max)) if scaling != "0" else None,
+        timestamp=ts != "0",
+        sack_perm=sack != "0",
+        source="server",
+    )
 
 
 def proxied_ports(plan: TrafficPlan) -> str:
@@ -34,13 +113,14 @@ def proxied_ports(plan: TrafficPlan) -> str:
     return f"{{ {plan.control_port}, {lo}-{hi} }}"
 
 
-def render_nft(plan: TrafficPlan, table: str, *, mss: int, wscale: int) -> str:
+def render_nft(plan: TrafficPlan, table: str, opts: TcpOptions) -> str:
     ports = proxied_ports(plan)
     syn_only = "tcp flags & (fin | syn | rst | ack) == syn"
     return (
         "\n".join(
             [
-                f"# secperf synproxy family {plan.family}: mss={mss} wscale={wscale} ports={ports}",
+                f"# secperf synproxy family {plan.family}: {opts.nft()} ports={ports}"
+                f" (options: {opts.source})",
                 f"table inet {table} {{",
                 "  chain prerouting {",
                 "    type filter hook prerouting priority raw; policy accept;",
@@ -48,8 +128,7 @@ def render_nft(plan: TrafficPlan, table: str, *, mss: int, wscale: int) -> str:
                 "  }",
                 "  chain forward {",
                 f"    type filter hook forward priority {FORWARD_PRIORITY}; policy accept;",
-                f"    tcp dport {ports} ct state invalid,untracked "
-                f"synproxy mss {mss} wscale {wscale} timestamp sack-perm",
+                f"    tcp dport {ports} ct state invalid,untracked synproxy {opts.nft()}",
                 "    ct state invalid drop",
                 "  }",
                 "}",
@@ -61,26 +140,47 @@ def render_nft(plan: TrafficPlan, table: str, *, mss: int, wscale: int) -> str:
 
 @dataclass
 class Synproxy:
-    """nftables synproxy for the server's TCP ports (mss/wscale must match the server's)."""
+    """nftables synproxy for the server's TCP ports, with the server's TCP options."""
 
     mss: int | None = None
-    wscale: int = 7
+    wscale: int | None = None
+    timestamp: bool | None = None
+    sack_perm: bool | None = None
     kind: str = "synproxy"
     # The DUT's nf_conntrack_tcp_loose before apply(), restored by release().
     _saved_loose: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+    def options(self, read: TcpOptions | None, family: int) -> TcpOptions:
+        """The options to promise: the scenario's where given, else the server's."""
+        base = read or TcpOptions(DEFAULT_MSS[family], DEFAULT_WSCALE, True, True)
+        given = (self.mss, self.wscale, self.timestamp, self.sack_perm)
+        return TcpOptions(
+            mss=base.mss if self.mss is None else self.mss,
+            wscale=base.wscale if self.wscale is None else self.wscale,
+            timestamp=base.timestamp if self.timestamp is None else self.timestamp,
+            sack_perm=base.sack_perm if self.sack_perm is None else self.sack_perm,
+            source=base.source + ("+scenario" if any(g is not None for g in given) else ""),
+        )
+
+    def _write(self, ctx: MechanismContext, opts: TcpOptions) -> list[RenderedFile]:
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
         path = ctx.files_dir / f"{ctx.name}.nft"
-        mss = self.mss if self.mss is not None else DEFAULT_MSS[ctx.plan.family]
         # Its own table: composable with an ACL or NAT table in the same DUT.
-        path.write_text(render_nft(ctx.plan, f"{ctx.table}_syn", mss=mss, wscale=self.wscale))
+        path.write_text(render_nft(ctx.plan, f"{ctx.table}_syn", opts))
         return [RenderedFile(path, "nft")]
+
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        # Before the testbed exists: a check that the rules can be written; apply()
+        # renders them again with the server's options.
+        return self._write(ctx, self.options(None, ctx.plan.family))
 
     def backends(self) -> set[str]:
         return {"nft"}
 
     def apply(self, dut: Host, ctx: MechanismContext) -> None:
+        if ctx.server is not None:
+            read = server_options(ctx.server, ctx.plan.family)
+            ctx.rendered = self._write(ctx, self.options(read, ctx.plan.family))
         for f in ctx.rendered:
             run_tool(dut, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
         old = dut.run(["sysctl", "-n", LOOSE_SYSCTL]).stdout.strip()

@@ -396,12 +396,152 @@ class ApplianceMechanism(MechanismBase):
 
 class SynproxyMechanism(MechanismBase):
     """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
-    answers SYNs with cookies; `mss` and `wscale` must match the server's (default:
-    1460/1440 for IPv4/IPv6 on a 1500-byte MTU, and 7, Linux's for a 6 MiB rmem)."""
+    answers SYNs with cookies. The options it promises must be the server's: by default
+    they are read from the server's namespace when the rules are loaded (MSS from its
+    link MTU, window scale from its tcp_rmem / rmem_max, timestamps and SACK from its
+    sysctls); a key given here overrides what was read."""
 
     kind: Literal["synproxy"]
     mss: int | None = Field(default=None, ge=536, le=65495)
-    wscale: int = Field(default=7, ge=0, le=14)
+    wscale: int | None = Field(default=None, ge=0, le=14)
+    timestamp: bool | None = None
+    sack_perm: bool | None = None
+
+
+# -- VPN tunnels (secperf.mechanisms.vpn implements them; docs/methodology.md, "VPN tunnels")
+
+VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
+# Per implementation: the ciphers secperf runs, the first being its default.
+VPN_CIPHERS: dict[str, tuple[str, ...]] = {
+    "wireguard": ("chacha20-poly1305",),
+    "openvpn": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
+    "ipsec": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
+    "tinc": ("aes-256-cbc", "aes-128-cbc", "blowfish", "none"),
+    "vtun": ("aes-128-ecb", "none"),
+}
+# Ciphers an implementation has but that do not work on this kind of machine (FIELD-NOTES).
+VPN_REFUSED_CIPHERS: dict[str, dict[str, str]] = {
+    "vtun": {
+        "blowfish": "vtund 3.0.4 segfaults with Blowfish (its `encrypt yes`)",
+        "aes-256-cbc": "vtun's aes256cbc tunnel dies under load",
+    },
+}
+VPN_COMPRESSION: dict[str, tuple[str, ...]] = {
+    "wireguard": ("none",),
+    "openvpn": ("none", "lz4", "lzo"),
+    "ipsec": ("none",),
+    "tinc": ("none", "zlib", "lzo"),
+    "vtun": ("none", "lzo", "zlib"),
+}
+VPN_AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
+# Which implementations take each optional key (any other is an error, not ignored).
+VPN_KEYS: dict[str, tuple[str, ...]] = {
+    "mode": ("ipsec",),
+    "transport": ("openvpn", "tinc", "vtun"),
+    "auth": ("openvpn",),
+    "digest": ("tinc",),
+    "compression_level": ("tinc", "vtun"),
+}
+PPTP_REASON = (
+    "PPTP cannot run here: pppd needs the kernel's PPP driver (/dev/ppp, CONFIG_PPP with "
+    "MPPE) and GRE, which this kind of machine's kernel lacks and cannot load as modules "
+    '(docs/methodology.md, "VPN tunnels")'
+)
+
+
+class VpnMechanism(MechanismBase):
+    """A VPN tunnel: a real daemon at each end, keys and certificates made per run.
+
+    `on` says where its two ends go: "ends" (the default) = the workload's client
+    and server themselves (host-to-host), "gateways" = the testbed's gateway pair
+    with the path between them (site-to-site), or a list of the two host names."""
+
+    on: Placement = "ends"
+    kind: Literal["vpn"]
+    implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
+    cipher: str | None = None  # None: the implementation's default (VPN_CIPHERS)
+    compression: Literal["none", "lz4", "lzo", "zlib"] = "none"
+    compression_level: int | None = Field(default=None, ge=1, le=9)
+    digest: Literal["sha256", "sha1", "none"] | None = None
+    mode: Literal["tunnel", "transport"] | None = None
+    transport: Literal["udp", "tcp"] | None = None
+    auth: Literal["tls", "static"] | None = None
+
+    @model_validator(mode="after")
+    def _fits_the_implementation(self) -> VpnMechanism:
+        impl = self.implementation
+        if impl == "pptp":
+            raise ValueError(PPTP_REASON)
+        if isinstance(self.on, list) and len(self.on) != 2:
+            raise ValueError(
+                f"a tunnel has two ends: on = {self.on!r} names {len(self.on)} hosts; "
+                'write "ends", "gateways" or two host names'
+            )
+        if self.on == "dut":
+            raise ValueError(
+                'a tunnel has two ends, not one host: on = "ends" (the client and the server), '
+                '"gateways" (a gateway pair) or two host names'
+            )
+        for key, takers in VPN_KEYS.items():
+            if getattr(self, key) is not None and impl not in takers:
+                raise ValueError(
+                    f"{key} does not apply to {impl} (only to {', '.join(takers)}): remove it"
+                )
+        refused = VPN_REFUSED_CIPHERS.get(impl, {})
+        if self.cipher in refused:
+            raise ValueError(
+                f"{impl} cipher {self.cipher!r} is refused: {refused[self.cipher]} on this kind "
+                f"of machine; use one of {', '.join(VPN_CIPHERS[impl])}"
+            )
+        if self.cipher is not None and self.cipher not in VPN_CIPHERS[impl]:
+            raise ValueError(
+                f"{impl} has no cipher {self.cipher!r}: use one of {', '.join(VPN_CIPHERS[impl])}"
+            )
+        if self.compression not in VPN_COMPRESSION[impl]:
+            raise ValueError(
+                f"{impl} has no compression {self.compression!r}: use one of "
+                f"{', '.join(VPN_COMPRESSION[impl])}"
+            )
+        if self.compression_level is not None and self.compression not in ("zlib", "lzo"):
+            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
+        if impl == "tinc" and self.compression == "lzo" and self.compression_level is not None:
+            raise ValueError("tinc's lzo has no level (it runs LZO at its best, tinc level 11)")
+        if impl == "openvpn" and self.auth == "static" and self.cipher in VPN_AEAD:
+            raise ValueError(
+                f"openvpn static-key mode cannot use {self.cipher}: it has no AEAD ciphers "
+                '(GCM and ChaCha20-Poly1305 need TLS mode); use auth = "tls", or cipher = '
+                '"aes-256-cbc" or "none" with auth = "static"'
+            )
+        if impl == "ipsec" and self.compression != "none":
+            raise ValueError("ipsec has no compression here (IPComp is not set up): remove it")
+        return self
+
+    @property
+    def effective_cipher(self) -> str:
+        """The cipher that runs: the given one, or the implementation's default (an
+        OpenVPN static key defaults to aes-256-cbc, the only one it can use)."""
+        if self.cipher is not None:
+            return self.cipher
+        if self.implementation == "openvpn" and self.auth == "static":
+            return "aes-256-cbc"
+        return VPN_CIPHERS[self.implementation][0]
+
+    def implementation_params(self) -> dict[str, Any]:
+        """Keyword arguments for the implementation's class (secperf.mechanisms.vpn)."""
+        impl = self.implementation
+        params: dict[str, Any] = {"cipher": self.effective_cipher}
+        if impl in ("openvpn", "tinc", "vtun"):
+            params["compression"] = self.compression
+            params["transport"] = self.transport
+        if impl in ("tinc", "vtun"):
+            params["compression_level"] = self.compression_level
+        if impl == "openvpn":
+            params["auth"] = self.auth
+        if impl == "tinc":
+            params["digest"] = self.digest
+        if impl == "ipsec":
+            params["mode"] = self.mode
+        return params
 
 
 def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
@@ -471,7 +611,8 @@ Mechanism = Annotated[
     | ApplianceMechanism
     | SynproxyMechanism
     | IpsMechanism
-    | IdsMechanism,
+    | IdsMechanism
+    | VpnMechanism,
     Field(discriminator="kind"),
 ]
 
@@ -764,8 +905,17 @@ class RrWorkload(FloodBeside, WorkloadBase):
         return f"{self.protocol}-rr"
 
 
+# How crr-style workloads end each connection: "fin" an orderly close (FINs both
+# ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
+Close = Literal["fin", "reset"]
+
+
 class CrrWorkload(FloodBeside, WorkloadBase):
-    """A new TCP connection per transaction (netperf TCP_CRR): connections/s."""
+    """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
+
+    `close = "fin"` (default) closes each connection in order (FIN both ways);
+    `close = "reset"` with an RST (SO_LINGER 0), which a stateful DUT never sees
+    as a teardown."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "request": "size",
@@ -780,6 +930,7 @@ class CrrWorkload(FloodBeside, WorkloadBase):
     response: TransactionSize = 1
     parallel: Parallel = 1
     payload: Payload = "random"
+    close: Close = "fin"
 
     def default_name(self) -> str:
         return "tcp-crr"
@@ -836,6 +987,7 @@ class ConnectionsWorkload(WorkloadBase):
     hold: HoldTime = 1.0
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
+    close: Close = "fin"  # how the server answers each FIN: its own FIN, or an RST
 
     def default_name(self) -> str:
         return "connections"
@@ -850,6 +1002,7 @@ class RateSearchBase(WorkloadBase):
     max_failure_pct: float = Field(default=0.1, ge=0, le=100)
     max_steps: int = Field(default=8, ge=1, le=30)
     timeout: Timeout = 1.0
+    close: Close = "fin"
 
     @model_validator(mode="after")
     def _low_below_high(self) -> RateSearchBase:
@@ -1034,6 +1187,7 @@ class DosWorkload(WorkloadBase):
     timeout: Timeout = 1.0
     request: int = Field(default=1, ge=1, le=65536)
     response: int = Field(default=1, ge=1, le=65536)
+    close: Close = "fin"
     flood: FloodKind = "syn"
     flood_rate: DosFloodRate = 20_000
     flood_target: Literal["measured", "allowed", "denied"] = "measured"

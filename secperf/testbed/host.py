@@ -85,3 +85,9 @@ class Host(Protocol):
     def stop_started(self) -> list[str]:
         """Stop everything secperf started in this host; what was stopped."""
         ...
+
+    def track_file(self, path: str) -> None:
+        """Record a file that something secperf started makes outside the run
+        directory (a daemon's control socket), so teardown removes it even after a
+        crash."""
+        ...

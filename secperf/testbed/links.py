@@ -102,6 +102,7 @@ def shape(netns: str, dev: str, rate_bps: int, queue_s: float | None = None) -> 
 
 
 BRIDGE = "br"
+GRAPH_ROUTE_METRIC = 100
 
 
 def bridge_lines(bridge: str, ports: list[str]) -> list[str]:
@@ -144,7 +145,12 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
         gw = topology.gateway(role, fam)
         if gw is not None:
             lines.append(f"route add {default} via {gw}")
-        lines += [f"route add {net} via {via}" for net, via in topology.routes(role, fam)]
+        # Metric 100: a mechanism's own route to the same subnet (a tunnel's, metric 10)
+        # takes precedence while it is up, and removing it leaves this one in place.
+        lines += [
+            f"route add {net} via {via} metric {GRAPH_ROUTE_METRIC}"
+            for net, via in topology.routes(role, fam)
+        ]
     return lines
 
 

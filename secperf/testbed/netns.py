@@ -419,6 +419,10 @@ class NetnsHost:
                 stopped.append(f"process {proc.pid} ({proc.label})")
         return stopped
 
+    def track_file(self, path: str) -> None:
+        if not any(e.get("path") == path for e in self._ledger.live_entries()):
+            self._ledger.add("file", path=path)
+
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
 

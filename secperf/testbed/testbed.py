@@ -65,9 +65,21 @@ REQUIRED_TOOLS = ("ip", "tc", "sysctl")
 IN_NETNS: tuple[EntryType, ...] = ("nft_table", "link", "veth")
 
 
+# Every host that opens TCP connections keeps a TIME_WAIT per connection it closes
+# first (crr's orderly close, RFC 3511's connections): 64k source ports, and
+# tcp_tw_reuse = 1 lets connect() take a port whose TIME_WAIT is over 1 s old (the
+# timestamps guard the old segments), so a 10k conn/s crr runs for minutes without
+# running out of ports. Per-namespace sysctls, recorded in run.json (testbed.hosts).
+CONNECTION_SYSCTLS: dict[str, str | int] = {
+    "net.ipv4.ip_local_port_range": "1024 65000",
+    "net.ipv4.tcp_tw_reuse": 1,
+}
+
+
 def _sysctls(forwarding: bool) -> dict[str, str | int]:
     on = int(forwarding)
     return {
+        **CONNECTION_SYSCTLS,
         # Explicit either way: a new namespace may inherit ip_forward from the root one.
         "net.ipv4.ip_forward": on,
         "net.ipv6.conf.all.forwarding": on,

@@ -10,13 +10,14 @@ from typing import Any
 
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError
+from secperf.mechanisms.base import flush_flow_state
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.search import Trial, bisect_rate, passes
+from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
 ACHIEVED_SHARE = 0.95
-_WIDENED: set[str] = set()
 
 
 def _f(params: dict[str, Any], key: str, default: float) -> float:
@@ -39,6 +40,7 @@ def crr_spec(
         "duration": _f(p, "duration", 2.0),
         "warmup": _f(p, "warmup", 0.5),
         "interval": 0,
+        "close": str(p.get("close") or "fin"),
     }
     if data_port is not None:
         spec["data_port"] = data_port
@@ -58,15 +60,6 @@ def crr_summary(r: Record) -> dict[str, Any]:
     }
 
 
-def widen_ports(ctx: MeasureContext) -> None:
-    """Give the client host 64k source ports, so the capacity is the path's, not the
-    default 28k ephemeral range's (a namespace sysctl: only the testbed's client)."""
-    if ctx.testbed.prefix in _WIDENED:
-        return
-    ctx.testbed.host(ctx.client).run(["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"])
-    _WIDENED.add(ctx.testbed.prefix)
-
-
 def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "kind": "connections",
@@ -75,6 +68,7 @@ def connections_spec(params: dict[str, Any], server: str) -> dict[str, Any]:
         "hold": _f(params, "hold", 1.0),
         "timeout": _f(params, "timeout", 5.0),
         "duration": _f(params, "duration", 5.0),
+        "close": str(params.get("close") or "fin"),
     }
     for key in ("rate", "close_rate"):
         if params.get(key) is not None:
@@ -97,8 +91,19 @@ class ConnectionsExecutor:
     hosts: frozenset[str] = frozenset()
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        widen_ports(ctx)
         return run_on_client(ctx, connections_spec(dict(point.params), ctx.target), keep_all=True)
+
+
+def fresh_dut(ctx: MeasureContext) -> None:
+    """Before each trial of a search: the DUT (and every host carrying a mechanism)
+    forgets the connections of the trial before (TIME_WAIT entries of an orderly
+    close, NAT bindings), so a trial's result does not depend on which rates the
+    search tried first."""
+    names = {h for _mech, mctx in ctx.mechanisms for h in mctx.hosts}
+    if DUT in ctx.topology.names:
+        names.add(DUT)
+    for name in sorted(names):
+        flush_flow_state(ctx.testbed.host(name))
 
 
 def _trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
@@ -128,6 +133,7 @@ class ConnRateExecutor:
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
 
         def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
             try:
                 r = run_on_client(ctx, crr_spec(ctx.target, p, rate), keep_all=False)
             except EngineError as exc:
@@ -149,12 +155,12 @@ class TeardownRateExecutor:
     hosts: frozenset[str] = frozenset()
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        widen_ports(ctx)
         p = dict(point.params)
         max_ratio = _f(p, "max_failure_pct", 0.1) / 100.0
         n = int(str(p.get("connections", 2000)))
 
         def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
             spec = connections_spec(
                 {
                     "connections": n,
@@ -162,6 +168,7 @@ class TeardownRateExecutor:
                     "close_rate": rate,
                     "timeout": p.get("timeout"),
                     "duration": p.get("duration"),
+                    "close": p.get("close"),
                 },
                 ctx.target,
             )
@@ -208,6 +215,7 @@ def _search(
         "kind": kind,
         "max_failure_pct": max_ratio * 100,
         "search": found.as_dict(),
+        "close": str(p.get("close") or "fin"),
     }
     ctx.keep(rec)
     return rec

@@ -18,5 +18,6 @@ def engine_spec(params: Mapping[str, Any]) -> dict[str, Any]:
             "response": "response_size",
             "parallel": "parallel",
             "payload": "payload",
+            "close": "close",
         },
     )

@@ -124,6 +124,7 @@ class DosExecutor:
             "type": "result",
             "kind": "dos",
             "offered_rate": spec["rate"],
+            "close": spec["close"],
             **under,
             "transactions_per_second": under["rate"],
             "machine_cpu": flooded.get("machine_cpu"),

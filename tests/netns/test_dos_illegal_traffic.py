@@ -53,7 +53,11 @@ def apply(
     applied = []
     for i, mech in enumerate(mechs):
         ctx = MechanismContext(
-            plan=plan, files_dir=tmp_path, name=f"v.{i}", table=f"secperf_{tb.prefix}_{i}"
+            plan=plan,
+            files_dir=tmp_path,
+            name=f"v.{i}",
+            table=f"secperf_{tb.prefix}_{i}",
+            server=tb.host("server"),
         )
         ctx.rendered = mech.render(ctx)
         mech.apply(tb.host("dut"), ctx)

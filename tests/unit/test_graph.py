@@ -74,7 +74,7 @@ def test_two_gateways_addresses_rates_and_routes() -> None:
     assert t.routes("client") == []
     assert t.routes("gw-a", 6) == [("2001:2:0:3::/64", "2001:2:0:2::2")]
     lines = host_ip_lines(t, "gw-a", {"client-gw-a": "x-g1c", "gw-a-gw-b": "x-g1g2"})
-    assert "route add 198.18.3.0/24 via 198.18.2.2" in lines
+    assert "route add 198.18.3.0/24 via 198.18.2.2 metric 100" in lines
     assert t.path("client", "server") == ["client", "gw-a", "gw-b", "server"]
     assert {t.tag(n) for n in t.roles} == {"c", "g1", "g2", "s"}
 

@@ -119,6 +119,29 @@ def test_stream_rcvlowat_reaches_the_engine_spec_only_when_given() -> None:
     assert given["rcvlowat"] == 1
 
 
+def test_crr_close_defaults_to_fin_and_reaches_every_connection_workload() -> None:
+    from secperf.workloads.connections import connections_spec, crr_spec
+    from secperf.workloads.crr import engine_spec
+
+    sc = Scenario.model_validate(
+        minimal(
+            workloads=[
+                {"kind": "crr"},
+                {"kind": "crr", "close": "reset"},
+                {"kind": "conn_rate", "close": "reset"},
+                {"kind": "connections"},
+            ]
+        )
+    )
+    crr, reset, rate, conns = (w.model_dump() for w in sc.workloads)
+    assert engine_spec(crr)["close"] == "fin"
+    assert engine_spec(reset)["close"] == "reset"
+    assert crr_spec("198.18.2.2:5201", rate, 100.0)["close"] == "reset"
+    assert connections_spec(conns, "198.18.2.2:5201")["close"] == "fin"
+    (e,) = errors(minimal(workloads=[{"kind": "crr", "close": "linger"}]))
+    assert e["loc"][-1] == "close" and "fin" in e["msg"]
+
+
 def test_sweepable_fields_take_lists_of_units() -> None:
     sc = Scenario.model_validate(
         minimal(
@@ -178,7 +201,7 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
             "a rule count must be at least 0",
         ),
         (
-            minimal(variants={"x": {"mechanisms": [{"kind": "vpn"}]}}),
+            minimal(variants={"x": {"mechanisms": [{"kind": "proxy"}]}}),
             ("variants", "x", "mechanisms", 0),
             "'acl', 'custom'",
         ),

@@ -256,7 +256,7 @@ fn drive(
             client: local_final.totals(),
             server: server_final.totals(),
         },
-        time_wait_avoidance: (spec.kind == Kind::Crr).then_some(crate::crr::TIME_WAIT_AVOIDANCE),
+        close: (spec.kind == Kind::Crr).then_some(spec.close.name()),
         socket,
         server_socket: setup.socket,
         directions: None,

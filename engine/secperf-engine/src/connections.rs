@@ -4,9 +4,11 @@
 //! close them all (a FIN each, at `close_rate` or as fast as possible).
 //! The server holds every connection in one poll loop and reports how many
 //! it accepted and validated, and when each FIN arrived: the teardown rate
-//! is the server's (FINs processed per second). The server answers each FIN
-//! with an RST (SO_LINGER 0), so neither side keeps TIME_WAIT and the next
-//! round can reuse the ports.
+//! is the server's (FINs processed per second). With `close = "fin"` (the
+//! default) the server answers each FIN with its own (an orderly close: the
+//! client keeps the TIME_WAIT, and the testbed's client port range and
+//! `tcp_tw_reuse` let the next round reuse the ports); with `close = "reset"`
+//! it answers with an RST (SO_LINGER 0), so neither side keeps TIME_WAIT.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -26,7 +28,7 @@ use crate::kinds::{ServerEnv, ServerSetup};
 use crate::net;
 use crate::record::{Record, Sink};
 use crate::shared::{Role, Shared};
-use crate::spec::Spec;
+use crate::spec::{Close, Spec};
 use crate::standalone;
 use crate::target;
 
@@ -60,8 +62,9 @@ pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSet
         ..ServerState::default()
     };
     sh.set_extra(json!(state));
+    let close = spec.close;
     sh.spawn("conn-hold", Role::Active, move |sh, _st| {
-        hold_loop(&listener, sh, state)
+        hold_loop(&listener, sh, state, close)
     })?;
     Ok(ServerSetup { data_port, socket })
 }
@@ -80,7 +83,7 @@ fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
 }
 
 /// One thread holds every connection: accept, answer validations, count FINs.
-fn hold_loop(listener: &TcpListener, sh: &Shared, mut st: ServerState) -> Result<()> {
+fn hold_loop(listener: &TcpListener, sh: &Shared, mut st: ServerState, close: Close) -> Result<()> {
     let mut held: HashMap<i32, TcpStream> = HashMap::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut buf = [0u8; 256];
@@ -145,8 +148,11 @@ fn hold_loop(listener: &TcpListener, sh: &Shared, mut st: ServerState) -> Result
                     }
                     st.fins += 1;
                     st.last_fin_ns = now;
-                    // RST in answer: no TIME_WAIT on either side.
-                    let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
+                    if close == Close::Reset {
+                        // RST in answer: no TIME_WAIT on either side.
+                        let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
+                    }
+                    // Else the drop below answers with our FIN.
                     held.remove(&pfd.fd);
                     dirty = true;
                 }
@@ -379,6 +385,7 @@ pub fn run(
             "rate": teardown_rate,
         },
         "teardown_rate": teardown_rate,
+        "close": spec.close.name(),
         "nofile": nofile,
     });
     sink.emit(Record::Json(rec.clone()));

@@ -1,8 +1,15 @@
-//! Kind `crr`: connect, send a request, read the response, close with
-//! SO_LINGER 0 (an RST, so no TIME_WAIT is left on either side), repeated by
-//! `parallel` loops. The server accepts on several threads at once.
+//! Kind `crr`: connect, send a request, read the response, close, repeated
+//! by `parallel` loops. The server accepts on several threads at once.
+//!
+//! The close is the spec's `close`: `fin` (the default) is an orderly close
+//! as netperf's TCP_CRR and real clients make it: the client shuts down its
+//! write side after the response, the server sees EOF and closes, the client
+//! reads that EOF and closes; FINs cross the path both ways and the client
+//! keeps the TIME_WAIT (the testbed gives the client host a wide port range
+//! and `tcp_tw_reuse`). `reset` closes with SO_LINGER 0: one RST, no FIN, no
+//! TIME_WAIT anywhere, and a stateful DUT never sees a normal teardown.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,9 +22,8 @@ use crate::net;
 use crate::payload;
 use crate::rr::Tally;
 use crate::shared::{Role, Shared, ThreadStats};
-use crate::spec::Spec;
+use crate::spec::{Close, Spec};
 
-pub const TIME_WAIT_AVOIDANCE: &str = "so_linger_0";
 /// Consecutive failed connects after which the test fails.
 const MAX_CONSECUTIVE_FAILURES: u32 = 50;
 
@@ -71,9 +77,39 @@ fn serve_one(s: &TcpStream, req: &mut [u8], resp: &[u8], t: &mut Tally, sh: &Sha
     }
     t.sent(resp.len());
     t.transactions += 1;
-    // The client closes first (with RST), so no TIME_WAIT stays here.
+    // Wait for the client's close: EOF after its FIN (then this drop sends
+    // ours), or an error after its RST. The client closes first, so the
+    // TIME_WAIT stays on the client, not here.
     let mut b = [0u8; 64];
     let _ = net::read_full(&mut io, &mut b[..1], sh);
+}
+
+/// Ends a client's connection the way `close` says. `fin`: shutdown(Write),
+/// then read to the server's EOF (its FIN), then close: Ok(false) if the
+/// test aborted first. `reset`: SO_LINGER 0 and close (an RST).
+pub fn close_client(s: TcpStream, close: Close, sh: &Shared) -> std::io::Result<bool> {
+    match close {
+        Close::Reset => {
+            SockRef::from(&s).set_linger(Some(Duration::ZERO))?;
+        }
+        Close::Fin => {
+            s.shutdown(Shutdown::Write)?;
+            let mut io = &s;
+            let mut b = [0u8; 64];
+            // The server sends nothing more: the first read returns its EOF.
+            if net::read_full(&mut io, &mut b[..1], sh)? {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the server sent data after its response",
+                ));
+            }
+            if sh.aborted() {
+                return Ok(false);
+            }
+        }
+    }
+    drop(s);
+    Ok(true)
 }
 
 pub fn start(spec: &Spec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientStart> {
@@ -139,10 +175,9 @@ fn client_loop(spec: &Spec, data: SocketAddr, sh: &Shared, st: &ThreadStats) -> 
         t.received(resp.len());
         t.transactions += 1;
         t.publish(st);
-        SockRef::from(&s)
-            .set_linger(Some(Duration::ZERO))
-            .map_err(data_err("SO_LINGER"))?;
-        drop(s);
+        if !close_client(s, spec.close, sh).map_err(data_err("close"))? {
+            break;
+        }
     }
     t.publish(st);
     Ok(())

@@ -2,9 +2,11 @@
 //! the `parallel` loops, so it does not drift) and/or a `timeout`: a connect
 //! or transaction that fails or misses its deadline is counted in `lost`
 //! and the loop goes on (RFC 3511 §5.3 counts failures at a rate, it does
-//! not stop at the first).
+//! not stop at the first). The connection ends as `close` says (see crr.rs);
+//! an orderly close must complete (the server's FIN read) before the same
+//! deadline, or the connection counts as lost.
 
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,11 +14,11 @@ use std::time::{Duration, Instant};
 use socket2::SockRef;
 
 use crate::error::Result;
-use crate::http_wire;
+use crate::http_wire::{self, Fail};
 use crate::payload;
 use crate::rr::Tally;
 use crate::shared::{Shared, ThreadStats};
-use crate::spec::Spec;
+use crate::spec::{Close, Spec};
 
 /// The schedule the loops of one test share.
 pub struct Schedule {
@@ -44,6 +46,19 @@ fn sleep_until(due: Instant, sh: &Shared) -> bool {
             return true;
         }
         std::thread::sleep((due - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// `fin`: shutdown(Write) and read the server's EOF before `deadline`.
+fn close(s: &TcpStream, close: Close, deadline: Instant) -> Result<(), Fail> {
+    if close == Close::Reset {
+        return Ok(());
+    }
+    s.shutdown(Shutdown::Write).map_err(|e| Fail::from_io(&e))?;
+    let mut b = [0u8; 64];
+    match http_wire::read_some(s, &mut b, deadline)? {
+        0 => Ok(()),
+        _ => Err(Fail::BadResponse),
     }
 }
 
@@ -81,10 +96,16 @@ pub fn client_loop(
         st.connections.store(connections, Relaxed);
         let r = http_wire::write_all(&s, &req, deadline)
             .and_then(|_| http_wire::read_exact(&s, &mut resp, deadline));
-        let _ = SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        let rtt = t0.elapsed();
+        let r = r.and_then(|_| close(&s, spec.close, deadline));
+        if r.is_err() || spec.close == Close::Reset {
+            // A failed connection is reset whatever `close` says: nothing waits on it.
+            let _ = SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        }
+        drop(s);
         match r {
             Ok(()) => {
-                sh.record_rtt(t0.elapsed());
+                sh.record_rtt(rtt);
                 t.sent(req.len());
                 t.received(resp.len());
                 t.transactions += 1;

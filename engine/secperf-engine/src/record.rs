@@ -196,7 +196,8 @@ pub struct ResultRecord {
     /// unit; `bytes` also counts what drained after it).
     pub window_bytes: Option<u64>,
     pub totals: Totals,
-    pub time_wait_avoidance: Option<&'static str>,
+    /// crr: how each connection ended, `fin` or `reset` (the spec's `close`).
+    pub close: Option<&'static str>,
     pub socket: SocketBufs,
     pub server_socket: SocketBufs,
     /// Kind latency: `c2s`, `s2c` and `combined`.

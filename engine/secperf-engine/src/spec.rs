@@ -99,6 +99,27 @@ pub enum Timestamps {
     User,
 }
 
+/// How crr and connections end a TCP connection: `fin`, an orderly close
+/// (FIN both ways, the client keeps the TIME_WAIT, as netperf's TCP_CRR and
+/// real clients do), or `reset`, SO_LINGER 0 (an RST, no TIME_WAIT, no FIN
+/// for a stateful DUT to see).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Close {
+    #[default]
+    Fin,
+    Reset,
+}
+
+impl Close {
+    pub fn name(self) -> &'static str {
+        match self {
+            Close::Fin => "fin",
+            Close::Reset => "reset",
+        }
+    }
+}
+
 pub const FRAME_MIN: u64 = 64;
 pub const FRAME_MAX: u64 = 1518;
 pub const RATE_PPS_MAX: f64 = 10_000_000.0;
@@ -170,6 +191,7 @@ struct RawSpec {
     connections: Option<u64>,
     hold: Option<f64>,
     close_rate: Option<f64>,
+    close: Option<Close>,
     frame_size: Option<u64>,
     rate_pps: Option<f64>,
     duplex: Option<Duplex>,
@@ -216,6 +238,7 @@ pub const FIELDS: &[&str] = &[
     "connections",
     "hold",
     "close_rate",
+    "close",
     "frame_size",
     "rate_pps",
     "duplex",
@@ -271,6 +294,7 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "urls" | "keepalive" => kind == Http,
         "rate" | "timeout" => matches!(kind, Http | Crr | Connections),
         "connections" | "hold" | "close_rate" => kind == Connections,
+        "close" => matches!(kind, Crr | Connections),
         "nodelay" => protocol == Protocol::Tcp,
         "rcvlowat" => kind == Stream && protocol == Protocol::Tcp,
         "direction" | "message_size" | "rate_bps" => kind == Stream,
@@ -323,6 +347,8 @@ pub struct Spec {
     pub connections: u64,
     pub hold: f64,
     pub close_rate: Option<f64>,
+    /// crr and connections: how each connection ends.
+    pub close: Close,
     pub frame_size: usize,
     pub rate_pps: f64,
     pub duplex: Duplex,
@@ -800,6 +826,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         connections: extra.connections,
         hold: extra.hold,
         close_rate: extra.close_rate,
+        close: raw.close.unwrap_or_default(),
         frame_size: frame_size as usize,
         rate_pps,
         duplex: raw.duplex.unwrap_or(Duplex::Full),
@@ -927,6 +954,7 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
         connections: 0,
         hold: 0.0,
         close_rate: None,
+        close: Close::Fin,
         frame_size: 64,
         rate_pps: 0.0,
         duplex: Duplex::Full,

@@ -221,7 +221,7 @@ fn crr_connections_match_accepts() {
     assert!(r.transactions > 10);
     assert_eq!(r.totals.client.connections, r.totals.server.connections);
     assert_eq!(r.totals.client.transactions, r.totals.server.transactions);
-    assert_eq!(r.time_wait_avoidance, Some("so_linger_0"));
+    assert_eq!(r.close, Some("fin"));
     assert!(r.latency_us.p50 > 0.0);
     assert_eq!(r.retransmits, None);
 }
@@ -341,4 +341,71 @@ fn latency_bad_specs_are_errors() {
     // IPv6 needs a larger frame than 64 bytes for the probe header.
     let e = Spec::parse(r#"{"kind":"latency","server":"[::1]:5201"}"#).expect_err("v6 64");
     assert_eq!(e.field(), Some("frame_size"));
+}
+
+/// Client-side TIME_WAIT sockets (state 06) whose peer is `peer` (an IPv4
+/// loopback address only these tests use), from /proc/net/tcp.
+fn time_wait_to(peer: std::net::Ipv4Addr) -> usize {
+    let want = format!("{:08X}", u32::from_le_bytes(peer.octets()));
+    std::fs::read_to_string("/proc/net/tcp")
+        .expect("/proc/net/tcp")
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2].starts_with(&want) && f[3] == "06"
+        })
+        .count()
+}
+
+#[test]
+fn crr_fin_close_leaves_time_wait_on_the_client_and_reset_none() {
+    // Each close on its own loopback address, so the counts are this test's.
+    let fin_ip = std::net::Ipv4Addr::new(127, 0, 31, 1);
+    let srv = TestServer::start(&format!("{}:0", fin_ip));
+    let (r, recs) = ok(srv.addr, &spec(r#""kind":"crr","parallel":2"#));
+    assert_eq!(recs[0]["spec"]["close"], "fin");
+    assert_eq!(r.close, Some("fin"));
+    assert!(r.transactions > 10);
+    assert_eq!(r.totals.client.connections, r.totals.server.connections);
+    let tw = time_wait_to(fin_ip);
+    // Every data connection ended with FINs both ways, the client's first:
+    // each left a TIME_WAIT on the client (the control connection may add one).
+    assert!(
+        tw as u64 >= r.totals.client.connections,
+        "{} TIME_WAIT for {} connections",
+        tw,
+        r.totals.client.connections
+    );
+
+    let rst_ip = std::net::Ipv4Addr::new(127, 0, 31, 2);
+    let srv = TestServer::start(&format!("{}:0", rst_ip));
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"crr","parallel":2,"close":"reset""#),
+    );
+    assert_eq!(r.close, Some("reset"));
+    assert!(r.transactions > 10);
+    assert!(time_wait_to(rst_ip) <= 1, "an RST leaves no TIME_WAIT");
+}
+
+#[test]
+fn paced_crr_closes_as_asked() {
+    let fin_ip = std::net::Ipv4Addr::new(127, 0, 31, 3);
+    let srv = TestServer::start(&format!("{}:0", fin_ip));
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"crr","rate":300,"parallel":2,"timeout":1"#),
+    );
+    assert_eq!(r.loss.expect("paced crr counts failures").lost, 0);
+    assert!(time_wait_to(fin_ip) as u64 >= r.totals.client.connections);
+    let rst_ip = std::net::Ipv4Addr::new(127, 0, 31, 4);
+    let srv = TestServer::start(&format!("{}:0", rst_ip));
+    let (r, _) = ok(
+        srv.addr,
+        &spec(r#""kind":"crr","rate":300,"parallel":2,"timeout":1,"close":"reset""#),
+    );
+    assert_eq!(r.loss.expect("paced crr counts failures").lost, 0);
+    assert!(r.transactions > 10);
+    assert!(time_wait_to(rst_ip) <= 1);
 }

@@ -182,3 +182,28 @@ fn rcvlowat_bad_values_name_the_field() {
         assert!(e.to_string().contains(&keep), "{}", e);
     }
 }
+
+#[test]
+fn close_defaults_to_fin_and_takes_reset_on_crr_and_connections_only() {
+    use secperf_engine::spec::Close;
+    let c = Spec::parse(&format!(r#"{{"kind":"crr",{}}}"#, S)).unwrap();
+    assert_eq!(c.close, Close::Fin, "an orderly close by default");
+    assert_eq!(c.to_value()["close"], "fin");
+    let r = Spec::parse(&format!(r#"{{"kind":"crr",{},"close":"reset"}}"#, S)).unwrap();
+    assert_eq!(r.close, Close::Reset);
+    // The server receives the resolved spec: the close survives the trip.
+    assert_eq!(Spec::from_value(r.to_value()).unwrap().close, Close::Reset);
+    let k = Spec::parse(&format!(
+        r#"{{"kind":"connections",{},"close":"reset"}}"#,
+        S
+    ))
+    .unwrap();
+    assert_eq!(k.close, Close::Reset);
+    let (_, field, _) = err(&format!(r#"{{"kind":"crr",{},"close":"linger"}}"#, S));
+    assert_eq!(field.as_deref(), Some("close"));
+    let (_, field, msg) = err(&format!(r#"{{"kind":"rr",{},"close":"fin"}}"#, S));
+    assert_eq!(field.as_deref(), Some("close"));
+    assert!(msg.contains("does not apply"));
+    let rr = Spec::parse(&format!(r#"{{"kind":"rr",{}}}"#, S)).unwrap();
+    assert!(rr.to_value().get("close").is_none());
+}

@@ -1,0 +1,165 @@
+"""Mechanism `vpn`: a tunnel between the two hosts its `on` names, placed on the graph.
+
+Host-to-host (`on = "ends"`, the default: the workload's client and server are
+the tunnel's ends, as in document 003), the workload targets the server's inner
+address, so every byte it measures crosses the tunnel. Site-to-site (`on =
+"gateways"` or two forwarding hosts), each gateway sends the network behind the
+other end into the tunnel and the workload targets the server as usual.
+
+Keys, certificates and configurations are made on the first apply (they need the
+hosts), once per run; the daemons start before every test and stop after it, as
+every mechanism is loaded afresh. After each test the runner asks `observe()` for
+what the tunnel did: its devices' byte counters over the test, the daemons'
+resident memory, and what ran (implementation, cipher, backend).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from secperf.errors import MechanismError
+from secperf.mechanisms.base import MechanismContext, RenderedFile
+from secperf.mechanisms.vpn import (
+    TunnelEnd,
+    Vpn,
+    device_counters,
+    from_schema,
+    memory,
+    tunnel_addresses,
+    tunnel_name,
+)
+from secperf.scenario.schema import VpnMechanism
+from secperf.testbed.host import Host
+from secperf.testbed.topology import Topology
+
+# Each tunnel of a run gets its own inner /30 and device names.
+_indexes = itertools.count()
+
+
+class Tunnel:
+    """A `vpn` mechanism: one Vpn implementation between two hosts of the graph."""
+
+    kind = "vpn"
+
+    def __init__(self, spec: VpnMechanism) -> None:
+        self.spec = spec
+        self.index = next(_indexes)
+        self.vpn: Vpn = from_schema(spec)
+        self._rendered = False
+        self._ends: tuple[TunnelEnd, TunnelEnd] | None = None
+        self._before: dict[str, int] = {}
+
+    # -- the Mechanism interface -------------------------------------------------------
+    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
+        """Nothing yet: keys and configurations are written on the first apply."""
+        return []
+
+    def backends(self) -> set[str]:
+        return set()
+
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        raise MechanismError("a tunnel needs both its ends at once (the runner applies it whole)")
+
+    def release(self, host: Host, ctx: MechanismContext) -> None:
+        raise MechanismError("a tunnel needs both its ends at once (the runner releases it whole)")
+
+    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
+        a, b = self._tunnel_ends(hosts, ctx)
+        if not self._rendered:
+            prefix = ctx.table.removeprefix("secperf_")
+            files = ctx.files_dir / f"{ctx.name}.vpn"
+            self.vpn.render(a, b, files, tunnel_name(prefix, self.index))
+            self._rendered = True
+        for path in self.vpn.host_files():
+            for host in hosts:
+                host.track_file(str(path))
+        self.vpn.start(a, b)
+        self._before = self._device_bytes()
+
+    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
+        self.vpn.stop()
+
+    def target_address(self, ctx: MechanismContext, server: str, family: int) -> str | None:
+        """Host-to-host, the server is reached at its inner address (through the tunnel)."""
+        if not self._host_to_host(ctx) or ctx.hosts[1] != server:
+            return None
+        (_a4, b4), (_a6, b6) = tunnel_addresses(self.index)
+        inner = b4 if family == 4 else b6
+        return str(ipaddress.ip_interface(inner).ip)
+
+    # -- what the tunnel did -------------------------------------------------------------
+    def observe(self) -> dict[str, Any]:
+        """Bytes through each end's device since the tunnel started, the daemons'
+        memory now, and what ran."""
+        after = self._device_bytes()
+        return {
+            "kind": self.kind,
+            "tunnel": self.vpn.describe(),
+            "device_bytes": {end: after[end] - self._before.get(end, 0) for end in after},
+            "memory_bytes": memory(self.vpn),
+        }
+
+    def _device_bytes(self) -> dict[str, int]:
+        if self._ends is None:
+            return {}
+        out: dict[str, int] = {}
+        for end in self._ends:
+            device = self.vpn.devices().get(end.name)
+            if device is not None:
+                c = device_counters(end.host, device)
+                out[end.name] = c.rx_bytes + c.tx_bytes
+        return out
+
+    # -- placement ----------------------------------------------------------------------
+    @staticmethod
+    def _host_to_host(ctx: MechanismContext) -> bool:
+        topo = ctx.topology
+        return topo is not None and not any(topo.host(h).forwarding for h in ctx.hosts)
+
+    def _tunnel_ends(
+        self, hosts: Sequence[Host], ctx: MechanismContext
+    ) -> tuple[TunnelEnd, TunnelEnd]:
+        if self._ends is not None:
+            return self._ends
+        topo = ctx.topology
+        if topo is None or len(ctx.hosts) != 2 or len(hosts) != 2:
+            raise MechanismError(
+                f"a tunnel needs two ends on the testbed graph, not {ctx.hosts}",
+                fix='place it with on = "ends", "gateways" or two host names',
+            )
+        family = ctx.plan.family
+        (a4, b4), (a6, b6) = tunnel_addresses(self.index)
+        name_a, name_b = ctx.hosts
+        under_a, under_b = _underlay(topo, name_a, name_b, family)
+        routes_a: tuple[str, ...] = ()
+        routes_b: tuple[str, ...] = ()
+        if not self._host_to_host(ctx):
+            # Site to site: each gateway sends what lies behind the other into the tunnel.
+            client, server = ctx.ends
+            near_a = topo.path(client, server).index(name_a) < topo.path(client, server).index(
+                name_b
+            )
+            client_net = str(topo.primary_interface(client, family).network)
+            server_net = str(topo.primary_interface(server, family).network)
+            routes_a, routes_b = (
+                ((server_net,), (client_net,)) if near_a else ((client_net,), (server_net,))
+            )
+        v6 = family == 6
+        self._ends = (
+            TunnelEnd(hosts[0], name_a, under_a, a4, a6 if v6 else None, routes_a),
+            TunnelEnd(hosts[1], name_b, under_b, b4, b6 if v6 else None, routes_b),
+        )
+        return self._ends
+
+
+def _underlay(topo: Topology, a: str, b: str, family: int) -> tuple[str, str]:
+    """Each end's address as the other reaches it: on their shared segment when they
+    are neighbours, else their primary addresses."""
+    idx = 0 if family == 4 else 1
+    for peer, seg in topo.neighbours(a):
+        if peer == b:
+            return str(seg.members[a][idx].ip), str(seg.members[b][idx].ip)
+    return topo.primary_address(a, family), topo.primary_address(b, family)

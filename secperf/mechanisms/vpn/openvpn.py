@@ -1,0 +1,278 @@
+"""OpenVPN 2.6 between two tunnel ends, point to point, UDP or TCP, TLS or a static key.
+
+End b is the TLS server (and, over TCP, the listening side); end a connects to
+it. With `auth = "tls"` a CA, a server and a client certificate (EC P-256) are
+made per run with openssl; the leaf certificates carry keyUsage and
+extendedKeyUsage, so `--remote-cert-tls` checks that each side holds the other
+kind of certificate. With `auth = "static"` one pre-shared key comes from
+`openvpn --genkey secret`; static-key mode has no cipher negotiation and no
+AEAD, so AES-GCM and ChaCha20-Poly1305 are refused there (the schema says so
+first).
+
+`cipher = "none"` turns encryption and the data channel's HMAC off (`cipher
+none`, `auth none`): the paper's "encryption off". Compression is lz4 or lzo
+under `allow-compression yes` (OpenVPN refuses to compress otherwise; it warns,
+rightly, that compression beside encryption leaks). Data-channel offload is off
+(`disable-dco`): the data channel runs in the openvpn process, whose CPU the host's
+cgroup counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from secperf.errors import MechanismError
+from secperf.mechanisms.vpn.base import (
+    DaemonSet,
+    TunnelEnd,
+    add_routes,
+    check_ends,
+    check_tunnel_name,
+    run_local,
+    version_of,
+    wait_for,
+    wait_listening,
+    wait_passing,
+    write_private,
+)
+
+PORT = 1194
+CIPHERS = {
+    "aes-256-gcm": "AES-256-GCM",
+    "aes-128-gcm": "AES-128-GCM",
+    "chacha20-poly1305": "CHACHA20-POLY1305",
+    "aes-256-cbc": "AES-256-CBC",
+    "none": "none",
+}
+AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
+COMPRESSION = ("none", "lz4", "lzo")
+TRANSPORTS = ("udp", "tcp")
+AUTHS = ("tls", "static")
+
+
+def check_params(cipher: str, compression: str, transport: str, auth: str) -> None:
+    if cipher not in CIPHERS:
+        raise MechanismError(
+            f"openvpn cipher {cipher!r} is not one secperf knows",
+            fix=f"use one of {', '.join(CIPHERS)}",
+        )
+    if compression not in COMPRESSION:
+        raise MechanismError(
+            f"openvpn compression {compression!r} is not available",
+            fix=f"use one of {', '.join(COMPRESSION)}",
+        )
+    if transport not in TRANSPORTS:
+        raise MechanismError(f"openvpn transport {transport!r}", fix="use udp or tcp")
+    if auth not in AUTHS:
+        raise MechanismError(f"openvpn auth {auth!r}", fix="use tls or static")
+    if auth == "static" and cipher in AEAD:
+        raise MechanismError(
+            f"openvpn static-key mode cannot use {cipher}: it has no AEAD ciphers "
+            "(GCM, ChaCha20-Poly1305 need TLS mode's per-session keys and packet ids)",
+            fix='use auth = "tls", or cipher = "aes-256-cbc" or "none" with a static key',
+        )
+
+
+def render_conf(
+    vpn: OpenVpn, me: TunnelEnd, peer: TunnelEnd, device: str, files: dict[str, Path], server: bool
+) -> str:
+    fam = me.underlay_family
+    lines = [
+        f"# secperf openvpn: {me.name} ({'server' if server else 'client'}) -> {peer.name}",
+        f"dev {device}",
+        "dev-type tun",
+        "disable-dco",
+        f"ifconfig {me.ip4} {peer.ip4}",
+    ]
+    if me.inner6 and peer.ip6:
+        lines.append(f"ifconfig-ipv6 {me.inner6} {peer.ip6}")
+    if vpn.transport == "udp":
+        lines += [
+            f"proto udp{fam}",
+            f"local {me.underlay}",
+            f"lport {PORT}",
+            f"remote {peer.underlay} {PORT}",
+        ]
+    elif server:
+        lines += [f"proto tcp{fam}-server", f"local {me.underlay}", f"lport {PORT}"]
+    else:
+        lines += [
+            f"proto tcp{fam}-client",
+            f"remote {peer.underlay} {PORT}",
+            "nobind",
+            "connect-retry 1 1",
+        ]
+    if vpn.auth == "tls":
+        lines += [
+            "tls-server" if server else "tls-client",
+            *(["dh none"] if server else []),
+            f"ca {files['ca']}",
+            f"cert {files['server_cert' if server else 'client_cert']}",
+            f"key {files['server_key' if server else 'client_key']}",
+            f"remote-cert-tls {'client' if server else 'server'}",
+            f"data-ciphers {CIPHERS[vpn.cipher]}",
+        ]
+        if vpn.cipher in ("none", "aes-256-cbc"):
+            lines.append(f"data-ciphers-fallback {CIPHERS[vpn.cipher]}")
+    else:
+        lines += [f"secret {files['static']} {0 if server else 1}", f"cipher {CIPHERS[vpn.cipher]}"]
+    if vpn.cipher == "none":
+        lines.append("auth none")
+    elif vpn.cipher == "aes-256-cbc":
+        lines.append("auth SHA256")
+    if vpn.compression != "none":
+        lines += ["allow-compression yes", f"compress {vpn.compression}"]
+    lines += ["verb 3", "mute-replay-warnings"]
+    return "\n".join(lines) + "\n"
+
+
+def make_tls_files(files_dir: Path, name: str) -> dict[str, Path]:
+    """A CA and a server and a client certificate (EC P-256, valid 2 days) for this run."""
+    d = files_dir / f"{name}.openvpn-pki"
+    d.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ca_key, ca_crt = d / "ca.key", d / "ca.crt"
+    run_local(
+        ["openssl", "req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca_crt),
+         "-days", "2", "-subj", f"/CN=secperf {name} CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        what="openssl (CA)",
+    )  # fmt: skip
+    out = {"ca": ca_crt}
+    for role, eku in (("server", "serverAuth"), ("client", "clientAuth")):
+        key, csr, crt, ext = (d / f"{role}.{x}" for x in ("key", "csr", "crt", "ext"))
+        run_local(
+            ["openssl", "req", *ec, "-keyout", str(key), "-out", str(csr),
+             "-subj", f"/CN=secperf {name} {role}"],
+            what=f"openssl ({role} key)",
+        )  # fmt: skip
+        ext.write_text(
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyAgreement\n"
+            f"extendedKeyUsage={eku}\n"
+        )
+        run_local(
+            ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey",
+             str(ca_key), "-CAcreateserial", "-out", str(crt), "-days", "2",
+             "-extfile", str(ext)],
+            what=f"openssl ({role} certificate)",
+        )  # fmt: skip
+        key.chmod(0o600)
+        out[f"{role}_key"], out[f"{role}_cert"] = key, crt
+    ca_key.chmod(0o600)
+    return out
+
+
+class OpenVpn:
+    kind = "openvpn"
+
+    def __init__(
+        self,
+        cipher: str = "aes-256-gcm",
+        compression: str = "none",
+        transport: str = "udp",
+        auth: str = "tls",
+    ) -> None:
+        check_params(cipher, compression, transport, auth)
+        self.cipher, self.compression = cipher, compression
+        self.transport, self.auth = transport, auth
+        self._names: dict[str, str] = {}
+        self._confs: dict[str, Path] = {}
+        self._files: Path | None = None
+        self._ds = DaemonSet("openvpn")
+        self._logs: dict[str, Path] = {}
+
+    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
+        check_ends(a, b)
+        check_tunnel_name(name)
+        files_dir.mkdir(parents=True, exist_ok=True)
+        self._files = files_dir
+        if self.auth == "tls":
+            files = make_tls_files(files_dir, name)
+        else:
+            static = files_dir / f"{name}.openvpn-static.key"
+            write_private(static, "")
+            run_local(["openvpn", "--genkey", "secret", str(static)], what="openvpn --genkey")
+            files = {"static": static}
+        out = list(files.values())
+        for end, peer, letter, server in ((a, b, "a", False), (b, a, "b", True)):
+            dev = f"{name}{letter}"
+            self._names[end.name] = dev
+            conf = files_dir / f"{name}.{end.name}.openvpn.conf"
+            conf.write_text(render_conf(self, end, peer, dev, files, server))
+            self._confs[end.name] = conf
+            out.append(conf)
+        return out
+
+    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        if not self._confs or self._files is None:
+            raise MechanismError("openvpn: start() before render()")
+        ds = self._ds
+        try:
+            # b first: over TCP it is the side that listens.
+            for end in (b, a):
+                dev = self._names[end.name]
+                log = self._files / f"{dev}.openvpn.log"
+                self._logs[end.name] = log
+                ds.spawn(end, ["openvpn", "--config", str(self._confs[end.name])], log, "openvpn")
+                if end is b and self.transport == "tcp":
+                    wait_listening(ds, b, PORT)
+            wait_passing(a, b, ds)
+            # A static key passes packets before openvpn reports its data channel
+            # (it does once it has heard its peer): wait for both reports.
+            wait_for(
+                lambda: set(self.data_channel()) == {a.name, b.name},
+                ds,
+                what="openvpn did not report its data channel on both ends",
+                fix="read the daemons' logs above",
+            )
+            for end in (a, b):
+                add_routes(ds, end, self._names[end.name])
+        except BaseException:
+            ds.stop()
+            raise
+
+    def stop(self) -> None:
+        self._ds.stop()
+
+    def devices(self) -> dict[str, str]:
+        return dict(self._names)
+
+    def pids(self) -> dict[str, list[int]]:
+        return self._ds.pids()
+
+    def host_files(self) -> list[Path]:
+        return []  # everything it writes is in the run directory (or its private /run)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "implementation": "openvpn",
+            "version": version_of(["openvpn", "--version"], r"OpenVPN (\d[\w.]*)"),
+            "backend": "user space (dco off)",
+            "cipher": self.cipher,
+            "data_auth": "none"
+            if self.cipher == "none"
+            else ("SHA256" if self.cipher == "aes-256-cbc" else "aead"),
+            "mode": "tunnel",
+            "transport": self.transport,
+            "auth": self.auth,
+            "compression": self.compression,
+            # What each end's data channel actually runs, in openvpn's own words.
+            "data_channel": self.data_channel(),
+        }
+
+    def data_channel(self) -> dict[str, str]:
+        """End name -> the last 'Data Channel: ...' line of its openvpn log."""
+        out: dict[str, str] = {}
+        for end, log in self._logs.items():
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            found = [ln.split("Data Channel: ", 1)[1] for ln in text.splitlines()
+                     if "Data Channel: " in ln]  # fmt: skip
+            if found:
+                out[end] = found[-1].strip()
+        return out

@@ -1,0 +1,217 @@
+"""tinc 1.0 between two tunnel ends, in router mode over a TUN device.
+
+Each end has a configuration directory in the run directory (tinc.conf, a
+tinc-up script that gives the device its inner addresses, hosts/<end> for both
+nodes with their addresses, subnets and RSA public keys). The RSA keys (2048
+bits) are made per run with `tincd -K`. End a connects to end b.
+
+`Cipher`, `Digest` and `Compression` are host settings in tinc 1.0: both host
+files carry the same values, so both directions use them. Compression levels:
+0 none, 1-9 zlib, 10 fast LZO, 11 best LZO (`compression = "lzo"` is 11,
+`compression = "zlib"` is `compression_level`, default 6). `transport = "tcp"`
+sets TCPOnly (packets ride the meta connection); the default is UDP, as tinc's.
+
+Path MTU discovery is off and the device's MTU fixed at 1400: with discovery on,
+tinc 1.0 sends every packet larger than the MTU it has confirmed so far through
+the TCP meta connection, uncompressed, for the first seconds of a tunnel's life,
+which is not the tunnel a measurement means to see.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from secperf.errors import MechanismError
+from secperf.mechanisms.vpn.base import (
+    DaemonSet,
+    TunnelEnd,
+    add_routes,
+    check_ends,
+    check_tunnel_name,
+    run_local,
+    version_of,
+    wait_listening,
+    wait_passing,
+)
+
+PORT = 655
+CIPHERS = {
+    "aes-256-cbc": "aes-256-cbc",
+    "aes-128-cbc": "aes-128-cbc",
+    "blowfish": "bf-cbc",
+    "none": "none",
+}
+DIGESTS = {"sha256": "sha256", "sha1": "sha1", "none": "none"}
+COMPRESSION = ("none", "zlib", "lzo")
+LZO_BEST = 11
+# Inner packets of at most 1400 bytes fit one 1500-byte underlay packet after tinc's
+# overhead (UDP/IP 28-48, sequence number 4, CBC padding up to 16, digest up to 32).
+DEVICE_MTU = 1400
+
+
+def tinc_level(compression: str, level: int | None) -> int:
+    if compression not in COMPRESSION:
+        raise MechanismError(
+            f"tinc compression {compression!r} is not available",
+            fix=f"use one of {', '.join(COMPRESSION)}",
+        )
+    if compression == "none":
+        return 0
+    if compression == "lzo":
+        return LZO_BEST
+    level = 6 if level is None else level
+    if not 1 <= level <= 9:
+        raise MechanismError(f"tinc zlib level {level} is out of range", fix="use 1..9")
+    return level
+
+
+def node_name(end: TunnelEnd) -> str:
+    """tinc node names are letters, digits and '_'."""
+    return end.name.replace("-", "_")
+
+
+def render_tinc_conf(me: TunnelEnd, peer: TunnelEnd, device: str, key: Path, tcp: bool) -> str:
+    lines = [
+        f"# secperf tinc: {me.name} -> {peer.name}",
+        f"Name = {node_name(me)}",
+        f"Interface = {device}",
+        "Mode = router",
+        "DeviceType = tun",
+        f"AddressFamily = ipv{me.underlay_family}",
+        f"BindToAddress = {me.underlay} {PORT}",
+        f"PrivateKeyFile = {key}",
+    ]
+    if tcp:
+        lines.append("TCPOnly = yes")
+    return "\n".join(lines) + "\n"
+
+
+def render_host(end: TunnelEnd, peer: TunnelEnd, cipher: str, digest: str, level: int) -> str:
+    """hosts/<end>: its address, the subnets behind it (what its peer routes to it), crypto."""
+    subnets = [*end.host_prefixes(), *peer.routes]
+    return (
+        f"Address = {end.underlay} {PORT}\n"
+        + "".join(f"Subnet = {s}\n" for s in subnets)
+        + f"Cipher = {CIPHERS[cipher]}\nDigest = {DIGESTS[digest]}\nCompression = {level}\n"
+        # Path MTU discovery sends every packet above the MTU found so far through the
+        # TCP meta connection, uncompressed, until it ends: seconds of start-up traffic
+        # unlike the steady state. A fixed device MTU (tinc-up) keeps packets on UDP.
+        + "PMTUDiscovery = no\n"
+    )
+
+
+def render_up(end: TunnelEnd) -> str:
+    lines = ["#!/bin/sh", "# tinc runs this once its device exists; $INTERFACE names it"]
+    lines.append(f'ip addr add {end.inner4} dev "$INTERFACE"')
+    if end.inner6:
+        lines.append(f'ip addr add {end.inner6} dev "$INTERFACE"')
+    lines.append(f'ip link set "$INTERFACE" mtu {DEVICE_MTU} up')
+    return "\n".join(lines) + "\n"
+
+
+class Tinc:
+    kind = "tinc"
+
+    def __init__(
+        self,
+        cipher: str = "aes-256-cbc",
+        digest: str = "sha256",
+        compression: str = "none",
+        compression_level: int | None = None,
+        transport: str = "udp",
+    ) -> None:
+        if cipher not in CIPHERS:
+            raise MechanismError(
+                f"tinc cipher {cipher!r} is not one secperf knows",
+                fix=f"use one of {', '.join(CIPHERS)}",
+            )
+        if digest not in DIGESTS:
+            raise MechanismError(f"tinc digest {digest!r}", fix=f"use one of {', '.join(DIGESTS)}")
+        if transport not in ("udp", "tcp"):
+            raise MechanismError(f"tinc transport {transport!r}", fix="use udp or tcp")
+        self.cipher, self.digest, self.transport = cipher, digest, transport
+        self.compression = compression
+        self.level = tinc_level(compression, compression_level)
+        self._names: dict[str, str] = {}
+        self._dirs: dict[str, Path] = {}
+        self._files: Path | None = None
+        self._ds = DaemonSet("tincd")
+
+    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
+        check_ends(a, b)
+        check_tunnel_name(name)
+        files_dir.mkdir(parents=True, exist_ok=True)
+        self._files = files_dir
+        out = []
+        for end, peer, letter in ((a, b, "a"), (b, a, "b")):
+            d = files_dir / f"{name}.{end.name}.tinc"
+            if d.exists():
+                shutil.rmtree(d)
+            (d / "hosts").mkdir(parents=True)
+            dev = f"{name}{letter}"
+            self._names[end.name] = dev
+            self._dirs[end.name] = d
+            key = d / "rsa_key.priv"
+            conf = render_tinc_conf(end, peer, dev, key, self.transport == "tcp")
+            if end is a:
+                conf += f"ConnectTo = {node_name(b)}\n"
+            (d / "tinc.conf").write_text(conf)
+            up = d / "tinc-up"
+            up.write_text(render_up(end))
+            up.chmod(0o755)
+            host = d / "hosts" / node_name(end)
+            host.write_text(render_host(end, peer, self.cipher, self.digest, self.level))
+            # -K appends the public key to hosts/<Name>; stdin closed: no questions asked.
+            run_local(["tincd", "-c", str(d), "-K", "2048"], what="tincd -K", input="")
+            key.chmod(0o600)
+            out += [d / "tinc.conf", up, host]
+        for end, peer in ((a, b), (b, a)):
+            src = self._dirs[peer.name] / "hosts" / node_name(peer)
+            shutil.copy(src, self._dirs[end.name] / "hosts" / node_name(peer))
+        return out
+
+    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        if not self._dirs or self._files is None:
+            raise MechanismError("tinc: start() before render()")
+        ds = self._ds
+        try:
+            for end in (b, a):
+                d = self._dirs[end.name]
+                argv = ["tincd", "-c", str(d), "-D", "-d", "1", f"--pidfile={d / 'tincd.pid'}"]
+                ds.spawn(end, argv, self._files / f"{self._names[end.name]}.tincd.log", "tincd")
+                if end is b:
+                    wait_listening(ds, b, PORT)
+            wait_passing(a, b, ds)
+            for end in (a, b):
+                add_routes(ds, end, self._names[end.name])
+        except BaseException:
+            ds.stop()
+            raise
+
+    def stop(self) -> None:
+        self._ds.stop()
+
+    def devices(self) -> dict[str, str]:
+        return dict(self._names)
+
+    def pids(self) -> dict[str, list[int]]:
+        return self._ds.pids()
+
+    def host_files(self) -> list[Path]:
+        return []  # everything it writes is in the run directory (or its private /run)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "implementation": "tinc",
+            "version": version_of(["tincd", "--version"], r"tinc version (\S+)"),
+            "backend": "user space",
+            "cipher": self.cipher,
+            "digest": self.digest,
+            "mode": "tunnel (router)",
+            "transport": "tcp (TCPOnly)" if self.transport == "tcp" else "udp",
+            "auth": "rsa 2048 keys (per run)",
+            "compression": self.compression,
+            "compression_level": self.level,
+        }

@@ -1,0 +1,125 @@
+"""crr's close as the DUT sees it: the default orderly close sends FINs both ways
+through the DUT and leaves conntrack entries in TIME_WAIT there; close = "reset"
+sends RSTs and no FIN. Also the testbed's connection sysctls on every host."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from secperf.engine import EngineServer, Record, run_test, start_server
+from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.testbed.testbed import CONNECTION_SYSCTLS, Testbed
+from secperf.testbed.topology import Topology
+from secperf.workloads.crr import engine_spec
+
+pytestmark = pytest.mark.netns
+
+SERVER = "198.18.2.2"
+DATA_PORT = 5350
+TABLE = "crrclose"
+# Stateful (ct) so that conntrack tracks every connection through the DUT, and
+# counters of the flags that end a TCP connection, for the crr's data port only.
+RULES = f"""table inet {TABLE} {{
+  chain forward {{
+    type filter hook forward priority filter; policy accept;
+    ct state established,related counter
+    tcp sport {DATA_PORT} tcp flags & fin == fin counter name fin_from_server
+    tcp dport {DATA_PORT} tcp flags & fin == fin counter name fin_from_client
+    tcp sport {DATA_PORT} tcp flags & rst == rst counter name rst_from_server
+    tcp dport {DATA_PORT} tcp flags & rst == rst counter name rst_from_client
+  }}
+  counter fin_from_server {{ }}
+  counter fin_from_client {{ }}
+  counter rst_from_server {{ }}
+  counter rst_from_client {{ }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
+    state = tmp_path_factory.mktemp("state")
+    with Testbed.build(Topology.standard(), state_dir=state) as tb:
+        engine = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
+        yield tb, engine
+        engine.stop()
+
+
+def _fresh_counters(tb: Testbed) -> None:
+    dut = tb.host("dut")
+    dut.run(["nft", "delete", "table", "inet", TABLE], check=False)
+    dut.run(["nft", "-f", "-"], input=RULES)
+    dut.run(["conntrack", "-F"], check=False)
+
+
+def _counters(tb: Testbed) -> dict[str, int]:
+    out = tb.host("dut").run(["nft", "list", "counters", "table", "inet", TABLE]).stdout
+    found = re.findall(r"counter (\w+) \{\s*packets (\d+)", out)
+    return {name: int(n) for name, n in found}
+
+
+def _conntrack_states(tb: Testbed) -> dict[str, int]:
+    """The DUT's conntrack entries to the data port, by TCP state."""
+    out = tb.host("dut").run(["conntrack", "-L", "-p", "tcp", "--dport", str(DATA_PORT)]).stdout
+    states: dict[str, int] = {}
+    for line in out.splitlines():
+        m = re.match(r"tcp\s+\d+\s+\d+\s+(\w+)", line)
+        if m:
+            states[m.group(1)] = states.get(m.group(1), 0) + 1
+    return states
+
+
+def _crr(tb: Testbed, **params: Any) -> Record:
+    spec = {
+        **engine_spec({"parallel": 2, **params}),
+        "server": f"{SERVER}:{CONTROL_PORT}",
+        "data_port": DATA_PORT,
+        "rate": 400,
+        "timeout": 1.0,
+        "duration": 1.0,
+        "warmup": 0.2,
+        "interval": 0,
+    }
+    return run_test(tb.host("client"), spec).result
+
+
+def test_every_host_gets_the_connection_sysctls(bed: tuple[Testbed, EngineServer]) -> None:
+    tb, _ = bed
+    for role in tb.topology.roles:
+        got = tb.host(role).run(["sysctl", "-n", *CONNECTION_SYSCTLS]).stdout.splitlines()
+        assert [" ".join(v.split()) for v in got] == [str(v) for v in CONNECTION_SYSCTLS.values()]
+
+
+def test_default_close_is_orderly_through_the_dut(bed: tuple[Testbed, EngineServer]) -> None:
+    tb, _ = bed
+    _fresh_counters(tb)
+    r = _crr(tb)
+    assert r["close"] == "fin"
+    n = r["totals"]["client"]["connections"]
+    assert n >= 300 and r["loss"]["lost"] == 0, r["loss"]
+    c = _counters(tb)
+    # One FIN each way per connection crossed the DUT, and no RST.
+    assert c["fin_from_client"] >= n and c["fin_from_server"] >= n, (c, n)
+    assert c["rst_from_client"] == 0 and c["rst_from_server"] == 0, c
+    # conntrack followed each teardown to its end: TIME_WAIT (120 s) in the DUT.
+    states = _conntrack_states(tb)
+    assert states.get("TIME_WAIT", 0) >= n, (states, n)
+
+
+def test_reset_close_sends_rsts_and_no_fin(bed: tuple[Testbed, EngineServer]) -> None:
+    tb, _ = bed
+    _fresh_counters(tb)
+    r = _crr(tb, close="reset")
+    assert r["close"] == "reset"
+    n = r["totals"]["client"]["connections"]
+    assert n >= 300 and r["loss"]["lost"] == 0, r["loss"]
+    c = _counters(tb)
+    assert c["fin_from_client"] == 0 and c["fin_from_server"] == 0, c
+    assert c["rst_from_client"] >= n, (c, n)
+    states = _conntrack_states(tb)
+    assert states.get("TIME_WAIT", 0) == 0, states
+    assert states.get("CLOSE", 0) >= n, (states, n)
