@@ -1,7 +1,8 @@
 """Each mechanism, with no load problem, loses no connection: 2,000 crr connections
 (orderly close) at a modest rate and some HTTP fetches from nginx through every
 mechanism kind this machine runs (acl, nat, appliance, synproxy, ips with both
-engines), with every one completed and nothing counted as failed, on the engine's and the server's side.
+engines), with every one completed and nothing counted as failed, on the engine's
+and the server's side.
 And synproxy promises the client exactly the TCP options the server gives a direct
 connection."""
 
