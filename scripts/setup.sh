@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           iperf3 sockperf python3-venv netsniff-ng hping3
+          libhyperscan-dev fwsnort  # ips: the nfq matcher links Hyperscan; fwsnort = kernel engine
           chromium  # chromium: the test that renders report.html in a real browser
           # VPN tunnels (secperf.mechanisms.vpn) and the capture that proves them encrypted.
           # --no-install-recommends matters: wireguard-tools recommends a kernel image.

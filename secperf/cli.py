@@ -149,9 +149,12 @@ def run(
 
 @app.command()
 def check(
-    scenarios: Annotated[list[Path], typer.Argument(help="Scenario files to validate.")],
+    scenarios: Annotated[
+        list[Path], typer.Argument(help="Scenario files (or IPS .rules files) to validate.")
+    ],
 ) -> None:
-    """Validate scenarios and everything they reference; runs no traffic, builds no testbed."""
+    """Validate scenarios and everything they reference, or IPS rule files (*.rules);
+    runs no traffic, builds no testbed."""
     from secperf.preflight import (
         check_custom_files,
         check_static,
@@ -167,6 +170,16 @@ def check(
     failed = 0
     for path in scenarios:
         try:
+            if path.suffix == ".rules":  # an IPS rule file (docs/methodology.md)
+                from secperf.ips_rules import parse_rules
+
+                rules = parse_rules(path)
+                drops = sum(r.action == "drop" for r in rules)
+                console.print(
+                    f"[green]ok[/] {escape(str(path))}: {len(rules)} rule(s), {drops} drop",
+                    highlight=False,
+                )
+                continue
             sc = load_scenario(path)
             family = 6 if sc.testbed.family == "ipv6" else 4
             check_static(sc)

@@ -18,6 +18,8 @@ from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    IdsMechanism,
+    IpsMechanism,
     NatMechanism,
     Scenario,
     SynproxyMechanism,
@@ -86,6 +88,7 @@ def all_tools() -> list[Tool]:
     for tool in (
         *BASE_TOOLS,
         *(t for ts in BACKEND_TOOLS.values() for t in ts),
+        FWSNORT_TOOL,
         *(t for ts in VPN_TOOLS.values() for t in ts),
         *PEER_TOOLS,
     ):
@@ -102,6 +105,7 @@ def install_hint(tools: list[Tool]) -> str:
     return "apt-get install -y --no-install-recommends " + " ".join(packages)
 
 
+FWSNORT_TOOL = Tool("fwsnort", "fwsnort", 'mechanism ips with engine = "fwsnort"')
 OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recording offloads)')
 
 
@@ -124,6 +128,12 @@ def tools_for(scenario: Scenario) -> list[Tool]:
                 tools += BACKEND_TOOLS["nft"] + BACKEND_TOOLS["iptables-nft"]
             elif isinstance(mech, SynproxyMechanism):
                 tools += BACKEND_TOOLS["nft"]  # and sysctl (procps) for nf_conntrack_tcp_loose
+            elif isinstance(mech, IpsMechanism):
+                tools += BACKEND_TOOLS["iptables-nft"]
+                if mech.engine == "fwsnort":
+                    tools.append(FWSNORT_TOOL)
+            elif isinstance(mech, IdsMechanism):
+                tools += BACKEND_TOOLS["nft"]  # the mirror: nft netdev dup
             elif isinstance(mech, VpnMechanism):
                 tools += VPN_TOOLS.get(mech.implementation, ())
     return tools
@@ -340,7 +350,9 @@ def preflight(scenario: Scenario, family: int) -> None:
         raise ToolMissingError(f"missing tools: {names}", fix=install_hint(gone))
     engine_path()
     if any(
-        isinstance(m, ApplianceMechanism) for v in scenario.variants.values() for m in v.mechanisms
+        isinstance(m, ApplianceMechanism | IpsMechanism | IdsMechanism)
+        for v in scenario.variants.values()
+        for m in v.mechanisms
     ):
         from secperf.mechanisms.appliance import nfq_path
 

@@ -104,9 +104,11 @@ def now_iso() -> str:
 
 
 def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
-    """The graph a scenario needs: an attacker only if a workload kind asks for one."""
+    """The graph a scenario needs: an attacker only if a workload kind asks for one,
+    an ids host only if a variant mirrors to one."""
     hosts = frozenset().union(*(hosts_for(p) for p in points))
-    return build_topology(scenario, attacker="attacker" in hosts)
+    ids = any(m.kind == "ids" for v in scenario.variants.values() for m in v.mechanisms)
+    return build_topology(scenario, attacker="attacker" in hosts, ids=ids)
 
 
 def prepare_variants(

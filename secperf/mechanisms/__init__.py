@@ -7,6 +7,7 @@ from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
+from secperf.mechanisms.ips import Ids, Ips
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.proxy import Proxy
 from secperf.mechanisms.synproxy import Synproxy
@@ -15,6 +16,8 @@ from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    IdsMechanism,
+    IpsMechanism,
     NatMechanism,
     ProxyMechanism,
     SynproxyMechanism,
@@ -65,4 +68,8 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             memory=spec.memory,
             deny=list(spec.deny),
         )
+    if isinstance(spec, IpsMechanism):
+        return Ips(engine=spec.engine, rules=spec.rules, mode=spec.mode, queue=spec.queue)
+    if isinstance(spec, IdsMechanism):
+        return Ids(rules=spec.rules)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -13,8 +13,9 @@ from secperf.scenario.schema import Scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
 
 
-def build_topology(scenario: Scenario, *, attacker: bool = False) -> Topology:
-    """The graph `scenario` runs on; `attacker` when a workload needs one."""
+def build_topology(scenario: Scenario, *, attacker: bool = False, ids: bool = False) -> Topology:
+    """The graph `scenario` runs on; `attacker` when a workload needs one, `ids` when
+    a mechanism mirrors to a sensor."""
     tb = scenario.testbed
     section = scenario.topology
     if section is None:
@@ -22,6 +23,7 @@ def build_topology(scenario: Scenario, *, attacker: bool = False) -> Topology:
             link_rate_bps=tb.rate_bps,
             direct=tb.baseline == "direct",
             attacker=attacker,
+            ids=ids,
             emulated_hosts=tb.emulated_hosts,
             offloads=tb.offloads,
         )
@@ -62,6 +64,12 @@ def build_topology(scenario: Scenario, *, attacker: bool = False) -> Topology:
             "a workload needs an attacker host, which [topology] does not declare",
             where="[topology] hosts",
             fix='add { name = "attacker", role = "attacker" } and a link to the router it attacks',
+        )
+    if ids and "ids" not in {h.role for h in hosts}:
+        raise ScenarioError(
+            "an ids mechanism needs a host with role ids, which [topology] does not declare",
+            where="[topology] hosts",
+            fix='add { name = "ids", role = "ids" } and a link to the router that mirrors',
         )
     try:
         return Topology.graph(hosts, links, link_rate_bps=tb.rate_bps, offloads=tb.offloads)

@@ -106,7 +106,10 @@ def resolve_placement(
 
 def placement_hook(topology: Topology, kind: str, hosts: Sequence[str], *, where: str) -> str:
     """ "forward" when every host forwards, "input" when none does (a host firewall);
-    a mix, or a forwarding-only mechanism on an end host, is an error."""
+    a mix, or a forwarding-only mechanism on an end host, is an error. An `ids`
+    mechanism's sensor (the host with role "ids") is its end, not a mix."""
+    if kind == "ids":
+        hosts = [h for h in hosts if topology.host(h).role != "ids"] or list(hosts)
     forwarding = {topology.host(h).forwarding for h in hosts}
     if len(forwarding) > 1:
         raise ScenarioError(

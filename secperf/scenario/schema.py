@@ -587,6 +587,66 @@ class ProxyMechanism(MechanismBase):
         return value
 
 
+def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
+    """`rules`: a rule file (relative to the scenario; parsed now, so a bad rule
+    is reported as file:line before any run) or a count of rules to generate."""
+    if isinstance(value, bool):
+        raise ValueError("rules must be a rule file or a number of rules to generate")
+    if isinstance(value, int):
+        if not 1 <= value <= 100_000:
+            raise ValueError(f"rules = {value}: generate 1..100000 rules")
+        return value
+    if not isinstance(value, str | Path):
+        raise ValueError("rules must be a rule file or a number of rules to generate")
+    context = info.context if isinstance(info.context, dict) else {}
+    path = Path(value)
+    if not path.is_absolute():
+        base = context.get("base_dir")
+        path = Path(base or Path.cwd()) / path
+        if not path.is_file():
+            # The shipped rule files: relative to the checkout too.
+            shipped = Path(__file__).resolve().parents[2] / value
+            path = shipped if shipped.is_file() else path
+    if context.get("check_files", True):
+        if not path.is_file():
+            raise ValueError(f"rule file {str(value)!r} not found (looked for {path})")
+        from secperf import ips_rules
+        from secperf.errors import MechanismError
+
+        try:
+            ips_rules.parse_rules(path)
+        except MechanismError as e:
+            raise ValueError(str(e)) from None
+    return path
+
+
+IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
+
+
+class IpsMechanism(MechanismBase):
+    """Intrusion prevention inline (document 004 §V): every packet through the host is
+    matched against a Snort-subset rule file before it passes. `engine = "nfq"`:
+    secperf-nfq on NFQUEUE with Hyperscan (user space, fail closed); `"fwsnort"`: the
+    same rules as iptables string matches (kernel). `rules` is a file or a count of
+    rules to generate (rule-count sweeps take a list)."""
+
+    kind: Literal["ips"]
+    engine: Literal["nfq", "fwsnort"] = "nfq"
+    rules: IpsRules = Path("rules/secperf-attacks.rules")
+    mode: Literal["inline"] = "inline"
+    queue: int = Field(default=0, ge=0, le=65535)
+
+
+class IdsMechanism(MechanismBase):
+    """Intrusion detection on a mirror (004 §V, promiscuous mode): the routers in `on`
+    copy every packet they receive (nft netdev dup) to the host with role "ids" in
+    `on`, where secperf-nfq reads a packet socket and only alerts."""
+
+    on: Placement = Field(default_factory=lambda: ["dut", "ids"])
+    kind: Literal["ids"]
+    rules: IpsRules = Path("rules/secperf-attacks.rules")
+
+
 Mechanism = Annotated[
     AclMechanism
     | CustomMechanism
@@ -594,7 +654,9 @@ Mechanism = Annotated[
     | ApplianceMechanism
     | SynproxyMechanism
     | VpnMechanism
-    | ProxyMechanism,
+    | ProxyMechanism
+    | IpsMechanism
+    | IdsMechanism,
     Field(discriminator="kind"),
 ]
 

@@ -336,8 +336,10 @@ class Topology:
         attacker: bool = False,
         emulated_hosts: int = 0,
         offloads: str = "on",
+        ids: bool = False,
     ) -> Topology:
-        """client – dut – server, optionally a direct client–server link and an attacker.
+        """client – dut – server, optionally a direct client–server link, an attacker and
+        an ids host (a sensor on its own link to the dut, for a mirror of its traffic).
 
         The rate, when given, shapes every link (the direct one too, so that the
         direct baseline runs at the same rate as the path through the dut).
@@ -356,6 +358,9 @@ class Topology:
         if attacker:
             hosts.append(HostSpec("attacker", "outside", False))
             links.append(_link(4, "attacker", DUT, 2, 1, link_rate_bps))
+        if ids:
+            hosts.append(HostSpec("ids", None, False))
+            links.append(_link(5, DUT, "ids", 1, 2, link_rate_bps))
         return cls(tuple(hosts), tuple(links), emulated_hosts, offloads)
 
     @classmethod

@@ -1,7 +1,8 @@
 """Each mechanism, with no load problem, loses no connection: 2,000 crr connections
 (orderly close) at a modest rate and some HTTP fetches from nginx through every
-mechanism kind this machine runs (acl, nat, appliance, synproxy), with every one
-completed and nothing counted as failed, on the engine's and the server's side.
+mechanism kind this machine runs (acl, nat, appliance, synproxy, ips with both
+engines), with every one completed and nothing counted as failed, on the engine's
+and the server's side.
 And synproxy promises the client exactly the TCP options the server gives a direct
 connection."""
 
@@ -27,6 +28,7 @@ from secperf.mechanisms.base import (
     reset_dut,
     traffic_plan,
 )
+from secperf.mechanisms.ips import Ips
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
@@ -39,6 +41,7 @@ SERVER = "198.18.2.2"
 CONNECTIONS = 2000
 RATE = 500.0  # conn/s: a quarter of what the slowest mechanism here carries
 FETCHES = 200
+RULES = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +122,8 @@ MECHANISMS: list[Any] = [
         marks=pytest.mark.xfail(reason="synproxy without timestamps: cause open", strict=False),
     ),
     pytest.param(lambda: Synproxy(), id="synproxy"),
+    pytest.param(lambda: Ips(engine="nfq", rules=RULES), id="ips-nfq"),
+    pytest.param(lambda: Ips(engine="fwsnort", rules=RULES), id="ips-fwsnort"),
 ]
 
 

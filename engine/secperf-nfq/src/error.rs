@@ -38,4 +38,15 @@ pub enum NfqError {
         #[source]
         source: io::Error,
     },
+    /// The IPS rule file could not be loaded or compiled.
+    #[error(transparent)]
+    Rules(#[from] crate::ips::RulesError),
+    /// The packet socket (IDS mode) could not be opened or read.
+    #[error("packet socket on {iface}: {what}: {source}")]
+    Socket {
+        iface: String,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
 }

@@ -1,15 +1,20 @@
 //! secperf-nfq: the appliance's user-space daemon.
 //!
-//! It binds one NFQUEUE, gives every queued packet a verdict (accept, for now:
-//! the IPS comes later) and writes one JSON line per new connection it sees.
+//! It binds one NFQUEUE, gives every queued packet a verdict and writes one
+//! JSON line per new connection it sees. With `--rules` it is an IPS: every
+//! packet's payload is matched against signatures (Hyperscan) and `drop` rules
+//! decide a drop verdict; with `--packet-socket IFACE` the same matcher reads a
+//! packet socket instead and only alerts (the IDS on a mirror).
 //! The parts that need no root (packet parsing, the log line, de-duplication)
 //! live here so that `cargo test` checks them.
 
 pub mod connlog;
 pub mod error;
+pub mod ips;
 pub mod packet;
 pub mod timefmt;
 
 pub use connlog::{ConnLog, LogLine, SeenSet};
 pub use error::{NfqError, Result};
-pub use packet::{parse_five_tuple, FiveTuple, ParseError};
+pub use ips::{IpsCounters, Matcher, Outcome, RulesError};
+pub use packet::{parse_five_tuple, parse_with_l4, payload_offset, FiveTuple, ParseError};

@@ -114,6 +114,12 @@ fn ports(proto: u8, l4: &[u8]) -> Result<(Option<u16>, Option<u16>), ParseError>
 
 /// The 5-tuple of a packet that starts with its IP header.
 pub fn parse_five_tuple(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
+    parse_with_l4(pkt).map(|(t, _)| t)
+}
+
+/// The 5-tuple and where the transport header starts (for a later fragment:
+/// where its data starts).
+pub fn parse_with_l4(pkt: &[u8]) -> Result<(FiveTuple, usize), ParseError> {
     let first = *pkt.first().ok_or(ParseError::Empty)?;
     match first >> 4 {
         4 => parse_v4(pkt),
@@ -122,7 +128,24 @@ pub fn parse_five_tuple(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
     }
 }
 
-fn parse_v4(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
+/// Where the application payload starts: after the TCP header (its data
+/// offset), the UDP header, or at the transport header for other protocols
+/// and later fragments. None when the transport header is truncated.
+pub fn payload_offset(pkt: &[u8], tuple: &FiveTuple, l4: usize) -> Option<usize> {
+    if tuple.sport.is_none() {
+        return Some(l4);
+    }
+    match tuple.proto {
+        PROTO_TCP => {
+            let off = usize::from(*pkt.get(l4 + 12)? >> 4) * 4;
+            (off >= 20 && l4 + off <= pkt.len()).then_some(l4 + off)
+        }
+        PROTO_UDP => (l4 + 8 <= pkt.len()).then_some(l4 + 8),
+        _ => Some(l4),
+    }
+}
+
+fn parse_v4(pkt: &[u8]) -> Result<(FiveTuple, usize), ParseError> {
     need(pkt, 20, "IPv4 header")?;
     let ihl = usize::from(pkt[0] & 0x0f) * 4;
     if ihl < 20 {
@@ -138,16 +161,19 @@ fn parse_v4(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
     } else {
         ports(proto, &pkt[ihl..])?
     };
-    Ok(FiveTuple {
-        src: src.into(),
-        dst: dst.into(),
-        proto,
-        sport,
-        dport,
-    })
+    Ok((
+        FiveTuple {
+            src: src.into(),
+            dst: dst.into(),
+            proto,
+            sport,
+            dport,
+        },
+        ihl,
+    ))
 }
 
-fn parse_v6(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
+fn parse_v6(pkt: &[u8]) -> Result<(FiveTuple, usize), ParseError> {
     need(pkt, 40, "IPv6 header")?;
     let addr = |at: usize| {
         let mut b = [0u8; 16];
@@ -186,11 +212,14 @@ fn parse_v6(pkt: &[u8]) -> Result<FiveTuple, ParseError> {
     } else {
         ports(next, &pkt[at..])?
     };
-    Ok(FiveTuple {
-        src: src.into(),
-        dst: dst.into(),
-        proto: next,
-        sport,
-        dport,
-    })
+    Ok((
+        FiveTuple {
+            src: src.into(),
+            dst: dst.into(),
+            proto: next,
+            sport,
+            dport,
+        },
+        at,
+    ))
 }
