@@ -201,7 +201,7 @@ def test_derived_names_are_made_unique_explicit_duplicates_are_errors() -> None:
             "a rule count must be at least 0",
         ),
         (
-            minimal(variants={"x": {"mechanisms": [{"kind": "ips"}]}}),
+            minimal(variants={"x": {"mechanisms": [{"kind": "waf"}]}}),
             ("variants", "x", "mechanisms", 0),
             "'acl', 'custom'",
         ),
