@@ -42,11 +42,19 @@ fn spec_from_missing_file_is_spec_error() {
 
 #[test]
 fn nothing_listening_fails_fast() {
-    // A port on loopback where nothing listens.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port on loopback where nothing listens: bound (so no other test's listener can
+    // take it while this one runs) but never listening, so a connect is refused.
+    let reserved =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    reserved
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    let port = reserved.local_addr().unwrap().as_socket().unwrap().port();
     let (out, took) = run(&format!(
         r#"{{"kind":"rr","server":"127.0.0.1:{}","duration":1}}"#,
         port
