@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from secperf.errors import MechanismError, ToolMissingError
+from secperf.errors import MechanismError
 from secperf.mechanisms.acl import apply_files
 from secperf.mechanisms.base import DATA_PORTS, MechanismContext, RenderedFile
 from secperf.services import dns
@@ -53,6 +53,7 @@ from secperf.services.ports import FTP_PORT, HTTP_PORT
 from secperf.testbed import cgroups
 from secperf.testbed.ledger import Ledger
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import find_program
 
 FORWARD_PORT = 3128
 INTERCEPT_PORT = 3129
@@ -73,15 +74,7 @@ Logging = Literal["off", "file", "verbose"]
 
 
 def _binary(name: str, package: str) -> str:
-    found = shutil.which(name) or (
-        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").is_file() else None
-    )
-    if found is None:
-        raise ToolMissingError(
-            f"{name} is not installed (the proxy mechanism runs it on the DUT)",
-            fix=f"apt-get install -y --no-install-recommends {package}",
-        )
-    return found
+    return find_program(name, purpose="the proxy mechanism runs it on the DUT", package=package)
 
 
 def filler_net(i: int) -> str:

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from secperf.errors import SecperfError, ToolMissingError
+from secperf.errors import SecperfError
 from secperf.testbed.testbed import Host, ManagedProcess
 from secperf.testbed.topology import Topology
+from secperf.tools import find_program
 
 DOMAIN = "testbed.secperf"
 DNS_PORT = 53
@@ -37,15 +37,7 @@ class DnsError(SecperfError):
 
 
 def dnsmasq_path() -> str:
-    found = shutil.which("dnsmasq") or (
-        "/usr/sbin/dnsmasq" if Path("/usr/sbin/dnsmasq").is_file() else None
-    )
-    if found is None:
-        raise ToolMissingError(
-            "dnsmasq is not installed (the testbed's DNS server)",
-            fix="apt-get install -y --no-install-recommends dnsmasq-base",
-        )
-    return found
+    return find_program("dnsmasq", purpose="the testbed's DNS server", package="dnsmasq-base")
 
 
 def host_records(topology: Topology) -> list[tuple[str, str]]:

@@ -14,16 +14,16 @@ port when it picks a data port, since nginx holds it.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secperf.errors import SecperfError, ToolMissingError
+from secperf.errors import SecperfError
 from secperf.mechanisms.base import DATA_PORTS
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import find_program
 
 assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 START_TIMEOUT_S = 10.0
@@ -35,15 +35,11 @@ class NginxError(SecperfError):
 
 
 def nginx_path() -> str:
-    found = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").is_file() else None
+    return find_program(
+        "nginx",
+        purpose="http workloads serve their files with it",
+        package="nginx-light",
     )
-    if found is None:
-        raise ToolMissingError(
-            "nginx is not installed (http workloads serve their files with it)",
-            fix="apt-get install -y --no-install-recommends nginx-light",
-        )
-    return found
 
 
 def file_name(size: int) -> str:

@@ -13,17 +13,17 @@ already permits. Passive mode only; anonymous, read-only.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from secperf.errors import SecperfError, ToolMissingError
+from secperf.errors import SecperfError
 from secperf.mechanisms.base import DATA_PORTS
 from secperf.services.nginx import _accepts, write_files
 from secperf.services.ports import FTP_PASV_PORTS
 from secperf.services.ports import FTP_PORT as FTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import find_program
 
 PASV_PORTS = FTP_PASV_PORTS
 assert DATA_PORTS[0] <= FTP_PORT <= DATA_PORTS[1]
@@ -37,15 +37,7 @@ class VsftpdError(SecperfError):
 
 
 def vsftpd_path() -> str:
-    found = shutil.which("vsftpd") or (
-        "/usr/sbin/vsftpd" if Path("/usr/sbin/vsftpd").is_file() else None
-    )
-    if found is None:
-        raise ToolMissingError(
-            "vsftpd is not installed (the mix workload's FTP server)",
-            fix="apt-get install -y --no-install-recommends vsftpd",
-        )
-    return found
+    return find_program("vsftpd", purpose="the mix workload's FTP server", package="vsftpd")
 
 
 def render_config(directory: Path, address: str, port: int = FTP_PORT) -> str:

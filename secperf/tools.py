@@ -1,0 +1,22 @@
+"""Finding the programs secperf starts: on PATH, or in /usr/sbin, which a root
+shell's PATH does not always hold (daemons such as nginx, vsftpd, dnsmasq, squid)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from secperf.errors import ToolMissingError
+
+
+def find_program(name: str, *, purpose: str, package: str) -> str:
+    """The path of `name`; a missing one is an error that says which package installs it."""
+    found = shutil.which(name) or (
+        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").is_file() else None
+    )
+    if found is None:
+        raise ToolMissingError(
+            f"{name} is not installed ({purpose})",
+            fix=f"apt-get install -y --no-install-recommends {package}",
+        )
+    return found
