@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from secperf.errors import ScenarioError, TestbedError
 from secperf.scenario.schema import Scenario
-from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from secperf.testbed.topology import GraphHost, GraphLink, Topology, zone_graph
 
 
 def build_topology(scenario: Scenario, *, attacker: bool = False, ids: bool = False) -> Topology:
@@ -46,19 +46,12 @@ def build_topology(scenario: Scenario, *, attacker: bool = False, ids: bool = Fa
     ]
     declared = {h.name for h in hosts}
     for zone, z in section.zones.items():
-        members = [GraphHost(f"{zone}-c{i + 1}", "client", zone) for i in range(z.clients)]
-        members += [GraphHost(f"{zone}-s{i + 1}", "server", zone) for i in range(z.servers)]
         if z.router not in declared:
             hosts.insert(0, GraphHost(z.router, "dut"))
             declared.add(z.router)
-        hosts += members
-        if len(members) == 1:
-            links.append(GraphLink(z.router, members[0].name, z.rate))
-            continue
-        switch = f"{zone}-sw"
-        hosts.append(GraphHost(switch, "switch", zone))
-        links.append(GraphLink(z.router, switch, z.rate))
-        links += [GraphLink(switch, m.name, z.rate) for m in members]
+        zone_hosts, zone_links = zone_graph(zone, z.clients, z.servers, z.router, z.rate)
+        hosts += zone_hosts
+        links += zone_links
     if attacker and "attacker" not in {h.name for h in hosts}:
         raise ScenarioError(
             "a workload needs an attacker host, which [topology] does not declare",

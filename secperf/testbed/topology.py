@@ -202,6 +202,23 @@ class GraphLink:
     offloads: str | None = None
 
 
+def zone_graph(
+    zone: str, clients: int, servers: int, router: str = DUT, rate_bps: int | None = None
+) -> tuple[list[GraphHost], list[GraphLink]]:
+    """A zone's LAN as graph hosts and links (the router itself not included):
+    `<zone>-c1..`, `<zone>-s1..`, on a switch `<zone>-sw` joined to `router` when
+    there is more than one host, else the one host linked to the router; every
+    link at `rate_bps`."""
+    members = [GraphHost(f"{zone}-c{i + 1}", "client", zone) for i in range(clients)]
+    members += [GraphHost(f"{zone}-s{i + 1}", "server", zone) for i in range(servers)]
+    if len(members) == 1:
+        return members, [GraphLink(router, members[0].name, rate_bps)]
+    switch = f"{zone}-sw"
+    links = [GraphLink(router, switch, rate_bps)]
+    links += [GraphLink(switch, m.name, rate_bps) for m in members]
+    return [*members, GraphHost(switch, "switch", zone)], links
+
+
 @dataclass(frozen=True)
 class Segment:
     """One subnet and the hosts on it (two for a point-to-point link, many on a LAN)."""
@@ -421,6 +438,16 @@ class Topology:
                 )
             )
         return cls(specs, tuple(out), 0, offloads)
+
+    @classmethod
+    def zoned(cls, zones: dict[str, tuple[int, int]], *, router: str = DUT) -> Topology:
+        """A DUT joining zones' LANs: zone -> (clients, servers), as [topology.zones]."""
+        hosts, links = [GraphHost(router, "dut")], []
+        for zone, (clients, servers) in zones.items():
+            zone_hosts, zone_links = zone_graph(zone, clients, servers, router)
+            hosts += zone_hosts
+            links += zone_links
+        return cls.graph(hosts, links)
 
     # -- queries ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ from secperf.results.metrics import extract
 from secperf.scenario.schema import MixWorkload
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Testbed
-from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from secperf.testbed.topology import Topology
 from secperf.workloads import mix
 from secperf.workloads.base import MeasureContext
 
@@ -23,14 +23,7 @@ pytestmark = pytest.mark.netns
 
 
 def two_zones() -> Topology:
-    hosts = [GraphHost("dut", "dut")]
-    links = []
-    for zone in ("inside", "dmz"):
-        members = [GraphHost(f"{zone}-c1", "client", zone), GraphHost(f"{zone}-s1", "server", zone)]
-        hosts += [*members, GraphHost(f"{zone}-sw", "switch", zone)]
-        links.append(GraphLink("dut", f"{zone}-sw"))
-        links += [GraphLink(f"{zone}-sw", m.name) for m in members]
-    return Topology.graph(hosts, links)
+    return Topology.zoned({"inside": (1, 1), "dmz": (1, 1)})
 
 
 @pytest.fixture(scope="module")

@@ -14,20 +14,13 @@ import pytest
 from secperf.services import dns
 from secperf.services.vsftpd import file_url, start_vsftpd
 from secperf.testbed.testbed import Testbed
-from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from secperf.testbed.topology import Topology
 
 pytestmark = pytest.mark.netns
 
 
 def two_zones() -> Topology:
-    hosts = [GraphHost("dut", "dut")]
-    links = []
-    for zone in ("inside", "dmz"):
-        members = [GraphHost(f"{zone}-c1", "client", zone), GraphHost(f"{zone}-s1", "server", zone)]
-        hosts += [*members, GraphHost(f"{zone}-sw", "switch", zone)]
-        links.append(GraphLink("dut", f"{zone}-sw"))
-        links += [GraphLink(f"{zone}-sw", m.name) for m in members]
-    return Topology.graph(hosts, links)
+    return Topology.zoned({"inside": (1, 1), "dmz": (1, 1)})
 
 
 @pytest.fixture(scope="module")
