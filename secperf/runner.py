@@ -33,7 +33,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from secperf import __version__, stats
+from secperf import __version__, rfc2544, stats
 from secperf.engine import EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
@@ -167,6 +167,8 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
 def point_seconds(point: WorkloadPoint, rounds: int, tests_per_round: int) -> float:
     """The time `rounds` rounds of `tests_per_round` tests of this point take, planned."""
     per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+    if point.kind == "rfc2544":  # many trials per measurement
+        per_test = rfc2544.estimate_seconds(point.params)
     return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
 
 

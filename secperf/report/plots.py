@@ -305,6 +305,11 @@ def charts(summary: Mapping[str, Any]) -> list[Chart]:
     out: list[Chart] = []
     for workload in dict.fromkeys(str(r["workload"]) for r in rows):
         wrows = [r for r in rows if r["workload"] == workload]
+        if any(r.get("kind") == "rfc2544" for r in wrows):
+            from secperf.report import rfc2544  # it builds on this module's helpers
+
+            out += rfc2544.charts(workload, wrows)
+            continue
         for metric in _chart_metrics(wrows):
             mrows = [r for r in wrows if r["metric"] == metric]
             unit = str(mrows[0].get("unit", ""))

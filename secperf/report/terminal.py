@@ -208,6 +208,11 @@ def build_tables(
     names = [str(r["workload"]) for r in rows] + [str(c.get("workload")) for c in cpu_rows]
     for workload in _ordered_unique(names):
         wrows = [r for r in rows if r["workload"] == workload]
+        if any(r.get("kind") == "rfc2544" for r in wrows):
+            from secperf.report import rfc2544  # it builds on this module's cells
+
+            tables += rfc2544.tables(workload, wrows)  # the RFC's layout, not per metric
+            continue
         metrics = _ordered_unique([str(r["metric"]) for r in wrows])
         metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
         for metric in metrics:

@@ -157,6 +157,60 @@ MAX_CPS = Metric("max_conn_rate", "Max setup rate (≤0.1 % failed)", "conn/s", 
 MAX_TEARDOWN = Metric("max_teardown_rate", "Max teardown rate", "conn/s", True, True)
 
 
+# RFC 2544 (kind rfc2544, secperf.workloads.rfc2544): one record per frame size holds
+# every test; its two searches are nested (NESTED_SEARCHES).
+RFC_THROUGHPUT = Metric(
+    "rfc2544_throughput_fps", "Throughput (no frame lost)", "frames/s", True, True
+)
+RFC_LINE_RATE = Metric("rfc2544_line_rate_fps", "Line rate", "frames/s", True, False)
+RFC_LAT_MEAN = Metric("rfc2544_latency_mean_us", "Latency at throughput, mean", "µs", False, False)
+RFC_LAT_P99 = Metric("rfc2544_latency_p99_us", "Latency at throughput, p99", "µs", False, False)
+RFC_LAT_RATE = Metric(
+    "rfc2544_latency_fps", "Latency test's achieved rate", "frames/s", True, False
+)
+RFC_LAT_LOSS = Metric("rfc2544_latency_loss_pct", "Latency test's probe loss", "%", False, False)
+RFC_LOSS = {
+    pct: Metric(f"rfc2544_loss_{pct}_pct", f"Frame loss at {pct} % of line rate", "%", False, False)
+    for pct in (100, 90, 80, 70, 60, 50, 40, 30, 20, 10)
+}
+RFC_LOSS_OFFERED = {
+    pct: Metric(
+        f"rfc2544_offered_{pct}_pct", f"Offered at the {pct} % step", "% of line rate", True, False
+    )
+    for pct in RFC_LOSS
+}
+RFC_B2B = Metric("rfc2544_back_to_back_frames", "Back-to-back burst", "frames", True, False)
+
+
+def _rfc_latency(field: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        if not _path(r, "latency", "delay_us", "count"):
+            return None
+        return _path(r, "latency", "delay_us", field)
+
+    return get
+
+
+def _rfc_latency_loss(r: Record) -> float | None:
+    sent, received = _path(r, "latency", "sent"), _path(r, "latency", "received")
+    return None if not sent or received is None else (sent - received) / sent * 100.0
+
+
+def _rfc_loss(pct: int, offered: bool = False) -> Extractor:
+    def get(r: Record) -> float | None:
+        loss = r.get("loss")
+        steps = loss.get("steps") if isinstance(loss, Mapping) else None
+        for step in steps if isinstance(steps, list) else []:
+            if isinstance(step, Mapping) and step.get("load_pct") == pct:
+                if not offered:
+                    return _num(step.get("loss_pct"))
+                fps, line = _num(step.get("achieved_fps")), _path(r, "line_rate_fps")
+                return None if fps is None or not line else fps / line * 100.0
+        return None
+
+    return get
+
+
 def _sub_latency(which: str, field: str) -> Extractor:
     def get(r: Record) -> float | None:
         if not _path(r, "latency_us", which, "count"):
@@ -325,6 +379,17 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (ALLOWED_TPS, _allowed_tps),
         (ILLEGAL_SENT, lambda r: _path(r, "illegal_sent")),
     ),
+    "rfc2544": (
+        (RFC_THROUGHPUT, lambda r: _nested_search_value(r, "throughput")),
+        (RFC_LINE_RATE, lambda r: _path(r, "line_rate_fps")),
+        (RFC_LAT_MEAN, _rfc_latency("mean")),
+        (RFC_LAT_P99, _rfc_latency("p99")),
+        (RFC_LAT_RATE, lambda r: _path(r, "latency", "achieved_fps")),
+        (RFC_LAT_LOSS, _rfc_latency_loss),
+        *((RFC_LOSS[p], _rfc_loss(p)) for p in RFC_LOSS),
+        *((RFC_LOSS_OFFERED[p], _rfc_loss(p, offered=True)) for p in RFC_LOSS),
+        (RFC_B2B, lambda r: _nested_search_value(r, "back_to_back")),
+    ),
 }
 
 # A stream/rr/crr measured beside a flood (its record's `flood`, kept only when the
@@ -348,13 +413,22 @@ SEARCHES: dict[str, Metric] = {
     "teardown_rate": MAX_TEARDOWN,
     "min_flood_rate": MIN_FLOOD,
 }
-SEARCH_METRICS = frozenset(m.name for m in SEARCHES.values())
+# kind -> (metric, key of the sub-record holding its `search`), for records that hold
+# several searches (RFC 2544's throughput and back-to-back).
+NESTED_SEARCHES: dict[str, tuple[tuple[Metric, str], ...]] = {
+    "rfc2544": ((RFC_THROUGHPUT, "throughput"), (RFC_B2B, "back_to_back")),
+}
+SEARCH_METRICS = frozenset(m.name for m in SEARCHES.values()) | frozenset(
+    m.name for pairs in NESTED_SEARCHES.values() for m, _ in pairs
+)
 
 # How a report words a censored search: the value lies below / at or above
 # `{bound}`. A metric not listed here uses DEFAULT_CENSORED_WORDS.
 DEFAULT_CENSORED_WORDS = {"below": "< {bound}", "at_least": "≥ {bound}"}
 CENSORED_WORDS: dict[str, dict[str, str]] = {
     MIN_FLOOD.name: {"below": "denied already at {bound}", "at_least": "not denied up to {bound}"},
+    RFC_THROUGHPUT.name: {"below": "not found down to {bound}", "at_least": "at least {bound}"},
+    RFC_B2B.name: {"below": "loss already at {bound}", "at_least": "at least {bound}"},
 }
 
 
@@ -437,8 +511,23 @@ def _search_value(r: Record) -> float | None:
     return reading.value if reading is not None else None
 
 
+def _nested_search_value(r: Record, key: str) -> float | None:
+    node = r.get(key)
+    reading = search_reading(node) if isinstance(node, Mapping) else None
+    return reading.value if reading is not None else None
+
+
 def searches(result_record: Mapping[str, Any]) -> dict[str, SearchReading]:
     """Metric name -> the search's reading, for a search record (else {})."""
+    nested = NESTED_SEARCHES.get(str(result_record.get("kind", "")))
+    if nested is not None:
+        out: dict[str, SearchReading] = {}
+        for metric, key in nested:
+            node = result_record.get(key)
+            found = search_reading(node) if isinstance(node, Mapping) else None
+            if found is not None:
+                out[metric.name] = found
+        return out
     m = SEARCHES.get(str(result_record.get("kind", "")))
     reading = search_reading(result_record) if m is not None else None
     return {} if m is None or reading is None else {m.name: reading}

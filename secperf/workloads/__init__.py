@@ -25,6 +25,7 @@ from secperf.workloads.illegal import IllegalExecutor
 from secperf.workloads.latency import LatencyExecutor
 from secperf.workloads.min_flood import MinFloodRateExecutor
 from secperf.workloads.mix import MixExecutor
+from secperf.workloads.rfc2544 import Rfc2544Executor
 
 EXECUTORS: dict[str, Executor] = {
     # stream/rr/crr take an optional flood beside them (workloads/flood.py)
@@ -42,6 +43,7 @@ EXECUTORS: dict[str, Executor] = {
     "failclosed": FailclosedExecutor(),
     "dos": DosExecutor(),
     "illegal": IllegalExecutor(),
+    "rfc2544": Rfc2544Executor(),
 }
 
 

@@ -1,0 +1,242 @@
+"""RFC 2544's logic against fake trials: frame arithmetic, the throughput search, the
+frame loss steps, back-to-back, and what the record and report make of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from secperf import rfc2544
+from secperf.report import rfc2544 as report
+from secperf.report.terminal import build_tables
+from secperf.results.metrics import extract, searches
+from secperf.scenario.schema import Rfc2544Workload
+from secperf.scenario.sweep import expand
+
+
+def fake_dut(capacity_fps: float, *, sender_max: float = 1e9, seconds: float = 1.0):  # type: ignore[no-untyped-def]
+    """A DUT that forwards up to `capacity_fps` and loses the rest; the sender reaches
+    at most `sender_max`. Records every rate it was offered."""
+    asked: list[float] = []
+
+    def trial(fps: float) -> rfc2544.Offer:
+        asked.append(fps)
+        sent_fps = min(fps, sender_max)
+        sent = int(sent_fps * seconds)
+        received = min(sent, int(capacity_fps * seconds))
+        return rfc2544.Offer(fps, sent, received, seconds)
+
+    trial.asked = asked  # type: ignore[attr-defined]
+    return trial
+
+
+def test_frame_arithmetic() -> None:
+    # 100 Mbit/s Ethernet: 148,810 64-byte frames/s, 8,127 of 1518 bytes
+    assert rfc2544.line_rate_fps(100e6, 64) == pytest.approx(148_809.5, abs=0.5)
+    assert rfc2544.line_rate_fps(1e9, 1518) == pytest.approx(81_274.4, abs=0.5)
+    # an AF_PACKET socket writes the frame without its FCS
+    assert rfc2544.sent_bytes(64) == 60
+    assert rfc2544.sent_bytes(1518) == 1514
+    # 14 B Ethernet + 20 B IPv4 + 8 B UDP + payload + 4 B FCS
+    assert rfc2544.udp_payload(64) == 18
+    assert rfc2544.udp_payload(1518) == 1472
+
+
+def test_throughput_finds_the_capacity_within_the_resolution() -> None:
+    trial = fake_dut(50_000)
+    found = rfc2544.throughput(
+        trial, line_fps=148_810, low_fps=1_488, resolution_pct=2, max_trials=20
+    )
+    assert found.outcome == "found"
+    assert found.value is not None
+    assert 50_000 / 1.02 <= found.value <= 50_000
+    lo, hi = found.interval or (0, 0)
+    assert lo <= 50_000 < hi and hi / lo - 1 <= 0.02
+    # the line rate first, then the lowest rate, then halving
+    assert trial.asked[:2] == [148_810, 1_488]
+
+
+def test_one_lost_frame_fails_a_trial() -> None:
+    def trial(fps: float) -> rfc2544.Offer:
+        sent = int(fps)
+        return rfc2544.Offer(fps, sent, sent - (1 if fps > 10_000 else 0), 1.0)
+
+    found = rfc2544.throughput(
+        trial, line_fps=100_000, low_fps=1_000, resolution_pct=1, max_trials=30
+    )
+    assert found.value is not None and found.value <= 10_000
+    # a tolerance lets that frame through (then it is not RFC 2544's throughput)
+    lax = rfc2544.throughput(
+        trial,
+        line_fps=100_000,
+        low_fps=1_000,
+        resolution_pct=1,
+        max_trials=30,
+        loss_tolerance_pct=0.01,
+    )
+    assert lax.outcome == "at_least"
+
+
+def test_censored_throughput_is_a_bound_not_a_value() -> None:
+    at_line = rfc2544.throughput(
+        fake_dut(1e9), line_fps=8_127, low_fps=100, resolution_pct=2, max_trials=10
+    )
+    assert at_line.outcome == "at_least" and at_line.value is None
+    assert at_line.bound == pytest.approx(8_127, rel=0.01)
+    lossy = rfc2544.throughput(
+        fake_dut(50), line_fps=8_127, low_fps=100, resolution_pct=2, max_trials=10
+    )
+    assert lossy.outcome == "below" and lossy.value is None and lossy.bound == 100
+
+
+def test_a_sender_that_falls_short_bounds_the_value_at_what_it_sent() -> None:
+    # the sender reaches 100k of 148,810 and the DUT drops nothing: at least 100k
+    found = rfc2544.throughput(
+        fake_dut(1e9, sender_max=100_000),
+        line_fps=148_810,
+        low_fps=1_488,
+        resolution_pct=2,
+        max_trials=10,
+    )
+    assert found.outcome == "at_least"
+    assert found.bound == pytest.approx(100_000)
+    assert found.as_dict()["passed_at"]["asked"] == 148_810
+
+
+def test_loss_steps_stop_after_two_clean_steps() -> None:
+    trial = fake_dut(60_000)
+    rates = rfc2544.loss_rates(trial, line_fps=100_000)
+    pcts = [p for p, _ in rates.steps]
+    # 100..70 lose, 60 and 50 do not: stop there (RFC 2544 26.3)
+    assert pcts == [100, 90, 80, 70, 60, 50]
+    assert rates.not_run == (40, 30, 20, 10)
+    loss = {p: o.loss_pct for p, o in rates.steps}
+    assert loss[100] == pytest.approx(40.0)
+    assert loss[70] == pytest.approx(100 * (70_000 - 60_000) / 70_000)
+    assert loss[60] == 0 and loss[50] == 0
+    every = rfc2544.loss_rates(fake_dut(60_000), line_fps=100_000, every_step=True)
+    assert [p for p, _ in every.steps] == list(rfc2544.LOSS_STEPS_PCT) and not every.not_run
+
+
+def test_back_to_back_finds_the_buffer() -> None:
+    def burst(frames: int) -> rfc2544.Offer:
+        return rfc2544.Offer(100_000, frames, min(frames, 3_000), frames / 100_000)
+
+    found = rfc2544.back_to_back(
+        burst, low_frames=100, high_frames=50_000, resolution_pct=2, max_trials=30
+    )
+    assert found.outcome == "found"
+    assert found.value is not None and 3_000 / 1.02 <= found.value <= 3_000
+
+
+def record(throughput: rfc2544.Offer | None = None) -> dict[str, object]:
+    found = rfc2544.throughput(
+        fake_dut(50_000), line_fps=148_810, low_fps=1_488, resolution_pct=2, max_trials=20
+    )
+    censored = rfc2544.back_to_back(
+        lambda n: rfc2544.Offer(148_810, n, n, n / 148_810),
+        low_frames=100,
+        high_frames=74_405,
+        resolution_pct=2,
+        max_trials=10,
+    )
+    return {
+        "type": "result",
+        "kind": "rfc2544",
+        "frame": 64,
+        "line_rate_fps": 148_810.0,
+        "throughput": {"search": found.as_dict(), "fps": found.value},
+        "loss": rfc2544.loss_rates(fake_dut(60_000), line_fps=148_810).as_dict(),
+        "back_to_back": {"search": censored.as_dict(), "frames": censored.value},
+    }
+
+
+def test_record_metrics_and_nested_searches() -> None:
+    rec = record()
+    values = extract(rec)
+    assert 50_000 / 1.02 <= values["rfc2544_throughput_fps"] <= 50_000
+    assert values["rfc2544_loss_100_pct"] == pytest.approx(
+        100 * (148_810 - 60_000) / 148_810, rel=1e-3
+    )
+    assert "rfc2544_loss_10_pct" not in values  # not run: no number
+    assert "rfc2544_back_to_back_frames" not in values  # censored: no number
+    found = searches(rec)
+    assert found["rfc2544_throughput_fps"].outcome == "found"
+    assert found["rfc2544_back_to_back_frames"].outcome == "at_least"
+
+
+def _summary_rows() -> list[dict[str, object]]:
+    base = {
+        "workload": "rfc2544",
+        "point_id": "rfc2544#0",
+        "label": "frame=64",
+        "point": {"frame": 64},
+        "kind": "rfc2544",
+        "higher_is_better": True,
+        "primary": False,
+        "n": 2,
+        "censored_n": 0,
+        "ci_target_met": True,
+    }
+    return [
+        {**base, "variant": "baseline", "metric": "rfc2544_line_rate_fps", "mean": 148_810.0},
+        {
+            **base,
+            "variant": "baseline",
+            "metric": "rfc2544_throughput_fps",
+            "n": 0,
+            "mean": None,
+            "censored_n": 2,
+            "search": {
+                "at_least_n": 2,
+                "at_least_bound": 104_000.0,
+                "at_least_asked": 148_810.0,
+                "measure": "achieved",
+                "below_n": 0,
+            },
+        },
+        {
+            **base,
+            "variant": "acl",
+            "metric": "rfc2544_throughput_fps",
+            "mean": 30_000.0,
+            "ci_low": 28_000.0,
+            "ci_high": 32_000.0,
+            "search": {
+                "found_n": 2,
+                "bracket_low": 29_000.0,
+                "bracket_high": 31_000.0,
+                "measure": "achieved",
+                "at_least_n": 0,
+                "below_n": 0,
+            },
+        },
+        {**base, "variant": "acl", "metric": "rfc2544_loss_100_pct", "mean": 79.8},
+        {**base, "variant": "acl", "metric": "rfc2544_offered_100_pct", "mean": 70.0},
+    ]
+
+
+def test_report_words_a_bound_and_never_prints_it_as_a_value() -> None:
+    tables = build_tables({"rows": _summary_rows(), "confidence": 0.95})
+    titles = [t.title for t in tables]
+    assert titles[0] == "rfc2544 — RFC 2544 26.1 Throughput"
+    thr = tables[0]
+    row = [c.text for c in thr.rows[0]]
+    assert row[0] == "64" and row[1] == "148,810"
+    assert row[2] == "at least 104,000 achieved (148,810 asked)"
+    assert row[3] == "≥ 69.9 %"
+    assert row[4].startswith("30,000 [")
+    loss = next(t for t in tables if "26.3" in t.title)
+    acl = next(r for r in loss.rows if r[1].text == "acl")
+    assert acl[2].text == f"79.80 {report.SHORT}70"  # the sender reached 70 % only
+    assert acl[3].text == "–"  # not run
+
+
+def test_schema_sweeps_the_seven_frame_sizes() -> None:
+    w = Rfc2544Workload.model_validate({"kind": "rfc2544"})
+    points = expand(w)
+    assert [p.params["frame"] for p in points] == list(rfc2544.FRAME_SIZES)
+    assert points[0].params["tests"] == list(rfc2544.TESTS)
+    with pytest.raises(ValueError, match="frame size must be at least 64"):
+        Rfc2544Workload.model_validate({"kind": "rfc2544", "frame": 60})
+    with pytest.raises(ValueError, match="names a test twice"):
+        Rfc2544Workload.model_validate({"kind": "rfc2544", "tests": ["loss", "loss"]})
