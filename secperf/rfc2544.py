@@ -214,15 +214,16 @@ TRIAL_OVERHEAD_S = 0.5
 
 
 def estimate_seconds(params: dict[str, object]) -> float:
-    """A planned measurement's length (for `secperf check` and the progress bar): half
-    the search trials each, four loss steps, the latency test; a guess, not a bound."""
+    """A planned measurement's length (for `secperf check` and the progress bar): a
+    third of `max_trials` per search, three loss steps, the latency test; a guess
+    (a configuration at line rate ends each search in one trial), not a bound."""
 
     def num(key: str, default: float) -> float:
         value = params.get(key)
         return float(str(value)) if value is not None else default
 
     trial = num("duration", 1.0) + num("settle", 0.5) + TRIAL_OVERHEAD_S
-    searches = (num("max_trials", 12) + 2) / 2
+    searches = num("max_trials", 12) / 3
     given = params.get("tests")
     tests = [str(t) for t in given] if isinstance(given, list) else list(TESTS)
     total = 0.0
@@ -231,7 +232,7 @@ def estimate_seconds(params: dict[str, object]) -> float:
     if "latency" in tests:
         total += num("latency_duration", 2.0) + 0.5 + TRIAL_OVERHEAD_S
     if "loss" in tests:
-        total += (len(LOSS_STEPS_PCT) if params.get("loss_every_step") else 4) * trial
+        total += (len(LOSS_STEPS_PCT) if params.get("loss_every_step") else 3) * trial
     if "back_to_back" in tests:
         total += searches * (num("burst_max", 1.0) / 2 + num("settle", 0.5) + TRIAL_OVERHEAD_S)
     return total

@@ -1168,7 +1168,8 @@ class Rfc2544Workload(WorkloadBase):
     rates are fractions of `line_rate` (default: the client's link rate), counted as
     frames on an Ethernet wire (frame + 20 B preamble and gap)."""
 
-    sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
+    # "count": labels read frame=1024 (bytes as the RFC writes them), not 1KiB
+    sweepable: ClassVar[dict[str, str]] = {"frame": "count"}
 
     kind: Literal["rfc2544"]
     frame: FrameSize = Field(default_factory=lambda: [64, 128, 256, 512, 1024, 1280, 1518])
