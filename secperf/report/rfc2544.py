@@ -338,7 +338,12 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
     )
     ticks = sorted({f for f, _ in pts})
     ax.set_xticks(ticks, [str(t) for t in ticks], rotation=45, ha="right")
-    ax.set_yscale("log")
+    values = [y for line in ax.get_lines() for y in line.get_ydata()]
+    if values and min(values) > 0 and max(values) / min(values) >= 10:
+        ax.set_yscale("log")  # frame rates span decades across frame sizes
+    else:
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(PlainTicks())
     ax.set_xlabel("frame size (B)")
     ax.set_ylabel("frames/s")
     title = f"{workload}: RFC 2544 throughput against frame size"

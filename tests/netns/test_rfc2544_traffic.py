@@ -6,6 +6,10 @@ find that capacity, and the frame loss steps the loss above it."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from secperf import rfc2544
 from secperf.engine import Record
 from secperf.mechanisms.base import CONTROL_PORT
 from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed.ledger import ledgers
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
@@ -97,3 +102,69 @@ def test_loss_rate_above_the_links_capacity(bed: Testbed) -> None:
         assert got == pytest.approx(expected, abs=4), (pct, got, expected)
     # below the capacity (10 % of line rate = 2,350 frames/s) nothing is lost
     assert steps[10]["lost"] == 0 and steps[10]["sent"] > 1000
+
+
+SCENARIO = """
+name = "rfc2544-tiny"
+[testbed]
+link_rate = "100mbit"
+[repeat]
+min = 2
+max = 2
+[variants.drop]
+mechanisms = [{ kind = "custom", file = "drop.nft", format = "nft" }]
+[[workloads]]
+kind = "rfc2544"
+frame = 1518
+tests = ["throughput", "back_to_back"]
+duration = "0.3s"
+settle = "0.2s"
+burst_max = "0.2s"
+"""
+
+# the test frames (UDP to 5201) never cross this DUT
+DROP = """table inet drop2544 {
+  chain forward {
+    type filter hook forward priority filter; policy accept;
+    udp dport 5201 drop
+  }
+}
+"""
+
+
+def test_a_run_reports_bounds_in_words_and_leaves_nothing(tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "drop.nft").write_text(DROP)
+    scenario = tmp_path / "rfc2544-tiny.toml"
+    scenario.write_text(SCENARIO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "secperf", "run", str(scenario), "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (run_dir,) = (tmp_path / "r").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = {
+        (r["variant"], r["metric"]): r
+        for r in summary["rows"]
+        if r["metric"] in ("rfc2544_throughput_fps", "rfc2544_back_to_back_frames")
+    }
+    # plain forwarding passes 100 Mbit/s of 1518-byte frames (8,127/s): a bound,
+    # no number; the DUT that drops every test frame: below the lowest rate tried
+    base = rows[("baseline", "rfc2544_throughput_fps")]
+    assert base["mean"] is None and base["search"]["at_least_n"] == 2
+    drop = rows[("drop", "rfc2544_throughput_fps")]
+    assert drop["mean"] is None and drop["search"]["below_n"] == 2
+    assert rows[("drop", "rfc2544_back_to_back_frames")]["search"]["below_n"] == 2
+    assert "RFC 2544 26.1 Throughput" in proc.stdout
+    assert "at least 8,1" in proc.stdout and "not found down to" in proc.stdout
+    assert "RFC 2544 26.4 Back-to-back" in proc.stdout and "loss already at" in proc.stdout
+    html = (run_dir / "report.html").read_text()
+    assert "RFC 2544 throughput against frame size" in html
+    meta = json.loads((run_dir / "run.json").read_text())
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    assert meta["prefix"] not in out.stdout
+    assert ledgers(state_dir) == []
