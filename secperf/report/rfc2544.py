@@ -278,10 +278,12 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
     fig = Figure(figsize=(6.4, 3.8))
     ax = fig.add_subplot()
     drawn = False
+    values: list[float] = []  # every y drawn, for the axis' scale
     frames_line = [(rows.frame(p), rows.line_rate(p)) for p in rows.points]
     pts = [(f, line) for f, line in frames_line if f is not None and line is not None]
     if pts:
         ax.plot([f for f, _ in pts], [line for _, line in pts], "k--", label="line rate")
+        values += [line for _, line in pts]
     for j, v in enumerate(rows.variants):
         color = f"C{j % 10}"
         xs, ys, lo, hi = [], [], [], []
@@ -306,6 +308,7 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
                 bound = search.get(f"{outcome}_bound")
                 if search.get(f"{outcome}_n") and isinstance(bound, int | float):
                     into.append((float(f), float(bound)))
+        values += ys + [m[1] for m in ups + downs]
         label: str | None = v
         if xs:
             ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=color, label=label)
@@ -338,7 +341,6 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
     )
     ticks = sorted({f for f, _ in pts})
     ax.set_xticks(ticks, [str(t) for t in ticks], rotation=45, ha="right")
-    values = [y for line in ax.get_lines() for y in line.get_ydata()]
     if values and min(values) > 0 and max(values) / min(values) >= 10:
         ax.set_yscale("log")  # frame rates span decades across frame sizes
     else:
