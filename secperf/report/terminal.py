@@ -497,7 +497,13 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         where = ", ".join(
             f"{host} on CPU {','.join(str(c) for c in cpus)}" for host, cpus in pin.items()
         )
-        lines.append(f"pinned: {where} (the kernel's forwarding follows the sender)")
+        steered = [
+            f"{w.get('name')}: the DUT's receive processing on CPU {w['dut_cpus']} (RPS)"
+            for w in scenario.get("workloads") or []
+            if isinstance(w, Mapping) and w.get("dut_cpus")
+        ]
+        follows = "; ".join(steered) if steered else "the kernel's forwarding follows the sender"
+        lines.append(f"pinned: {where} ({follows})")
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
     for lost in summary.get("dropped_records") or []:

@@ -1481,6 +1481,24 @@ class Scenario(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _rfc2544_needs_ipv4_and_a_line_rate(self) -> Scenario:
+        for i, w in enumerate(self.workloads):
+            if not isinstance(w, Rfc2544Workload):
+                continue
+            if self.testbed.family == "ipv6":
+                raise ValueError(
+                    f"workloads[{i}] ({w.name}) runs on the packet sender, which sends IPv4 "
+                    'frames only: set family = "ipv4" in [testbed]'
+                )
+            if w.line_rate is None and not self.testbed.link_rate and self.topology is None:
+                raise ValueError(
+                    f"workloads[{i}] ({w.name}) offers fractions of the line rate, and no link "
+                    'has a rate: set testbed.link_rate (e.g. "100mbit") or the workload\'s '
+                    "line_rate"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _latency_load_needs_link_rate(self) -> Scenario:
         for i, w in enumerate(self.workloads):
             if isinstance(w, LatencyWorkload) and w.load is not None and not self.testbed.link_rate:

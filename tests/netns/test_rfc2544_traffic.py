@@ -92,7 +92,13 @@ def test_throughput_finds_the_links_capacity(bed: Testbed) -> None:
 
 
 def test_loss_rate_above_the_links_capacity(bed: Testbed) -> None:
-    rec = measure(bed, tests=["loss"], duration=0.5, loss_every_step=True)
+    dev = bed.ifname("client-dut", "dut")
+    rps = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
+    before = bed.host("dut").run(["cat", rps]).stdout.strip()
+    # the DUT's receive processing on CPU 1 (RPS) for the measurement, then as it was
+    rec = measure(bed, tests=["loss"], duration=0.5, loss_every_step=True, dut_cpus="1")
+    assert rec["steering"] == {"dut_cpus": "1", "rps_mask": "2"}
+    assert bed.host("dut").run(["cat", rps]).stdout.strip() == before
     steps = {s["load_pct"]: s for s in rec["loss"]["steps"]}
     assert sorted(steps) == list(range(10, 101, 10))
     for pct in (100, 50, 30):

@@ -240,3 +240,18 @@ def test_schema_sweeps_the_seven_frame_sizes() -> None:
         Rfc2544Workload.model_validate({"kind": "rfc2544", "frame": 60})
     with pytest.raises(ValueError, match="names a test twice"):
         Rfc2544Workload.model_validate({"kind": "rfc2544", "tests": ["loss", "loss"]})
+
+
+def test_scenario_refuses_ipv6_and_a_missing_line_rate() -> None:
+    from secperf.scenario.schema import Scenario
+
+    base = {"name": "x", "variants": {"v": {"mechanisms": [{"kind": "acl", "rules": 1}]}}}
+    work = [{"kind": "rfc2544", "frame": 64}]
+    with pytest.raises(ValueError, match="no link has a rate"):
+        Scenario.model_validate({**base, "workloads": work})
+    with pytest.raises(ValueError, match="IPv4 frames only"):
+        Scenario.model_validate(
+            {**base, "testbed": {"family": "ipv6", "link_rate": "1gbit"}, "workloads": work}
+        )
+    ok = Scenario.model_validate({**base, "testbed": {"link_rate": "1gbit"}, "workloads": work})
+    assert ok.workloads[0].kind == "rfc2544"
