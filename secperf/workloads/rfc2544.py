@@ -209,7 +209,8 @@ class Trials:
 
     def _offer(self, spec: Spec, asked_fps: float) -> rfc2544.Offer:
         before, rx_before = self.receiver.counted(), self.receiver.rx_packets()
-        run = run_test(self.ctx.testbed.host(self.ctx.client), spec)
+        keep = keep_side(self.ctx, "trial")  # the sender's own records, nested
+        run = run_test(self.ctx.testbed.host(self.ctx.client), spec, on_record=keep)
         ended = time.monotonic()
         result = run.result
         after = self.receiver.settled(ended, self.settle_s)
