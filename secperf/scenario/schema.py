@@ -621,6 +621,9 @@ def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
 
 
 IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
+ReassemblyBytes = Annotated[
+    int, PlainValidator(_bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
+]
 
 
 class IpsMechanism(MechanismBase):
@@ -635,6 +638,27 @@ class IpsMechanism(MechanismBase):
     rules: IpsRules = Path("rules/secperf-attacks.rules")
     mode: Literal["inline"] = "inline"
     queue: int = Field(default=0, ge=0, le=65535)
+    # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
+    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
+    reassembly: bool = False
+    reassembly_bytes: ReassemblyBytes = 1024**2
+    reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _reassembly_needs_nfq(self) -> IpsMechanism:
+        if self.reassembly and self.engine != "nfq":
+            raise ValueError(
+                'reassembly = true needs engine = "nfq" (fwsnort matches each packet alone)'
+            )
+        return self
+
+
+class FastpathMechanism(MechanismBase):
+    """The DUT's fast path (document 004's CEF): an nftables flowtable on the forwarding
+    host's interfaces. Established flows are offloaded from the forward path: their
+    packets skip the forward hook (and every filter and NFQUEUE rule there)."""
+
+    kind: Literal["fastpath"]
 
 
 class IdsMechanism(MechanismBase):
@@ -656,7 +680,8 @@ Mechanism = Annotated[
     | VpnMechanism
     | ProxyMechanism
     | IpsMechanism
-    | IdsMechanism,
+    | IdsMechanism
+    | FastpathMechanism,
     Field(discriminator="kind"),
 ]
 
