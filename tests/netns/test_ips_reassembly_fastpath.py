@@ -48,7 +48,7 @@ SPLIT_SERVER = (
     r"""
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", %d)); s.listen(8)
+s.bind(("0.0.0.0", @PORT@)); s.listen(8)
 print("ready", flush=True)
 while True:
     c, _ = s.accept(); c.settimeout(3.0); got = b""
@@ -67,9 +67,9 @@ SPLIT_CLIENT = (
     r"""
 import socket, sys
 one, two = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
-c = socket.create_connection((sys.argv[1], %d), timeout=1.5)
+c = socket.create_connection((sys.argv[1], @PORT@), timeout=1.5)
 c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-c.sendall(b"%%d %%d\n" %% (len(one), len(two)) + one)
+c.sendall(b"%d %d\n" % (len(one), len(two)) + one)
 assert c.recv(1) == b"1"
 c.sendall(two)
 try:
