@@ -44,8 +44,7 @@ HEAD, TAIL = b"SECPERF-IPS-TEST-", b"ATTACK-7e1f"
 
 # Reads part one (its length is the first line), answers "1", reads part two, answers
 # "2"; prints what it got of each connection.
-SPLIT_SERVER = (
-    r"""
+SPLIT_SERVER = r"""
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", @PORT@)); s.listen(8)
@@ -59,12 +58,9 @@ while True:
     except OSError:
         pass
     print(len(got), flush=True); c.close()
-"""
-    % PORT
-)
+""".replace("@PORT@", str(PORT))
 
-SPLIT_CLIENT = (
-    r"""
+SPLIT_CLIENT = r"""
 import socket, sys
 one, two = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
 c = socket.create_connection((sys.argv[1], @PORT@), timeout=1.5)
@@ -78,9 +74,7 @@ except OSError:
     print("blocked")
 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
 c.close()
-"""
-    % PORT
-)
+""".replace("@PORT@", str(PORT))
 
 
 @pytest.fixture(scope="module")
