@@ -1357,6 +1357,40 @@ class IllegalWorkload(WorkloadBase):
         return f"illegal-{self.measure}"
 
 
+AttackRate = Annotated[
+    int | list[int],
+    PlainValidator(_sweepable(_bounded(_parse_count, 10, 200_000, "an attack-mix rate"))),
+]
+
+
+class AttackMixWorkload(WorkloadBase):
+    """Detection under load (issue 13): UDP datagrams at `rate` messages/s (the load
+    level; a list sweeps it), `attack_share` of them carrying an attack string built
+    from the rule file's content rules. The record gives detected / blocked / missed /
+    leaked attacks from the sender's, the server's and the IPS/IDS's own counts, and
+    the clean traffic's delivery beside them (secperf.workloads.attack_mix)."""
+
+    sweepable: ClassVar[dict[str, str]] = {"rate": "count"}
+
+    kind: Literal["attack_mix"]
+    protocol: Literal["udp"] = "udp"
+    rate: AttackRate = 1000
+    attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
+    size: int = Field(default=512, ge=64, le=1400)
+    port: int = Field(default=5390, ge=1024, le=65535)
+    rules: IpsRules = Path("rules/secperf-attacks.rules")
+
+    @field_validator("rules")
+    @classmethod
+    def _a_file(cls, value: Path | int) -> Path | int:
+        if isinstance(value, int):
+            raise ValueError("an attack mix takes its attacks from a rule file, not a count")
+        return value
+
+    def default_name(self) -> str:
+        return "attack-mix"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
@@ -1371,7 +1405,8 @@ Workload = Annotated[
     | TeardownRateWorkload
     | FailclosedWorkload
     | DosWorkload
-    | IllegalWorkload,
+    | IllegalWorkload
+    | AttackMixWorkload,
     Field(discriminator="kind"),
 ]
 
