@@ -108,3 +108,42 @@ def test_attack_mix_counts_agree(bed: Testbed, tmp_path: Path, variant: str) -> 
         assert r["detector_counts"]["sensor_drops"] == 0, r
         assert r["detected"] == sent and r["blocked"] == 0, r
         assert r["attacks_arrived"] == sent and r["leaked"] == drop_sent, r
+
+
+def test_appliance_with_the_ids_option_alerts_on_what_it_lets_through(
+    bed: Testbed, tmp_path: Path
+) -> None:
+    """Document 000's appliance with its IDS (seed000's appliance-ids variant): the
+    appliance's filter, PAT and logging daemon, and the mirror's sensor beside."""
+    from secperf.mechanisms.appliance import Appliance
+
+    dut, sensor = bed.host("dut"), bed.host("ids")
+    appl, ids = Appliance(queue=0, nat=True), Ids(rules=RULES)
+    actx, ictx = (
+        MechanismContext(
+            plan=traffic_plan(bed.topology, 4),
+            files_dir=tmp_path,
+            name=f"appliance-ids.{i}",
+            table=f"secperf_{bed.prefix}",
+            topology=bed.topology,
+        )
+        for i in range(2)
+    )
+    ictx.hosts = ("dut", "ids")
+    actx.rendered = appl.render(actx)
+    ictx.rendered = ids.render(ictx)
+    appl.apply(dut, actx)
+    ids.apply_group([dut, sensor], ictx)
+    mechanisms: list[Any] = [(appl, actx), (ids, ictx)]
+    ctx = MeasureContext.on(bed, "198.18.2.2:5201", variant="appliance-ids", mechanisms=mechanisms)
+    try:
+        r = AttackMixExecutor().measure(ctx, _point())
+    finally:
+        ids.release_group([dut, sensor], ictx)
+        appl.release(dut, actx)
+        reset_dut(dut, {"nft", "iptables-nft"})
+    assert r["detector"] == "ids", r
+    assert r["attacks_sent"] >= 90 and r["detected"] == r["attacks_sent"], r
+    assert r["attacks_arrived"] == r["attacks_sent"] and r["clean_delivered_pct"] >= 99.0, r
+    # The appliance's daemon logged the flows (one-way UDP: every datagram is NEW).
+    assert Appliance.log_path(actx).read_text().count("\n") >= 1
