@@ -1357,6 +1357,14 @@ class IllegalWorkload(WorkloadBase):
         return f"illegal-{self.measure}"
 
 
+def _attack_rules(value: object, info: ValidationInfo) -> str:
+    if isinstance(value, int):
+        raise ValueError("an attack mix takes its attacks from a rule file, not a count")
+    return str(_ips_rules(value, info))
+
+
+AttackRules = Annotated[str, PlainValidator(_attack_rules)]
+
 AttackRate = Annotated[
     int | list[int],
     PlainValidator(_sweepable(_bounded(_parse_count, 10, 200_000, "an attack-mix rate"))),
@@ -1378,14 +1386,8 @@ class AttackMixWorkload(WorkloadBase):
     attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
     size: int = Field(default=512, ge=64, le=1400)
     port: int = Field(default=5390, ge=1024, le=65535)
-    rules: IpsRules = Path("rules/secperf-attacks.rules")
-
-    @field_validator("rules")
-    @classmethod
-    def _a_file(cls, value: Path | int) -> Path | int:
-        if isinstance(value, int):
-            raise ValueError("an attack mix takes its attacks from a rule file, not a count")
-        return value
+    # A string (the resolved path), so that the point's params stay plain JSON.
+    rules: AttackRules = "rules/secperf-attacks.rules"
 
     def default_name(self) -> str:
         return "attack-mix"

@@ -294,6 +294,8 @@ class AttackMixExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         p = point.params
         rules_path = Path(str(p.get("rules") or "rules/secperf-attacks.rules"))
+        if not rules_path.is_absolute() and not rules_path.is_file():
+            rules_path = Path(__file__).resolve().parents[2] / rules_path  # the shipped file
         protocol = str(p.get("protocol", "udp"))
         port = int(str(p.get("port") or DEFAULT_PORT))
         rate = float(str(p["rate"]))
