@@ -195,6 +195,9 @@ def _nfq_snapshot(mech: Ips | Ids, host: str) -> Snapshot | None:
                     "drops": int(ips.get("drops", 0)),
                     "packets": int(rec.get("packets", 0)),
                     "queue_dropped": rec.get("kernel", {}).get("queue_dropped"),
+                    # the queue's netlink socket overflowed: lost before the matcher
+                    "user_dropped": rec.get("kernel", {}).get("user_dropped"),
+                    "enobufs": rec.get("enobufs"),
                     "sensor_drops": rec.get("sensor_drops"),
                 }
         time.sleep(0.02)
