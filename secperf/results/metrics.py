@@ -188,6 +188,11 @@ BESIDE_RX = Metric(
 )
 BESIDE_DROP = Metric("flood_beside_drop_pct", "Flood beside: dropped by the DUT", "%", False, False)
 FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
+# A SYN flood: what the target answered its sources with (document 002's explanation).
+TARGET_RST = Metric("target_rst_pps", "Target's RSTs back to the flood", "packets/s", False, False)
+TARGET_SYNACK = Metric(
+    "target_synack_pps", "Target's SYN-ACKs back to the flood", "packets/s", False, False
+)
 # Lower is worse: a DUT that a slower flood denies is more fragile.
 MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
 
@@ -221,6 +226,17 @@ ATTACK_LEAKED = Metric(
 ATTACK_SENT = Metric("attacks_sent", "Attacks sent", "msgs", True, False)
 MIX_RATE = Metric("attack_mix_rate", "Load sent", "msgs/s", True, False)
 SD_MSG = Metric("sd_cpu_us_per_message", "Service demand", "CPU µs/msg", False, False)
+
+
+def _answers_pps(which: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        n, window = (
+            _path(r, "delivered", "target_answers", which),
+            _path(r, "delivered", "window_s"),
+        )
+        return None if n is None or not window else n / window
+
+    return get
 
 
 def _dos_failure_pct(r: Record) -> float | None:
@@ -318,6 +334,8 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (FLOOD_DROP, lambda r: _path(r, "delivered", "dut_drop_pct")),
         (FLOOD_ERR, _abs_error),
         (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
+        (TARGET_RST, _answers_pps("rst")),
+        (TARGET_SYNACK, _answers_pps("synack")),
     ),
     # the lowest flood rate (achieved) probed that denied the stream
     "min_flood_rate": ((MIN_FLOOD, lambda r: _search_value(r)),),

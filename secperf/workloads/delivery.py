@@ -342,4 +342,7 @@ def flood_summary(spec: Spec, result: Record, delivered: Mapping[str, Any]) -> d
         "reached": delivered.get("reached"),
         "dut_dropped": delivered.get("dut_dropped"),
         "dut_drop_pct": delivered.get("dut_drop_pct"),
+        **(
+            {"target_answers": delivered["target_answers"]} if "target_answers" in delivered else {}
+        ),
     }
