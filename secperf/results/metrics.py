@@ -242,6 +242,11 @@ BESIDE_RX = Metric(
 )
 BESIDE_DROP = Metric("flood_beside_drop_pct", "Flood beside: dropped by the DUT", "%", False, False)
 FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
+# A SYN flood: what the target answered its sources with (document 002's explanation).
+TARGET_RST = Metric("target_rst_pps", "Target's RSTs back to the flood", "packets/s", False, False)
+TARGET_SYNACK = Metric(
+    "target_synack_pps", "Target's SYN-ACKs back to the flood", "packets/s", False, False
+)
 # Lower is worse: a DUT that a slower flood denies is more fragile.
 MIN_FLOOD = Metric("min_flood_rate", "Minimum flood rate that denies", "packets/s", True, True)
 
@@ -262,6 +267,30 @@ ILLEGAL_REACHED = Metric(
 ILLEGAL_SENT = Metric("illegal_sent", "Denied packets sent", "packets", True, False)
 ALLOWED_THROUGHPUT = Metric("allowed_throughput", "Allowed flow", "Mbit/s", True, False)
 ALLOWED_TPS = Metric("allowed_tps", "Allowed flow", "trans/s", True, False)
+
+
+# Detection under load (kind attack_mix): the clean traffic's delivery is the cost.
+CLEAN_DELIVERED = Metric("clean_delivered_pct", "Clean traffic delivered", "%", True, True)
+ATTACK_DETECTED = Metric("attacks_detected_pct", "Attacks detected", "%", True, False)
+ATTACK_BLOCKED = Metric("attacks_blocked_pct", "Drop-rule attacks blocked", "%", True, False)
+ATTACK_MISSED = Metric("attacks_missed_pct", "Attacks missed", "%", False, False)
+ATTACK_LEAKED = Metric(
+    "attacks_leaked", "Drop-rule attacks reaching the server", "msgs", False, False
+)
+ATTACK_SENT = Metric("attacks_sent", "Attacks sent", "msgs", True, False)
+MIX_RATE = Metric("attack_mix_rate", "Load sent", "msgs/s", True, False)
+SD_MSG = Metric("sd_cpu_us_per_message", "Service demand", "CPU µs/msg", False, False)
+
+
+def _answers_pps(which: str) -> Extractor:
+    def get(r: Record) -> float | None:
+        n, window = (
+            _path(r, "delivered", "target_answers", which),
+            _path(r, "delivered", "window_s"),
+        )
+        return None if n is None or not window else n / window
+
+    return get
 
 
 def _dos_failure_pct(r: Record) -> float | None:
@@ -359,6 +388,8 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (FLOOD_DROP, lambda r: _path(r, "delivered", "dut_drop_pct")),
         (FLOOD_ERR, _abs_error),
         (FLOOD_SD, lambda r: _busy_us_per(r, _path(r, "packets"))),
+        (TARGET_RST, _answers_pps("rst")),
+        (TARGET_SYNACK, _answers_pps("synack")),
     ),
     # the lowest flood rate (achieved) probed that denied the stream
     "min_flood_rate": ((MIN_FLOOD, lambda r: _search_value(r)),),
@@ -371,6 +402,21 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (DOS_FLOOD_RX, lambda r: _path(r, "flood", "delivered", "received_pps")),
         (DOS_FLOOD_DROP, lambda r: _path(r, "flood", "delivered", "dut_drop_pct")),
         (SD_CONN, lambda r: _busy_us_per(r, _path(r, "completed"))),
+    ),
+    "attack_mix": (
+        (CLEAN_DELIVERED, lambda r: _path(r, "clean_delivered_pct")),
+        (ATTACK_DETECTED, lambda r: _path(r, "detected_pct")),
+        (ATTACK_BLOCKED, lambda r: _path(r, "blocked_pct")),
+        (ATTACK_MISSED, lambda r: _path(r, "missed_pct")),
+        (ATTACK_LEAKED, lambda r: _path(r, "leaked")),
+        (ATTACK_SENT, lambda r: _path(r, "attacks_sent")),
+        (MIX_RATE, lambda r: _path(r, "achieved_rate")),
+        (
+            SD_MSG,
+            lambda r: _busy_us_per(
+                r, (_path(r, "clean_sent") or 0) + (_path(r, "attacks_sent") or 0) or None
+            ),
+        ),
     ),
     # illegal_reached must be 0 through a filter; its check says so in the report
     "illegal": (

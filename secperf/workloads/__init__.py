@@ -11,6 +11,7 @@ from typing import Any
 
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import crr, rr, stream
+from secperf.workloads.attack_mix import AttackMixExecutor
 from secperf.workloads.base import EngineExecutor, Executor
 from secperf.workloads.connections import (
     ConnectionsExecutor,
@@ -44,6 +45,7 @@ EXECUTORS: dict[str, Executor] = {
     "dos": DosExecutor(),
     "illegal": IllegalExecutor(),
     "rfc2544": Rfc2544Executor(),
+    "attack_mix": AttackMixExecutor(),
 }
 
 
