@@ -1128,6 +1128,10 @@ class LatencyWorkload(WorkloadBase):
     the server side; an int uses that many. `rejected_stream` runs a second stream at
     the same rate from the ACL's excluded address concurrently (the ACL must have
     `exclude_one = true`); its received count is reported and must be 0.
+    `sender = "packet"` sends the whole stream (`load` or `rate_pps` frames/s each
+    way) as frames on a packet socket, spread over the emulated hosts, with one frame
+    in `probe_every` (default 100) a timestamped probe: the delay under the load
+    itself, and the achieved load in the record (IPv4, full duplex only).
     """
 
     sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
@@ -1139,11 +1143,19 @@ class LatencyWorkload(WorkloadBase):
     duplex: Literal["full", "half"] = "full"
     hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
     rejected_stream: bool = False
+    sender: Literal["socket", "packet"] = "socket"
+    probe_every: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _one_rate(self) -> LatencyWorkload:
         if self.load is not None and self.rate_pps is not None:
             raise ValueError("give either load (a fraction of the link rate) or rate_pps, not both")
+        if self.probe_every is not None and self.sender != "packet":
+            raise ValueError(
+                'probe_every applies to sender = "packet" only: set sender or remove it'
+            )
+        if self.sender == "packet" and self.duplex == "half":
+            raise ValueError('sender = "packet" runs full duplex: set duplex = "full" or remove it')
         return self
 
     def default_name(self) -> str:
