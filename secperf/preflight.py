@@ -18,6 +18,7 @@ from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    FastpathMechanism,
     IdsMechanism,
     IpsMechanism,
     NatMechanism,
@@ -134,6 +135,8 @@ def tools_for(scenario: Scenario) -> list[Tool]:
                     tools.append(FWSNORT_TOOL)
             elif isinstance(mech, IdsMechanism):
                 tools += BACKEND_TOOLS["nft"]  # the mirror: nft netdev dup
+            elif isinstance(mech, FastpathMechanism):
+                tools += BACKEND_TOOLS["nft"]  # the flowtable
             elif isinstance(mech, VpnMechanism):
                 tools += VPN_TOOLS.get(mech.implementation, ())
     return tools

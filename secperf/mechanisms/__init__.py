@@ -7,6 +7,7 @@ from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
+from secperf.mechanisms.fastpath import Fastpath
 from secperf.mechanisms.ips import Ids, Ips
 from secperf.mechanisms.nat import Nat
 from secperf.mechanisms.proxy import Proxy
@@ -16,6 +17,7 @@ from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    FastpathMechanism,
     IdsMechanism,
     IpsMechanism,
     NatMechanism,
@@ -69,7 +71,16 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             deny=list(spec.deny),
         )
     if isinstance(spec, IpsMechanism):
-        return Ips(engine=spec.engine, rules=spec.rules, mode=spec.mode, queue=spec.queue)
+        return Ips(
+            engine=spec.engine,
+            rules=spec.rules,
+            mode=spec.mode,
+            queue=spec.queue,
+            reassembly_bytes=spec.reassembly_bytes if spec.reassembly else 0,
+            reassembly_flows=spec.reassembly_flows,
+        )
+    if isinstance(spec, FastpathMechanism):
+        return Fastpath()
     if isinstance(spec, IdsMechanism):
         return Ids(rules=spec.rules)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

@@ -185,6 +185,9 @@ class Ips:
     rules: Path | int = Path("rules/secperf-attacks.rules")
     mode: str = "inline"
     queue: int = 0
+    # Bounded per-flow TCP reassembly in secperf-nfq (0: off, packets matched alone).
+    reassembly_bytes: int = 0
+    reassembly_flows: int = 4096
     kind: str = "ips"
     _daemons: dict[str, _Daemon] = field(default_factory=dict, repr=False, compare=False)
 
@@ -303,6 +306,13 @@ class Ips:
         stats, out, err = _stats_paths(ctx, dut)
         js = ctx.files_dir / f"{ctx.name}.rules.json"
         argv = ["--queue", str(self.queue), "--rules", str(js)]
+        if self.reassembly_bytes:
+            argv += [
+                "--reassembly-bytes",
+                str(self.reassembly_bytes),
+                "--reassembly-flows",
+                str(self.reassembly_flows),
+            ]
         proc = start_matcher(dut, argv, stats, err, f"ips on queue {self.queue}")
         self._daemons[host_name(dut)] = _Daemon(proc, stats, out)
 

@@ -213,6 +213,19 @@ ALLOWED_THROUGHPUT = Metric("allowed_throughput", "Allowed flow", "Mbit/s", True
 ALLOWED_TPS = Metric("allowed_tps", "Allowed flow", "trans/s", True, False)
 
 
+# Detection under load (kind attack_mix): the clean traffic's delivery is the cost.
+CLEAN_DELIVERED = Metric("clean_delivered_pct", "Clean traffic delivered", "%", True, True)
+ATTACK_DETECTED = Metric("attacks_detected_pct", "Attacks detected", "%", True, False)
+ATTACK_BLOCKED = Metric("attacks_blocked_pct", "Drop-rule attacks blocked", "%", True, False)
+ATTACK_MISSED = Metric("attacks_missed_pct", "Attacks missed", "%", False, False)
+ATTACK_LEAKED = Metric(
+    "attacks_leaked", "Drop-rule attacks reaching the server", "msgs", False, False
+)
+ATTACK_SENT = Metric("attacks_sent", "Attacks sent", "msgs", True, False)
+MIX_RATE = Metric("attack_mix_rate", "Load sent", "msgs/s", True, False)
+SD_MSG = Metric("sd_cpu_us_per_message", "Service demand", "CPU µs/msg", False, False)
+
+
 def _dos_failure_pct(r: Record) -> float | None:
     ratio = _path(r, "failure_ratio")
     return None if ratio is None else ratio * 100.0
@@ -322,6 +335,21 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (DOS_FLOOD_RX, lambda r: _path(r, "flood", "delivered", "received_pps")),
         (DOS_FLOOD_DROP, lambda r: _path(r, "flood", "delivered", "dut_drop_pct")),
         (SD_CONN, lambda r: _busy_us_per(r, _path(r, "completed"))),
+    ),
+    "attack_mix": (
+        (CLEAN_DELIVERED, lambda r: _path(r, "clean_delivered_pct")),
+        (ATTACK_DETECTED, lambda r: _path(r, "detected_pct")),
+        (ATTACK_BLOCKED, lambda r: _path(r, "blocked_pct")),
+        (ATTACK_MISSED, lambda r: _path(r, "missed_pct")),
+        (ATTACK_LEAKED, lambda r: _path(r, "leaked")),
+        (ATTACK_SENT, lambda r: _path(r, "attacks_sent")),
+        (MIX_RATE, lambda r: _path(r, "achieved_rate")),
+        (
+            SD_MSG,
+            lambda r: _busy_us_per(
+                r, (_path(r, "clean_sent") or 0) + (_path(r, "attacks_sent") or 0) or None
+            ),
+        ),
     ),
     # illegal_reached must be 0 through a filter; its check says so in the report
     "illegal": (

@@ -15,7 +15,7 @@ from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.topology import Topology
 
 # Mechanisms that rewrite or proxy forwarded traffic: only a forwarding host can carry them.
-FORWARDING_ONLY = ("nat", "appliance", "synproxy")
+FORWARDING_ONLY = ("nat", "appliance", "synproxy", "fastpath")
 
 
 def default_endpoint(topology: Topology, role: str) -> str:

@@ -621,6 +621,9 @@ def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
 
 
 IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
+ReassemblyBytes = Annotated[
+    int, PlainValidator(_bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
+]
 
 
 class IpsMechanism(MechanismBase):
@@ -635,6 +638,27 @@ class IpsMechanism(MechanismBase):
     rules: IpsRules = Path("rules/secperf-attacks.rules")
     mode: Literal["inline"] = "inline"
     queue: int = Field(default=0, ge=0, le=65535)
+    # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
+    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
+    reassembly: bool = False
+    reassembly_bytes: ReassemblyBytes = 1024**2
+    reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _reassembly_needs_nfq(self) -> IpsMechanism:
+        if self.reassembly and self.engine != "nfq":
+            raise ValueError(
+                'reassembly = true needs engine = "nfq" (fwsnort matches each packet alone)'
+            )
+        return self
+
+
+class FastpathMechanism(MechanismBase):
+    """The DUT's fast path (document 004's CEF): an nftables flowtable on the forwarding
+    host's interfaces. Established flows are offloaded from the forward path: their
+    packets skip the forward hook (and every filter and NFQUEUE rule there)."""
+
+    kind: Literal["fastpath"]
 
 
 class IdsMechanism(MechanismBase):
@@ -656,7 +680,8 @@ Mechanism = Annotated[
     | VpnMechanism
     | ProxyMechanism
     | IpsMechanism
-    | IdsMechanism,
+    | IdsMechanism
+    | FastpathMechanism,
     Field(discriminator="kind"),
 ]
 
@@ -1344,6 +1369,42 @@ class IllegalWorkload(WorkloadBase):
         return f"illegal-{self.measure}"
 
 
+def _attack_rules(value: object, info: ValidationInfo) -> str:
+    if isinstance(value, int):
+        raise ValueError("an attack mix takes its attacks from a rule file, not a count")
+    return str(_ips_rules(value, info))
+
+
+AttackRules = Annotated[str, PlainValidator(_attack_rules)]
+
+AttackRate = Annotated[
+    int | list[int],
+    PlainValidator(_sweepable(_bounded(_parse_count, 10, 200_000, "an attack-mix rate"))),
+]
+
+
+class AttackMixWorkload(WorkloadBase):
+    """Detection under load (issue 13): UDP datagrams at `rate` messages/s (the load
+    level; a list sweeps it), `attack_share` of them carrying an attack string built
+    from the rule file's content rules. The record gives detected / blocked / missed /
+    leaked attacks from the sender's, the server's and the IPS/IDS's own counts, and
+    the clean traffic's delivery beside them (secperf.workloads.attack_mix)."""
+
+    sweepable: ClassVar[dict[str, str]] = {"rate": "count"}
+
+    kind: Literal["attack_mix"]
+    protocol: Literal["udp"] = "udp"
+    rate: AttackRate = 1000
+    attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
+    size: int = Field(default=512, ge=64, le=1400)
+    port: int = Field(default=5390, ge=1024, le=65535)
+    # A string (the resolved path), so that the point's params stay plain JSON.
+    rules: AttackRules = "rules/secperf-attacks.rules"
+
+    def default_name(self) -> str:
+        return "attack-mix"
+
+
 Workload = Annotated[
     StreamWorkload
     | RrWorkload
@@ -1358,7 +1419,8 @@ Workload = Annotated[
     | TeardownRateWorkload
     | FailclosedWorkload
     | DosWorkload
-    | IllegalWorkload,
+    | IllegalWorkload
+    | AttackMixWorkload,
     Field(discriminator="kind"),
 ]
 

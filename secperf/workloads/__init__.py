@@ -11,6 +11,7 @@ from typing import Any
 
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import crr, rr, stream
+from secperf.workloads.attack_mix import AttackMixExecutor
 from secperf.workloads.base import EngineExecutor, Executor
 from secperf.workloads.connections import (
     ConnectionsExecutor,
@@ -42,6 +43,7 @@ EXECUTORS: dict[str, Executor] = {
     "failclosed": FailclosedExecutor(),
     "dos": DosExecutor(),
     "illegal": IllegalExecutor(),
+    "attack_mix": AttackMixExecutor(),
 }
 
 

@@ -33,7 +33,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from secperf.engine import Record
@@ -94,9 +94,30 @@ def counter_rules(table: str, matches: Sequence[FloodMatch]) -> str:
         "    type filter hook prerouting priority raw; policy accept;",
         *(f'    {m.nft()} counter name "flood_{i}"' for i, m in enumerate(matches)),
         "  }",
+        *_response_rules(matches),
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _response_rules(matches: Sequence[FloodMatch]) -> list[str]:
+    """For SYN floods: counters of the target's own TCP answers to the flood's sources
+    (SYN-ACKs from a listening port, RSTs from a closed one), in its output hook. They
+    explain what an allowed flood costs a target beyond the packets (document 002)."""
+    i_syn = [i for i, m in enumerate(matches) if m.proto == "tcp"]
+    if not i_syn:
+        return []
+    out = ["  chain output {", "    type filter hook output priority raw; policy accept;"]
+    decls = []
+    for i in i_syn:
+        m = matches[i]
+        decls += [f"  counter synack_{i} {{}}", f"  counter rst_{i} {{}}"]
+        to = f"ip daddr {m.sources} tcp sport {m.ports}"
+        out += [
+            f'    {to} tcp flags & (syn | ack) == syn | ack counter name "synack_{i}"',
+            f'    {to} tcp flags & rst == rst counter name "rst_{i}"',
+        ]
+    return [*decls, *out, "  }"]
 
 
 def _link_stats(ctx: MeasureContext, role: str, link: str) -> dict[str, int]:
@@ -118,6 +139,8 @@ class Reading:
     at: float  # CLOCK_MONOTONIC seconds
     reached: tuple[int, ...]  # per flood, at the target
     links: dict[str, dict[str, int]]
+    # per SYN flood: the target's SYN-ACKs and RSTs back to its sources
+    answers: dict[str, int] = field(default_factory=dict)
 
 
 class DeliveryCount:
@@ -130,7 +153,7 @@ class DeliveryCount:
         self.table = counter_table(ctx)
         self.before: Reading | None = None
 
-    def _reached(self) -> tuple[int, ...]:
+    def _counters(self) -> dict[str, int]:
         out = self.ctx.testbed.host(self.ctx.server).run(
             ["nft", "-j", "list", "counters", "table", "inet", self.table]
         )
@@ -139,7 +162,7 @@ class DeliveryCount:
             counter = item.get("counter")
             if isinstance(counter, dict):
                 got[str(counter.get("name"))] = int(counter.get("packets", 0))
-        return tuple(got.get(f"flood_{i}", 0) for i in range(len(self.matches)))
+        return got
 
     def _read(self) -> Reading:
         links = {
@@ -147,7 +170,10 @@ class DeliveryCount:
             "dut_in": _link_stats(self.ctx, "dut", ATTACKER_LINK),
             "dut_out": _link_stats(self.ctx, "dut", SERVER_LINK),
         }
-        return Reading(time.monotonic(), self._reached(), links)
+        got = self._counters()
+        reached = tuple(got.get(f"flood_{i}", 0) for i in range(len(self.matches)))
+        answers = {k: v for k, v in got.items() if k.startswith(("synack_", "rst_"))}
+        return Reading(time.monotonic(), reached, links, answers)
 
     def start(self) -> None:
         self.ctx.testbed.host(self.ctx.server).run(
@@ -209,6 +235,14 @@ class DeliveryCount:
                 lost = max(sent - reached, 0)
                 rec["not_taken_in"] = min(max(sent - taken_in, 0), lost)
                 rec["dropped_inside"] = lost - rec["not_taken_in"]
+            if f"rst_{i}" in after.answers:
+                # What the target answered the flood with (SYN floods only).
+                rec["target_answers"] = {
+                    kind: max(
+                        after.answers[f"{kind}_{i}"] - before.answers.get(f"{kind}_{i}", 0), 0
+                    )
+                    for kind in ("synack", "rst")
+                }
             rec["links"] = links
             rec["links_shared_by"] = len(results)
             out.append(rec)

@@ -8,7 +8,7 @@
 //! marked. The first matching `drop` rule decides the verdict; `alert` rules
 //! are counted and let the packet pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::packet::{parse_with_l4, payload_offset, FiveTuple, PROTO_TCP, PROTO_UDP};
+use crate::reasm::{Flow, FlowKey, Reassembly, ReassemblyCounters};
 
 #[derive(Debug, Error)]
 pub enum RulesError {
@@ -191,6 +192,20 @@ pub struct Matcher {
     scratch: Option<Scratch>,
     hit: Vec<bool>,
     touched: Vec<usize>,
+    /// Bounded per-flow TCP reassembly (None: every packet is matched alone).
+    reasm: Option<Reasm>,
+    /// Every pattern, kept to compile the streaming database on demand.
+    all_patterns: Vec<Pattern>,
+}
+
+/// The streaming side of the matcher: the same patterns compiled for Hyperscan's
+/// stream mode, and one stream per tracked TCP flow direction.
+struct Reasm {
+    bound: Reassembly,
+    db: StreamingDatabase,
+    scratch: Scratch,
+    flows: HashMap<FlowKey, Flow>,
+    counters: ReassemblyCounters,
 }
 
 impl Matcher {
@@ -272,6 +287,7 @@ impl Matcher {
                 patterns: ids,
             });
         }
+        let kept = patterns.clone();
         let (db, scratch) = if patterns.is_empty() {
             (None, None)
         } else {
@@ -298,6 +314,42 @@ impl Matcher {
             scratch,
             hit: vec![false; n],
             touched: Vec::new(),
+            reasm: None,
+            all_patterns: kept,
+        })
+    }
+
+    /// Turn on bounded per-flow reassembly of TCP payloads: a pattern split across
+    /// segments of one flow direction matches. Bounded by `bound.bytes` of each flow
+    /// direction (later bytes are matched packet by packet) and `bound.flows` flows
+    /// tracked at once (a flow beyond it is matched packet by packet); both cuts are
+    /// counted.
+    pub fn enable_reassembly(&mut self, bound: Reassembly) -> Result<(), RulesError> {
+        if self.all_patterns.is_empty() {
+            return Ok(());
+        }
+        let db: StreamingDatabase = Patterns(self.all_patterns.clone())
+            .build()
+            .map_err(|e| RulesError::Hyperscan(e.to_string()))?;
+        let scratch = db
+            .alloc_scratch()
+            .map_err(|e| RulesError::Hyperscan(e.to_string()))?;
+        self.reasm = Some(Reasm {
+            bound,
+            db,
+            scratch,
+            flows: HashMap::new(),
+            counters: ReassemblyCounters::default(),
+        });
+        Ok(())
+    }
+
+    /// The reassembly counters, when reassembly is on.
+    pub fn reassembly_counters(&self) -> Option<ReassemblyCounters> {
+        self.reasm.as_ref().map(|r| {
+            let mut c = r.counters.clone();
+            c.flows_tracked = r.flows.len() as u64;
+            c
         })
     }
 
@@ -312,7 +364,7 @@ impl Matcher {
     /// Match one packet that starts with its IP header. Packets without a
     /// parsable header match nothing.
     pub fn check(&mut self, pkt: &[u8]) -> Outcome {
-        let mut out = Outcome::default();
+        let out = Outcome::default();
         let Ok((tuple, l4)) = parse_with_l4(pkt) else {
             return out;
         };
@@ -320,6 +372,17 @@ impl Matcher {
             return out;
         };
         let payload = &pkt[at..];
+        if tuple.proto == PROTO_TCP && self.reasm.is_some() && tuple.sport.is_some() {
+            if let Some(out) = self.check_stream(pkt, &tuple, l4, payload) {
+                return out;
+            }
+        }
+        self.check_block(&tuple, payload)
+    }
+
+    /// Match one payload alone (block mode).
+    fn check_block(&mut self, tuple: &FiveTuple, payload: &[u8]) -> Outcome {
+        let mut out = Outcome::default();
         let mut candidates: Vec<usize> = self.header_only.clone();
         if let (Some(db), Some(scratch), false) = (&self.db, &self.scratch, payload.is_empty()) {
             let windows = &self.windows;
@@ -346,7 +409,7 @@ impl Matcher {
         candidates.dedup();
         for ri in candidates {
             let rule = &self.rules[ri];
-            if rule.patterns.iter().all(|&p| self.hit[p]) && rule.header_matches(&tuple) {
+            if rule.patterns.iter().all(|&p| self.hit[p]) && rule.header_matches(tuple) {
                 out.sids.push(rule.sid);
                 out.drop |= rule.action == Action::Drop;
             }
@@ -355,6 +418,148 @@ impl Matcher {
             self.hit[id] = false;
         }
         out
+    }
+}
+
+impl Matcher {
+    /// Match one TCP segment as part of its flow's stream. None: match it alone
+    /// (no payload, a flow beyond the bound on flows, a retransmission).
+    fn check_stream(
+        &mut self,
+        pkt: &[u8],
+        tuple: &FiveTuple,
+        l4: usize,
+        payload: &[u8],
+    ) -> Option<Outcome> {
+        let seq = u32::from_be_bytes(pkt.get(l4 + 4..l4 + 8)?.try_into().ok()?);
+        let flags = *pkt.get(l4 + 13)?;
+        let (syn, fin_rst) = (flags & 0x02 != 0, flags & 0x05 != 0);
+        let key = FlowKey::of(tuple)?;
+        let r = self.reasm.as_mut()?;
+        if r.flows.get(&key).is_some_and(|f| f.blocked) {
+            r.counters.blocked_flow_drops += 1;
+            if fin_rst {
+                r.close(&key);
+            }
+            return Some(Outcome {
+                sids: Vec::new(),
+                drop: true,
+            });
+        }
+        if !r.flows.contains_key(&key) {
+            if payload.is_empty() && !syn {
+                return None;
+            }
+            if r.flows.len() >= r.bound.flows {
+                r.counters.flows_refused += 1;
+                return None;
+            }
+            let stream = r.db.open_stream().ok()?;
+            // A SYN's data (if any) starts one past its sequence number.
+            let start = if syn { seq.wrapping_add(1) } else { seq };
+            r.flows.insert(key, Flow::new(stream, start));
+            r.counters.flows_opened += 1;
+        }
+        if payload.is_empty() {
+            if fin_rst {
+                r.close(&key);
+            }
+            return None;
+        }
+        let data_seq = if syn { seq.wrapping_add(1) } else { seq };
+        let flow = r.flows.get_mut(&key)?;
+        let ahead = data_seq.wrapping_sub(flow.next_seq) as i32;
+        if ahead < 0 {
+            r.counters.retransmitted += 1;
+            return None;
+        }
+        if ahead > 0 {
+            // A gap: what lies between never reached us; restart the stream here.
+            r.counters.gaps += 1;
+            if let Some(old) = flow.stream.take() {
+                let _ = old.close(&r.scratch, |_, _, _, _| Matching::Continue);
+            }
+            flow.stream = r.db.open_stream().ok();
+        }
+        flow.next_seq = data_seq.wrapping_add(payload.len() as u32);
+        let room = r.bound.bytes.saturating_sub(flow.scanned);
+        let take = (payload.len() as u64).min(room) as usize;
+        if let (Some(stream), true) = (&flow.stream, take > 0) {
+            let windows = &self.windows;
+            let hits = &mut flow.hits;
+            let _ = stream.scan(
+                &payload[..take],
+                &r.scratch,
+                |id: u32, _from: u64, to: u64, _flags: u32| {
+                    let id = id as usize;
+                    if !hits.contains(&id) && windows[id].is_none_or(|w| w.allows(to as usize)) {
+                        hits.push(id);
+                    }
+                    Matching::Continue
+                },
+            );
+        }
+        flow.scanned += take as u64;
+        r.counters.bytes_reassembled += take as u64;
+        let past = payload.len() - take;
+        if past > 0 {
+            r.counters.bytes_past_bound += past as u64;
+            if !flow.cut {
+                flow.cut = true;
+                r.counters.flows_cut += 1;
+            }
+        }
+        let mut out = Outcome::default();
+        let mut candidates: Vec<usize> = self.header_only.clone();
+        for &id in &flow.hits {
+            candidates.extend_from_slice(&self.users[id]);
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        for ri in candidates {
+            let rule = &self.rules[ri];
+            if !flow.fired.contains(&rule.sid)
+                && rule.patterns.iter().all(|p| flow.hits.contains(p))
+                && rule.header_matches(tuple)
+            {
+                flow.fired.push(rule.sid);
+                out.sids.push(rule.sid);
+                out.drop |= rule.action == Action::Drop;
+            }
+        }
+        flow.blocked = out.drop;
+        if past > 0 {
+            // Past the bound: the rest of this segment is matched alone.
+            let alone = self.check_block(tuple, &payload[take..]);
+            out.drop |= alone.drop;
+            out.sids.extend(alone.sids);
+        }
+        if fin_rst && !out.drop {
+            if let Some(r) = self.reasm.as_mut() {
+                r.close(&key);
+            }
+        }
+        Some(out)
+    }
+}
+
+impl Reasm {
+    /// Forget one flow direction (its stream state freed).
+    fn close(&mut self, key: &FlowKey) {
+        if let Some(mut flow) = self.flows.remove(key) {
+            if let Some(stream) = flow.stream.take() {
+                let _ = stream.close(&self.scratch, |_, _, _, _| Matching::Continue);
+            }
+        }
+    }
+}
+
+impl Drop for Reasm {
+    fn drop(&mut self) {
+        let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+        for k in keys {
+            self.close(&k);
+        }
     }
 }
 
@@ -541,6 +746,114 @@ mod tests {
         .unwrap();
         assert!(m.check(&udp(1, b"CMD.EXE /c")).sids.is_empty());
         assert_eq!(m.check(&udp(1, b"run CMD.EXE  /c dir")).sids, vec![7]);
+    }
+
+    /// An IPv4 TCP segment 198.18.1.2:SPORT -> 198.18.2.2:80 with `seq`, `flags`, `payload`.
+    fn tcp(sport: u16, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![
+            0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 198, 18, 1, 2, 198, 18, 2, 2,
+        ];
+        p.extend_from_slice(&sport.to_be_bytes());
+        p.extend_from_slice(&80u16.to_be_bytes());
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn split_rules() -> Vec<RuleSpec> {
+        vec![
+            rule(
+                1,
+                "drop",
+                "tcp",
+                vec![],
+                vec![content(b"SECPERF-ATTACK", false, None, None)],
+            ),
+            rule(
+                2,
+                "alert",
+                "tcp",
+                vec![],
+                vec![
+                    content(b"() {", false, None, None),
+                    content(b";", false, None, None),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn split_across_segments_needs_reassembly() {
+        const ACK: u8 = 0x10;
+        let mut alone = Matcher::new(&split_rules()).unwrap();
+        assert!(alone
+            .check(&tcp(1000, 100, ACK, b"xx SECPERF-AT"))
+            .sids
+            .is_empty());
+        assert!(alone
+            .check(&tcp(1000, 113, ACK, b"TACK yy"))
+            .sids
+            .is_empty());
+        assert!(alone.reassembly_counters().is_none());
+
+        let mut m = Matcher::new(&split_rules()).unwrap();
+        m.enable_reassembly(Reassembly {
+            bytes: 1 << 20,
+            flows: 16,
+        })
+        .unwrap();
+        assert_eq!(m.check(&tcp(1000, 99, 0x02, b"")), Outcome::default()); // SYN
+        assert!(m
+            .check(&tcp(1000, 100, ACK, b"xx SECPERF-AT"))
+            .sids
+            .is_empty());
+        let o = m.check(&tcp(1000, 113, ACK, b"TACK yy"));
+        assert_eq!(
+            o,
+            Outcome {
+                sids: vec![1],
+                drop: true
+            }
+        );
+        // The flow is blocked: its next segment (and the retransmission) are dropped.
+        assert!(m.check(&tcp(1000, 113, ACK, b"TACK yy")).drop);
+        // Two contents of one rule in two segments; the rule alerts once per flow.
+        assert!(m.check(&tcp(2000, 1, ACK, b"() {")).sids.is_empty());
+        assert_eq!(m.check(&tcp(2000, 5, ACK, b" :; }")).sids, vec![2]);
+        assert!(m.check(&tcp(2000, 10, ACK, b"() { ;")).sids.is_empty());
+        // A retransmission is matched alone; a gap restarts the stream.
+        assert!(m.check(&tcp(2000, 1, ACK, b"() {")).sids.is_empty());
+        assert!(m.check(&tcp(3000, 1, ACK, b"SECPERF-")).sids.is_empty());
+        assert!(m.check(&tcp(3000, 50, ACK, b"ATTACK")).sids.is_empty());
+        let c = m.reassembly_counters().unwrap();
+        assert_eq!((c.flows_opened, c.retransmitted, c.gaps), (3, 1, 1));
+        assert_eq!(c.blocked_flow_drops, 1);
+        // FIN closes the flow.
+        m.check(&tcp(3000, 56, ACK | 0x01, b""));
+        assert_eq!(m.reassembly_counters().unwrap().flows_tracked, 2);
+    }
+
+    #[test]
+    fn reassembly_bounds_are_counted() {
+        const ACK: u8 = 0x10;
+        let mut m = Matcher::new(&split_rules()).unwrap();
+        m.enable_reassembly(Reassembly {
+            bytes: 16,
+            flows: 1,
+        })
+        .unwrap();
+        // 12 bytes, then 10 more: the bound (16) cuts the second segment at 4.
+        assert!(m.check(&tcp(1000, 1, ACK, b"0123456SECPE")).sids.is_empty());
+        assert!(m.check(&tcp(1000, 13, ACK, b"RF-ATTACKz")).sids.is_empty());
+        // A second flow is beyond the bound on flows: matched alone (still caught whole).
+        assert_eq!(m.check(&tcp(2000, 1, ACK, b"SECPERF-ATTACK")).sids, vec![1]);
+        let c = m.reassembly_counters().unwrap();
+        assert_eq!(
+            (c.flows_cut, c.bytes_reassembled, c.bytes_past_bound),
+            (1, 16, 6)
+        );
+        assert_eq!((c.flows_refused, c.flows_tracked), (1, 1));
     }
 
     #[test]

@@ -12,9 +12,11 @@ pub mod connlog;
 pub mod error;
 pub mod ips;
 pub mod packet;
+pub mod reasm;
 pub mod timefmt;
 
 pub use connlog::{ConnLog, LogLine, SeenSet};
 pub use error::{NfqError, Result};
 pub use ips::{IpsCounters, Matcher, Outcome, RulesError};
 pub use packet::{parse_five_tuple, parse_with_l4, payload_offset, FiveTuple, ParseError};
+pub use reasm::{Reassembly, ReassemblyCounters};

@@ -21,7 +21,7 @@ use nfq::{Queue, Verdict};
 use serde_json::json;
 
 use secperf_nfq::{
-    parse_five_tuple, ConnLog, IpsCounters, LogLine, Matcher, NfqError, Result, SeenSet,
+    parse_five_tuple, ConnLog, IpsCounters, LogLine, Matcher, NfqError, Reassembly, Result, SeenSet,
 };
 
 /// Set by the signal handler; read by the packet loop.
@@ -56,6 +56,13 @@ struct Args {
     /// Packets the kernel holds for us before it drops new ones (fail-closed when full).
     #[arg(long, default_value_t = 4096)]
     queue_len: u32,
+    /// Bounded per-flow TCP reassembly: bytes of each flow direction matched as
+    /// one stream (0: off, every packet matched alone). Needs --rules.
+    #[arg(long, default_value_t = 0)]
+    reassembly_bytes: u64,
+    /// Flow directions reassembled at once (a flow beyond it is matched packet by packet).
+    #[arg(long, default_value_t = 4096)]
+    reassembly_flows: usize,
     /// Connections remembered to log each one once.
     #[arg(long, default_value_t = 65536)]
     remember: usize,
@@ -149,7 +156,7 @@ fn report(
     mode: &str,
     args: &Args,
     counters: &Counters,
-    ips: Option<&IpsCounters>,
+    ips: Option<(&IpsCounters, &Matcher)>,
     extra: serde_json::Value,
 ) -> Result<()> {
     let mut v = json!({
@@ -161,8 +168,12 @@ fn report(
         "enobufs": counters.enobufs,
     });
     let obj = v.as_object_mut().expect("a json object");
-    if let Some(ips) = ips {
-        obj.insert("ips".into(), ips.to_json());
+    if let Some((ips, m)) = ips {
+        let mut v = ips.to_json();
+        if let (Some(c), Some(o)) = (m.reassembly_counters(), v.as_object_mut()) {
+            o.insert("reassembly".into(), c.to_json(reassembly(args)));
+        }
+        obj.insert("ips".into(), v);
     }
     if let Some(extra) = extra.as_object() {
         for (k, val) in extra {
@@ -208,9 +219,22 @@ fn install_all() -> Result<()> {
     Ok(())
 }
 
+fn reassembly(args: &Args) -> Option<Reassembly> {
+    (args.reassembly_bytes > 0).then_some(Reassembly {
+        bytes: args.reassembly_bytes,
+        flows: args.reassembly_flows,
+    })
+}
+
 fn load_matcher(args: &Args) -> Result<Option<Matcher>> {
     match &args.rules {
-        Some(path) => Ok(Some(Matcher::load(path)?)),
+        Some(path) => {
+            let mut m = Matcher::load(path)?;
+            if let Some(bound) = reassembly(args) {
+                m.enable_reassembly(bound)?;
+            }
+            Ok(Some(m))
+        }
         None => Ok(None),
     }
 }
@@ -251,6 +275,7 @@ fn run(args: &Args) -> Result<()> {
         "log": args.log,
         "rules": matcher.as_ref().map(|m| m.rule_count()),
         "patterns": matcher.as_ref().map(|m| m.pattern_count()),
+        "reassembly": reassembly(args).map(|b| json!({"bytes": b.bytes, "flows": b.flows})),
     }));
 
     let mut seen = SeenSet::new(args.remember);
@@ -266,7 +291,7 @@ fn run(args: &Args) -> Result<()> {
                 "nfq",
                 args,
                 &counters,
-                matcher.as_ref().map(|_| &ips),
+                matcher.as_ref().map(|m| (&ips, m)),
                 extra,
             )?;
         }
@@ -325,7 +350,7 @@ fn run(args: &Args) -> Result<()> {
         "nfq",
         args,
         &counters,
-        matcher.as_ref().map(|_| &ips),
+        matcher.as_ref().map(|m| (&ips, m)),
         extra,
     )
 }
@@ -481,7 +506,14 @@ fn run_sensor(args: &Args, iface: &str, matcher: &mut Matcher) -> Result<()> {
             sock.update_stats();
             let extra =
                 json!({"interface": iface, "sensor_seen": sock.seen, "sensor_drops": sock.drops});
-            report("stats", "ids", args, &counters, Some(&ips), extra)?;
+            report(
+                "stats",
+                "ids",
+                args,
+                &counters,
+                Some((&ips, matcher)),
+                extra,
+            )?;
         }
         let Some(pkt) = sock.recv(&mut buf)? else {
             continue;
@@ -494,7 +526,14 @@ fn run_sensor(args: &Args, iface: &str, matcher: &mut Matcher) -> Result<()> {
     }
     sock.update_stats();
     let extra = json!({"interface": iface, "sensor_seen": sock.seen, "sensor_drops": sock.drops});
-    report("stopped", "ids", args, &counters, Some(&ips), extra)
+    report(
+        "stopped",
+        "ids",
+        args,
+        &counters,
+        Some((&ips, matcher)),
+        extra,
+    )
 }
 
 fn main() {

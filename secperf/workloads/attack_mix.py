@@ -1,0 +1,424 @@
+"""Detection under load (kind `attack_mix`): normal traffic with attacks mixed in.
+
+The client sends UDP datagrams to the server at `rate` messages/s (the load level;
+a list is a sweep) for the workload's duration; a share `attack_share` of them
+carries an attack string taken from the rule file (`rules`): one attack per rule
+that applies to UDP and is built from content patterns alone, placed where the
+rule's offset/depth asks, sent to the rule's destination port (or the workload's
+port). The attacks are spread evenly over the run and cycle through the rules.
+Every datagram ends with a tag (sequence number and which attack, or none), which
+is how the receiver tells what arrived; the tag holds no attack string.
+
+Three sources of evidence, read over the same window, make the record:
+
+- the sender: how many clean datagrams and how many attacks (per sid) it sent;
+- the receiver in the server: how many of each arrived;
+- the IPS/IDS of the variant: its match counters per sid and its drop counter,
+  read before and after (secperf-nfq's stats on SIGUSR2, fwsnort's iptables rule
+  counters, the ids sensor's stats), and its own losses (the NFQUEUE overflow,
+  the sensor's socket drops).
+
+From them: `detected` = attacks the IPS/IDS matched (per sid, at most what was
+sent of it); `blocked` = attacks of drop rules that did not arrive, at most what
+the IPS dropped; `missed` = attacks sent that nothing detected; `leaked` = attacks
+of drop rules that reached the server (0 means the policy held under this load);
+`clean_delivered_pct` is the normal traffic's delivery, the cost beside them.
+UDP, so one attack is one packet: no retransmission counts an attack twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from secperf import ips_rules
+from secperf.engine import Record
+from secperf.errors import SecperfError
+from secperf.mechanisms.ips import Ids, Ips, fwsnort_counters
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed.testbed import Host
+from secperf.workloads.base import MeasureContext
+
+DEFAULT_PORT = 5390
+SETTLE_S = 3.0  # at most this long for the last datagrams to land and counters to settle
+TAG = b"|SPMX"
+
+
+class AttackMixError(SecperfError):
+    """The attack mix could not be measured."""
+
+
+@dataclass(frozen=True)
+class Attack:
+    sid: int
+    action: str  # "drop" or "alert"
+    port: int
+    payload: bytes
+
+
+def attack_payload(rule: ips_rules.Rule) -> bytes | None:
+    """A payload that carries every content of the rule where its offset/depth allow;
+    None for a rule this workload cannot build (pcre, no content)."""
+    if not rule.patterns or any(p.kind != "content" for p in rule.patterns):
+        return None
+    out = b""
+    for p in rule.patterns:
+        if p.offset is not None and len(out) < p.offset:
+            out += b" " * (p.offset - len(out))
+        if p.depth is not None and len(out) + len(p.data) > (p.offset or 0) + p.depth:
+            return None  # cannot place it after what came before
+        out += p.data + (b"" if p.offset is not None and p.offset == 0 else b" ")
+    return out
+
+
+def attacks_from(rules: Sequence[ips_rules.Rule], protocol: str, port: int) -> list[Attack]:
+    """The attacks the rule file gives for `protocol`: one per buildable rule."""
+    out = []
+    for r in rules:
+        if r.proto not in (protocol, "ip"):
+            continue
+        payload = attack_payload(r)
+        if payload is None:
+            continue
+        dport = r.dport[0][0] if r.dport else port
+        out.append(Attack(r.sid, r.action, dport, payload))
+    return out
+
+
+def is_attack(i: int, share: float) -> bool:
+    """Message i carries an attack: evenly spread, `share` of them."""
+    return math.floor((i + 1) * share) > math.floor(i * share)
+
+
+SENDER = r"""
+import json, socket, sys, time
+a = json.loads(sys.argv[1])
+attacks = [(bytes.fromhex(x["payload"]), x["port"], str(x["sid"])) for x in a["attacks"]]
+s = socket.socket(socket.AF_INET6 if ":" in a["server"] else socket.AF_INET, socket.SOCK_DGRAM)
+size, share, rate, n = a["size"], a["share"], a["rate"], int(a["rate"] * a["duration"])
+fill = (b"abcdefghij0123456789" * (size // 20 + 2))[:size]
+sent = {"clean": 0}; errors = 0; k = 0
+t0 = time.monotonic()
+for i in range(n):
+    due = t0 + i / rate
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    label = "clean"; port = a["port"]; body = fill
+    if int((i + 1) * share) > int(i * share):
+        body, port, label = attacks[k % len(attacks)]; k += 1
+    tag = b"|SPMX%010d:%s" % (i, label.encode())
+    msg = body + fill[: max(0, size - len(body) - len(tag))] + tag
+    try:
+        s.sendto(msg, (a["server"], port)); sent[label] = sent.get(label, 0) + 1
+    except OSError:
+        errors += 1
+print(json.dumps({"sent": sent, "errors": errors, "messages": n,
+                  "seconds": time.monotonic() - t0}), flush=True)
+"""
+
+RECEIVER = r"""
+import json, select, signal, socket, sys
+addr, ports = sys.argv[1], [int(p) for p in sys.argv[2].split(",")]
+fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+socks = []
+for p in ports:
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.bind((addr, p)); s.setblocking(False); socks.append(s)
+got = {}; untagged = 0
+def report(*_):
+    print(json.dumps({"arrived": got, "untagged": untagged}), flush=True)
+signal.signal(signal.SIGUSR1, report)
+print("ready", flush=True)
+while True:
+    try:
+        r, _, _ = select.select(socks, [], [], 1.0)
+    except InterruptedError:
+        continue
+    for s in r:
+        while True:
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                break
+            at = data.rfind(b"|SPMX")
+            if at < 0:
+                untagged += 1; continue
+            label = data[at + 16:].decode(errors="replace")
+            got[label] = got.get(label, 0) + 1
+"""
+
+
+def _read_json(proc: Any, deadline: float) -> dict[str, Any]:
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        line = line.strip()
+        if line.startswith("{"):
+            value = json.loads(line)
+            assert isinstance(value, dict)
+            return value
+    raise AttackMixError("the attack-mix receiver stopped answering")
+
+
+# ----------------------------------------------------------- the detector's counters
+
+
+Snapshot = dict[str, Any]
+
+
+def _nfq_snapshot(mech: Ips | Ids, host: str) -> Snapshot | None:
+    d = mech._daemons.get(host)
+    if d is None or d.proc.poll() is not None:
+        return None
+    d.stats.unlink(missing_ok=True)
+    d.proc.popen.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        if d.stats.is_file():
+            text = d.stats.read_text()
+            if text.endswith("\n"):
+                rec = json.loads(text)
+                ips = rec.get("ips", {})
+                return {
+                    "by_sid": {str(k): int(v) for k, v in ips.get("by_sid", {}).items()},
+                    "drops": int(ips.get("drops", 0)),
+                    "packets": int(rec.get("packets", 0)),
+                    "queue_dropped": rec.get("kernel", {}).get("queue_dropped"),
+                    # the queue's netlink socket overflowed: lost before the matcher
+                    "user_dropped": rec.get("kernel", {}).get("user_dropped"),
+                    "enobufs": rec.get("enobufs"),
+                    "sensor_drops": rec.get("sensor_drops"),
+                }
+        time.sleep(0.02)
+    raise AttackMixError(f"secperf-nfq on {host} did not write its counters on SIGUSR2")
+
+
+def detector_snapshot(ctx: MeasureContext) -> tuple[str | None, Snapshot | None]:
+    """(what detects, its counters now) for the variant's IPS or IDS; (None, None) without."""
+    for mech, mctx in ctx.mechanisms:
+        if isinstance(mech, Ips):
+            host = mctx.hosts[0]
+            if mech.engine == "fwsnort":
+                out = ctx.testbed.host(host).run(["iptables-nft-save", "-c"], check=False).stdout
+                c = fwsnort_counters(out)
+                snap = {"by_sid": c["by_sid"], "drops": c["drops"], "packets": None}
+                return "ips-fwsnort", snap
+            return "ips-nfq", _nfq_snapshot(mech, host)
+        if isinstance(mech, Ids):
+            sensors = list(mech._daemons)
+            return "ids", _nfq_snapshot(mech, sensors[0]) if sensors else None
+    return None, None
+
+
+def _delta(after: Snapshot, before: Snapshot) -> Snapshot:
+    out: Snapshot = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if key == "by_sid":
+            sids = set(value) | set(old or {})
+            diff = {s: value.get(s, 0) - (old or {}).get(s, 0) for s in sids}
+            out[key] = {s: n for s, n in diff.items() if n}
+        elif isinstance(value, int) and isinstance(old, int):
+            out[key] = value - old
+        else:
+            out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------- the record
+
+
+def summarize(
+    attacks: Sequence[Attack],
+    sent: dict[str, int],
+    arrived: dict[str, int],
+    detector: str | None,
+    counts: Snapshot | None,
+) -> dict[str, Any]:
+    """The record's attack figures from the three sources (see the module's doc)."""
+    sids = {str(a.sid): a for a in attacks}
+    sent_attacks = sum(n for label, n in sent.items() if label in sids)
+    arrived_attacks = sum(n for label, n in arrived.items() if label in sids)
+    drop_sids = [s for s, a in sids.items() if a.action == "drop"]
+    sent_drop = sum(sent.get(s, 0) for s in drop_sids)
+    leaked = sum(arrived.get(s, 0) for s in drop_sids)
+    matched = (counts or {}).get("by_sid", {})
+    detected: int | None = None
+    blocked: int | None = None
+    if detector is not None and counts is not None:
+        detected = sum(min(int(matched.get(s, 0)), sent.get(s, 0)) for s in sids)
+        if detector.startswith("ips"):
+            blocked = min(int(counts.get("drops") or 0), sent_drop - leaked)
+        else:
+            blocked = 0  # a mirror never blocks
+    clean_sent, clean_arrived = sent.get("clean", 0), arrived.get("clean", 0)
+
+    def pct(n: int | None, of: int) -> float | None:
+        return None if n is None or of == 0 else 100.0 * n / of
+
+    missed = sent_attacks - (detected or 0)
+    return {
+        "detector": detector,
+        "attacks_sent": sent_attacks,
+        "attacks_arrived": arrived_attacks,
+        "drop_attacks_sent": sent_drop,
+        "detected": detected,
+        "blocked": blocked,
+        "missed": missed,
+        "leaked": leaked,
+        "detected_pct": pct(detected, sent_attacks),
+        "blocked_pct": pct(blocked, sent_drop),
+        "missed_pct": pct(missed, sent_attacks),
+        "clean_sent": clean_sent,
+        "clean_arrived": clean_arrived,
+        "clean_delivered_pct": pct(clean_arrived, clean_sent),
+        "false_alerts": sum(int(n) for s, n in matched.items() if s not in sids)
+        if counts is not None
+        else None,
+        "policy_held": None if not (detector or "").startswith("ips") else leaked == 0,
+    }
+
+
+@dataclass(frozen=True)
+class AttackMixExecutor:
+    hosts: frozenset[str] = frozenset()
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+        p = point.params
+        rules_path = Path(str(p.get("rules") or "rules/secperf-attacks.rules"))
+        if not rules_path.is_absolute() and not rules_path.is_file():
+            rules_path = Path(__file__).resolve().parents[2] / rules_path  # the shipped file
+        protocol = str(p.get("protocol", "udp"))
+        port = int(str(p.get("port") or DEFAULT_PORT))
+        rate = float(str(p["rate"]))
+        share = float(str(p["attack_share"]))
+        size = int(str(p.get("size") or 512))
+        duration = float(str(p.get("duration", 5.0)))
+        attacks = attacks_from(ips_rules.parse_rules(rules_path), protocol, port)
+        if not attacks:
+            raise AttackMixError(
+                f"{rules_path} has no {protocol} rule made of content patterns alone",
+                fix="give the workload a rule file with content rules for the protocol",
+            )
+        client, server = ctx.testbed.host(ctx.client), ctx.testbed.host(ctx.server)
+        server_addr = ctx.target.rsplit(":", 1)[0].strip("[]")
+        ports = sorted({port, *(a.port for a in attacks)})
+        receiver = server.spawn(
+            [
+                sys.executable,
+                "-c",
+                RECEIVER,
+                "0.0.0.0" if ctx.family == 4 else "::",
+                ",".join(map(str, ports)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            label="attack-mix-receiver",
+        )
+        try:
+            record = self._run(
+                ctx, client, receiver, server_addr, attacks, port, rate, share, size, duration
+            )
+        finally:
+            receiver.stop(timeout=5.0)
+        record.update(
+            {
+                "type": "result",
+                "kind": "attack_mix",
+                "variant": ctx.variant,
+                "family": ctx.family,
+                "protocol": protocol,
+                "rate": rate,
+                "attack_share": share,
+                "size": size,
+                "rules": str(rules_path),
+                "attacks": [{"sid": a.sid, "action": a.action, "port": a.port} for a in attacks],
+            }
+        )
+        ctx.keep(record)
+        return record
+
+    def _run(
+        self,
+        ctx: MeasureContext,
+        client: Host,
+        receiver: Any,
+        server_addr: str,
+        attacks: list[Attack],
+        port: int,
+        rate: float,
+        share: float,
+        size: int,
+        duration: float,
+    ) -> Record:
+        line = receiver.stdout.readline().strip()
+        if line != "ready":
+            raise AttackMixError(f"the attack-mix receiver did not start: {line!r}")
+        detector, before = detector_snapshot(ctx)
+        hosts = [h.name for h in ctx.topology.hosts if not h.is_switch]
+        cpu_before = {h: ctx.testbed.host(h).cpu_seconds() for h in hosts}
+        args = {
+            "server": server_addr,
+            "port": port,
+            "rate": rate,
+            "share": share,
+            "size": size,
+            "duration": duration,
+            "attacks": [
+                {"payload": a.payload.hex(), "port": a.port, "sid": a.sid} for a in attacks
+            ],
+        }
+        proc = client.run(
+            [sys.executable, "-c", SENDER, json.dumps(args)], check=False, timeout=duration + 60
+        )
+        if proc.returncode != 0:
+            raise AttackMixError(f"the attack-mix sender failed: {proc.stderr.strip()[-500:]}")
+        sender = json.loads(proc.stdout.strip().splitlines()[-1])
+        # Poll until what arrived stops changing (or the deadline).
+        deadline = time.monotonic() + SETTLE_S
+        last = self._ask(receiver)
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self._ask(receiver)
+            if now == last:
+                break
+            last = now
+        _, after = detector_snapshot(ctx)
+        counts = _delta(after, before) if after is not None and before is not None else None
+        record: Record = summarize(attacks, sender["sent"], last["arrived"], detector, counts)
+        record.update(
+            {
+                "sent": sender["sent"],
+                "send_errors": sender["errors"],
+                "achieved_rate": sum(sender["sent"].values()) / sender["seconds"]
+                if sender["seconds"] > 0
+                else None,
+                "arrived": last["arrived"],
+                "untagged": last["untagged"],
+                "detector_counts": counts,
+            }
+        )
+        host_cpu: dict[str, float] = {}
+        for name, before_s in cpu_before.items():
+            after_s = ctx.testbed.host(name).cpu_seconds()
+            if before_s is not None and after_s is not None:
+                host_cpu[name] = after_s - before_s
+        if host_cpu:
+            record["host_cpu"] = host_cpu
+        return record
+
+    @staticmethod
+    def _ask(receiver: Any) -> dict[str, Any]:
+        receiver.popen.send_signal(signal.SIGUSR1)
+        return _read_json(receiver, time.monotonic() + 5.0)
