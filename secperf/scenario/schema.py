@@ -620,7 +620,25 @@ def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
     return path
 
 
+def _ips_rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | list[int]:
+    """A rule file, a count, or a list of counts (a rule-count sweep)."""
+    if not isinstance(value, list | tuple):
+        return _ips_rules(value, info)
+    if not value:
+        raise ValueError("a sweep list needs at least one value")
+    counts: list[int] = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ValueError(f"item {i}: a rule-count sweep lists numbers of rules to generate")
+        _ips_rules(item, info)  # the bounds check
+        counts.append(item)
+    if len(set(counts)) != len(counts):
+        raise ValueError("a rule-count sweep lists each count once")
+    return counts
+
+
 IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
+IpsRulesSweep = Annotated[Path | int | list[int], PlainValidator(_ips_rules_or_sweep)]
 ReassemblyBytes = Annotated[
     int, PlainValidator(_bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
 ]
@@ -633,9 +651,11 @@ class IpsMechanism(MechanismBase):
     same rules as iptables string matches (kernel). `rules` is a file or a count of
     rules to generate (rule-count sweeps take a list)."""
 
+    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
+
     kind: Literal["ips"]
     engine: Literal["nfq", "fwsnort"] = "nfq"
-    rules: IpsRules = Path("rules/secperf-attacks.rules")
+    rules: IpsRulesSweep = Path("rules/secperf-attacks.rules")
     mode: Literal["inline"] = "inline"
     queue: int = Field(default=0, ge=0, le=65535)
     # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
