@@ -125,6 +125,8 @@ class LatencyExecutor:
         if side_run is not None:
             r = side_run.result
             c2s = r.get("c2s", {})
+            # Under load: the rejected stream's frames, not only its probes.
+            c2s = c2s.get("load") or c2s
             result = {
                 **result,
                 "rejected_stream": {
