@@ -176,6 +176,8 @@ DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, Fals
 DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
 ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
 # Latency under load (sender = "packet"): the whole stream, both ways together.
+# The ask beside what was sent: a machine that cannot offer the ask shows it.
+LOAD_ASKED = Metric("load_asked_pps", "Load asked (both ways)", "frames/s", True, False)
 LOAD_SENT = Metric("load_sent_pps", "Load sent (both ways)", "frames/s", True, False)
 LOAD_RECEIVED = Metric("load_received_pps", "Load received (both ways)", "frames/s", True, False)
 
@@ -312,6 +314,7 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (DELAY_P99, _latency("p99")),
         (LOSS, _loss_pct),
         (ACHIEVED_PPS, lambda r: _path(r, "combined", "achieved_pps")),
+        (LOAD_ASKED, lambda r: _path(r, "combined", "load", "asked_pps")),
         (LOAD_SENT, lambda r: _path(r, "combined", "load", "achieved_pps")),
         (LOAD_RECEIVED, lambda r: _path(r, "combined", "load", "received_pps")),
     ),

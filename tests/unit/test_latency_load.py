@@ -73,11 +73,16 @@ def test_the_achieved_load_is_a_metric_only_when_measured() -> None:
         "loss": {"lost": 0, "ratio": 0.0},
         "combined": {
             "achieved_pps": 2976.0,
-            "load": {"achieved_pps": 297_620.0, "received_pps": 297_000.0},
+            "load": {
+                "asked_pps": 297_620.0,
+                "achieved_pps": 90_000.0,
+                "received_pps": 89_000.0,
+            },
         },
     }
     got = extract(record)
-    assert got["load_sent_pps"] == 297_620.0 and got["load_received_pps"] == 297_000.0
+    assert got["load_asked_pps"] == 297_620.0, got
+    assert got["load_sent_pps"] == 90_000.0 and got["load_received_pps"] == 89_000.0
     del record["combined"]["load"]  # type: ignore[attr-defined]
     got = extract(record)
-    assert "load_sent_pps" not in got and "load_received_pps" not in got
+    assert not {"load_asked_pps", "load_sent_pps", "load_received_pps"} & set(got)

@@ -615,6 +615,33 @@ mod tests {
     }
 
     #[test]
+    fn probe_every_needs_ipv4_full_duplex_and_kernel_stamps() {
+        let parse = |extra: &str| {
+            Spec::parse(&format!(
+                r#"{{"kind":"latency","server":"198.18.2.2:5201","probe_every":10{}}}"#,
+                extra
+            ))
+        };
+        assert_eq!(parse("").unwrap().probe_every, Some(10));
+        for (extra, says) in [
+            (r#","duplex":"half""#, "full duplex"),
+            (r#","timestamps":"user""#, "kernel stamps"),
+            (r#","probe_every":0"#, "outside 1..="),
+        ] {
+            let e = parse(extra).unwrap_err().to_string();
+            assert!(e.contains(says), "{}: {}", extra, e);
+        }
+        let v6 = Spec::parse(
+            r#"{"kind":"latency","server":"[2001:2::2]:5201","probe_every":10,"frame_size":90}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(v6.contains("IPv4"), "{}", v6);
+        let flood = Spec::parse(r#"{"kind":"flood","target":"198.18.2.2","probe_every":10}"#);
+        assert!(flood.is_err(), "probe_every is the latency kind's");
+    }
+
+    #[test]
     fn batch_grows_with_rate() {
         assert_eq!(batch_for(1_000.0), 1);
         assert_eq!(batch_for(148_810.0), 14);
