@@ -23,9 +23,12 @@ pytestmark = pytest.mark.netns
 RULES = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 SERVER = "198.18.2.2"
 CONTROL = 5201
-# A modest rate every run of the test suite can offer on a shared two-core machine
-# (bench/latency_load_vs_trafgen.py and seed004 ask for the paper's 148,810).
-RATE = 20_000.0
+# A modest rate a shared two-core machine can offer (bench/latency_load_vs_trafgen.py
+# and seed004 ask for the paper's 148,810). At load average ~20, 20,000 once came out
+# 5.8 % short (slots forfeited while the sender was descheduled): 10,000, and a
+# second attempt if the first one was starved.
+RATE = 10_000.0
+ATTEMPTS = 2
 # The mirror test's rate: low enough that the inline IPS (the control) still
 # passes nearly everything, so its delays exist.
 MIRROR_RATE = 5_000.0
@@ -64,12 +67,19 @@ def test_the_load_is_offered_at_the_asked_rate_both_ways(
     bed: tuple[Testbed, EngineServer],
 ) -> None:
     tb, _ = bed
-    r = run_test(tb.host("client"), spec(tb, RATE)).result
+    tries = []
+    for _ in range(ATTEMPTS):
+        r = run_test(tb.host("client"), spec(tb, RATE)).result
+        tries.append([r[d]["load"]["achieved_pps"] for d in ("c2s", "s2c")])
+        if all(abs(a - RATE) / RATE < 0.02 for a in tries[-1]):
+            break
+        # Short only by slots forfeited while starved, never hidden.
+        assert r["combined"]["load"]["forfeited"] > 0, (tries, r["combined"]["load"])
     for d in ("c2s", "s2c"):
         load = r[d]["load"]
         assert load["sender"] == "packet" and "AF_PACKET" in load["note"], load
         # Within 2 % of the asked rate, and nothing lost on a DUT without rules.
-        assert abs(load["achieved_pps"] - RATE) / RATE < 0.02, (d, load)
+        assert abs(load["achieved_pps"] - RATE) / RATE < 0.02, (d, tries, load)
         assert load["sent"] > 0.98 * RATE * 1.5, (d, load)
         assert load["lost"] == 0 and load["received"] == load["sent"], (d, load)
         # One frame in 50 is a probe; every probe sent was stamped and measured.
