@@ -38,6 +38,7 @@ bench: setup
 	$(VENV)/python bench/engine_vs_peers.py
 	$(VENV)/python bench/timestamp_overhead.py
 	$(VENV)/python bench/flood_vs_peers.py
+	$(VENV)/python bench/latency_load_vs_trafgen.py --out bench/runs/latency_load_vs_trafgen-latest.json
 
 clean:
 	$(VENV)/secperf clean

@@ -71,6 +71,10 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             deny=list(spec.deny),
         )
     if isinstance(spec, IpsMechanism):
+        if isinstance(spec.rules, list):
+            raise MechanismError(
+                "a rule-count sweep must be expanded into variants first (Variant.expand)"
+            )
         return Ips(
             engine=spec.engine,
             rules=spec.rules,

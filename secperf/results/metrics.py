@@ -229,6 +229,11 @@ DELAY_MEAN = Metric("delay_mean_us", "One-way delay mean", "µs", False, True)
 DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, False)
 DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
 ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
+# Latency under load (sender = "packet"): the whole stream, both ways together.
+# The ask beside what was sent: a machine that cannot offer the ask shows it.
+LOAD_ASKED = Metric("load_asked_pps", "Load asked (both ways)", "frames/s", True, False)
+LOAD_SENT = Metric("load_sent_pps", "Load sent (both ways)", "frames/s", True, False)
+LOAD_RECEIVED = Metric("load_received_pps", "Load received (both ways)", "frames/s", True, False)
 
 # A flood's primary figure is what reached the target (an nft counter in the server),
 # not what the sender sent: a paced sender sends the asked rate whatever the DUT does.
@@ -379,6 +384,9 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (DELAY_P99, _latency("p99")),
         (LOSS, _loss_pct),
         (ACHIEVED_PPS, lambda r: _path(r, "combined", "achieved_pps")),
+        (LOAD_ASKED, lambda r: _path(r, "combined", "load", "asked_pps")),
+        (LOAD_SENT, lambda r: _path(r, "combined", "load", "achieved_pps")),
+        (LOAD_RECEIVED, lambda r: _path(r, "combined", "load", "received_pps")),
     ),
     # 1 when every check of the record passed (secperf.workloads.failclosed)
     "failclosed": ((FAILCLOSED, lambda r: 1.0 if r.get("passed") is True else 0.0),),

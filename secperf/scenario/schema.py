@@ -620,7 +620,25 @@ def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
     return path
 
 
+def _ips_rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | list[int]:
+    """A rule file, a count, or a list of counts (a rule-count sweep)."""
+    if not isinstance(value, list | tuple):
+        return _ips_rules(value, info)
+    if not value:
+        raise ValueError("a sweep list needs at least one value")
+    counts: list[int] = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ValueError(f"item {i}: a rule-count sweep lists numbers of rules to generate")
+        _ips_rules(item, info)  # the bounds check
+        counts.append(item)
+    if len(set(counts)) != len(counts):
+        raise ValueError("a rule-count sweep lists each count once")
+    return counts
+
+
 IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
+IpsRulesSweep = Annotated[Path | int | list[int], PlainValidator(_ips_rules_or_sweep)]
 ReassemblyBytes = Annotated[
     int, PlainValidator(_bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
 ]
@@ -633,9 +651,11 @@ class IpsMechanism(MechanismBase):
     same rules as iptables string matches (kernel). `rules` is a file or a count of
     rules to generate (rule-count sweeps take a list)."""
 
+    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
+
     kind: Literal["ips"]
     engine: Literal["nfq", "fwsnort"] = "nfq"
-    rules: IpsRules = Path("rules/secperf-attacks.rules")
+    rules: IpsRulesSweep = Path("rules/secperf-attacks.rules")
     mode: Literal["inline"] = "inline"
     queue: int = Field(default=0, ge=0, le=65535)
     # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
@@ -1153,6 +1173,10 @@ class LatencyWorkload(WorkloadBase):
     the server side; an int uses that many. `rejected_stream` runs a second stream at
     the same rate from the ACL's excluded address concurrently (the ACL must have
     `exclude_one = true`); its received count is reported and must be 0.
+    `sender = "packet"` sends the whole stream (`load` or `rate_pps` frames/s each
+    way) as frames on a packet socket, spread over the emulated hosts, with one frame
+    in `probe_every` (default 100) a timestamped probe: the delay under the load
+    itself, and the achieved load in the record (IPv4, full duplex only).
     """
 
     sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
@@ -1164,11 +1188,19 @@ class LatencyWorkload(WorkloadBase):
     duplex: Literal["full", "half"] = "full"
     hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
     rejected_stream: bool = False
+    sender: Literal["socket", "packet"] = "socket"
+    probe_every: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _one_rate(self) -> LatencyWorkload:
         if self.load is not None and self.rate_pps is not None:
             raise ValueError("give either load (a fraction of the link rate) or rate_pps, not both")
+        if self.probe_every is not None and self.sender != "packet":
+            raise ValueError(
+                'probe_every applies to sender = "packet" only: set sender or remove it'
+            )
+        if self.sender == "packet" and self.duplex == "half":
+            raise ValueError('sender = "packet" runs full duplex: set duplex = "full" or remove it')
         return self
 
     def default_name(self) -> str:

@@ -9,6 +9,12 @@ generator counts it: each frame plus 20 B of preamble and inter-frame gap.
 With `rejected_stream`, a second stream at the same rate runs at the same time from
 the address an `exclude_one` ACL denies; the measured stream's record carries the
 rejected stream's counts under `rejected_stream` (its `received` must be 0).
+
+With `sender = "packet"` the engine sends the whole stream (the asked frames/s each
+way, 64-byte frames by default) on a packet socket over the emulated hosts, one frame
+in `probe_every` a timestamped probe (the way MoonGen interleaves its timestamped
+packets into the load); each direction's record gains `load` (frames sent and
+received, achieved frames/s).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from secperf.workloads.base import MeasureContext
 from secperf.workloads.common import Spec
 
 PREAMBLE_IFG = 20  # bytes on the wire around each Ethernet frame
+# Under load (sender = "packet"): one frame in this many is a timestamped probe.
+PROBE_EVERY = 100
 
 
 class LatencyWorkloadError(SecperfError):
@@ -53,6 +61,8 @@ def engine_spec(params: Mapping[str, Any], *, link_rate_bps: int | None = None) 
         spec["rate_pps"] = pps_for_load(float(str(load)), link_rate_bps, frame)
     if params.get("duplex") is not None:
         spec["duplex"] = params["duplex"]
+    if params.get("sender") == "packet":
+        spec["probe_every"] = int(str(params.get("probe_every") or PROBE_EVERY))
     return spec
 
 
@@ -115,6 +125,8 @@ class LatencyExecutor:
         if side_run is not None:
             r = side_run.result
             c2s = r.get("c2s", {})
+            # Under load: the rejected stream's frames, not only its probes.
+            c2s = c2s.get("load") or c2s
             result = {
                 **result,
                 "rejected_stream": {

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::{ClientStart, ServerEnv, ServerSetup};
+use crate::latency_load::{self, LoadTx, Pair};
 use crate::net;
 use crate::record::LatencySummary;
 use crate::shared::{summarize, Role, Shared, ThreadStats};
@@ -40,7 +41,8 @@ use crate::tstamp;
 pub const HEADER: usize = 18;
 const FOLLOWUP: u64 = 1 << 63;
 const MEASURED: u64 = 1 << 62;
-const SEQ_MASK: u64 = MEASURED - 1;
+/// Bit 61 marks a load frame (latency_load); sequence numbers stay below it.
+const SEQ_MASK: u64 = crate::latency_load::LOAD - 1;
 const FALLBACK: u16 = 0x8000;
 const BACK_MAX: u64 = 0x7fff;
 const RING: usize = 1 << 16;
@@ -167,6 +169,8 @@ pub struct Receiver {
     pub unmatched: u64,
     /// Measured probes whose TX or RX stamp was not the kernel's: not in `hist`.
     pub unstamped: u64,
+    /// Load frames (not probes) of the measured window (latency under load).
+    pub load_received: u64,
     pub hist: Histogram<u64>,
 }
 
@@ -179,6 +183,7 @@ impl Default for Receiver {
             reordered: 0,
             unmatched: 0,
             unstamped: 0,
+            load_received: 0,
             hist: new_delay_histogram(),
         }
     }
@@ -233,6 +238,7 @@ impl Receiver {
             reordered: self.reordered,
             unmatched: self.unmatched,
             unstamped: self.unstamped,
+            load_received: self.load_received,
             hist: self
                 .hist
                 .iter_recorded()
@@ -485,6 +491,7 @@ impl Sender {
             send_failed: self.send_failed,
             dropped_stamps: self.dropped_stamps,
             window_ns,
+            load: None,
         }
     }
 }
@@ -497,6 +504,9 @@ pub struct TxReport {
     pub send_failed: u64,
     pub dropped_stamps: u64,
     pub window_ns: u64,
+    /// Latency under load: the whole stream's sender (None: socket probes).
+    #[serde(default)]
+    pub load: Option<LoadTx>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -505,6 +515,8 @@ pub struct RxReport {
     pub reordered: u64,
     pub unmatched: u64,
     pub unstamped: u64,
+    #[serde(default)]
+    pub load_received: u64,
     /// (value ns, count) of every non-empty bucket of the delay histogram.
     pub hist: Vec<[u64; 2]>,
 }
@@ -629,6 +641,13 @@ fn receive(
     let kernel = spec.timestamps == Timestamps::Kernel;
     let mut rx = Receiver::default();
     let mut buf = vec![0u8; 2048];
+    // Under load every frame is read: in batches. Probes alone: one at a time,
+    // so that a user-space RX stamp is read right after its datagram.
+    let mut batch = tstamp::RecvBatch::new(if spec.probe_every.is_some() {
+        tstamp::BATCH_MAX
+    } else {
+        1
+    });
     let mut last = 0u64;
     let mut count = 0u64;
     let mut seen: HashSet<(IpAddr, SocketAddr)> = HashSet::new();
@@ -638,13 +657,32 @@ fn receive(
     let mut last_peer = None;
     let st_ref = state(sh);
     loop {
-        match tstamp::recv(fd, &mut buf) {
+        match batch.recv(fd, &mut buf) {
             Ok(r) => {
                 let user_rx = tstamp::realtime_ns();
                 // A datagram without a kernel RX stamp: its probe goes unstamped.
                 let rx_ns = if kernel { r.rx_ns } else { Some(user_rx) };
                 last = sh.now_ns();
                 st.last_recv_ns.store(last, Relaxed);
+                if let Some(measured) = latency_load::load_word(&buf[..r.len]) {
+                    count += 1;
+                    if measured {
+                        rx.load_received += 1;
+                    }
+                    if count.is_multiple_of(1024) {
+                        st.messages_received.store(count, Relaxed);
+                    }
+                    if server && seen.len() < 4096 {
+                        if let (Some(local), Some(from)) = (r.local, r.from) {
+                            if seen.insert((local, from)) {
+                                if let Some(s) = &st_ref {
+                                    lock(&s.peers).push((local, from));
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let Some(p) = decode(&buf[..r.len]) else {
                     continue;
                 };
@@ -717,7 +755,34 @@ pub fn serve(spec: &Spec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSet
     sh.spawn("lat-rx", Role::Passive, move |sh, st| {
         receive(&rsock, &spec2, sh, st, true)
     })?;
-    if spec.duplex == Duplex::Full {
+    if let (Some(every), Duplex::Full) = (spec.probe_every, spec.duplex) {
+        let spec2 = spec.clone();
+        sh.spawn("lat-load", Role::Active, move |sh, st| {
+            let mut peers: Vec<Pair> = Vec::new();
+            let tx = latency_load::paced_send(&spec2, every, sh, st, |k| {
+                if peers.is_empty() || k % 256 == 0 {
+                    peers = lock(&state.peers)
+                        .iter()
+                        .filter_map(|(local, remote)| match (local, remote.ip()) {
+                            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(Pair {
+                                src: *src,
+                                dst,
+                                sport: data_port,
+                                dport: remote.port(),
+                            }),
+                            _ => None,
+                        })
+                        .collect();
+                }
+                if peers.is_empty() {
+                    return None;
+                }
+                Some(peers[(k % peers.len() as u64) as usize])
+            })?;
+            lock(&state.report).tx = load_report(tx);
+            Ok(())
+        })?;
+    } else if spec.duplex == Duplex::Full {
         let spec2 = spec.clone();
         sh.spawn("lat-tx", Role::Active, move |sh, st| {
             let mut peers: Vec<(IpAddr, SocketAddr)> = Vec::new();
@@ -767,6 +832,20 @@ pub fn start(spec: &Spec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientSt
     sh.spawn("lat-rx", Role::Passive, move |sh, st| {
         receive(&rsock, &spec2, sh, st, false)
     })?;
+    if let Some(every) = spec.probe_every {
+        let pairs = load_pairs(&pairs, local)?;
+        let spec2 = spec.clone();
+        sh.spawn("lat-load", Role::Active, move |sh, st| {
+            let tx = latency_load::paced_send(&spec2, every, sh, st, |k| {
+                Some(pairs[(k % pairs.len() as u64) as usize])
+            })?;
+            if let Some(s) = state(sh) {
+                lock(&s.report).tx = load_report(tx);
+            }
+            Ok(())
+        })?;
+        return Ok(ClientStart { local });
+    }
     let spec2 = spec.clone();
     sh.spawn("lat-tx", Role::Active, move |sh, st| {
         paced_send(&sock, &spec2, sh, st, |k| {
@@ -774,6 +853,59 @@ pub fn start(spec: &Spec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientSt
         })
     })?;
     Ok(ClientStart { local })
+}
+
+/// The probes' view of a load sender's report (the load rides along).
+fn load_report(tx: LoadTx) -> TxReport {
+    TxReport {
+        sent: tx.probes_sent,
+        send_failed: 0,
+        dropped_stamps: tx.tx_stamps_missing,
+        window_ns: tx.window_ns,
+        load: Some(tx),
+    }
+}
+
+/// The client's (source, destination) pairs as frame addresses: a pair
+/// without a source takes the address the route to its destination uses.
+fn load_pairs(
+    pairs: &[(Option<IpAddr>, SocketAddr)],
+    local: Option<SocketAddr>,
+) -> Result<Vec<Pair>> {
+    let sport = local.map(|a| a.port()).ok_or_else(|| {
+        EngineError::Internal("the probe socket has no local port: report this bug".into())
+    })?;
+    pairs
+        .iter()
+        .map(|(src, dst)| {
+            let src = match src {
+                Some(a) => *a,
+                None => {
+                    let s = UdpSocket::bind("0.0.0.0:0")
+                        .map_err(EngineError::io("cannot open a UDP socket"))?;
+                    s.connect(dst).map_err(EngineError::io(format!(
+                        "no route to {} for the load",
+                        dst
+                    )))?;
+                    s.local_addr()
+                        .map_err(EngineError::io("cannot read the local address"))?
+                        .ip()
+                }
+            };
+            match (src, dst.ip()) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => Ok(Pair {
+                    src: s,
+                    dst: d,
+                    sport,
+                    dport: dst.port(),
+                }),
+                _ => Err(EngineError::spec(
+                    "probe_every",
+                    "latency under load (probe_every) sends IPv4 frames: use an IPv4 server and addresses",
+                )),
+            }
+        })
+        .collect()
 }
 
 /// Server side, at `finish`: what it measured, for the client.
@@ -847,6 +979,99 @@ pub struct DirectionResult {
     pub achieved_pps: f64,
     pub delay_us: LatencySummary,
     pub histogram: LinearHistogram,
+    /// Latency under load: the whole stream of frames, probes included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadResult>,
+}
+
+/// The achieved load of one direction (or both): frames sent and received
+/// in the measured window, beside the delays of the probes among them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadResult {
+    pub sender: &'static str,
+    /// Frames/s asked (load and probes together).
+    pub asked_pps: f64,
+    /// One frame in this many is a timestamped probe.
+    pub probe_every: u64,
+    pub frame_size: usize,
+    pub sent: u64,
+    pub received: u64,
+    pub lost: u64,
+    pub loss_ratio: Option<f64>,
+    /// Frames sent / the sender's measured window.
+    pub achieved_pps: f64,
+    /// Frames received / the same window.
+    pub received_pps: f64,
+    /// achieved against asked, in %.
+    pub rate_error_pct: f64,
+    pub forfeited: u64,
+    pub send_errors: u64,
+    pub tx_stamps_missing: u64,
+    pub probes_sent: u64,
+    pub batch: usize,
+    pub note: String,
+}
+
+fn load_result(spec: &Spec, tx: &TxReport, rx: &RxReport) -> Option<LoadResult> {
+    let l = tx.load.as_ref()?;
+    let secs = l.window_ns as f64 / 1e9;
+    let received = rx.load_received + rx.received;
+    let lost = l.sent.saturating_sub(received);
+    let achieved = if secs > 0.0 {
+        l.sent as f64 / secs
+    } else {
+        0.0
+    };
+    Some(LoadResult {
+        sender: "packet",
+        asked_pps: spec.rate_pps,
+        probe_every: spec.probe_every.unwrap_or(0),
+        frame_size: spec.frame_size,
+        sent: l.sent,
+        received,
+        lost,
+        loss_ratio: (l.sent > 0).then(|| lost as f64 / l.sent as f64),
+        achieved_pps: achieved,
+        received_pps: if secs > 0.0 {
+            received as f64 / secs
+        } else {
+            0.0
+        },
+        rate_error_pct: (achieved - spec.rate_pps) / spec.rate_pps * 100.0,
+        forfeited: l.forfeited,
+        send_errors: l.send_errors,
+        tx_stamps_missing: l.tx_stamps_missing,
+        probes_sent: l.probes_sent,
+        batch: l.batch,
+        note: l.note.clone(),
+    })
+}
+
+fn sum_load(a: &Option<LoadResult>, b: &Option<LoadResult>) -> Option<LoadResult> {
+    let (a, b) = (a.as_ref()?, b.as_ref()?);
+    let sent = a.sent + b.sent;
+    let lost = a.lost + b.lost;
+    let asked = a.asked_pps + b.asked_pps;
+    let achieved = a.achieved_pps + b.achieved_pps;
+    Some(LoadResult {
+        sender: a.sender,
+        asked_pps: asked,
+        probe_every: a.probe_every,
+        frame_size: a.frame_size,
+        sent,
+        received: a.received + b.received,
+        lost,
+        loss_ratio: (sent > 0).then(|| lost as f64 / sent as f64),
+        achieved_pps: achieved,
+        received_pps: a.received_pps + b.received_pps,
+        rate_error_pct: (achieved - asked) / asked * 100.0,
+        forfeited: a.forfeited + b.forfeited,
+        send_errors: a.send_errors + b.send_errors,
+        tx_stamps_missing: a.tx_stamps_missing + b.tx_stamps_missing,
+        probes_sent: a.probes_sent + b.probes_sent,
+        batch: a.batch.max(b.batch),
+        note: a.note.clone(),
+    })
 }
 
 fn direction(tx: &TxReport, rx: &RxReport, rate_pps: f64) -> (DirectionResult, Histogram<u64>) {
@@ -872,6 +1097,7 @@ fn direction(tx: &TxReport, rx: &RxReport, rate_pps: f64) -> (DirectionResult, H
         },
         delay_us: summarize(&h),
         histogram: linear(&h),
+        load: None,
     };
     (d, h)
 }
@@ -887,8 +1113,11 @@ pub struct Directions {
 /// Client side, after `finish`: both directions and their sum.
 pub fn directions(spec: &Spec, sh: &Shared, server: &SideReport) -> Directions {
     let local = server_report(sh).unwrap_or_default();
-    let (c2s, mut h) = direction(&local.tx, &server.rx, spec.rate_pps);
-    let (s2c, h2) = direction(&server.tx, &local.rx, spec.rate_pps);
+    let probe_pps = spec.rate_pps / spec.probe_every.unwrap_or(1) as f64;
+    let (mut c2s, mut h) = direction(&local.tx, &server.rx, probe_pps);
+    let (mut s2c, h2) = direction(&server.tx, &local.rx, probe_pps);
+    c2s.load = load_result(spec, &local.tx, &server.rx);
+    s2c.load = load_result(spec, &server.tx, &local.rx);
     let _ = h.add(&h2);
     let sent = c2s.sent + s2c.sent;
     let lost = c2s.lost + s2c.lost;
@@ -901,10 +1130,11 @@ pub fn directions(spec: &Spec, sh: &Shared, server: &SideReport) -> Directions {
         unmatched_stamps: c2s.unmatched_stamps + s2c.unmatched_stamps,
         unstamped: c2s.unstamped + s2c.unstamped,
         send_failed: c2s.send_failed + s2c.send_failed,
-        rate_pps: 2.0 * spec.rate_pps,
+        rate_pps: 2.0 * probe_pps,
         achieved_pps: c2s.achieved_pps + s2c.achieved_pps,
         delay_us: summarize(&h),
         histogram: linear(&h),
+        load: sum_load(&c2s.load, &s2c.load),
     };
     Directions { c2s, s2c, combined }
 }
@@ -918,6 +1148,22 @@ pub fn check(d: &Directions) -> Result<()> {
         ));
     }
     for (name, dir) in [("c2s", &d.c2s), ("s2c", &d.s2c)] {
+        if let Some(l) = &dir.load {
+            // A server that heard from no client sends nothing (sent 0), as with
+            // socket probes; a stream that ran without a probe has no delays.
+            if l.sent > 0 && l.probes_sent == 0 {
+                return Err(EngineError::Measurement(format!(
+                    "the {} load sent no probe in the measured window: its delays do not exist (check probe_every and the rate)",
+                    name
+                )));
+            }
+            if l.tx_stamps_missing as f64 > MAX_UNSTAMPED_SHARE * l.probes_sent as f64 {
+                return Err(EngineError::Measurement(format!(
+                    "{} of {} {} probes inside the load got no kernel TX stamp back: their delays are left out, and that many could bias the rest; lower `rate_pps`, or run on a less loaded machine",
+                    l.tx_stamps_missing, l.probes_sent, name
+                )));
+            }
+        }
         let matched = dir.delay_us.count + dir.unstamped;
         if dir.unstamped > 0 && dir.unstamped as f64 > MAX_UNSTAMPED_SHARE * matched as f64 {
             return Err(EngineError::Measurement(format!(

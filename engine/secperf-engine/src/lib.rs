@@ -18,6 +18,7 @@ pub mod http;
 pub mod http_wire;
 pub mod kinds;
 pub mod latency;
+pub mod latency_load;
 pub mod net;
 pub mod pacing;
 pub mod packet;

@@ -199,6 +199,7 @@ struct RawSpec {
     sources: Option<Sources>,
     destinations: Option<Vec<IpAddr>>,
     timestamps: Option<Timestamps>,
+    probe_every: Option<u64>,
     flood: Option<FloodProto>,
     target: Option<String>,
     count: Option<u64>,
@@ -245,6 +246,7 @@ pub const FIELDS: &[&str] = &[
     "sources",
     "destinations",
     "timestamps",
+    "probe_every",
     "flood",
     "target",
     "count",
@@ -302,9 +304,8 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "request_size" | "response_size" => matches!(kind, Rr | Crr),
         "inflight" => kind == Rr,
         "udp_timeout" => kind == Rr && protocol == Protocol::Udp,
-        "frame_size" | "rate_pps" | "duplex" | "sources" | "destinations" | "timestamps" => {
-            kind == Latency
-        }
+        "frame_size" | "rate_pps" | "duplex" | "sources" | "destinations" | "timestamps"
+        | "probe_every" => kind == Latency,
         "bind" | "payload" => kind != Latency,
         _ => true,
     }
@@ -355,6 +356,10 @@ pub struct Spec {
     pub sources: Vec<IpAddr>,
     pub destinations: Vec<IpAddr>,
     pub timestamps: Timestamps,
+    /// Latency under load: the whole stream of `rate_pps` frames leaves on a
+    /// packet socket and one in this many is a timestamped probe (None: every
+    /// frame is a probe on a UDP socket).
+    pub probe_every: Option<u64>,
     /// The flood's own fields (kind flood only).
     #[serde(flatten)]
     pub flood: Option<FloodSpec>,
@@ -750,6 +755,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
             ))
         }
     };
+    let probe_every = probe_every_of(raw.probe_every, raw.duplex, raw.timestamps, server)?;
     let destinations = raw.destinations.unwrap_or_default();
     for (field, list) in [("sources", &sources), ("destinations", &destinations)] {
         if list.len() > ADDRESSES_MAX {
@@ -833,8 +839,46 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         sources,
         destinations,
         timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
+        probe_every,
         flood: None,
     })
+}
+
+/// Most frames between two probes of latency under load.
+pub const PROBE_EVERY_MAX: u64 = 1_000_000;
+
+/// `probe_every`: latency under load needs IPv4, full duplex and kernel stamps.
+fn probe_every_of(
+    probe_every: Option<u64>,
+    duplex: Option<Duplex>,
+    timestamps: Option<Timestamps>,
+    server: SocketAddr,
+) -> Result<Option<u64>> {
+    let Some(n) = probe_every else {
+        return Ok(None);
+    };
+    let refuse = |m: &str| Err(EngineError::spec("probe_every", m.to_string()));
+    if !(1..=PROBE_EVERY_MAX).contains(&n) {
+        return Err(EngineError::spec(
+            "probe_every",
+            format!(
+                "probe_every {} is outside 1..={}: give e.g. 100 (one frame in 100 is a probe)",
+                n, PROBE_EVERY_MAX
+            ),
+        ));
+    }
+    if server.is_ipv6() {
+        return refuse("latency under load (probe_every) sends IPv4 frames: use an IPv4 server, or leave probe_every out");
+    }
+    if duplex == Some(Duplex::Half) {
+        return refuse("latency under load (probe_every) runs full duplex (both ends send the load): set duplex to \"full\" or leave probe_every out");
+    }
+    if timestamps == Some(Timestamps::User) {
+        return refuse(
+            "latency under load (probe_every) takes kernel stamps only: leave timestamps out",
+        );
+    }
+    Ok(Some(n))
 }
 
 /// `rcvlowat`: given, 1 ..= TCP_MAX; by default the message size for
@@ -961,6 +1005,7 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
         sources: Vec::new(),
         destinations: Vec::new(),
         timestamps: Timestamps::Kernel,
+        probe_every: None,
         flood: Some(f),
     })
 }

@@ -1,0 +1,88 @@
+"""Latency under load (sender = "packet") in the schema and the engine spec, and the
+IPS's rule-count sweep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from secperf.results.metrics import extract
+from secperf.scenario.schema import LatencyWorkload, Scenario
+from secperf.workloads.latency import PROBE_EVERY, engine_spec
+
+
+def scenario(workload: dict[str, Any], **variants: Any) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "t",
+            "testbed": {"link_rate": "1gbit", "emulated_hosts": 100},
+            "variants": variants or {"v": {"mechanisms": []}},
+            "workloads": [{"kind": "latency", **workload}],
+        }
+    )
+
+
+def test_packet_sender_reaches_the_engine_spec_at_the_papers_rate() -> None:
+    sc = scenario({"load": 0.10, "sender": "packet"})
+    w = sc.workloads[0]
+    assert isinstance(w, LatencyWorkload)
+    spec = engine_spec(w.model_dump(), link_rate_bps=1_000_000_000)
+    assert spec["probe_every"] == PROBE_EVERY == 100
+    assert spec["rate_pps"] == pytest.approx(148_809.5, abs=1)
+    custom = engine_spec({"rate_pps": 5000, "sender": "packet", "probe_every": 10})
+    assert custom["probe_every"] == 10 and custom["rate_pps"] == 5000
+    # The socket sender (the default) sends no probe_every: every frame a probe.
+    assert "probe_every" not in engine_spec({"rate_pps": 5000})
+
+
+@pytest.mark.parametrize(
+    ("workload", "fragment"),
+    [
+        ({"probe_every": 10}, 'sender = "packet" only'),
+        ({"sender": "packet", "duplex": "half"}, "full duplex"),
+        ({"sender": "packet", "probe_every": 0}, "greater than or equal to 1"),
+        ({"sender": "raw"}, "'socket' or 'packet'"),
+    ],
+)
+def test_bad_packet_sender_keys_are_refused(workload: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        scenario({"rate_pps": 1000, **workload})
+    assert fragment in str(info.value)
+
+
+def test_ips_rule_count_sweep_expands_into_one_variant_per_count() -> None:
+    sc = scenario(
+        {"rate_pps": 1000},
+        nfq={"mechanisms": [{"kind": "ips", "engine": "nfq", "rules": [10, 1000]}]},
+    )
+    expanded = sc.variants["nfq"].expand("nfq")
+    assert [name for name, _m, _s in expanded] == ["nfq[rules=10]", "nfq[rules=1000]"]
+    assert [m[0].rules for _n, m, _s in expanded] == [10, 1000]
+    for bad, fragment in (([10, 10], "each count once"), ([10, "x"], "numbers of rules")):
+        with pytest.raises(ValidationError) as info:
+            scenario({}, v={"mechanisms": [{"kind": "ips", "rules": bad}]})
+        assert fragment in str(info.value)
+
+
+def test_the_achieved_load_is_a_metric_only_when_measured() -> None:
+    record = {
+        "kind": "latency",
+        "latency_us": {"count": 10, "mean": 3.0, "stddev": 1.0, "p99": 9.0},
+        "loss": {"lost": 0, "ratio": 0.0},
+        "combined": {
+            "achieved_pps": 2976.0,
+            "load": {
+                "asked_pps": 297_620.0,
+                "achieved_pps": 90_000.0,
+                "received_pps": 89_000.0,
+            },
+        },
+    }
+    got = extract(record)
+    assert got["load_asked_pps"] == 297_620.0, got
+    assert got["load_sent_pps"] == 90_000.0 and got["load_received_pps"] == 89_000.0
+    del record["combined"]["load"]  # type: ignore[attr-defined]
+    got = extract(record)
+    assert not {"load_asked_pps", "load_sent_pps", "load_received_pps"} & set(got)
