@@ -379,7 +379,7 @@ class VmHost:
                 if READY_LINE in _text(self.serial_log):
                     step = "agent"
                     try:
-                        self._call("run", vmagent.script_for(["true"]), b"", 10.0)
+                        self._run_script(vmagent.script_for(["true"]), 10.0)
                         break
                     except vmagent.AgentError:
                         pass
@@ -488,15 +488,13 @@ class VmHost:
         progs = manifest.get("programs")
         return {str(k): str(v) for k, v in progs.items()} if isinstance(progs, dict) else {}
 
-    def _call(self, op: str, script: str, stdin: bytes, timeout: float) -> vmagent.Answer:
+    def _run_script(self, script: str, timeout: float) -> vmagent.Answer:
         sock = vmagent.connect_in_netns(
             self.ns.netns, f"{GUEST_MGMT_ADDR}%{self.mgmt_tap}", AGENT_PORT, min(timeout, 10.0)
         )
-        if op == "run":
-            header = vmagent.request_line("run", vmagent.b64(script), len(stdin), int(timeout) + 1)
-        else:
-            raise ValueError(op)
-        return vmagent.exchange(sock, header, stdin, timeout + 10.0)
+        data = script.encode()
+        header = vmagent.request_line("run", len(data), int(timeout) + 1)
+        return vmagent.exchange(sock, header, data, timeout + 10.0)
 
     def put_file(self, host_path: str, guest_path: str | None = None) -> None:
         data = Path(host_path).read_bytes()
@@ -535,7 +533,7 @@ class VmHost:
         gargv = guest_argv(argv, self.programs)
         cmd = shlex.join(gargv)
         try:
-            ans = self._call("run", vmagent.script_for(gargv), (input or "").encode(), timeout)
+            ans = self._run_script(vmagent.script_for(gargv, input), timeout)
         except vmagent.AgentError as exc:
             raise TestbedError(
                 f"in the VM of host {self.role}: {cmd}: {exc}",

@@ -5,7 +5,7 @@ NIC's tap lives in the DUT host's namespace, so only that namespace reaches it;
 never routed, never in the root namespace). A connection carries one request, a
 header line of space-separated words, base64 where a word could hold anything:
 
-  run   B64(script) STDIN_LEN TIMEOUT_S   + STDIN_LEN bytes of stdin
+  run   SCRIPT_LEN TIMEOUT_S                + the script (stdin, if any, is a here-document in it)
         -> "RC OUT_LEN ERR_LEN\\n" + stdout + stderr   (the guest kills it at TIMEOUT_S)
   put   B64(path) LEN MODE                + LEN bytes   -> "0 0 0\\n"
   get   B64(path)                         -> "0 LEN 0\\n" + bytes, or "1 0 0\\n"
@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -47,9 +48,15 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def script_for(argv: Sequence[str]) -> str:
-    """The guest shell script that runs argv in place of the shell."""
-    return "exec " + shlex.join(list(argv)) + "\n"
+def script_for(argv: Sequence[str], stdin: str | None = None) -> str:
+    """The guest shell script that runs argv in place of the shell; `stdin` (text) comes
+    as a quoted here-document (a newline is added where the text has none)."""
+    line = "exec " + shlex.join(list(argv))
+    if stdin is None:
+        return line + "\n"
+    mark = "SECPERF_" + secrets.token_hex(8)
+    body = stdin if stdin.endswith("\n") else stdin + "\n"
+    return f"{line} <<'{mark}'\n{body}{mark}\n"
 
 
 def request_line(op: str, *words: str | int) -> bytes:

@@ -153,17 +153,18 @@ AGENT = f"""\
 export PATH={GUEST_PATH}
 export LD_LIBRARY_PATH={GUEST_LIBS}
 read -r op a b c || exit 0
-d=$(mktemp -d /tmp/agent.XXXXXX)
+d=/tmp/agent.$$
+mkdir -p "$d"
 trap 'rm -rf "$d"' EXIT
 dec() {{ printf '%s' "$1" | base64 -d; }}
 take() {{ if [ "$1" -gt 0 ]; then head -c "$1"; fi; }}
 case "$op" in
 run)
-  take "$b" > "$d/in"
-  dec "$a" > "$d/cmd"
-  timeout -s KILL "$c" sh "$d/cmd" < "$d/in" > "$d/out" 2> "$d/err"
+  take "$a" > "$d/cmd"
+  timeout -s KILL "$b" sh "$d/cmd" < /dev/null > "$d/out" 2> "$d/err"
   rc=$?
-  echo "$rc $(wc -c < "$d/out") $(wc -c < "$d/err")"
+  set -- $(stat -c %s "$d/out" "$d/err")
+  echo "$rc $1 $2"
   cat "$d/out" "$d/err"
   ;;
 put)
