@@ -240,6 +240,7 @@ class VmHost:
         self._qemu: ManagedProcess | None = None
         self._image: Image | None = None
         self._relays: list[ManagedProcess] = []
+        self._from_guest: set[str] = set()
         self.active = False
         self._forced_tcg = ""
 
@@ -570,10 +571,18 @@ class VmHost:
         if not self.running:
             raise TestbedError(f"the VM of host {self.role} is not running", fix="boot it first")
         carry_in, carry_out = carried_files(argv)
+        # A file that came out of the guest before (a daemon's log, appended to by each
+        # start) is the guest's: it goes on coming out, never back in.
+        carry_out += [p for p in carry_in if p in self._from_guest]
+        carry_in = [p for p in carry_in if p not in self._from_guest]
+        self._from_guest.update(carry_out)
         for path in carry_in:
             self.put_file(path)
         gargv = guest_argv(argv, self.programs)
         err_path = getattr(stderr, "name", None)
+        # The directories of the files it will write exist in the guest too.
+        dirs = sorted({str(Path(p).parent) for p in carry_out})
+        prelude = f"mkdir -p {shlex.join(dirs)}\n" if dirs else ""
         err_guest = f"/tmp/secperf-stderr-{len(self._relays)}-{time.monotonic_ns()}"
         relay = [
             sys.executable,
@@ -582,12 +591,18 @@ class VmHost:
             "-",
             f"{GUEST_MGMT_ADDR}%{self.mgmt_tap}",
             str(AGENT_PORT),
-            vmagent.b64(vmagent.script_for(gargv)),
+            vmagent.b64(prelude + vmagent.script_for(gargv)),
             err_guest if isinstance(err_path, str) else "-",
         ]
         proc = self.ns.spawn(relay, stdout=stdout, stderr=stderr, label=label or gargv[0])
 
         def carry_back() -> None:
+            try:
+                fetch()
+            except (vmagent.AgentError, TestbedError, OSError):
+                pass  # best effort: a VM that was stopped or died keeps its files
+
+        def fetch() -> None:
             if not self.running:
                 return
             for path in carry_out:

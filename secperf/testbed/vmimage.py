@@ -128,12 +128,17 @@ echo "secperf-vm: init at $(cut -d' ' -f1 /proc/uptime) s"
 for m in $(cat /etc/secperf/preload); do /sbin/modprobe "$m"; done
 # (busybox sh runs its own applets first: Debian's iproute2 by its path)
 /usr/bin/ip link set lo up
+# The management NIC lives in a namespace of its own inside the guest: no rule that a
+# mechanism loads in the guest's main namespace can cut the agent off, and the
+# measured NICs carry only testbed traffic. The agent runs commands in the main one.
+/usr/bin/ip netns add mgmt
 for d in /sys/class/net/*; do
   if [ "$(cat "$d/address")" = "{MGMT_MAC}" ]; then
     n=${{d##*/}}
-    sysctl -q -w "net.ipv6.conf.$n.accept_dad=0"
-    /usr/bin/ip link set "$n" up
-    /usr/bin/ip addr add {GUEST_MGMT_ADDR}/64 dev "$n" nodad
+    /usr/bin/ip link set "$n" netns mgmt
+    /usr/bin/ip -n mgmt link set lo up
+    /usr/bin/ip -n mgmt link set "$n" up
+    /usr/bin/ip -n mgmt addr add {GUEST_MGMT_ADDR}/64 dev "$n" nodad
   fi
 done
 echo "secperf-vm: $(uname -r) up at $(cut -d' ' -f1 /proc/uptime) s, $(nproc) cpu(s), $(awk '/MemTotal/{{print $2}}' /proc/meminfo) kB"
@@ -144,7 +149,7 @@ AGENT_SERVER = f"""\
 export PATH={GUEST_PATH}
 export LD_LIBRARY_PATH={GUEST_LIBS}
 echo "{READY_LINE}" > /dev/console
-exec nc -ll -p {AGENT_PORT} -e /etc/secperf/agent
+exec /usr/bin/ip netns exec mgmt nc -ll -p {AGENT_PORT} -e /etc/secperf/agent
 """
 
 # One TCP connection, one command: see secperf.testbed.vmagent for the host's side.
@@ -161,7 +166,7 @@ take() {{ if [ "$1" -gt 0 ]; then head -c "$1"; fi; }}
 case "$op" in
 run)
   take "$a" > "$d/cmd"
-  timeout -s KILL "$b" sh "$d/cmd" < /dev/null > "$d/out" 2> "$d/err"
+  timeout -s KILL "$b" nsenter -t 1 -n -m sh "$d/cmd" < /dev/null > "$d/out" 2> "$d/err"
   rc=$?
   set -- $(stat -c %s "$d/out" "$d/err")
   echo "$rc $1 $2"
@@ -169,6 +174,8 @@ run)
   ;;
 put)
   p=$(dec "$a")
+  # (files go to the main namespace's file system: the agent's mount namespace is
+  # ip netns exec's own, with the same /tmp and rootfs)
   mkdir -p "${{p%/*}}"
   take "$b" > "$p"
   chmod "$c" "$p"
@@ -182,15 +189,17 @@ spawn)
   dec "$a" > "$d/cmd"
   e=/dev/null
   if [ "$b" != "-" ]; then e=$(dec "$b"); mkdir -p "${{e%/*}}"; fi
-  sh "$d/cmd" 2>>"$e" </dev/null &
+  nsenter -t 1 -n -m sh "$d/cmd" 2>>"$e" </dev/null &
   pid=$!
+  # (an asynchronous list's stdin is /dev/null unless redirected: give it the socket)
+  exec 3<&0
   (
-    sig=KILL
     while read -r line; do
       if [ "$line" = TERM ]; then kill -TERM "$pid" 2>/dev/null; fi
     done
     kill -KILL "$pid" 2>/dev/null
-  ) &
+  ) <&3 &
+  exec 3<&-
   w=$!
   wait "$pid"
   kill -KILL "$w" 2>/dev/null
