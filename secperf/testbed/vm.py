@@ -25,6 +25,7 @@ step is bounded and a time-out names it: image build, boot, agent, network up.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -293,7 +294,9 @@ class VmHost:
                 f"link set {tap} up",
                 f"link set {br} up",
             ]
-        self.ns.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{self.mgmt_tap}.accept_dad=0"], check=False)
+        self.ns.run(
+            ["sysctl", "-q", "-w", f"net.ipv6.conf.{self.mgmt_tap}.accept_dad=0"], check=False
+        )
         lines += [
             f"link set {self.mgmt_tap} up",
             f"addr add {HOST_MGMT_ADDR}/64 dev {self.mgmt_tap} nodad",
@@ -328,7 +331,7 @@ class VmHost:
             why = kvm_usable()
             if why:
                 raise TestbedError(
-                    f"VM boot: accel = \"kvm\" but {why}",
+                    f'VM boot: accel = "kvm" but {why}',
                     fix='use accel = "auto" or "tcg" in [testbed.vm]',
                 )
             self._boot_with("kvm", self.settings.boot_timeout)
@@ -434,7 +437,10 @@ class VmHost:
 
             sysctls = guest_sysctls(self.topology.host(self.role).forwarding)
             self.run(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in sysctls.items())])
-            self.run(["ip", "-batch", "-"], input="\n".join(host_ip_lines(self.topology, self.role, nics)) + "\n")
+            self.run(
+                ["ip", "-batch", "-"],
+                input="\n".join(host_ip_lines(self.topology, self.role, nics)) + "\n",
+            )
         except (TestbedError, vmagent.AgentError) as exc:
             raise TestbedError(
                 f"VM network up failed: {exc}",
@@ -452,7 +458,10 @@ class VmHost:
         lines = []
         for i, link in enumerate(self.links):
             veth = self.veths[link]
-            lines += [f"addr flush dev {veth}", f"link set {veth} master {bridge_name(self.prefix, i)}"]
+            lines += [
+                f"addr flush dev {veth}",
+                f"link set {veth} master {bridge_name(self.prefix, i)}",
+            ]
         self._ns_batch(lines)
         self.active = True
 
@@ -512,7 +521,9 @@ class VmHost:
         sock = vmagent.connect_in_netns(
             self.ns.netns, f"{GUEST_MGMT_ADDR}%{self.mgmt_tap}", AGENT_PORT, 10.0
         )
-        ans = vmagent.exchange(sock, vmagent.request_line("get", vmagent.b64(guest_path)), b"", 30.0)
+        ans = vmagent.exchange(
+            sock, vmagent.request_line("get", vmagent.b64(guest_path)), b"", 30.0
+        )
         return ans.out if ans.rc == 0 else None
 
     def run(
@@ -597,10 +608,9 @@ class VmHost:
         proc = self.ns.spawn(relay, stdout=stdout, stderr=stderr, label=label or gargv[0])
 
         def carry_back() -> None:
-            try:
+            # best effort: a VM that was stopped or died keeps its files
+            with contextlib.suppress(vmagent.AgentError, TestbedError, OSError):
                 fetch()
-            except (vmagent.AgentError, TestbedError, OSError):
-                pass  # best effort: a VM that was stopped or died keeps its files
 
         def fetch() -> None:
             if not self.running:

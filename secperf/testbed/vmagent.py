@@ -25,6 +25,7 @@ the standard library.
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import os
 import secrets
@@ -156,10 +157,8 @@ def relay(netns: str, addr: str, port: int, script: str, stderr_path: str) -> in
     def on_term(signum: int, frame: object) -> None:
         if not stopping.is_set():
             stopping.set()
-            try:
+            with contextlib.suppress(OSError):
                 sock.sendall(b"TERM\n")
-            except OSError:
-                pass
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)

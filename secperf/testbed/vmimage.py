@@ -141,7 +141,9 @@ for d in /sys/class/net/*; do
     /usr/bin/ip -n mgmt addr add {GUEST_MGMT_ADDR}/64 dev "$n" nodad
   fi
 done
-echo "secperf-vm: $(uname -r) up at $(cut -d' ' -f1 /proc/uptime) s, $(nproc) cpu(s), $(awk '/MemTotal/{{print $2}}' /proc/meminfo) kB"
+mem=$(awk '/MemTotal/{{print $2}}' /proc/meminfo)
+up=$(cut -d' ' -f1 /proc/uptime)
+echo "secperf-vm: $(uname -r) up at $up s, $(nproc) cpu(s), $mem kB"
 """
 
 AGENT_SERVER = f"""\
