@@ -608,7 +608,7 @@ class Runner:
         executor = executor_for(point.kind)
         last_error: EngineError | None = None
         for _attempt in range(2):
-            guest = testbed.host(DUT) if DUT in self.topology.roles else None
+            guest = testbed.host(DUT) if getattr(testbed, "vms", None) else None
             stat = getattr(guest, "proc_stat", None)
             before = stat() if callable(stat) else None
             try:
@@ -640,7 +640,7 @@ class Runner:
                     record=record,
                 )
             self._observe_mechanisms(variant, keep)
-            after_stat = getattr(testbed.host(DUT), "proc_stat", None)
+            after_stat = getattr(guest, "proc_stat", None)
             if before is not None and callable(after_stat):
                 # The guest's own view of its CPU over the whole test (warm-up included).
                 keep({"type": "guest_cpu", "host": DUT, **guest_cpu_delta(before, after_stat())})
