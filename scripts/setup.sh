@@ -16,7 +16,11 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp)
+          squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          # the DUT as a VM (secperf.testbed.vm): qemu only; the guest's kernel and
+          # root file system are built by secperf from Debian packages it downloads
+          # (apt-get download + dpkg -x into ~/.cache/secperf/vm-image), never installed
+          qemu-system-x86)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -92,6 +92,7 @@ def all_tools() -> list[Tool]:
         FWSNORT_TOOL,
         *(t for ts in VPN_TOOLS.values() for t in ts),
         *PEER_TOOLS,
+        *VM_TOOLS,
     ):
         seen.setdefault(tool.program, tool)
     return list(seen.values())
@@ -110,10 +111,21 @@ FWSNORT_TOOL = Tool("fwsnort", "fwsnort", 'mechanism ips with engine = "fwsnort"
 OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recording offloads)')
 
 
+# A variant with backend = "vm": qemu runs the DUT; apt-get download and dpkg-deb
+# build its image (secperf.testbed.vmimage) without installing anything.
+VM_TOOLS = (
+    Tool("qemu-system-x86_64", "qemu-system-x86", 'the DUT as a VM (backend = "vm")'),
+    Tool("apt-get", "apt", "downloading the VM image's Debian packages"),
+    Tool("dpkg-deb", "dpkg", "unpacking the VM image's Debian packages"),
+)
+
+
 def tools_for(scenario: Scenario) -> list[Tool]:
     tools = list(BASE_TOOLS)
     if scenario.testbed.offloads == "off":
         tools.append(OFFLOAD_TOOL)
+    if any(v.backend == "vm" for v in scenario.variants.values()):
+        tools += VM_TOOLS
     for variant in scenario.variants.values():
         for mech in variant.mechanisms:
             if isinstance(mech, AclMechanism):

@@ -65,6 +65,7 @@ from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
 from secperf.testbed.topology import DUT, Topology
+from secperf.testbed.vm import VmSettings, guest_cpu_delta
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
@@ -80,6 +81,7 @@ class Variant:
     name: str
     mechanisms: list[tuple[Mechanism, MechanismContext]] = field(default_factory=list)
     direct: bool = False  # the baseline of a `direct` scenario bypasses the DUT
+    backend: str = "namespace"  # what the DUT host is in this variant: namespace or vm
 
     def backends(self) -> set[str]:
         used: set[str] = set()
@@ -97,6 +99,19 @@ class Variant:
             if host in ctx.hosts:
                 used |= mech.backends()
         return used
+
+
+def vm_settings(scenario: Scenario) -> VmSettings:
+    """The scenario's [testbed.vm] as the VM backend takes it."""
+    v = scenario.testbed.vm
+    return VmSettings(
+        accel=v.accel,
+        cpus=v.cpus,
+        memory_mb=v.memory_mb,
+        boot_timeout=v.boot_timeout,
+        build_timeout=v.build_timeout,
+        kvm_timeout=v.kvm_timeout,
+    )
 
 
 def now_iso() -> str:
@@ -127,7 +142,7 @@ def prepare_variants(
     if ends is None:
         ends = (default_endpoint(topology, "client"), default_endpoint(topology, "server"))
     for name, mechs, _swept in expanded_variants(scenario):
-        v = Variant(name)
+        v = Variant(name, backend=scenario.variants[name.split("[", 1)[0]].backend)
         for i, mspec in enumerate(mechs):
             mech = from_schema(mspec)
             where = f"variants.{name.split('[', 1)[0]}.mechanisms[{i}].on"
@@ -296,10 +311,18 @@ class Runner:
                 for pair in pairs
             }
             variants = [v for vs in self.variant_sets.values() for v in vs]
+            vm_hosts = (DUT,) if any(v.backend == "vm" for v in variants) else ()
             with (
-                Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
+                Testbed.build(
+                    self.topology,
+                    prefix=prefix,
+                    pin=sc.testbed.pin,
+                    vm=vm_settings(sc),
+                    vm_hosts=vm_hosts,
+                ) as testbed,
                 install_teardown_handlers(testbed),
             ):
+                self._note_vms(testbed)
                 for v in variants:
                     for _mech, ctx in v.mechanisms:
                         # a mechanism that copies the server's settings (synproxy)
@@ -317,6 +340,7 @@ class Runner:
                 finally:
                     for server in servers:
                         server.stop()
+                    self._note_vms(testbed)
         except KeyboardInterrupt:
             self._write_meta(status="interrupted", finished=now_iso())
             self._finish_summary()
@@ -336,6 +360,22 @@ class Runner:
         self._write_meta(status="complete", finished=now_iso())
         self._finish_summary()
         return self.run
+
+    def _note_vms(self, testbed: Testbed) -> None:
+        """Which VM ran and how (accel, and why: auto may fall back to TCG), in run.json."""
+        if not testbed.vms:
+            return
+        vms = {role: vm.describe() for role, vm in testbed.vms.items()}
+        notes = [n for n in self.meta.get("notes", []) if not str(n).startswith("vm host ")]
+        for role, d in vms.items():
+            what = "an emulator (TCG): its figures are qemu's instruction translation, not "
+            what += "hardware virtualization" if d["accel"] == "tcg" else ""
+            notes.append(
+                f"vm host {role}: accel {d['accel'] or '?'} ({d['accel_note']}), "
+                f"{d['cpus']} CPU(s), {d['memory_mb']} MB"
+                + (f"; {what}" if d["accel"] == "tcg" else "; hardware virtualization (KVM)")
+            )
+        self._write_meta(vm=vms, notes=notes)
 
     def _finish_summary(self) -> None:
         """Summarise whatever was measured; a run with no result yet has an empty summary."""
@@ -380,6 +420,9 @@ class Runner:
                         for ft in c.flowtables
                     ],
                 )
+        if testbed.vms:
+            # The DUT host's backend is the variant's: its namespace or its VM.
+            testbed.select_backend(DUT, variant.backend)
         for mech, ctx in variant.mechanisms:
             hosts = [testbed.host(name) for name in ctx.hosts]
             if isinstance(mech, GroupMechanism):
@@ -567,6 +610,9 @@ class Runner:
         executor = executor_for(point.kind)
         last_error: EngineError | None = None
         for _attempt in range(2):
+            guest = testbed.host(DUT) if getattr(testbed, "vms", None) else None
+            stat = getattr(guest, "proc_stat", None)
+            before = stat() if callable(stat) else None
             try:
                 result = executor.measure(ctx, point)
             except EngineError as exc:
@@ -596,6 +642,10 @@ class Runner:
                     record=record,
                 )
             self._observe_mechanisms(variant, keep)
+            after_stat = getattr(guest, "proc_stat", None)
+            if before is not None and callable(after_stat):
+                # The guest's own view of its CPU over the whole test (warm-up included).
+                keep({"type": "guest_cpu", "host": DUT, **guest_cpu_delta(before, after_stat())})
             return result
         assert last_error is not None
         raise EngineError(

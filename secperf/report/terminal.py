@@ -504,6 +504,34 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         ]
         follows = "; ".join(steered) if steered else "the kernel's forwarding follows the sender"
         lines.append(f"pinned: {where} ({follows})")
+    for role, vm in (run_meta.get("vm") or {}).items():
+        lines.append(
+            f'vm: host {role} is a VM in the variants with backend = "vm": accel '
+            f"{vm.get('accel') or '?'} ({vm.get('accel_note') or ''}), {vm.get('cpus')} CPU(s), "
+            f"{vm.get('memory_mb')} MB, image {(vm.get('image') or {}).get('digest', '?')}"
+            + (
+                "; TCG is qemu's emulator: the VM rows measure emulation, not hardware "
+                "virtualization (docs/methodology.md)"
+                if vm.get("accel") == "tcg"
+                else ""
+            )
+        )
+    guest = summary.get("guest_cpu") or []
+    if guest:
+        cells = []
+        for g in guest:
+            busy = (g.get("busy_pct") or {}).get("mean")
+            soft = (g.get("softirq_pct") or {}).get("mean")
+            if busy is None:
+                continue
+            cells.append(
+                f"{g.get('point_id')} {g.get('variant')} {busy:.0f}%"
+                + (f" (softirq {soft:.0f}%)" if soft is not None else "")
+            )
+        lines.append(
+            "guest CPU (the VM's own /proc/stat over each test, warm-up included, % of its "
+            "CPUs busy): " + "; ".join(cells)
+        )
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
     for lost in summary.get("dropped_records") or []:

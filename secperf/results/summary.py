@@ -433,6 +433,34 @@ def _cpu_row(group: Group, confidence: float, irq: bool) -> dict[str, Any]:
     }
 
 
+def collect_guest_cpu(run: RunDir, confidence: float) -> list[dict[str, Any]]:
+    """Per point and variant: a VM host's own /proc/stat over each test (`guest_cpu`
+    records, warm-up included), as % of the guest's CPUs busy and in softirq."""
+    acc: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for line in run.iter_records():
+        record = line["record"]
+        if record.get("type") != "guest_cpu":
+            continue
+        key = (str(line.get("point_id", "")), _variant(line), str(record.get("host", "")))
+        into = acc.setdefault(key, {"busy": [], "softirq": []})
+        for part, key_ in (("busy", "busy_fraction"), ("softirq", "softirq_fraction")):
+            value = record.get(key_)
+            if isinstance(value, int | float):
+                into[part].append(float(value) * 100)
+    return [
+        {
+            "point_id": point_id,
+            "variant": variant,
+            "host": host,
+            "n": len(parts["busy"]),
+            "busy_pct": _mean_ci(parts["busy"], confidence),
+            "softirq_pct": _mean_ci(parts["softirq"], confidence),
+        }
+        for (point_id, variant, host), parts in acc.items()
+        if parts["busy"]
+    ]
+
+
 def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
     """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
     meta = run.read_run_json()
@@ -467,4 +495,5 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         "rows": rows,
         "errors": errors,
         "checks": collect_checks(run),
+        "guest_cpu": collect_guest_cpu(run, conf),
     }

@@ -171,6 +171,22 @@ class StrictModel(BaseModel):
 # ---------------------------------------------------------------- testbed, repeat, timing
 
 
+BootDuration = Annotated[float, PlainValidator(_bounded(parse_duration, 1, 3600, "a time-out"))]
+
+
+class VmSection(StrictModel):
+    """The DUT as a virtual machine (`[testbed.vm]`; variants choose it with
+    `backend = "vm"`): how it is accelerated, its CPUs and memory, and the time-outs
+    of building its image and booting it (docs/scenario-format.md)."""
+
+    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    cpus: int = Field(default=1, ge=1, le=16)
+    memory_mb: int = Field(default=256, ge=128, le=65536)
+    boot_timeout: BootDuration = 120.0
+    build_timeout: BootDuration = 600.0
+    kvm_timeout: BootDuration = 20.0
+
+
 class Testbed(StrictModel):
     __test__ = False  # not a pytest test class
 
@@ -186,6 +202,9 @@ class Testbed(StrictModel):
     # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
     # and the DUT on the other; checked against the testbed's hosts and this machine.
     pin: dict[str, str] = Field(default_factory=dict)
+    # The VM that variants with backend = "vm" use as the DUT (defaults: the paper's
+    # 1 core, 256 MB; accel auto = KVM where it works, else TCG).
+    vm: VmSection = Field(default_factory=VmSection)
 
     @field_validator("pin")
     @classmethod
@@ -711,6 +730,9 @@ class Variant(StrictModel):
     # Empty = a plain forwarding DUT: the cost of the hop itself (against
     # baseline = "direct"), or an A/A check of the noise (against "forward").
     mechanisms: list[Mechanism] = Field(default_factory=list)
+    # What the DUT host is in this variant: its namespace, or a VM ([testbed.vm]) on
+    # the same links with the same addresses. The mechanisms run wherever it is.
+    backend: Literal["namespace", "vm"] = "namespace"
 
     @field_validator("mechanisms")
     @classmethod

@@ -28,7 +28,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -220,6 +220,8 @@ class ManagedProcess:
         self.starttime = proc_starttime(self.pid) or 0
         self._ledger = ledger
         self._stopped = False
+        # Run once the process has stopped (a VM backend fetches what it wrote).
+        self.after_stop: list[Callable[[], None]] = []
 
     @property
     def returncode(self) -> int | None:
@@ -271,6 +273,9 @@ class ManagedProcess:
             finally:
                 self._stopped = True
                 self._ledger.remove("process", pid=self.pid, starttime=self.starttime)
+            hooks, self.after_stop = self.after_stop, []
+            for hook in hooks:
+                hook()
         return self.popen.returncode
 
     def _signal(self, sig: int) -> None:
@@ -384,20 +389,7 @@ class NetnsHost:
 
     def interface_counters(self) -> dict[str, InterfaceCounters]:
         """Every interface's byte and packet counters, as the kernel has them now."""
-        out = self.run(["ip", "-s", "-j", "link", "show"]).stdout
-        counters: dict[str, InterfaceCounters] = {}
-        for link in json.loads(out or "[]"):
-            stats = link.get("stats64") or link.get("stats") or {}
-            rx, tx = stats.get("rx", {}), stats.get("tx", {})
-            counters[str(link["ifname"])] = InterfaceCounters(
-                rx_bytes=int(rx.get("bytes", 0)),
-                rx_packets=int(rx.get("packets", 0)),
-                rx_dropped=int(rx.get("dropped", 0)),
-                tx_bytes=int(tx.get("bytes", 0)),
-                tx_packets=int(tx.get("packets", 0)),
-                tx_dropped=int(tx.get("dropped", 0)),
-            )
-        return counters
+        return parse_ip_stats(self.run(["ip", "-s", "-j", "link", "show"]).stdout)
 
     def cpu_seconds(self) -> float | None:
         """CPU time of everything secperf started in this host (its cgroup), or None
@@ -431,6 +423,23 @@ class NetnsHost:
 
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
+
+
+def parse_ip_stats(out: str) -> dict[str, InterfaceCounters]:
+    """`ip -s -j link show` output -> interface name -> its counters."""
+    counters: dict[str, InterfaceCounters] = {}
+    for link in json.loads(out or "[]"):
+        stats = link.get("stats64") or link.get("stats") or {}
+        rx, tx = stats.get("rx", {}), stats.get("tx", {})
+        counters[str(link["ifname"])] = InterfaceCounters(
+            rx_bytes=int(rx.get("bytes", 0)),
+            rx_packets=int(rx.get("packets", 0)),
+            rx_dropped=int(rx.get("dropped", 0)),
+            tx_bytes=int(tx.get("bytes", 0)),
+            tx_packets=int(tx.get("packets", 0)),
+            tx_dropped=int(tx.get("dropped", 0)),
+        )
+    return counters
 
 
 def _rss_bytes(pid: int) -> int:

@@ -48,6 +48,7 @@ from secperf.testbed.netns import (
     set_sysctls,
 )
 from secperf.testbed.topology import Topology
+from secperf.testbed.vm import BACKENDS, VmHost, VmSettings
 
 # Host, ManagedProcess and NetnsHost are re-exported: callers import them from here.
 __all__ = [
@@ -87,6 +88,10 @@ def _sysctls(forwarding: bool) -> dict[str, str | int]:
         "net.ipv6.conf.all.accept_dad": 0,
         "net.ipv6.conf.default.accept_dad": 0,
     }
+
+
+# The same sysctls inside a VM host's guest (secperf.testbed.vm).
+guest_sysctls = _sysctls
 
 
 def _preflight() -> None:
@@ -129,6 +134,9 @@ class Testbed:
         }
         self._torn_down = False
         self._lock = threading.RLock()
+        # Hosts that can also be a VM (the `vm` backend): role -> its VM; a VM that is
+        # `active` is the host the rest of secperf sees (host(role) returns it).
+        self.vms: dict[str, VmHost] = {}
 
     # -- building ------------------------------------------------------------
 
@@ -140,10 +148,14 @@ class Testbed:
         prefix: str | None = None,
         state_dir: Path | None = None,
         pin: Mapping[str, str] | None = None,
+        vm: VmSettings | None = None,
+        vm_hosts: tuple[str, ...] = (),
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
         `pin` maps host roles to CPU lists ("0", "1", "0-1"): their processes run there.
+        Each host in `vm_hosts` also gets a VM (`vm` settings), booted now and attached
+        with `select_backend(host, "vm")`.
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
@@ -152,6 +164,8 @@ class Testbed:
         tb = cls(topology, prefix, ledger, pinned)
         try:
             tb._build()
+            for role in vm_hosts:
+                tb._build_vm(role, vm or VmSettings())
         except BaseException as exc:
             try:
                 tb.teardown()
@@ -208,9 +222,56 @@ class Testbed:
                 [(self.netns(r), self.ifname(link.name, r)) for r in link.ends()],
             )
 
+    def _build_vm(self, role: str, settings: VmSettings) -> None:
+        ns_host = self._host(role)
+        veths = {lk.name: self.ifname(lk.name, role) for lk in self.topology.links_of(role)}
+        self.vms[role] = VmHost.create(
+            role,
+            ns_host,
+            self.topology,
+            self.prefix,
+            self.ledger,
+            settings,
+            self.ledger.path.parent,
+            veths,
+        )
+
+    def select_backend(self, role: str, backend: str) -> bool:
+        """Make `role` a namespace or its VM (`backend` "namespace" or "vm"); True if
+        that changed anything. The other hosts forget the old neighbour addresses."""
+        if backend not in BACKENDS:
+            raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {BACKENDS}")
+        vm = self.vms.get(role)
+        if vm is None:
+            if backend == "vm":
+                raise TestbedError(
+                    f"host {role} has no VM in this testbed",
+                    fix="build the testbed with the host in vm_hosts",
+                )
+            return False
+        if vm.active == (backend == "vm"):
+            if vm.active and not vm.running:
+                vm.boot()
+            return False
+        if backend == "vm":
+            vm.attach()
+        else:
+            vm.detach()
+        for other in self.topology.roles:
+            if other != role:
+                run_command(["ip", "-n", self.netns(other), "neigh", "flush", "all"], check=False)
+        return True
+
+    def backend(self, role: str) -> str:
+        vm = self.vms.get(role)
+        return "vm" if vm is not None and vm.active else "namespace"
+
     # -- access ----------------------------------------------------------------
 
     def host(self, role: str) -> Host:
+        vm = self.vms.get(role)
+        if vm is not None and vm.active:
+            return vm
         return self._host(role)
 
     def _host(self, role: str) -> NetnsHost:

@@ -20,7 +20,10 @@ link; never a `direct` baseline's wire):
    variant without daemons has nothing to kill: the check is not applicable and
    fails if new connections still pass, since nothing in that path can close it
    when a security process dies (a plain forwarding DUT, a plain ACL).
-6. `restored`: after all that, the inside reaches the outside again.
+6. `vm-stopped` (only where the DUT host is a VM, secperf.testbed.vm): the VM is
+   powered off (its qemu process ends); nothing passes either way; it boots again
+   and the variant's mechanisms are loaded afresh.
+7. `restored`: after all that, the inside reaches the outside again.
 
 "Nothing passes" means no probe got an answer and the far echo server saw no
 arrival. The result record (kept with ctx.keep) is
@@ -32,6 +35,7 @@ is 1 or 0.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +194,8 @@ def run_checks(ctx: MeasureContext, port: int, timeout: float) -> list[Check]:
         checks.append(_outside_in(hosts, echos, path))
         checks.append(_forwarding_off(dut, hosts, echos, path))
         checks.append(_daemon_killed(ctx, dut, hosts, echos, path))
+        if hasattr(dut, "power_off"):
+            checks.append(_vm_stopped(ctx, dut, hosts, echos, path))
         checks.append(_inside_out(hosts, path, "restored"))
         return checks
     finally:
@@ -295,6 +301,36 @@ def _daemon_killed(
         "(fail-open; restarted)"
     )
     return Check("daemon-killed", ok, detail, probes=results)
+
+
+def _vm_stopped(
+    ctx: MeasureContext,
+    dut: Host,
+    hosts: dict[str, Host],
+    echos: dict[str, EchoServer],
+    path: DutPath,
+) -> Check:
+    """The DUT is a VM: power it off (qemu ends), nothing may pass either way (its
+    links are bridged to taps that nothing reads now); boot it again and load the
+    variant's mechanisms afresh."""
+    power_off = getattr(dut, "power_off")  # noqa: B009 - only VM hosts have it
+    boot = getattr(dut, "boot")  # noqa: B009
+    t0 = time.monotonic()
+    try:
+        power_off()
+        ok, results, leaks = _nothing_passes(hosts, echos, path)
+    finally:
+        boot()
+        for mech, mctx in ctx.mechanisms:
+            for name in mctx.hosts:
+                mech.apply(ctx.testbed.host(name), mctx)
+    detail = (
+        "with the VM stopped (qemu ended) nothing passes either way"
+        if ok
+        else f"with the VM stopped these still pass: {leaks}"
+    )
+    detail += f" (booted again and the variant reloaded in {time.monotonic() - t0:.0f} s)"
+    return Check("vm-stopped", ok, detail, probes=results)
 
 
 def result_record(ctx: MeasureContext, checks: list[Check], port: int) -> Record:

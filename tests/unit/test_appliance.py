@@ -117,7 +117,9 @@ def test_seed000_scenario_is_the_papers_tables() -> None:
         (32 * kib, 4 * kib),
         (32 * kib, 1 * kib),
     ]
-    assert all(by[f"udp-stream#{i}"]["rate"] == 95_000_000 for i in range(3))
+    # UDP 32/1 KB is left out while the VM variants run under TCG (see the file)
+    assert all(by[f"udp-stream#{i}"]["rate"] == 95_000_000 for i in range(2))
+    assert "udp-stream#2" not in by
     pairs = [(1, 1), (32, 256), (32, 512), (32, 1024), (516, 4)]
     for proto in ("tcp", "udp"):
         got = [
@@ -125,9 +127,17 @@ def test_seed000_scenario_is_the_papers_tables() -> None:
         ]
         assert got == pairs
     assert by["failclosed#0"]["port"] == 5399
-    assert len(points) == 17
+    assert len(points) == 16
     tools = {t.program for t in tools_for(sc)}
-    assert {"nft", "iptables-nft-restore"} <= tools
+    assert {"nft", "iptables-nft-restore", "qemu-system-x86_64"} <= tools
+    # the direct path, the appliance in a namespace, the VM alone, the appliance in the VM
+    assert {n: v.backend for n, v in sc.variants.items()} == {
+        "appliance": "namespace",
+        "vm-forward": "vm",
+        "vm-appliance": "vm",
+    }
+    assert not sc.variants["vm-forward"].mechanisms
+    assert (sc.testbed.vm.cpus, sc.testbed.vm.memory_mb, sc.testbed.vm.accel) == (1, 256, "auto")
 
 
 # -- failclosed records in the summary and the report ----------------------------------------
