@@ -130,9 +130,11 @@ def test_seed000_scenario_is_the_papers_tables() -> None:
     assert len(points) == 16
     tools = {t.program for t in tools_for(sc)}
     assert {"nft", "iptables-nft-restore", "qemu-system-x86_64"} <= tools
-    # the direct path, the appliance in a namespace, the VM alone, the appliance in the VM
+    # the direct path, the appliance in a namespace (alone and with the IDS), the VM alone,
+    # the appliance in the VM
     assert {n: v.backend for n, v in sc.variants.items()} == {
         "appliance": "namespace",
+        "appliance-ids": "namespace",
         "vm-forward": "vm",
         "vm-appliance": "vm",
     }
