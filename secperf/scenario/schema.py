@@ -1051,7 +1051,9 @@ class MixWorkload(WorkloadBase):
         default_factory=lambda: [512] + [k * 1024 for k in (1, 2, 4, 10, 26, 52, 104, 208)]
     )
     ftp_files: FileSizes = Field(default_factory=lambda: [k * 1024 for k in (32, 64, 128, 256)])
-    timeout: Timeout = 10.0
+    timeout: Timeout = 10.0  # idle timeout of every step of a fetch (connect, each read)
+    think: float = Field(default=0.0, ge=0, le=3600)  # seconds between a client's requests
+    ftp_mode: Literal["passive", "active"] = "passive"  # who opens FTP's data connection
 
     def default_name(self) -> str:
         return "mix"

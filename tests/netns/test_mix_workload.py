@@ -101,3 +101,33 @@ def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path
     finally:
         denying.release(dut, ctx2)
         reset_dut(dut, denying.backends())
+
+
+def test_active_ftp_through_the_dut_and_the_proxy(testbed: Testbed, tmp_path: Path) -> None:
+    """FTP with the server (or the proxy) opening the data connection: PORT from the
+    engine, straight through the forwarding DUT and through ftp-proxy."""
+    ftp_only = {"http_share": [0.0], "ftp_mode": "active", "ftp_files": [32768]}
+    rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=5, **ftp_only))
+    assert rec["ftp_mode"] == "active"
+    assert rec["transactions"] == 10 and rec["protocols"]["ftp"]["ok"] == 10
+    assert rec["bytes"] == 10 * 32768
+    topo = testbed.topology
+    proxy = Proxy(dns_lookups=False)
+    ctx = MechanismContext(
+        plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
+        files_dir=tmp_path / "files",
+        name="proxy.a",
+        table=f"secperf_{testbed.prefix}",
+        topology=topo,
+    )
+    ctx.rendered = proxy.render(ctx)
+    dut = testbed.host("dut")
+    proxy.apply(dut, ctx)
+    try:
+        rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=5, **ftp_only))
+        assert rec["transactions"] == 10, rec["failures"]
+        log = (Proxy.directory(ctx) / "ftp-proxy.log").read_text()
+        assert log.count("transparent proxy request to") >= 10
+    finally:
+        proxy.release(dut, ctx)
+        reset_dut(dut, proxy.backends())

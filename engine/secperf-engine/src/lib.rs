@@ -1,7 +1,7 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
 //! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and
 //! IPv6; `http` against a web server; `connections` for held-connection capacity;
-//! `flood`, a paced one-way packet flood)
+//! `flood`, a paced one-way packet flood; `mix`, HTTP and FTP virtual clients)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
 
 pub mod client;
@@ -14,10 +14,12 @@ pub mod error;
 pub mod flood;
 pub mod flood_spec;
 pub mod frame;
+pub mod ftp_wire;
 pub mod http;
 pub mod http_wire;
 pub mod kinds;
 pub mod latency;
+pub mod mix;
 pub mod net;
 pub mod pacing;
 pub mod packet;
