@@ -16,7 +16,8 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp)
+          squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          wrk)  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
 
 need=()
 for p in "${PACKAGES[@]}"; do

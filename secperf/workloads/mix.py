@@ -24,6 +24,7 @@ per protocol. The engines report every fetch; this module merges them.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -116,6 +117,31 @@ def forget(prefix: str) -> None:
         ftp.stop()
 
 
+def proc_stat() -> tuple[list[int], int]:
+    """/proc/stat's aggregate CPU line (ticks) and the number of CPUs."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    cpus = sum(1 for ln in lines if ln.startswith("cpu") and not ln.startswith("cpu "))
+    return [int(x) for x in lines[0].split()[1:9]], cpus
+
+
+def machine_cpu(
+    before: tuple[list[int], int], after: tuple[list[int], int], window: float
+) -> Record:
+    """The machine's CPU between two proc_stat() readings, as the engine reports it:
+    busy = all but idle, iowait and steal."""
+    hz = float(os.sysconf("SC_CLK_TCK"))
+    d = [(b - a) / hz for a, b in zip(before[0], after[0], strict=True)]
+    total = sum(d)
+    return {
+        "busy_s": max(0.0, total - d[3] - d[4] - d[7]),
+        "total_s": total,
+        "softirq_s": d[6],
+        "irq_s": d[5],
+        "cpus": after[1],
+        "window_s": window,
+    }
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -195,6 +221,7 @@ class MixExecutor:
             for name in topo.roles
             if not topo.host(name).is_switch
         }
+        stat_before, t_before = proc_stat(), time.monotonic()
         specs: list[tuple[str, dict[str, Any]]] = []
         for i, name in enumerate(clients):
             ids = list(range(i, n, len(clients)))
@@ -258,5 +285,8 @@ class MixExecutor:
                 host_cpu[name] = after - before
         if host_cpu:
             record["host_cpu"] = host_cpu
+            record["machine_cpu"] = machine_cpu(
+                stat_before, proc_stat(), time.monotonic() - t_before
+            )
         ctx.keep(record)
         return record
