@@ -38,6 +38,7 @@ bench: setup
 	$(VENV)/python bench/engine_vs_peers.py
 	$(VENV)/python bench/timestamp_overhead.py
 	$(VENV)/python bench/flood_vs_peers.py
+	$(VENV)/python bench/http_ftp_vs_peers.py
 
 clean:
 	$(VENV)/secperf clean

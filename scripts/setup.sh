@@ -17,6 +17,7 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
           squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          dante-server  # the circuit-level proxy (proxy level = "circuit")
           wrk)  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
 
 need=()

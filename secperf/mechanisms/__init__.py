@@ -67,6 +67,7 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             cpus=spec.cpus,
             memory=spec.memory,
             deny=list(spec.deny),
+            level=spec.level,
         )
     if isinstance(spec, IpsMechanism):
         return Ips(engine=spec.engine, rules=spec.rules, mode=spec.mode, queue=spec.queue)

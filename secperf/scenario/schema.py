@@ -570,6 +570,17 @@ class ProxyMechanism(MechanismBase):
     cpus: int | None = Field(default=None, ge=1, le=2)
     memory: ProxyMemory = None
     deny: list[str] = Field(default_factory=list)
+    # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
+    level: Literal["application", "circuit"] = "application"
+
+    @model_validator(mode="after")
+    def _circuit_switches(self) -> ProxyMechanism:
+        if self.level == "circuit" and (self.dns_lookups or not self.cache):
+            raise ValueError(
+                'level = "circuit" (dante) makes no DNS look-ups here and has no cache: '
+                "set dns_lookups = false and leave cache out"
+            )
+        return self
 
     @field_validator("deny")
     @classmethod

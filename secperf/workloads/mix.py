@@ -221,6 +221,12 @@ class MixExecutor:
             for name in topo.roles
             if not topo.host(name).is_switch
         }
+        # A circuit-level proxy (SOCKS) is not transparent: the clients name it.
+        socks = None
+        for mech, mctx in ctx.mechanisms:
+            endpoint = getattr(mech, "socks_endpoint", None)
+            if callable(endpoint) and (found := endpoint(mctx)):
+                socks = str(found)
         stat_before, t_before = proc_stat(), time.monotonic()
         specs: list[tuple[str, dict[str, Any]]] = []
         for i, name in enumerate(clients):
@@ -251,6 +257,7 @@ class MixExecutor:
                         ],
                         # The workload reads every host's CPU itself, over all engines.
                         "cpu_groups": [],
+                        **({"socks": socks} if socks else {}),
                     },
                 )
             )
@@ -278,6 +285,8 @@ class MixExecutor:
         record = summarize(rows, n)
         record["client_hosts"] = per_host
         record["ftp_mode"] = str(p.get("ftp_mode") or "passive")
+        if socks:
+            record["socks"] = socks
         host_cpu: dict[str, float] = {}
         for name, before in cpu_before.items():
             after = ctx.testbed.host(name).cpu_seconds()

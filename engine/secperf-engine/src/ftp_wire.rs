@@ -52,6 +52,19 @@ impl FtpFail {
 
 type R<T> = std::result::Result<T, FtpFail>;
 
+/// Opens a connection to `to`, directly or through a SOCKS5 proxy (`via`); a
+/// proxy that refuses by its rules is a refusal, anything else a connect failure.
+pub fn open(to: SocketAddr, via: Option<SocketAddr>, timeout: Duration) -> R<TcpStream> {
+    let r = match via {
+        Some(proxy) => crate::socks::connect(proxy, to, timeout),
+        None => http_wire::connect_bounded(to, timeout),
+    };
+    r.map_err(|f| match f {
+        Fail::BadStatus => FtpFail::Refused,
+        _ => FtpFail::Connect,
+    })
+}
+
 struct Control {
     s: TcpStream,
     pending: Vec<u8>,
@@ -67,7 +80,7 @@ impl Control {
         let mut msg = Vec::with_capacity(line.len() + 2);
         msg.extend_from_slice(line.as_bytes());
         msg.extend_from_slice(b"\r\n");
-        http_wire::write_all(&self.s, &msg, self.step()).map_err(FtpFail::after)
+        http_wire::write_all_bounded(&self.s, &msg, self.step()).map_err(FtpFail::after)
     }
 
     /// One line of the control connection, without its CRLF.
@@ -83,7 +96,8 @@ impl Control {
                 return Err(FtpFail::Refused); // not an FTP server
             }
             let mut chunk = [0u8; 2048];
-            let n = http_wire::read_some(&self.s, &mut chunk, deadline).map_err(FtpFail::after)?;
+            let n = http_wire::read_some_bounded(&self.s, &mut chunk, deadline)
+                .map_err(FtpFail::after)?;
             if n == 0 {
                 return Err(FtpFail::Short);
             }
@@ -177,7 +191,7 @@ pub fn port_command(addr: SocketAddr) -> String {
 }
 
 /// Waits for one connection on `l` until `deadline`.
-fn accept(l: &TcpListener, deadline: Instant) -> R<TcpStream> {
+fn accept(l: &TcpListener, deadline: Instant, timeout: Duration) -> R<TcpStream> {
     loop {
         let wait = http_wire::left(deadline).map_err(|_| FtpFail::Timeout)?;
         let mut pfd = libc::pollfd {
@@ -199,7 +213,9 @@ fn accept(l: &TcpListener, deadline: Instant) -> R<TcpStream> {
         }
         return match l.accept() {
             Ok((s, _)) => {
-                let _ = s.set_nonblocking(false);
+                s.set_nonblocking(false).map_err(|_| FtpFail::Connect)?;
+                s.set_read_timeout(Some(timeout))
+                    .map_err(|_| FtpFail::Connect)?;
                 Ok(s)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -215,14 +231,21 @@ pub struct Got {
 }
 
 /// Fetches `path` from the FTP server at `peer`; `expect` is the file's size.
-pub fn get(peer: SocketAddr, path: &str, expect: u64, mode: Mode, timeout: Duration) -> R<Got> {
-    let s = http_wire::connect(peer, Instant::now() + timeout).map_err(|_| FtpFail::Connect)?;
+pub fn get(
+    peer: SocketAddr,
+    via: Option<SocketAddr>,
+    path: &str,
+    expect: u64,
+    mode: Mode,
+    timeout: Duration,
+) -> R<Got> {
+    let s = open(peer, via, timeout)?;
     let mut c = Control {
         s,
         pending: Vec::with_capacity(1024),
         timeout,
     };
-    let r = transfer(&mut c, peer, path, mode);
+    let r = transfer(&mut c, peer, via, path, mode);
     // QUIT politely when the session is still in order; never count its answer.
     if matches!(r, Ok(_) | Err(FtpFail::Refused)) {
         let quick = Duration::from_millis(200).min(timeout);
@@ -243,7 +266,13 @@ enum Data {
     Listen(TcpListener),
 }
 
-fn transfer(c: &mut Control, peer: SocketAddr, path: &str, mode: Mode) -> R<Got> {
+fn transfer(
+    c: &mut Control,
+    peer: SocketAddr,
+    via: Option<SocketAddr>,
+    path: &str,
+    mode: Mode,
+) -> R<Got> {
     c.expect(&[220])?;
     let (code, _) = c.command("USER anonymous", &[230, 331])?;
     if code == 331 {
@@ -261,7 +290,7 @@ fn transfer(c: &mut Control, peer: SocketAddr, path: &str, mode: Mode) -> R<Got>
             }
             .ok_or(FtpFail::Refused)?;
             let to = SocketAddr::new(peer.ip(), port);
-            Data::Open(http_wire::connect(to, c.step()).map_err(|_| FtpFail::Connect)?)
+            Data::Open(open(to, via, c.timeout)?)
         }
         Mode::Active => {
             let local: IpAddr = c.s.local_addr().map_err(|_| FtpFail::Connect)?.ip();
@@ -275,12 +304,12 @@ fn transfer(c: &mut Control, peer: SocketAddr, path: &str, mode: Mode) -> R<Got>
     c.command(&format!("RETR {}", path), &[125, 150])?;
     let d = match data {
         Data::Open(s) => s,
-        Data::Listen(l) => accept(&l, c.step())?,
+        Data::Listen(l) => accept(&l, c.step(), c.timeout)?,
     };
     let mut bytes = 0u64;
     let mut buf = vec![0u8; 65536];
     loop {
-        let n = http_wire::read_some(&d, &mut buf, c.step()).map_err(FtpFail::after)?;
+        let n = http_wire::read_some_bounded(&d, &mut buf, c.step()).map_err(FtpFail::after)?;
         if n == 0 {
             break;
         }

@@ -116,7 +116,7 @@ fn fetch(
         let deadline = Instant::now() + timeout;
         let fresh = conn.is_none();
         if fresh {
-            match http_wire::connect(p.peer, deadline) {
+            match http_wire::connect_bounded(p.peer, timeout) {
                 Ok(s) => {
                     connect_time = Some(start.elapsed());
                     *conn = Some(s);
@@ -128,8 +128,8 @@ fn fetch(
             return (Err(Fail::Other), connect_time, start.elapsed());
         };
         let sent = Instant::now();
-        let r = http_wire::write_all(s, &req, deadline)
-            .and_then(|_| http_wire::read_response(s, buf, sent, deadline));
+        let r = http_wire::write_all_bounded(s, &req, deadline)
+            .and_then(|_| http_wire::read_response_bounded(s, buf, sent, deadline));
         match r {
             Err(Fail::Reset) if !fresh && attempt == 0 => {
                 *conn = None;
@@ -144,7 +144,7 @@ fn fetch(
                 let total = start.elapsed();
                 if !(p.spec.keepalive && resp.reusable) {
                     if let Some(s) = conn.take() {
-                        http_wire::await_close(&s, Instant::now() + timeout);
+                        http_wire::await_close_bounded(&s, Instant::now() + timeout);
                     }
                 }
                 return (Ok(resp), connect_time, total);

@@ -96,6 +96,54 @@ pub fn connect(peer: SocketAddr, deadline: Instant) -> Result<TcpStream, Fail> {
     Ok(s.into())
 }
 
+/// A TCP connection for one fetch's fast path: both socket timeouts set to
+/// `timeout` before a blocking connect (which SO_SNDTIMEO bounds), so the reads
+/// and writes after it need no setsockopt each (the `*_bounded` functions):
+/// 5 system calls to connect instead of 7, one per read or write instead of two.
+pub fn connect_bounded(peer: SocketAddr, timeout: Duration) -> Result<TcpStream, Fail> {
+    let s = Socket::new(Domain::for_address(peer), Type::STREAM, None).map_err(|_| Fail::Other)?;
+    let wait = timeout.max(Duration::from_millis(1));
+    s.set_write_timeout(Some(wait)).map_err(|_| Fail::Other)?;
+    s.set_read_timeout(Some(wait)).map_err(|_| Fail::Other)?;
+    loop {
+        match s.connect(&peer.into()) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Fail::from_connect(&e)),
+        }
+    }
+    let _ = s.set_tcp_nodelay(true);
+    Ok(s.into())
+}
+
+/// read_some on a socket from connect_bounded: its timeout bounds each wait, the
+/// deadline is checked before each read (a read begun just before it may wait one
+/// more socket timeout).
+pub fn read_some_bounded(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<usize, Fail> {
+    loop {
+        left(deadline)?;
+        match (&*s).read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Fail::from_io(&e)),
+        }
+    }
+}
+
+/// write_all on a socket from connect_bounded (see read_some_bounded).
+pub fn write_all_bounded(s: &TcpStream, mut buf: &[u8], deadline: Instant) -> Result<(), Fail> {
+    while !buf.is_empty() {
+        left(deadline)?;
+        match (&*s).write(buf) {
+            Ok(0) => return Err(Fail::Reset),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Fail::from_io(&e)),
+        }
+    }
+    Ok(())
+}
+
 /// Reads some bytes before `deadline` (0 = EOF).
 pub fn read_some(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<usize, Fail> {
     loop {
@@ -202,6 +250,28 @@ pub fn read_response(
     sent: Instant,
     deadline: Instant,
 ) -> Result<Response, Fail> {
+    read_response_with(s, buf, sent, deadline, read_some)
+}
+
+/// read_response on a socket from connect_bounded.
+pub fn read_response_bounded(
+    s: &TcpStream,
+    buf: &mut Vec<u8>,
+    sent: Instant,
+    deadline: Instant,
+) -> Result<Response, Fail> {
+    read_response_with(s, buf, sent, deadline, read_some_bounded)
+}
+
+type ReadSome = fn(&TcpStream, &mut [u8], Instant) -> Result<usize, Fail>;
+
+fn read_response_with(
+    s: &TcpStream,
+    buf: &mut Vec<u8>,
+    sent: Instant,
+    deadline: Instant,
+    read_some: ReadSome,
+) -> Result<Response, Fail> {
     buf.clear();
     let mut chunk = [0u8; 16384];
     let mut first = None;
@@ -253,6 +323,16 @@ pub fn read_response(
 pub fn await_close(s: &TcpStream, deadline: Instant) {
     let mut b = [0u8; 512];
     while let Ok(n) = read_some(s, &mut b, deadline) {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// await_close on a socket from connect_bounded.
+pub fn await_close_bounded(s: &TcpStream, deadline: Instant) {
+    let mut b = [0u8; 512];
+    while let Ok(n) = read_some_bounded(s, &mut b, deadline) {
         if n == 0 {
             break;
         }

@@ -29,6 +29,7 @@ pub mod record;
 pub mod rr;
 pub mod server;
 pub mod shared;
+pub mod socks;
 pub mod spec;
 pub mod spec_extra;
 pub mod standalone;

@@ -75,6 +75,9 @@ pub struct MixSpec {
     pub gif_files: Vec<u64>,
     #[serde(default)]
     pub ftp_files: Vec<u64>,
+    /// A SOCKS5 proxy (the circuit-level kind) every connection goes through.
+    #[serde(default)]
+    pub socks: Option<SocketAddr>,
     #[serde(default)]
     pub cpu_groups: Vec<CpuGroup>,
 }
@@ -219,6 +222,12 @@ impl MixSpec {
                 ));
             }
         }
+        if self.socks.is_some() && self.ftp_mode == Mode::Active {
+            return Err(bad(
+                "ftp_mode",
+                "active FTP through a SOCKS proxy needs its BIND command, which the engine does not speak: use passive".into(),
+            ));
+        }
         for g in &self.cpu_groups {
             g.check()?;
         }
@@ -279,19 +288,20 @@ fn http_fail(f: Fail) -> FtpFail {
 /// One HTTP GET on a new connection; every read waits at most `timeout`.
 fn http_get(
     peer: SocketAddr,
+    via: Option<SocketAddr>,
     host: &str,
     path: &str,
     expect: u64,
     timeout: Duration,
 ) -> std::result::Result<u64, FtpFail> {
     let step = || Instant::now() + timeout;
-    let s = http_wire::connect(peer, step()).map_err(|_| FtpFail::Connect)?;
+    let s = ftp_wire::open(peer, via, timeout)?;
     let req = http_wire::request(path, host, false);
-    http_wire::write_all(&s, &req, step()).map_err(http_fail)?;
+    http_wire::write_all_bounded(&s, &req, step()).map_err(http_fail)?;
     let mut buf: Vec<u8> = Vec::with_capacity(16384);
     let mut chunk = vec![0u8; 65536];
     let head_end = loop {
-        let n = http_wire::read_some(&s, &mut chunk, step()).map_err(http_fail)?;
+        let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
         if n == 0 {
             return Err(FtpFail::Short);
         }
@@ -308,17 +318,17 @@ fn http_get(
     match length {
         Some(len) => {
             while body < len {
-                let n = http_wire::read_some(&s, &mut chunk, step()).map_err(http_fail)?;
+                let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
                 if n == 0 {
                     break;
                 }
                 body += n as u64;
             }
             // Wait for the server's close: it, not the client, keeps the TIME_WAIT.
-            http_wire::await_close(&s, step());
+            http_wire::await_close_bounded(&s, step());
         }
         None => loop {
-            let n = http_wire::read_some(&s, &mut chunk, step()).map_err(http_fail)?;
+            let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
             if n == 0 {
                 break;
             }
@@ -381,11 +391,19 @@ fn virtual_client(spec: &MixSpec, id: u64, total_hit: f64) -> Vec<Row> {
                 SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
                 SocketAddr::V4(a) => a.to_string(),
             };
-            http_get(peer, &host, &format!("/files/{}.bin", size), size, timeout)
+            http_get(
+                peer,
+                spec.socks,
+                &host,
+                &format!("/files/{}.bin", size),
+                size,
+                timeout,
+            )
         } else {
             let peer = SocketAddr::new(server.address, spec.ftp_port);
             ftp_wire::get(
                 peer,
+                spec.socks,
                 &format!("files/{}.bin", size),
                 size,
                 spec.ftp_mode,
