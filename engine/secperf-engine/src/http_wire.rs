@@ -265,6 +265,9 @@ pub fn read_response_bounded(
 
 type ReadSome = fn(&TcpStream, &mut [u8], Instant) -> Result<usize, Fail>;
 
+/// read_response's scratch space: the longest head it accepts, and its read size.
+const SCRATCH: usize = 64 * 1024;
+
 fn read_response_with(
     s: &TcpStream,
     buf: &mut Vec<u8>,
@@ -272,32 +275,37 @@ fn read_response_with(
     deadline: Instant,
     read_some: ReadSome,
 ) -> Result<Response, Fail> {
-    buf.clear();
-    let mut chunk = [0u8; 16384];
+    // `buf` is scratch space, sized once and reused: the bytes are read straight
+    // into it (no zeroed chunk per response, no copy), the head searched as it grows.
+    if buf.len() < SCRATCH {
+        buf.resize(SCRATCH, 0);
+    }
+    let mut filled = 0;
     let mut first = None;
     let head_end = loop {
-        let n = read_some(s, &mut chunk, deadline)?;
+        if filled == buf.len() {
+            return Err(Fail::BadResponse); // a head longer than the scratch space
+        }
+        let n = read_some(s, &mut buf[filled..], deadline)?;
         if n == 0 {
-            return Err(if buf.is_empty() {
+            return Err(if filled == 0 {
                 Fail::Reset
             } else {
                 Fail::BadResponse
             });
         }
         first.get_or_insert_with(|| sent.elapsed());
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find_header_end(buf) {
-            break end;
-        }
-        if buf.len() > 64 * 1024 {
-            return Err(Fail::BadResponse);
+        let from = filled.saturating_sub(3);
+        filled += n;
+        if let Some(end) = find_header_end(&buf[from..filled]) {
+            break from + end;
         }
     };
     let (status, length, keep) = parse_head(&buf[..head_end]).ok_or(Fail::BadResponse)?;
     let length = length.ok_or(Fail::BadResponse)?;
-    let mut body = (buf.len() - head_end) as u64;
+    let mut body = (filled - head_end) as u64;
     while body < length {
-        let n = read_some(s, &mut chunk, deadline)?;
+        let n = read_some(s, &mut buf[..], deadline)?;
         if n == 0 {
             return Err(Fail::ShortBody);
         }
