@@ -20,7 +20,9 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           # the DUT as a VM (secperf.testbed.vm): qemu only; the guest's kernel and
           # root file system are built by secperf from Debian packages it downloads
           # (apt-get download + dpkg -x into ~/.cache/secperf/vm-image), never installed
-          qemu-system-x86)
+          qemu-system-x86
+          dante-server  # the circuit-level proxy (proxy level = "circuit")
+          wrk)  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -162,7 +162,9 @@ class EngineTest:
             spec = {**spec, "cpu_groups": groups}
         fds = [int(g["fd"]) for g in spec.get("cpu_groups") or [] if g.get("fd") is not None]
         self.spec = spec
-        self.where = f"{spec.get('kind')} test from {host.name} to {spec.get('server')}"
+        self.where = (
+            f"{spec.get('kind')} test from {host.name} to {spec.get('server') or 'its servers'}"
+        )
         duration = float(spec.get("duration", 10)) + float(spec.get("warmup", 1))
         self.budget = timeout or duration + 30.0
         self.deadline = time.monotonic() + self.budget

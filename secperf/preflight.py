@@ -21,6 +21,7 @@ from secperf.scenario.schema import (
     FastpathMechanism,
     IdsMechanism,
     IpsMechanism,
+    MixWorkload,
     NatMechanism,
     Scenario,
     SynproxyMechanism,
@@ -298,6 +299,66 @@ def check_static(scenario: Scenario) -> None:
             check_iptables_targets(mech.file)
     check_socket_buffers(scenario)
     check_vpn(scenario)
+    check_mix(scenario)
+
+
+def check_mix(scenario: Scenario) -> None:
+    """A mix workload's hit table and HTTP shares need one value per server host of
+    the scenario's graph (or a single value for all), and hit lists keyed by zone
+    need a list for every zone with clients: refused at check time, naming the key."""
+    from secperf.scenario.graph import build_topology
+    from secperf.scenario.loader import _LineMap
+
+    mixes = [(i, w) for i, w in enumerate(scenario.workloads) if isinstance(w, MixWorkload)]
+    if not mixes:
+        return
+    topo = build_topology(scenario)
+    servers = list(topo.hosts_with(role="server"))
+    zones = sorted({str(topo.host(c).zone) for c in topo.hosts_with(role="client")})
+    source = scenario.source
+    lines = _LineMap(source.read_text()) if source is not None and source.is_file() else None
+
+    def where(path: tuple[str | int, ...]) -> str:
+        line = lines.line_of(path) if lines is not None else None
+        file = str(source or "scenario")
+        return f"{file}:{line}" if line else file
+
+    def refuse(path: tuple[str | int, ...], what: str, fix: str) -> None:
+        key = "workloads[{}].{}".format(path[1], ".".join(str(p) for p in path[2:]))
+        raise ScenarioError(f"{key}: {what}", where=where(path), fix=fix)
+
+    order = ", ".join(servers)
+    for i, w in mixes:
+        lists: list[tuple[tuple[str | int, ...], list[float]]] = []
+        if isinstance(w.hits, dict):
+            for zone in zones:
+                if zone not in w.hits:
+                    refuse(
+                        ("workloads", i, "hits"),
+                        f"no hit list for zone {zone!r}, which has client hosts",
+                        f"add {zone} = [one weight per server host: {order}]",
+                    )
+            for zone, values in w.hits.items():
+                if zone not in zones:
+                    refuse(
+                        ("workloads", i, "hits", zone),
+                        f"zone {zone!r} has no client hosts (zones with clients: "
+                        f"{', '.join(zones)})",
+                        "key each list by a zone that has clients",
+                    )
+                lists.append((("workloads", i, "hits", zone), [float(v) for v in values]))
+        elif w.hits:
+            lists.append((("workloads", i, "hits"), [float(v) for v in w.hits]))
+        if w.http_share:
+            lists.append((("workloads", i, "http_share"), [float(v) for v in w.http_share]))
+        for path, values in lists:
+            if len(values) not in (1, len(servers)):
+                refuse(
+                    path,
+                    f"has {len(values)} values but the graph has {len(servers)} server "
+                    f"hosts ({order})",
+                    "give one value per server host in that order, or a single value for all",
+                )
 
 
 def check_vpn(scenario: Scenario) -> None:

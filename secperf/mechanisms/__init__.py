@@ -69,6 +69,7 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
             cpus=spec.cpus,
             memory=spec.memory,
             deny=list(spec.deny),
+            level=spec.level,
         )
     if isinstance(spec, IpsMechanism):
         if isinstance(spec.rules, list):

@@ -14,6 +14,13 @@ secperf runs, in the DUT namespace:
 - dnsmasq (secperf.services.dns) on the DUT's loopback with every testbed host's
   forward and PTR records, squid's only name server.
 
+`level = "circuit"` runs dante (`danted`, SOCKS5) instead: a circuit-level proxy
+the clients must name (the mix workload then opens every connection, HTTP, FTP
+control and passive data, through it with SOCKS5 CONNECT); no interception, no
+DNS server (dante would ask the host's resolver, outside the testbed, so
+`dns_lookups` must be off), no cache. Its rule base, logging, cpus and memory
+work as for squid.
+
 The switches the paper turned, one key each:
 - `rules`: N squid `http_access` rules; N-1 never match (sources and destinations
   from 198.19.0.0/16, which no testbed host has) and the one that admits the
@@ -38,6 +45,7 @@ gets its own service name (`-n`), so the segments never clash between runs.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shutil
 import time
@@ -58,6 +66,7 @@ from secperf.tools import find_program
 FORWARD_PORT = 3128
 INTERCEPT_PORT = 3129
 FTP_PROXY_PORT = 2121
+SOCKS_PORT = 1080
 # ftp-proxy binds each passive port without SO_REUSEADDR, so a port stays unusable
 # while a closed transfer on it sits in TIME_WAIT (60 s): a range of 58 ports failed
 # ~6 % of fetches at 12 virtual clients. 10000 ports hold ~160 FTP fetches/s. They lie
@@ -70,6 +79,7 @@ READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 
 Match = Literal["first", "last"]
+Level = Literal["application", "circuit"]
 Logging = Literal["off", "file", "verbose"]
 
 
@@ -198,6 +208,57 @@ def render_ftp_proxy(proxy: Proxy, ctx: MechanismContext, directory: Path) -> st
     )
 
 
+def render_danted(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+    """dante's config: SOCKS5 on every DUT address, out by the route to each server;
+    `rules` socks rules with the admitting one first or last, `deny` blocked first."""
+    d = directory.resolve()
+    topology = ctx.topology
+    host = ctx.hosts[0] if ctx.hosts else "dut"
+    outs = (
+        sorted(
+            {topology.address(host, lk.name) for lk in topology.links_of(host) if host in lk.addr4}
+        )
+        if topology is not None
+        else [ctx.plan.server_addr]
+    )
+    log = {
+        "off": "error",
+        "file": "connect disconnect error",
+        "verbose": "connect disconnect error iooperation",
+    }[proxy.logging]
+    lines = [
+        f"# written by secperf: proxy level=circuit rules={proxy.rules} match={proxy.match} "
+        f"logging={proxy.logging}",
+        f"logoutput: {d}/danted.log",
+        f"internal: 0.0.0.0 port = {SOCKS_PORT}",
+        *(f"external: {a}" for a in outs),
+        "external.rotation: route",
+        "clientmethod: none",
+        "socksmethod: none",
+        "user.privileged: root",
+        "user.unprivileged: nobody",
+        "timeout.io: 60",
+        f"debug: {1 if proxy.logging == 'verbose' else 0}",
+        "client pass { from: 198.18.0.0/15 to: 0.0.0.0/0 log: error }",
+        "client block { from: 0.0.0.0/0 to: 0.0.0.0/0 log: error }",
+    ]
+    for item in proxy.deny:
+        net = ipaddress.ip_network(item, strict=False)  # dante wants the prefix length
+        lines.append(f"socks block {{ from: 0.0.0.0/0 to: {net}\n  log: connect error\n}}")
+    # One option a line: dante reads `command:` and `log:` as lists up to the next keyword.
+    admit = (
+        f"socks pass {{ from: 198.18.0.0/16 to: 198.18.0.0/16\n  command: connect\n  log: {log}\n}}"
+    )
+    fillers = [
+        f"socks pass {{ from: {filler_net(2 * i)} to: {filler_net(2 * i + 1)}\n"
+        "  command: connect\n}"
+        for i in range(proxy.rules - 1)
+    ]
+    lines += [admit, *fillers] if proxy.match == "first" else [*fillers, admit]
+    lines.append("socks block { from: 0.0.0.0/0 to: 0.0.0.0/0\n  log: connect error\n}")
+    return "\n".join(lines) + "\n"
+
+
 def render_nft(table: str) -> str:
     return (
         f"# secperf proxy: forwarded HTTP and FTP connections go to the proxies\n"
@@ -234,6 +295,7 @@ class Proxy:
     cpus: int | None = None
     memory: int | None = None  # bytes
     deny: list[str] = field(default_factory=list)
+    level: Level = "application"
     kind: str = "proxy"
     _procs: list[ManagedProcess] = field(default_factory=list, repr=False, compare=False)
     _limits: cgroups.LimitGroup | None = field(default=None, repr=False, compare=False)
@@ -258,6 +320,15 @@ class Proxy:
             )
         d = self.directory(ctx)
         d.mkdir(parents=True, exist_ok=True)
+        if self.level == "circuit":
+            if self.dns_lookups or not self.cache:
+                raise MechanismError(
+                    "the circuit-level proxy (dante) makes no DNS look-ups here and has no "
+                    "cache: dns_lookups and cache do not apply to it",
+                    fix='set dns_lookups = false and leave cache out for level = "circuit"',
+                )
+            (d / "danted.conf").write_text(render_danted(self, ctx, d))
+            return []
         (d / "squid.conf").write_text(render_squid(self, ctx, d))
         topology = ctx.topology
         (d / "hosts").write_text(dns.render_hosts(topology) if topology is not None else "")
@@ -275,6 +346,9 @@ class Proxy:
         d = self.directory(ctx)
         try:
             self._start_limits(dut, ctx)
+            if self.level == "circuit":
+                self._start_danted(dut, d)
+                return
             if self.dns_lookups:
                 if ctx.topology is None:
                     raise MechanismError(
@@ -354,6 +428,36 @@ class Proxy:
         self._procs.append(proc)
         self._wait(dut, proc, FORWARD_PORT, d / "squid.stderr", "squid")
         self._confine(proc)
+
+    def _start_danted(self, dut: Host, d: Path) -> None:
+        binary = _binary("danted", "dante-server")
+        conf = d / "danted.conf"
+        with (d / "danted.stderr").open("w") as err:
+            proc = dut.spawn(
+                [
+                    binary,
+                    "-f",
+                    str(conf.resolve()),
+                    "-N",
+                    "1",
+                    "-p",
+                    str((d / "danted.pid").resolve()),
+                ],
+                stdout=err,
+                stderr=err,
+                label="danted",
+            )
+        self._procs.append(proc)
+        # dante writes its errors (a config it rejects) to its log, not to stderr.
+        self._wait(dut, proc, SOCKS_PORT, d / "danted.log", "danted")
+        self._confine(proc)
+
+    def socks_endpoint(self, ctx: MechanismContext) -> str | None:
+        """ADDR:PORT the clients name as their SOCKS proxy (circuit level only)."""
+        if self.level != "circuit" or ctx.topology is None:
+            return None
+        host = ctx.hosts[0] if ctx.hosts else "dut"
+        return f"{ctx.topology.primary_address(host)}:{SOCKS_PORT}"
 
     def _start_ftp_proxy(self, dut: Host, d: Path) -> None:
         binary = _binary("ftp-proxy", "ftp-proxy")

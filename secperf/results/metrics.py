@@ -624,6 +624,7 @@ WORK_UNITS: dict[str, tuple[str, Extractor]] = {
     "http": ("fetch", lambda r: _path(r, "fetches")),
     "flood": ("packet", lambda r: _path(r, "packets")),
     "dos": ("conn", lambda r: _path(r, "completed")),
+    "mix": ("trans", lambda r: _path(r, "transactions")),
 }
 
 

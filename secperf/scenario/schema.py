@@ -589,6 +589,17 @@ class ProxyMechanism(MechanismBase):
     cpus: int | None = Field(default=None, ge=1, le=2)
     memory: ProxyMemory = None
     deny: list[str] = Field(default_factory=list)
+    # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
+    level: Literal["application", "circuit"] = "application"
+
+    @model_validator(mode="after")
+    def _circuit_switches(self) -> ProxyMechanism:
+        if self.level == "circuit" and (self.dns_lookups or not self.cache):
+            raise ValueError(
+                'level = "circuit" (dante) makes no DNS look-ups here and has no cache: '
+                "set dns_lookups = false and leave cache out"
+            )
+        return self
 
     @field_validator("deny")
     @classmethod
@@ -1118,7 +1129,9 @@ class MixWorkload(WorkloadBase):
         default_factory=lambda: [512] + [k * 1024 for k in (1, 2, 4, 10, 26, 52, 104, 208)]
     )
     ftp_files: FileSizes = Field(default_factory=lambda: [k * 1024 for k in (32, 64, 128, 256)])
-    timeout: Timeout = 10.0
+    timeout: Timeout = 10.0  # idle timeout of every step of a fetch (connect, each read)
+    think: float = Field(default=0.0, ge=0, le=3600)  # seconds between a client's requests
+    ftp_mode: Literal["passive", "active"] = "passive"  # who opens FTP's data connection
 
     def default_name(self) -> str:
         return "mix"

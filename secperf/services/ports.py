@@ -6,4 +6,4 @@ from __future__ import annotations
 
 HTTP_PORT = 5380  # nginx
 FTP_PORT = 5321  # vsftpd's control port
-FTP_PASV_PORTS = (5390, 5399)  # vsftpd's passive data ports
+FTP_PASV_PORTS = (5330, 5379)  # vsftpd's passive data ports (50: 10 ran out at 48 clients)

@@ -6,9 +6,9 @@ root `ftp/` with the served files. It runs in the foreground (`background=NO`)
 through the host's `spawn`, so it joins the host's cgroup and the ledger.
 
 Ports: the control port FTP_PORT (5321) and the passive data range PASV_PORTS
-(5390-5399) both lie inside the engine's data-port range
+(5330-5379) both lie inside the engine's data-port range
 (secperf.mechanisms.base.DATA_PORTS), which every ACL the mechanisms write
-already permits. Passive mode only; anonymous, read-only.
+already permits. Passive and active (PORT) transfers; anonymous, read-only.
 """
 
 from __future__ import annotations

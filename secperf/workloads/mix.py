@@ -1,46 +1,41 @@
 """The NSTL load of document 001: virtual clients fetching over HTTP and FTP from
 every server host of the graph, through whatever the DUT is.
 
-Every server host runs nginx (HTTP, port 5380) and vsftpd (FTP, port 5321, passive),
-started once per testbed and serving one file per size of the size sets. The
-virtual clients are spread round-robin over the client hosts; each does `requests`
-fetches one after the other, no think time: a server drawn by the hit table (`hits`:
-one weight per server host in graph order, for every client or per client zone as
-the paper's Table 2; absent, even odds over the servers outside the client's own
-zone, so every fetch crosses the DUT), a protocol by
-that server's HTTP share (`http_share`; default the paper's Table 1, alternately
-90/10 and 10/90 HTTP/FTP), and a file from the protocol's size set (HTTP: HTML or
-GIF, even odds). HTTP is one HTTP/1.0-style GET per new connection, FTP an
-anonymous login, a passive RETR and QUIT per fetch.
-
-The clients are a small Python driver (`http.client`, `ftplib` from the standard
-library) run in each client host, one thread per virtual client: secperf-engine has
-no FTP client yet (docs/methodology.md, "Application proxy"). Its CPU counts for
-the client hosts; at high client counts it, not the DUT, may be the limit, which
-the record's host_cpu shows.
+Every server host runs nginx (HTTP, port 5380) and vsftpd (FTP, port 5321, passive
+and active), started once per testbed and serving one file per size of the size
+sets. The virtual clients are spread round-robin over the client hosts and run in
+secperf-engine (kind `mix`, one engine process per client host, one thread per
+virtual client); each does `requests` fetches one after the other, `think` seconds
+apart (default none): a server drawn by the hit table (`hits`: one weight per server
+host in graph order, for every client or per client zone as the paper's Table 2;
+absent, even odds over the servers outside the client's own zone, so every fetch
+crosses the DUT), a protocol by that server's HTTP share (`http_share`; default the
+paper's Table 1, alternately 90/10 and 10/90 HTTP/FTP), and a file from the
+protocol's size set (HTTP: HTML or GIF, even odds). HTTP is one GET per new
+connection (`Connection: close`), FTP an anonymous login, a passive (or, with
+`ftp_mode = "active"`, active) RETR and QUIT per fetch.
 
 Result: transactions per minute (successful fetches over the wall time from the
-first request to the last answer), failures in % of attempts by kind (connect,
-timeout, short transfer, refused: an HTTP status other than 200 or an FTP error
-reply), Mbit/s of payload received, fetch time percentiles per protocol.
+first request to the last answer, over every client host), failures in % of
+attempts by kind (connect, timeout, short transfer, refused: an HTTP status other
+than 2xx or an FTP error reply), Mbit/s of payload received, fetch time percentiles
+per protocol. The engines report every fetch; this module merges them.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
+import os
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secperf.engine import Record
-from secperf.errors import SecperfError
+from secperf.engine import EngineTest, Record
+from secperf.errors import EngineError, SecperfError
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
-from secperf.testbed.testbed import ManagedProcess
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 
@@ -53,75 +48,6 @@ _SERVERS: dict[str, dict[str, tuple[Nginx, Vsftpd]]] = {}
 
 class MixError(SecperfError):
     """The mix workload cannot run on this testbed as configured."""
-
-
-DRIVER = r"""
-import ftplib, http.client, json, random, socket, sys, threading, time
-a = json.loads(sys.argv[1])
-out = []
-lock = threading.Lock()
-
-def http_get(addr, size):
-    c = http.client.HTTPConnection(addr, a["http_port"], timeout=a["timeout"])
-    try:
-        c.request("GET", "/files/%d.bin" % size, headers={"Connection": "close"})
-        r = c.getresponse()
-        body = r.read()
-        if r.status != 200:
-            return "refused", len(body)
-        return (None if len(body) == size else "short"), len(body)
-    finally:
-        c.close()
-
-def ftp_get(addr, size):
-    got = [0]
-    f = ftplib.FTP(timeout=a["timeout"])
-    f.connect(addr, a["ftp_port"])
-    try:
-        f.login()
-        f.retrbinary("RETR files/%d.bin" % size, lambda b: got.__setitem__(0, got[0] + len(b)))
-        try:
-            f.quit()
-        except Exception:
-            pass
-    finally:
-        f.close()
-    return (None if got[0] == size else "short"), got[0]
-
-def client(i):
-    rng = random.Random("%s/%d" % (a["seed"], i))
-    servers = a["servers"]
-    weights = [s["hit"] for s in servers]
-    mine = []
-    for _ in range(a["requests"]):
-        s = rng.choices(servers, weights)[0]
-        proto = "http" if rng.random() < s["http_share"] else "ftp"
-        if proto == "http":
-            size = rng.choice(a["html"] if rng.random() < 0.5 else a["gif"])
-        else:
-            size = rng.choice(a["ftp"])
-        t0 = time.time()
-        try:
-            fail, n = (http_get if proto == "http" else ftp_get)(s["addr"], size)
-        except socket.timeout:
-            fail, n = "timeout", 0
-        except (ConnectionRefusedError, ConnectionResetError) as e:
-            fail, n = ("connect" if isinstance(e, ConnectionRefusedError) else "short"), 0
-        except ftplib.Error:
-            fail, n = "refused", 0
-        except OSError as e:
-            fail, n = ("timeout" if "timed out" in str(e) else "connect"), 0
-        except (http.client.HTTPException, EOFError):
-            fail, n = "short", 0
-        mine.append([proto, fail, n, t0, time.time()])
-    with lock:
-        out.extend(mine)
-
-threads = [threading.Thread(target=client, args=(i,)) for i in a["ids"]]
-for t in threads: t.start()
-for t in threads: t.join()
-print(json.dumps(out))
-"""
 
 
 def _ints(value: object) -> list[int]:
@@ -191,6 +117,31 @@ def forget(prefix: str) -> None:
         ftp.stop()
 
 
+def proc_stat() -> tuple[list[int], int]:
+    """/proc/stat's aggregate CPU line (ticks) and the number of CPUs."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    cpus = sum(1 for ln in lines if ln.startswith("cpu") and not ln.startswith("cpu "))
+    return [int(x) for x in lines[0].split()[1:9]], cpus
+
+
+def machine_cpu(
+    before: tuple[list[int], int], after: tuple[list[int], int], window: float
+) -> Record:
+    """The machine's CPU between two proc_stat() readings, as the engine reports it:
+    busy = all but idle, iowait and steal."""
+    hz = float(os.sysconf("SC_CLK_TCK"))
+    d = [(b - a) / hz for a, b in zip(before[0], after[0], strict=True)]
+    total = sum(d)
+    return {
+        "busy_s": max(0.0, total - d[3] - d[4] - d[7]),
+        "total_s": total,
+        "softirq_s": d[6],
+        "irq_s": d[5],
+        "cpus": after[1],
+        "window_s": window,
+    }
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -220,6 +171,7 @@ def summarize(rows: list[list[Any]], virtual_clients: int) -> Record:
                 "count": len(times),
                 "p50": _percentile(times, 0.5),
                 "p95": _percentile(times, 0.95),
+                "p99": _percentile(times, 0.99),
                 "mean": sum(times) / len(times) if times else None,
             },
         }
@@ -262,57 +214,79 @@ class MixExecutor:
         n = int(str(p["virtual_clients"]))
         requests = int(str(p["requests"]))
         timeout = float(str(p["timeout"]))
+        think = float(str(p.get("think") or 0))
         seed = f"{ctx.variant}/{point.point_id}/{time.monotonic_ns()}"
-        started: list[tuple[str, ManagedProcess]] = []
         cpu_before = {
             name: ctx.testbed.host(name).cpu_seconds()
             for name in topo.roles
             if not topo.host(name).is_switch
         }
+        # A circuit-level proxy (SOCKS) is not transparent: the clients name it.
+        socks = None
+        for mech, mctx in ctx.mechanisms:
+            endpoint = getattr(mech, "socks_endpoint", None)
+            if callable(endpoint) and (found := endpoint(mctx)):
+                socks = str(found)
+        stat_before, t_before = proc_stat(), time.monotonic()
+        specs: list[tuple[str, dict[str, Any]]] = []
         for i, name in enumerate(clients):
             ids = list(range(i, n, len(clients)))
             if not ids:
                 continue
             weights = hit_weights(topo, name, servers, hits)
-            args = {
-                "ids": ids,
-                "requests": requests,
-                "seed": seed,
-                "timeout": timeout,
-                "http_port": HTTP_PORT,
-                "ftp_port": FTP_PORT,
-                "html": html,
-                "gif": gif,
-                "ftp": ftp,
-                "servers": [
-                    {"addr": topo.primary_address(s), "hit": w, "http_share": sh}
-                    for s, w, sh in zip(servers, weights, shares, strict=True)
-                    if w > 0
-                ],
-            }
-            proc = ctx.testbed.host(name).spawn(
-                ["python3", "-c", DRIVER, json.dumps(args)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                label="mix-driver",
+            specs.append(
+                (
+                    name,
+                    {
+                        "kind": "mix",
+                        "clients": ids,
+                        "requests": requests,
+                        "seed": seed,
+                        "timeout": timeout,
+                        "think": think,
+                        "ftp_mode": str(p.get("ftp_mode") or "passive"),
+                        "http_port": HTTP_PORT,
+                        "ftp_port": FTP_PORT,
+                        "html_files": html,
+                        "gif_files": gif,
+                        "ftp_files": ftp,
+                        "servers": [
+                            {"address": topo.primary_address(s), "hit": w, "http_share": sh}
+                            for s, w, sh in zip(servers, weights, shares, strict=True)
+                            if w > 0
+                        ],
+                        # The workload reads every host's CPU itself, over all engines.
+                        "cpu_groups": [],
+                        **({"socks": socks} if socks else {}),
+                    },
+                )
             )
-            started.append((name, proc))
-        budget = requests * (timeout * 3 + 1) + 30
+        # An idle timeout per step: a fetch is a handful of steps; think time between.
+        budget = requests * (timeout * 3 + think + 1) + 30
+        started: list[tuple[str, EngineTest]] = []
+        try:
+            for name, spec in specs:
+                started.append((name, EngineTest(ctx.testbed.host(name), spec, timeout=budget)))
+            results = [(name, test.collect().result) for name, test in started]
+        except EngineError:
+            for _, test in started:
+                test.stop()
+            raise
         rows: list[list[Any]] = []
-        for name, proc in started:
-            try:
-                out, err = proc.popen.communicate(timeout=budget)
-            except subprocess.TimeoutExpired:
-                for _, other in started:
-                    other.stop()
-                raise MixError(
-                    f"the mix driver in {name} did not finish within {budget:.0f} s"
-                ) from None
-            proc.stop()
-            if proc.returncode != 0:
-                raise MixError(f"the mix driver in {name} failed: {err.strip()[-500:]}")
-            rows += json.loads(out)
+        per_host: dict[str, Any] = {}
+        for name, res in results:
+            fetches = res.get("fetches")
+            if not isinstance(fetches, list):
+                raise MixError(f"the mix engine in {name} returned no fetches")
+            rows += [[r[0], r[1], r[2], r[3], r[4]] for r in fetches]
+            per_host[name] = {
+                k: res.get(k) for k in ("virtual_clients", "attempted", "transactions", "tpm")
+            }
         record = summarize(rows, n)
+        record["client_hosts"] = per_host
+        record["ftp_mode"] = str(p.get("ftp_mode") or "passive")
+        if socks:
+            record["socks"] = socks
         host_cpu: dict[str, float] = {}
         for name, before in cpu_before.items():
             after = ctx.testbed.host(name).cpu_seconds()
@@ -320,5 +294,8 @@ class MixExecutor:
                 host_cpu[name] = after - before
         if host_cpu:
             record["host_cpu"] = host_cpu
+            record["machine_cpu"] = machine_cpu(
+                stat_before, proc_stat(), time.monotonic() - t_before
+            )
         ctx.keep(record)
         return record

@@ -101,3 +101,100 @@ def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path
     finally:
         denying.release(dut, ctx2)
         reset_dut(dut, denying.backends())
+
+
+def test_active_ftp_through_the_dut_and_the_proxy(testbed: Testbed, tmp_path: Path) -> None:
+    """FTP with the server (or the proxy) opening the data connection: PORT from the
+    engine, straight through the forwarding DUT and through ftp-proxy."""
+    ftp_only = {"http_share": [0.0], "ftp_mode": "active", "ftp_files": [32768]}
+    rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=5, **ftp_only))
+    assert rec["ftp_mode"] == "active"
+    assert rec["transactions"] == 10 and rec["protocols"]["ftp"]["ok"] == 10
+    assert rec["bytes"] == 10 * 32768
+    topo = testbed.topology
+    proxy = Proxy(dns_lookups=False)
+    ctx = MechanismContext(
+        plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
+        files_dir=tmp_path / "files",
+        name="proxy.a",
+        table=f"secperf_{testbed.prefix}",
+        topology=topo,
+    )
+    ctx.rendered = proxy.render(ctx)
+    dut = testbed.host("dut")
+    proxy.apply(dut, ctx)
+    try:
+        rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=5, **ftp_only))
+        assert rec["transactions"] == 10, rec["failures"]
+        log = (Proxy.directory(ctx) / "ftp-proxy.log").read_text()
+        assert log.count("transparent proxy request to") >= 10
+    finally:
+        proxy.release(dut, ctx)
+        reset_dut(dut, proxy.backends())
+
+
+def test_circuit_proxy_dante_carries_http_and_ftp(testbed: Testbed, tmp_path: Path) -> None:
+    """level = "circuit": dante on the DUT; the engine's clients open every connection
+    through it with SOCKS5 CONNECT; the FTP server sees the DUT, dante logs the
+    connections, and a destination its rules block fails as refused."""
+    topo = testbed.topology
+    dut = testbed.host("dut")
+    link = topo.link_between("dut", "dmz-sw")
+    assert link is not None
+    dut_dmz = topo.address("dut", link.name)
+    proxy = Proxy(level="circuit", dns_lookups=False, rules=10)
+    ctx = MechanismContext(
+        plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
+        files_dir=tmp_path / "files",
+        name="proxy.c",
+        table=f"secperf_{testbed.prefix}",
+        hosts=("dut",),
+        topology=topo,
+    )
+    ctx.rendered = proxy.render(ctx)
+    proxy.apply(dut, ctx)
+    try:
+        mctx = MeasureContext.on(
+            testbed, "", client="inside-c1", server="dmz-s1", mechanisms=[(proxy, ctx)]
+        )
+        mctx.extra["files_dir"] = str(tmp_path)
+        p = point(virtual_clients=2, requests=6, http_share=[0.5])
+        ftpd = mix.servers_for(mctx, [])["dmz-s1"][1]
+        before = ftpd.log()
+        rec = mix.MixExecutor().measure(mctx, p)
+        assert rec["socks"] == f"{topo.primary_address('dut')}:1080"
+        assert rec["transactions"] == 12, rec["failures"]
+        assert rec["protocols"]["ftp"]["ok"] > 0 and rec["protocols"]["http"]["ok"] > 0
+        log = (Proxy.directory(ctx) / "danted.log").read_text()
+        # Every connection (HTTP, FTP control and data) passed the 10th, admitting rule.
+        opened = log.count(": tcp/connect [:")
+        assert opened >= 12 and log.count("pass(10): tcp/connect [:") == opened
+        new = ftpd.log()[len(before) :]
+        if "OK DOWNLOAD" in new:  # inside-c1's FTP fetches came from the DUT
+            assert dut_dmz in new and topo.primary_address("inside-c1") not in new
+    finally:
+        proxy.release(dut, ctx)
+        reset_dut(dut, proxy.backends())
+    assert not proxy.daemons()
+    blocking = Proxy(level="circuit", dns_lookups=False, deny=[topo.primary_address("dmz-s1")])
+    ctx2 = MechanismContext(
+        plan=ctx.plan,
+        files_dir=tmp_path / "b",
+        name="proxy.d",
+        table=ctx.table,
+        hosts=("dut",),
+        topology=topo,
+    )
+    ctx2.rendered = blocking.render(ctx2)
+    blocking.apply(dut, ctx2)
+    try:
+        mctx = MeasureContext.on(
+            testbed, "", client="inside-c1", server="dmz-s1", mechanisms=[(blocking, ctx2)]
+        )
+        mctx.extra["files_dir"] = str(tmp_path)
+        rec = mix.MixExecutor().measure(mctx, point(virtual_clients=2, requests=5))
+        # inside-c1 fetches only from dmz-s1 (blocked); dmz-c1 only from inside-s1.
+        assert rec["failures"]["refused"] == 5 and rec["transactions"] == 5
+    finally:
+        blocking.release(dut, ctx2)
+        reset_dut(dut, blocking.backends())

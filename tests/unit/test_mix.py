@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from secperf.errors import ScenarioError
+from secperf.preflight import check_static
 from secperf.results.metrics import extract, metrics_for_kind
+from secperf.scenario.loader import load_scenario
 from secperf.scenario.schema import MixWorkload
 from secperf.workloads.mix import MixError, _per_server, summarize
 
@@ -76,3 +81,26 @@ def test_hit_table_per_zone_or_cross_zone_by_default() -> None:
     assert hit_weights(topo, "dmz-c1", servers, table) == [40.0, 5.0]
     with pytest.raises(MixError, match="no list for zone 'dmz'"):
         hit_weights(topo, "dmz-c1", servers, {"inside": [1, 1]})
+
+
+def test_check_refuses_a_hit_table_of_the_wrong_length(tmp_path: Path) -> None:
+    """`secperf check` (check_static) names the file, its line and the key."""
+    scenarios = Path(__file__).parents[2] / "scenarios"
+    text = (scenarios / "seed001-proxy-nstl-quick.toml").read_text()
+    (tmp_path / "seed001-packet-filter.nft").write_text(
+        (scenarios / "seed001-packet-filter.nft").read_text()
+    )
+    ok = tmp_path / "ok.toml"
+    ok.write_text(text)
+    check_static(load_scenario(ok))
+    short = tmp_path / "short.toml"
+    short.write_text(text.replace("[2.4, 2.4, 23.8, 23.8, 23.8, 23.8]", "[2.4, 2.4, 23.8]"))
+    with pytest.raises(ScenarioError) as err:
+        check_static(load_scenario(short))
+    msg = str(err.value)
+    assert "workloads[0].hits.inside" in msg and "3 values" in msg and "6 server" in msg
+    assert err.value.where is not None and err.value.where.startswith(f"{short}:")
+    nozone = tmp_path / "nozone.toml"
+    nozone.write_text(text.replace(", dmz = [40, 40, 5, 5, 5, 5]", ""))
+    with pytest.raises(ScenarioError, match="no hit list for zone 'dmz'"):
+        check_static(load_scenario(nozone))

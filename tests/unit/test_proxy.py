@@ -65,3 +65,26 @@ def test_scenario_keys_validate_and_build_the_mechanism() -> None:
         Variant.model_validate({"mechanisms": [{"kind": "proxy", "cpus": 3}]})
     with pytest.raises(ValidationError, match="memory"):
         Variant.model_validate({"mechanisms": [{"kind": "proxy", "memory": "1MiB"}]})
+
+
+def test_circuit_level_renders_dante_with_the_rule_base(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
+    c.hosts = ("dut",)
+    proxy = Proxy(level="circuit", dns_lookups=False, rules=5, deny=["198.18.2.2"])
+    assert proxy.render(c) == []  # no interception: nothing for nft
+    conf = (Proxy.directory(c) / "danted.conf").read_text()
+    socks = [line for line in conf.splitlines() if line.startswith("socks ")]
+    assert len(socks) == 1 + 5 + 1  # the deny, 5 rules, the final block
+    assert socks[0].startswith("socks block { from: 0.0.0.0/0 to: 198.18.2.2")
+    assert "from: 198.18.0.0/16 to: 198.18.0.0/16" in socks[5]  # admitting one last
+    assert socks[-1].startswith("socks block { from: 0.0.0.0/0 to: 0.0.0.0/0")
+    assert "internal: 0.0.0.0 port = 1080" in conf and "external.rotation: route" in conf
+    assert proxy.socks_endpoint(c) == f"{Topology.standard().primary_address('dut')}:1080"
+    assert Proxy().socks_endpoint(c) is None
+    with pytest.raises(ValidationError, match="dns_lookups = false"):
+        Variant.model_validate({"mechanisms": [{"kind": "proxy", "level": "circuit"}]})
+    v = Variant.model_validate(
+        {"mechanisms": [{"kind": "proxy", "level": "circuit", "dns_lookups": False}]}
+    )
+    mech = from_schema(v.mechanisms[0])
+    assert isinstance(mech, Proxy) and mech.level == "circuit"

@@ -86,7 +86,8 @@ fn ns(d: Duration) -> u64 {
 struct Plan {
     spec: Spec,
     peer: SocketAddr,
-    host: String,
+    /// Each url's request, written once.
+    requests: Vec<Vec<u8>>,
     t0: Instant,
     warm: Duration,
     end: Duration,
@@ -99,7 +100,7 @@ struct Plan {
 /// One fetch on `conn` (or a new connection); updates the tallies.
 fn fetch(
     p: &Plan,
-    path: &str,
+    req: &[u8],
     conn: &mut Option<TcpStream>,
     buf: &mut Vec<u8>,
 ) -> (
@@ -110,13 +111,12 @@ fn fetch(
     let timeout = Duration::from_secs_f64(p.spec.timeout.unwrap_or(5.0));
     let start = Instant::now();
     let mut connect_time = None;
-    let req = http_wire::request(path, &p.host, p.spec.keepalive);
     // A kept-alive connection the server closed meanwhile is reopened once, not counted.
     for attempt in 0..2 {
         let deadline = Instant::now() + timeout;
         let fresh = conn.is_none();
         if fresh {
-            match http_wire::connect(p.peer, deadline) {
+            match http_wire::connect_bounded(p.peer, timeout) {
                 Ok(s) => {
                     connect_time = Some(start.elapsed());
                     *conn = Some(s);
@@ -128,8 +128,8 @@ fn fetch(
             return (Err(Fail::Other), connect_time, start.elapsed());
         };
         let sent = Instant::now();
-        let r = http_wire::write_all(s, &req, deadline)
-            .and_then(|_| http_wire::read_response(s, buf, sent, deadline));
+        let r = http_wire::write_all_bounded(s, req, deadline)
+            .and_then(|_| http_wire::read_response_bounded(s, buf, sent, deadline));
         match r {
             Err(Fail::Reset) if !fresh && attempt == 0 => {
                 *conn = None;
@@ -144,7 +144,7 @@ fn fetch(
                 let total = start.elapsed();
                 if !(p.spec.keepalive && resp.reusable) {
                     if let Some(s) = conn.take() {
-                        http_wire::await_close(&s, Instant::now() + timeout);
+                        http_wire::await_close_bounded(&s, Instant::now() + timeout);
                     }
                 }
                 return (Ok(resp), connect_time, total);
@@ -188,8 +188,8 @@ fn worker(p: &Plan) {
         };
         let in_window = at >= p.warm;
         let late = p.t0.elapsed().saturating_sub(at) > LATE;
-        let path = &p.spec.urls[(k % n) as usize];
-        let (r, connect, total) = fetch(p, path, &mut conn, &mut buf);
+        let req = &p.requests[(k % n) as usize];
+        let (r, connect, total) = fetch(p, req, &mut conn, &mut buf);
         let tallies: &mut [&mut Tally] = if in_window {
             &mut [&mut all, &mut measured]
         } else {
@@ -247,7 +247,11 @@ pub fn run(
     let plan = Arc::new(Plan {
         spec: spec.clone(),
         peer: spec.server,
-        host,
+        requests: spec
+            .urls
+            .iter()
+            .map(|u| http_wire::request(u, &host, spec.keepalive))
+            .collect(),
         t0: Instant::now(),
         warm,
         end: warm + Duration::from_secs_f64(spec.duration),

@@ -56,6 +56,14 @@ fn fail(began: Instant, e: &EngineError) -> ExitCode {
     ExitCode::from(e.exit_code() as u8)
 }
 
+/// The spec's text (inline, or the file after @; an unreadable file is left to load_spec).
+fn spec_text(arg: &str) -> String {
+    match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
+        None => arg.to_string(),
+    }
+}
+
 fn load_spec(arg: &str) -> Result<Spec, EngineError> {
     let text = match arg.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| EngineError::Spec {
@@ -129,6 +137,14 @@ fn main() -> ExitCode {
             data_ports,
             allow_any_target,
         } => serve(listen, data_ports, allow_any_target),
+        Command::Run {
+            spec,
+            allow_any_target,
+        } if secperf_engine::mix::is_mix(&spec_text(&spec)) => {
+            // kind mix has a spec of its own (many servers, no engine server).
+            secperf_engine::mix::run(&spec_text(&spec), allow_any_target, began, &mut StdoutSink)
+                .map(|_| ())
+        }
         Command::Run {
             spec,
             allow_any_target,
