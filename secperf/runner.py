@@ -54,6 +54,7 @@ from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.graph import build_topology
+from secperf.scenario.inventory import ssh_specs
 from secperf.scenario.placement import (
     default_endpoint,
     endpoints,
@@ -222,6 +223,8 @@ class Runner:
         self.endpoints = {p.point_id: endpoints(self.topology, p) for p in self.points}
         client, server = (default_endpoint(self.topology, r) for r in ("client", "server"))
         self.plan = traffic_plan(self.topology, self.family, client, server)
+        # Hosts the inventory puts on other machines (SSH); the target guard is checked here.
+        self.remotes = ssh_specs(scenario, self.topology)
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
@@ -270,7 +273,10 @@ class Runner:
             finished=None,
             status="running",
             notes=[
-                "generator, server and DUT share this machine's CPUs: compare ratios and "
+                f"hosts reached over SSH: {', '.join(sorted(self.remotes))}; their clocks and "
+                "CPUs are their own (docs/methodology.md, real hosts)"
+                if self.remotes
+                else "generator, server and DUT share this machine's CPUs: compare ratios and "
                 "service demand, not absolute rates, with other machines"
             ],
         )
@@ -295,7 +301,14 @@ class Runner:
             }
             variants = [v for vs in self.variant_sets.values() for v in vs]
             with (
-                Testbed.build(self.topology, prefix=prefix, pin=sc.testbed.pin) as testbed,
+                Testbed.build(
+                    self.topology,
+                    prefix=prefix,
+                    pin=sc.testbed.pin,
+                    remotes=self.remotes,
+                    # rule files rendered into the run directory: copied to remote hosts
+                    stage_dirs=[self.run.files_dir],
+                ) as testbed,
                 install_teardown_handlers(testbed),
             ):
                 for v in variants:

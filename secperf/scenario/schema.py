@@ -171,8 +171,73 @@ class StrictModel(BaseModel):
 # ---------------------------------------------------------------- testbed, repeat, timing
 
 
+class InventoryHost(StrictModel):
+    """One host of [testbed.hosts]: where it runs (docs/scenario-format.md, "Remote
+    hosts"). `local` is a namespace on this machine (the default for every host);
+    `ssh` a real machine, named with Ansible's inventory variables."""
+
+    backend: Literal["local", "ssh"] = "local"
+    ansible_host: str | None = None  # the management address or DNS name sshd answers on
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    # A private key file; absent: the user's ssh-agent (and ~/.ssh's default keys).
+    # Never a password: there is no key for one.
+    ansible_ssh_private_key_file: str | None = None
+    # Host keys to trust (OpenSSH known_hosts format); absent: ~/.ssh/known_hosts.
+    known_hosts: str | None = None
+    host_key_checking: bool = True  # Ansible's name; false trusts an unknown key once
+    # Where secperf keeps the engine and the run's files on that host.
+    workdir: str = "/var/tmp/secperf"
+    # The test addresses of the host (the plan's, docs/scenario-format.md): traffic
+    # goes to these only, and `secperf check` finds each on the host.
+    addresses: list[str] = Field(default_factory=list)
+    # The interface toward each neighbour in the graph: { dut = "eth1" }.
+    interfaces: dict[str, str] = Field(default_factory=dict)
+    # Leave <workdir>/secperf-engine for the next run (it is checked by sha256).
+    keep_engine: bool = True
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") in ("", "/tmp", "/var/tmp", "/root"):
+            raise ValueError(
+                f"workdir = {value!r}: give an absolute directory of secperf's own "
+                '(e.g. "/var/tmp/secperf"); everything a run leaves there is removed'
+            )
+        return value.rstrip("/")
+
+    @field_validator("addresses")
+    @classmethod
+    def _test_addresses(cls, value: list[str]) -> list[str]:
+        from ipaddress import ip_address
+
+        from secperf.errors import TestbedError
+        from secperf.testbed.topology import check_testbed_address
+
+        for addr in value:
+            try:
+                check_testbed_address(ip_address(addr))
+            except (ValueError, TestbedError) as exc:
+                raise ValueError(f"address {addr!r}: {getattr(exc, 'message', exc)}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ssh_needs_destination(self) -> InventoryHost:
+        if self.backend == "ssh" and not self.ansible_host:
+            raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
+        if self.backend == "ssh" and not self.addresses:
+            raise ValueError(
+                'backend = "ssh" needs addresses: the test addresses traffic may go to '
+                "on that host (secperf check lists the plan's)"
+            )
+        return self
+
+
 class Testbed(StrictModel):
     __test__ = False  # not a pytest test class
+
+    # The inventory: host name -> how to reach it (absent: a namespace here).
+    hosts: dict[str, InventoryHost] = Field(default_factory=dict)
 
     link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
     baseline: Literal["forward", "direct"] = "forward"

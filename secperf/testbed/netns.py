@@ -273,6 +273,11 @@ class ManagedProcess:
                 self._ledger.remove("process", pid=self.pid, starttime=self.starttime)
         return self.popen.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the process itself (not its group), e.g. SIGINT to end a flood early."""
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
     def _signal(self, sig: int) -> None:
         if self.popen.returncode is None:
             _signal_group(self.pid, self.pid, sig)
@@ -384,20 +389,7 @@ class NetnsHost:
 
     def interface_counters(self) -> dict[str, InterfaceCounters]:
         """Every interface's byte and packet counters, as the kernel has them now."""
-        out = self.run(["ip", "-s", "-j", "link", "show"]).stdout
-        counters: dict[str, InterfaceCounters] = {}
-        for link in json.loads(out or "[]"):
-            stats = link.get("stats64") or link.get("stats") or {}
-            rx, tx = stats.get("rx", {}), stats.get("tx", {})
-            counters[str(link["ifname"])] = InterfaceCounters(
-                rx_bytes=int(rx.get("bytes", 0)),
-                rx_packets=int(rx.get("packets", 0)),
-                rx_dropped=int(rx.get("dropped", 0)),
-                tx_bytes=int(tx.get("bytes", 0)),
-                tx_packets=int(tx.get("packets", 0)),
-                tx_dropped=int(tx.get("dropped", 0)),
-            )
-        return counters
+        return parse_link_counters(self.run(["ip", "-s", "-j", "link", "show"]).stdout)
 
     def cpu_seconds(self) -> float | None:
         """CPU time of everything secperf started in this host (its cgroup), or None
@@ -431,6 +423,23 @@ class NetnsHost:
 
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
+
+
+def parse_link_counters(out: str) -> dict[str, InterfaceCounters]:
+    """`ip -s -j link show` output -> interface -> its counters."""
+    counters: dict[str, InterfaceCounters] = {}
+    for link in json.loads(out or "[]"):
+        stats = link.get("stats64") or link.get("stats") or {}
+        rx, tx = stats.get("rx", {}), stats.get("tx", {})
+        counters[str(link["ifname"])] = InterfaceCounters(
+            rx_bytes=int(rx.get("bytes", 0)),
+            rx_packets=int(rx.get("packets", 0)),
+            rx_dropped=int(rx.get("dropped", 0)),
+            tx_bytes=int(tx.get("bytes", 0)),
+            tx_packets=int(tx.get("packets", 0)),
+            tx_dropped=int(tx.get("dropped", 0)),
+        )
+    return counters
 
 
 def _rss_bytes(pid: int) -> int:
