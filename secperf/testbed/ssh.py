@@ -274,6 +274,83 @@ def upload(client: Any, local: str, remote: str, *, where: str) -> None:
         )
 
 
+class RemoteShell:
+    """One long-lived `sh` on an exec channel that runs command after command: an SSH
+    session costs a fork, a login and a shell on the far side (~0.3 s on a loaded
+    machine), a command here costs one subshell. Each command's stdout and stderr go
+    to files in `tmpdir`, then come back framed by a random marker with their lengths
+    and its exit status; its input comes as a here-document."""
+
+    def __init__(self, client: Any, tmpdir: str, where: str) -> None:
+        self._client = client
+        self._tmp = tmpdir
+        self._where = where
+        self._mark = "secperf-" + os.urandom(8).hex()
+        self._chan: Any = None
+        self._out: Any = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> None:
+        self._chan = self._client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+        self._chan.exec_command("exec sh -s")
+        self._out = self._chan.makefile("rb")
+
+    def close(self) -> None:
+        if self._chan is not None:
+            with contextlib.suppress(OSError, EOFError):
+                self._chan.close()
+        self._chan = self._out = None
+
+    def run(
+        self, cmd: str, *, input: str | None = None, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        q = shlex.quote
+        out, err = q(posixpath.join(self._tmp, ".out")), q(posixpath.join(self._tmp, ".err"))
+        if input is None:
+            script = f"( {cmd}\n) </dev/null >{out} 2>{err}\n"
+        else:
+            end = "END-" + os.urandom(8).hex()
+            body = input if input.endswith("\n") else input + "\n"
+            script = f"( {cmd}\n) >{out} 2>{err} <<'{end}'\n{body}{end}\n"
+        script += (
+            f"printf '\\n%s %s %s %s\\n' {self._mark} $? "
+            f"$(wc -c <{out}) $(wc -c <{err}); cat {out} {err}\n"
+        )
+        with self._lock:
+            try:
+                if self._chan is None:
+                    self._open()
+                self._chan.settimeout(timeout)
+                self._chan.sendall(script.encode())
+                while True:
+                    line = self._out.readline()
+                    if not line:
+                        raise EOFError("the remote shell ended")
+                    parts = line.split()
+                    if parts[:1] == [self._mark.encode()]:
+                        break
+                rc, n_out, n_err = (int(x) for x in parts[1:4])
+                stdout = self._out.read(n_out) if n_out else b""
+                stderr = self._out.read(n_err) if n_err else b""
+            except (OSError, EOFError, ValueError) as exc:
+                self.close()
+                if isinstance(exc, TimeoutError | socket.timeout):
+                    raise TestbedError(
+                        f"command timed out after {timeout} s: {cmd}",
+                        where=self._where,
+                        fix="the remote host may be overloaded; `secperf clean` removes leftovers",
+                    ) from None
+                raise TestbedError(
+                    f"lost the SSH connection running {cmd}: {exc!r}",
+                    where=self._where,
+                    fix="check the network to the host; `secperf clean` removes what the run "
+                    "left there",
+                ) from None
+        return subprocess.CompletedProcess(
+            cmd, rc, stdout.decode(errors="replace"), stderr.decode(errors="replace")
+        )
+
+
 class RemotePopen:
     """A Popen look-alike over an SSH channel: stdout as a real pipe (selectors work
     on it), stderr copied to a file, the exit status, signals by remote `kill`."""
@@ -479,6 +556,7 @@ class SshHost:
         self.remote_ledger = posixpath.join(spec.workdir, f"{prefix}.ledger.jsonl")
         self.engine_version: str | None = None
         self._lock = threading.RLock()
+        self._shell: RemoteShell | None = None
 
     @property
     def name(self) -> str:
@@ -494,6 +572,7 @@ class SshHost:
         """Connect, write down the remote ledger and run dir, put the engine there."""
         self._ledger.add("ssh", **self.spec.as_entry(), prefix=self.prefix)
         self._client = connect(self.spec)
+        self._shell = RemoteShell(self._client, self.rundir, self.where)
         w = shlex.quote
         header = json.dumps(
             {"op": "run", "prefix": self.prefix, "controller": socket.gethostname()}
@@ -562,6 +641,8 @@ class SshHost:
                 if proc.returncode is None:
                     removed.append(f"process {proc.pid} ({proc.label}) on {self.name}")
                 proc.stop(timeout=2.0)
+            if self._shell is not None:
+                self._shell.close()
             if self._client is not None:
                 try:
                     removed += remote_teardown(self._client, self.spec, self.prefix)
@@ -617,9 +698,8 @@ class SshHost:
     ) -> subprocess.CompletedProcess[str]:
         if self._client is None:
             raise TestbedError(f"{self.where} is not connected", fix="this is a bug")
-        proc = remote_run(
-            self._client, self.translate(argv), input=input, timeout=timeout, where=self.where
-        )
+        assert self._shell is not None
+        proc = self._shell.run(shlex.join(self.translate(argv)), input=input, timeout=timeout)
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip()
             raise TestbedError(

@@ -82,21 +82,54 @@ class Lab:
             sh("ip", "netns", "add", self.ns(host))
             self.made.append(self.ns(host))
             sh("ip", "-n", self.ns(host), "link", "set", "lo", "up")
-        n = 0
-        for host in HOSTS:
+        for n, host in enumerate(HOSTS, start=1):
             for peer, addr in PLAN[host]:
                 dev = f"{self.tag}{host[0]}{peer[0]}"
                 if host < peer:
-                    sh("ip", "link", "add", dev, "netns", self.ns(host), "type", "veth",
-                       "peer", "name", f"{self.tag}{peer[0]}{host[0]}", "netns", self.ns(peer))
+                    sh(
+                        "ip",
+                        "link",
+                        "add",
+                        dev,
+                        "netns",
+                        self.ns(host),
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        f"{self.tag}{peer[0]}{host[0]}",
+                        "netns",
+                        self.ns(peer),
+                    )
                 sh("ip", "-n", self.ns(host), "addr", "add", addr, "dev", dev)
                 sh("ip", "-n", self.ns(host), "link", "set", dev, "up")
             # management: ctl .4n+1, host .4n+2
-            n += 1
             mine, theirs = f"198.18.230.{4 * n + 2}", f"198.18.230.{4 * n + 1}"
-            sh("ip", "link", "add", f"{self.tag}m{host[0]}", "netns", self.ns(host), "type",
-               "veth", "peer", "name", f"{self.tag}k{host[0]}", "netns", self.ctl)
-            sh("ip", "-n", self.ns(host), "addr", "add", f"{mine}/30", "dev", f"{self.tag}m{host[0]}")
+            sh(
+                "ip",
+                "link",
+                "add",
+                f"{self.tag}m{host[0]}",
+                "netns",
+                self.ns(host),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"{self.tag}k{host[0]}",
+                "netns",
+                self.ctl,
+            )
+            sh(
+                "ip",
+                "-n",
+                self.ns(host),
+                "addr",
+                "add",
+                f"{mine}/30",
+                "dev",
+                f"{self.tag}m{host[0]}",
+            )
             sh("ip", "-n", self.ctl, "addr", "add", f"{theirs}/30", "dev", f"{self.tag}k{host[0]}")
             sh("ip", "-n", self.ns(host), "link", "set", f"{self.tag}m{host[0]}", "up")
             sh("ip", "-n", self.ctl, "link", "set", f"{self.tag}k{host[0]}", "up")
@@ -118,16 +151,18 @@ class Lab:
                 "-o", "UsePAM=no", "-o", "PasswordAuthentication=no",
             ]  # fmt: skip
             log = open(d / "sshd.log", "wb")  # noqa: SIM115 - lives as long as sshd
-            self.sshd[host] = subprocess.Popen(
-                argv, stdout=log, stderr=log, start_new_session=True
-            )
+            self.sshd[host] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
         self.known_hosts.write_text("\n".join(lines) + "\n")
         deadline = time.monotonic() + 10
         for host in HOSTS:
-            while f"{self.mgmt[host]}:22" not in sh("ip", "netns", "exec", self.ns(host), "ss", "-Htln"):
+            while f"{self.mgmt[host]}:22" not in sh(
+                "ip", "netns", "exec", self.ns(host), "ss", "-Htln"
+            ):
                 if time.monotonic() > deadline or self.sshd[host].poll() is not None:
-                    raise RuntimeError(f"sshd in {host} did not listen: "
-                                       f"{(self.root / host / 'sshd.log').read_text()}")
+                    raise RuntimeError(
+                        f"sshd in {host} did not listen: "
+                        f"{(self.root / host / 'sshd.log').read_text()}"
+                    )
                 time.sleep(0.02)
         return self
 
@@ -150,8 +185,12 @@ class Lab:
             )
         return "\n".join(out)
 
-    def secperf(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300,
-                ) -> subprocess.CompletedProcess[str]:
+    def secperf(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:
         """Run the secperf CLI in the controller namespace (it reaches hosts over SSH)."""
         exe = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "secperf")
         return subprocess.run(

@@ -1,0 +1,187 @@
+"""The SSH backend against real OpenSSH servers: a lab of namespaces that each run
+sshd (tests/netns/sshlab.py), with secperf run from a controller namespace that
+reaches them over SSH only. A scenario whose client, server and DUT are remote runs
+end to end; nothing is left on any host afterwards, also when secperf is killed
+mid-run (the watchdog ends what it started; `secperf clean` empties the remote
+ledgers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.netns.sshlab import HOSTS, Lab, sh, sshd_usable
+
+pytestmark = pytest.mark.netns
+
+_WHY = sshd_usable()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if _WHY is not None or os.geteuid() != 0:
+        pytest.skip(_WHY or "needs root")
+    lab = Lab(tmp_path_factory.mktemp("sshlab")).build()
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def scenario(lab: Lab, path: Path, body: str, inventory: str | None = None) -> Path:
+    path.write_text(
+        f'name = "{path.stem}"\n[repeat]\nmin = 2\nmax = 2\n{body}\n'
+        + (inventory if inventory is not None else lab.inventory())
+    )
+    return path
+
+
+def left_in_workdirs(lab: Lab) -> dict[str, list[str]]:
+    """What a run left in each host's work directory beyond the cached engine."""
+    return {
+        h: sorted(p.name for p in lab.workdir(h).iterdir() if p.name != "secperf-engine")
+        for h in HOSTS
+    }
+
+
+ACL_RR = """
+[variants.acl]
+mechanisms = [{ kind = "acl", rules = 20, match = "last" }]
+[[workloads]]
+kind = "rr"
+protocol = "tcp"
+duration = "1s"
+warmup = "0.3s"
+"""
+
+
+def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(lab: Lab, tmp_path: Path) -> None:
+    env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
+    path = scenario(lab, tmp_path / "ssh-rr.toml", ACL_RR)
+    dut_rules_before = sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset")
+
+    checked = lab.secperf("check", str(path), env=env)
+    assert checked.returncode == 0, checked.stderr
+    for host in HOSTS:
+        assert f"{host}: ssh root@{lab.mgmt[host]}:22 ok" in checked.stdout
+
+    out = tmp_path / "out"
+    got = lab.secperf("run", str(path), "--out", str(out), "--json", env=env)
+    assert got.returncode == 0, got.stderr[-3000:]
+    summary = json.loads(got.stdout)
+    run_dir = Path(summary["run_dir"])
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "complete"
+    assert meta["testbed"]["hosts"]["client"]["netns"].startswith("ssh://root@198.18.230.")
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    results = [r for r in records if r["record"]["type"] == "result"]
+    assert {r["variant"] for r in results} == {"baseline", "acl"}
+    assert len(results) == 4  # 2 rounds x (baseline, acl)
+    for r in results:
+        assert r["record"]["kind"] == "rr" and r["record"]["transactions"] > 100
+    starts = [r["record"] for r in records if r["record"]["type"] == "start"]
+    assert len(starts) == 4
+    for rec in starts:
+        # the client ran in the client host (reached over SSH) and reached the server
+        # at its plan address, through the DUT
+        assert rec["local"].startswith("198.18.1.2:")
+        assert rec["spec"]["server"] == "198.18.2.2:5201"
+    # the ACL was really on the remote DUT: its rules were rendered and loaded there
+    assert any(p.suffix == ".nft" for p in (run_dir / "files").iterdir())
+
+    # nothing left: no process but sshd, no run files, no remote or local ledger,
+    # the DUT's firewall as found
+    assert lab.wait_quiet() == {}
+    assert left_in_workdirs(lab) == {h: [] for h in HOSTS}
+    assert not list((tmp_path / "state").glob("*.jsonl"))
+    assert sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset") == dut_rules_before
+
+
+def test_killed_controller_leaves_nothing_running_and_clean_reaches_remote_ledgers(
+    lab: Lab, tmp_path: Path
+) -> None:
+    env = {**os.environ, "SECPERF_STATE_DIR": str(tmp_path / "state")}
+    body = """
+[variants.acl]
+mechanisms = [{ kind = "acl", rules = 5 }]
+[[workloads]]
+kind = "stream"
+protocol = "tcp"
+duration = "30s"
+warmup = "0.3s"
+"""
+    path = scenario(lab, tmp_path / "ssh-kill.toml", body)
+    exe = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "secperf")
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ctl, exe, "run", str(path), "--out", str(tmp_path / "o")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any("secperf-engine run" in c for c in _cmdlines(lab, "client")):
+            assert proc.poll() is None, "the run ended before its test started"
+            assert time.monotonic() < deadline, "no engine client started on the client host"
+            time.sleep(0.05)
+        assert any("secperf-engine serve" in c for c in _cmdlines(lab, "server"))
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no teardown: only the watchdogs act
+        proc.wait()
+    # The connections died with secperf: every process it started remotely is ended.
+    assert lab.wait_quiet(timeout=15) == {}
+    # Its remote ledgers and run files are still there, and its local ledger names them.
+    assert all(left_in_workdirs(lab)[h] for h in HOSTS)
+    ledgers = list((tmp_path / "state").glob("*.jsonl"))
+    assert len(ledgers) == 1
+    assert sum('"type": "ssh"' in line for line in ledgers[0].read_text().splitlines()) == 3
+
+    cleaned = lab.secperf("clean", env={"SECPERF_STATE_DIR": str(tmp_path / "state")})
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "on dut" in cleaned.stdout and "ledger" in cleaned.stdout
+    assert left_in_workdirs(lab) == {h: [] for h in HOSTS}
+    assert not list((tmp_path / "state").glob("*.jsonl"))
+    assert sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset").strip() == ""
+
+
+def test_check_names_the_host_and_the_fix(lab: Lab, tmp_path: Path) -> None:
+    env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
+    # a test address the server does not have
+    wrong = lab.inventory().replace('"198.18.2.2"', '"198.18.2.2", "198.18.2.9"')
+    # a host key nobody vouched for
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    unknown = lab.inventory().replace(str(lab.known_hosts), str(empty))
+    # a key the hosts do not accept
+    other = tmp_path / "other_key"
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other))
+    bad = lab.inventory().replace(str(lab.key), str(other))
+    files = [
+        scenario(lab, tmp_path / f"{n}.toml", ACL_RR, inv)
+        for n, inv in (("a", wrong), ("b", unknown), ("c", bad))
+    ]
+    got = lab.secperf("check", *map(str, files), env=env)
+    assert got.returncode != 0
+    errors = got.stderr.split("error:")[1:]
+    assert len(errors) == 3, got.stderr
+    assert "198.18.2.9 are not configured on server" in errors[0]
+    assert "cannot log in" in errors[1] and "ssh-keyscan" in errors[1]
+    assert "cannot log in" in errors[2] and "ansible_ssh_private_key_file" in errors[2]
+    assert "ok" not in got.stdout  # no scenario passed
+
+
+def _cmdlines(lab: Lab, host: str) -> list[str]:
+    out = []
+    for pid in lab.pids(host):
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return out
