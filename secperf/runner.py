@@ -58,6 +58,7 @@ from secperf.scenario.inventory import ssh_specs
 from secperf.scenario.placement import (
     default_endpoint,
     endpoints,
+    generator_hosts,
     placement_hook,
     resolve_placement,
 )
@@ -221,6 +222,8 @@ class Runner:
         self.topology = topology_for(scenario, self.points)
         # Every point's (client, server) hosts, checked against the graph up front.
         self.endpoints = {p.point_id: endpoints(self.topology, p) for p in self.points}
+        # The client hosts driving each point at once (several generators).
+        self.generators = {p.point_id: generator_hosts(self.topology, p) for p in self.points}
         client, server = (default_endpoint(self.topology, r) for r in ("client", "server"))
         self.plan = traffic_plan(self.topology, self.family, client, server)
         # Hosts the inventory puts on other machines (SSH); the target guard is checked here.
@@ -317,6 +320,13 @@ class Runner:
                         ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
                 self._write_meta(
+                    # points driven from several client hosts at once: point -> hosts
+                    generators={
+                        pid: list(hosts) for pid, hosts in self.generators.items() if len(hosts) > 1
+                    },
+                    remote_hosts={
+                        name: f"ssh://{spec.destination}" for name, spec in self.remotes.items()
+                    },
                     prefix=testbed.prefix,
                     testbed=testbed_info(testbed),
                     topology=self.topology.describe(),
@@ -574,6 +584,7 @@ class Runner:
             extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
             client=client,
             server=server,
+            generators=list(self.generators[point.point_id]),
         )
         executor = executor_for(point.kind)
         last_error: EngineError | None = None

@@ -776,6 +776,10 @@ class Variant(StrictModel):
 # ---------------------------------------------------------------- workloads
 
 
+# Kinds whose point one engine test measures: these merge over several generators.
+GENERATOR_KINDS = ("stream", "rr", "crr")
+
+
 class WorkloadBase(StrictModel):
     """Keys every workload has. `sweepable` names the keys that take a list."""
 
@@ -791,6 +795,10 @@ class WorkloadBase(StrictModel):
     # "client" and "server" (or its first host of that role).
     clients: list[HostName] = Field(default_factory=list)
     servers: list[HostName] = Field(default_factory=list)
+    # How many client hosts drive the workload at once: the first N client hosts of
+    # `clients` (a zone; empty: the testbed's client hosts), started together, their
+    # records merged (rates summed; docs/scenario-format.md "Several generators").
+    generators: int = Field(default=1, ge=1, le=16)
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
@@ -822,6 +830,15 @@ class WorkloadBase(StrictModel):
                 "write one workload per pair"
             )
         return value
+
+    @model_validator(mode="after")
+    def _generators_for_engine_kinds(self) -> WorkloadBase:
+        if self.generators > 1 and self.kind not in GENERATOR_KINDS:
+            raise ValueError(
+                f"generators = {self.generators}: kind {self.kind!r} runs from one host; "
+                f"several generators drive {', '.join(GENERATOR_KINDS)} only"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fill_name_and_check_sweep(self) -> WorkloadBase:
