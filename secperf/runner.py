@@ -309,6 +309,11 @@ class Runner:
                     prefix=prefix,
                     pin=sc.testbed.pin,
                     remotes=self.remotes,
+                    external={
+                        name: inv.interfaces
+                        for name, inv in sc.testbed.hosts.items()
+                        if inv.backend == "external"
+                    },
                     # rule files rendered into the run directory: copied to remote hosts
                     stage_dirs=[self.run.files_dir],
                 ) as testbed,
@@ -326,6 +331,11 @@ class Runner:
                     },
                     remote_hosts={
                         name: f"ssh://{spec.destination}" for name, spec in self.remotes.items()
+                    }
+                    | {
+                        n: "external"
+                        for n, h in sc.testbed.hosts.items()
+                        if h.backend == "external"
                     },
                     prefix=testbed.prefix,
                     testbed=testbed_info(testbed),

@@ -52,7 +52,7 @@ def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
                 where=where,
                 fix=f"name one of: {', '.join(topology.names)}",
             )
-        if inv.backend != "ssh":
+        if inv.backend == "local":
             continue
         declared = set(inv.addresses)
         missing = [a for a in plan_addresses(topology, name, family) if a not in declared]
@@ -72,6 +72,8 @@ def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
                     where=f"{where} interfaces",
                     fix=f'add interfaces = {{ {other} = "eth1" }}: the interface cabled to it',
                 )
+        if inv.backend != "ssh":
+            continue  # external: addresses and interfaces checked, nothing to reach
         assert inv.ansible_host is not None  # the schema requires it for ssh
         specs[name] = SshSpec(
             name=name,

@@ -176,7 +176,8 @@ class InventoryHost(StrictModel):
     hosts"). `local` is a namespace on this machine (the default for every host);
     `ssh` a real machine, named with Ansible's inventory variables."""
 
-    backend: Literal["local", "ssh"] = "local"
+    # external: a device secperf runs nothing on (kind = "external" mechanisms).
+    backend: Literal["local", "ssh", "external"] = "local"
     ansible_host: str | None = None  # the management address or DNS name sshd answers on
     ansible_port: int = Field(default=22, ge=1, le=65535)
     ansible_user: str = "root"
@@ -225,9 +226,9 @@ class InventoryHost(StrictModel):
     def _ssh_needs_destination(self) -> InventoryHost:
         if self.backend == "ssh" and not self.ansible_host:
             raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
-        if self.backend == "ssh" and not self.addresses:
+        if self.backend != "local" and not self.addresses:
             raise ValueError(
-                'backend = "ssh" needs addresses: the test addresses traffic may go to '
+                f'backend = "{self.backend}" needs addresses: the test addresses traffic may go to '
                 "on that host (secperf check lists the plan's)"
             )
         return self
@@ -702,6 +703,38 @@ class IpsMechanism(MechanismBase):
     queue: int = Field(default=0, ge=0, le=65535)
 
 
+class ManagementHost(StrictModel):
+    """An SSH destination that runs an external device's commands (Ansible's names)."""
+
+    ansible_host: str
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    ansible_ssh_private_key_file: str | None = None
+    known_hosts: str | None = None
+    host_key_checking: bool = True
+
+
+class ExternalMechanism(MechanismBase):
+    """A variant of a device secperf does not configure: `apply` / `remove` shell
+    commands (here, or on `manager` over SSH), else the user is asked at each change."""
+
+    kind: Literal["external"]
+    apply: str | None = None
+    remove: str | None = None
+    manager: ManagementHost | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ExternalMechanism:
+        if (self.apply is None) != (self.remove is None):
+            raise ValueError(
+                "give apply and remove together (the commands that put the variant on "
+                "the device and take it off), or neither (secperf then asks the user)"
+            )
+        if self.manager is not None and self.apply is None:
+            raise ValueError("manager runs the apply / remove commands: give them too")
+        return self
+
+
 class IdsMechanism(MechanismBase):
     """Intrusion detection on a mirror (004 §V, promiscuous mode): the routers in `on`
     copy every packet they receive (nft netdev dup) to the host with role "ids" in
@@ -721,7 +754,8 @@ Mechanism = Annotated[
     | VpnMechanism
     | ProxyMechanism
     | IpsMechanism
-    | IdsMechanism,
+    | IdsMechanism
+    | ExternalMechanism,
     Field(discriminator="kind"),
 ]
 

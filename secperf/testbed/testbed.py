@@ -30,6 +30,7 @@ from typing import Any
 from secperf.errors import TestbedError
 from secperf.testbed import cgroups, links
 from secperf.testbed.cgroups import HostCgroup
+from secperf.testbed.external import ExternalHost
 from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
 from secperf.testbed.netns import (
     Host,
@@ -117,6 +118,7 @@ class Testbed:
         pin: Mapping[str, list[int]] | None = None,
         remotes: Mapping[str, SshSpec] | None = None,
         stage_dirs: Sequence[Path] = (),
+        external: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.topology = topology
         self.prefix = prefix
@@ -127,7 +129,9 @@ class Testbed:
         self.cgroup_layout: cgroups.Layout | None = None
         self._processes: list[ManagedProcess] = []
         self.remotes = dict(remotes or {})
-        _check_remotes(topology, self.remotes)
+        # External devices (name -> its interfaces by peer): hosts secperf runs nothing on.
+        self.external = {name: dict(ifs) for name, ifs in (external or {}).items()}
+        _check_remotes(topology, {**self.remotes, **dict.fromkeys(self.external)})
         # Hosts on other machines (the SSH backend); every other host is a namespace here.
         self._remote: dict[str, SshHost] = {}
         if self.remotes:
@@ -141,8 +145,9 @@ class Testbed:
         self._hosts = {
             role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes, self.cgroups)
             for role in topology.roles
-            if role not in self.remotes and not self._is_wire(role)
+            if role not in self.remotes and role not in self.external and not self._is_wire(role)
         }
+        self._external = {name: ExternalHost(name) for name in self.external}
         self._torn_down = False
         self._lock = threading.RLock()
 
@@ -158,6 +163,7 @@ class Testbed:
         pin: Mapping[str, str] | None = None,
         remotes: Mapping[str, SshSpec] | None = None,
         stage_dirs: Sequence[Path] = (),
+        external: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
@@ -171,7 +177,7 @@ class Testbed:
         pinned = _check_pin(topology, pin or {})
         ledger = Ledger.open(prefix, state_dir)
         try:
-            tb = cls(topology, prefix, ledger, pinned, remotes, stage_dirs)
+            tb = cls(topology, prefix, ledger, pinned, remotes, stage_dirs, external)
         except BaseException:
             teardown_entries(ledger)
             raise
@@ -193,13 +199,13 @@ class Testbed:
 
     def _is_wire(self, name: str) -> bool:
         """A switch of a lab of real hosts: a real switch, nothing for secperf to build."""
-        return bool(self.remotes) and self.topology.host(name).is_switch
+        return bool(self.remotes or self.external) and self.topology.host(name).is_switch
 
     def _build(self) -> None:
         topo = self.topology
         for remote in self._remote.values():
             remote.open()
-        if self.remotes:
+        if self.remotes or self.external:
             return  # a lab of real machines: their links, addresses and routes are theirs
         self.cgroup_layout = cgroups.detect()
         for spec in topo.hosts:
@@ -247,6 +253,8 @@ class Testbed:
         remote = self._remote.get(role)
         if remote is not None:
             return remote
+        if role in self._external:
+            return self._external[role]
         return self._host(role)
 
     @property
@@ -267,6 +275,8 @@ class Testbed:
         destination)."""
         if role in self._remote:
             return f"ssh://{self._remote[role].spec.destination}"
+        if role in self._external:
+            return "external"
         if role not in self._hosts:
             raise KeyError(f"no host {role!r} in this testbed (have {self.topology.roles})")
         return netns_name(self.prefix, role)
@@ -277,6 +287,8 @@ class Testbed:
         topo = self.topology
         if role in self._remote:
             return self._remote[role].ifname(spec.peer(role))
+        if role in self._external:
+            return self.external[role].get(spec.peer(role), "")
         return links.ifname(self.prefix, topo.tag(role), topo.tag(spec.peer(role)))
 
     @property
@@ -434,7 +446,7 @@ def _check_cgroup_path(path: str, prefix: str | None) -> None:
         )
 
 
-def _check_remotes(topology: Topology, remotes: Mapping[str, SshSpec]) -> None:
+def _check_remotes(topology: Topology, remotes: Mapping[str, SshSpec | None]) -> None:
     """A lab is all real hosts or all namespaces: a namespace here has no wire to a
     machine there (and no testbed host links into the root namespace)."""
     if not remotes:

@@ -166,12 +166,20 @@ class Lab:
                 time.sleep(0.02)
         return self
 
-    def inventory(self, hosts: tuple[str, ...] = HOSTS) -> str:
-        """The [testbed.hosts.*] tables of a scenario run in this lab."""
+    def inventory(self, hosts: tuple[str, ...] = HOSTS, external: tuple[str, ...] = ()) -> str:
+        """The [testbed.hosts.*] tables of a scenario run in this lab (`external`: hosts
+        declared as external devices instead)."""
         out = []
         for host in hosts:
             addrs = [a.split("/")[0] for _p, a in PLAN[host]]
             ifs = ", ".join(f'{p} = "{self.tag}{host[0]}{p[0]}"' for p, _a in PLAN[host])
+            if host in external:
+                out.append(
+                    f'[testbed.hosts.{host}]\nbackend = "external"\n'
+                    + f"addresses = {addrs!r}\n".replace("'", '"')
+                    + f"interfaces = {{ {ifs} }}\n"
+                )
+                continue
             out.append(
                 f"[testbed.hosts.{host}]\n"
                 f'backend = "ssh"\n'

@@ -177,6 +177,51 @@ def test_check_names_the_host_and_the_fix(lab: Lab, tmp_path: Path) -> None:
     assert "ok" not in got.stdout  # no scenario passed
 
 
+def test_external_dut_is_switched_by_its_commands_or_refused_without_a_terminal(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """A DUT declared external runs nothing secperf sends; its variant is put on and
+    taken off by the scenario's commands (run here, with SECPERF_VARIANT set)."""
+    env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
+    inventory = lab.inventory(external=("dut",))
+    log = tmp_path / "device.log"
+    dut = lab.ns("dut")
+    nft = f"ip netns exec {dut} nft"
+    apply = (
+        f"{nft} add table inet ext && {nft} 'add chain inet ext fw "
+        f"{{ type filter hook forward priority 0; }}' && {nft} add rule inet ext fw counter"
+        f' && echo "apply $SECPERF_VARIANT $SECPERF_HOST" >> {log}'
+    )
+    remove = f'{nft} delete table inet ext && echo "remove $SECPERF_VARIANT" >> {log}'
+    body = f"""
+[variants.box]
+mechanisms = [{{ kind = "external", apply = {json.dumps(apply)}, remove = {json.dumps(remove)} }}]
+[[workloads]]
+kind = "rr"
+protocol = "tcp"
+duration = "0.5s"
+warmup = "0.2s"
+"""
+    path = scenario(lab, tmp_path / "ext.toml", body, inventory)
+    got = lab.secperf("run", str(path), "--out", str(tmp_path / "o"), "--json", env=env)
+    assert got.returncode == 0, got.stderr[-3000:]
+    lines = log.read_text().splitlines()
+    # once in the check pass, then once per round (2 rounds), each taken off again
+    assert lines.count("apply box dut") == 3 and lines.count("remove box") == 3
+    meta = json.loads((Path(json.loads(got.stdout)["run_dir"]) / "run.json").read_text())
+    assert meta["remote_hosts"]["dut"] == "external"
+    assert sh("ip", "netns", "exec", dut, "nft", "list", "ruleset").strip() == ""
+    assert lab.wait_quiet() == {}
+
+    # without commands secperf would have to ask; with no terminal it refuses first
+    manual = body.replace(f", apply = {json.dumps(apply)}, remove = {json.dumps(remove)}", "")
+    path = scenario(lab, tmp_path / "manual.toml", manual, inventory)
+    got = lab.secperf("run", str(path), "--out", str(tmp_path / "o2"), env=env)
+    assert got.returncode != 0
+    assert "not at a terminal" in got.stderr and "apply and remove" in got.stderr
+    assert not (tmp_path / "o2").exists() or not any((tmp_path / "o2").iterdir())
+
+
 def _cmdlines(lab: Lab, host: str) -> list[str]:
     out = []
     for pid in lab.pids(host):
