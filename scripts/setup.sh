@@ -16,7 +16,9 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp)
+          squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          # remote hosts: the tests run real OpenSSH servers in namespaces as the "remote" machines
+          openssh-server openssh-client)
 
 need=()
 for p in "${PACKAGES[@]}"; do
