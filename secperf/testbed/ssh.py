@@ -35,6 +35,7 @@ import json
 import os
 import posixpath
 import shlex
+import signal
 import socket
 import subprocess
 import threading
@@ -502,7 +503,8 @@ class RemoteProcess(ManagedProcess):
 
     def send_signal(self, sig: int) -> None:
         if self._remote.poll() is None and self.pid:
-            self._host.run(["kill", "-s", str(sig), str(self.pid)], check=False)
+            name = signal.Signals(sig).name.removeprefix("SIG")
+            self._host.run(["kill", "-s", name, str(self.pid)], check=False)
 
     def stop(self, timeout: float = 5.0) -> int | None:
         if not self._stopped:
