@@ -348,6 +348,7 @@ class Runner:
                 finally:
                     for server in servers:
                         server.stop()
+                self._release(testbed)
         except KeyboardInterrupt:
             self._write_meta(status="interrupted", finished=now_iso())
             self._finish_summary()
@@ -389,6 +390,21 @@ class Runner:
         """Load `variant` afresh (before every test, even the same variant again) and
         make every host that carries mechanisms forget the connections it tracks, so a
         test starts from the same state whichever test the shuffled order put before it."""
+        self._release(testbed)
+        for mech, ctx in variant.mechanisms:
+            hosts = [testbed.host(name) for name in ctx.hosts]
+            if isinstance(mech, GroupMechanism):
+                mech.apply_group(hosts, ctx)
+            else:
+                for host in hosts:
+                    mech.apply(host, ctx)
+        self.applied = variant
+        for name in self.mechanism_hosts:
+            flush_flow_state(testbed.host(name))
+
+    def _release(self, testbed: Testbed) -> None:
+        """Take the applied variant off again (before the next one, and at the end of
+        the run: a real DUT or an external device is left as it was found)."""
         if self.applied is not None:
             for mech, ctx in reversed(self.applied.mechanisms):
                 hosts = [testbed.host(name) for name in ctx.hosts]
@@ -411,16 +427,7 @@ class Runner:
                         for ft in c.flowtables
                     ],
                 )
-        for mech, ctx in variant.mechanisms:
-            hosts = [testbed.host(name) for name in ctx.hosts]
-            if isinstance(mech, GroupMechanism):
-                mech.apply_group(hosts, ctx)
-            else:
-                for host in hosts:
-                    mech.apply(host, ctx)
-        self.applied = variant
-        for name in self.mechanism_hosts:
-            flush_flow_state(testbed.host(name))
+            self.applied = None
 
     @staticmethod
     def _observe_mechanisms(variant: Variant, keep: Any) -> None:
