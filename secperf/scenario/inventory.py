@@ -138,4 +138,7 @@ def check_inventory(scenario: Scenario, topology: Topology) -> list[str]:
         sha: str | None = _sha256(engine_path())
     except (SecperfError, OSError):
         sha = None
-    return [reach(spec, sha) for spec in specs.values()]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(specs))) as pool:
+        return list(pool.map(lambda spec: reach(spec, sha), specs.values()))

@@ -844,14 +844,19 @@ def remote_teardown(client: Any, spec: SshSpec, prefix: str) -> list[str]:
         return []
     removed: list[str] = []
     live = _live(text.splitlines())
-    for e in reversed(live):
-        if e.get("type") == "process":
-            remote_run(
-                client,
-                ["sh", "-c", KILL_GROUP, "kill", str(e["pid"]), str(e["starttime"])],
-                where=where,
-            )
-            removed.append(f"process {e['pid']} ({e.get('label', '')}) on {spec.name}")
+    # One session for all of it: an SSH session is the slow part on the far side.
+    kills = [
+        shlex.join(["sh", "-c", KILL_GROUP, "kill", str(e["pid"]), str(e["starttime"])])
+        for e in reversed(live)
+        if e.get("type") == "process"
+    ]
+    if kills:
+        remote_run(client, " ; ".join(kills), where=where, timeout=60.0)
+    removed += [
+        f"process {e['pid']} ({e.get('label', '')}) on {spec.name}"
+        for e in reversed(live)
+        if e.get("type") == "process"
+    ]
     saved = posixpath.join(rundir, "nft-ruleset-before")
     restore = (
         f"[ -f {q(saved)} ] && command -v nft >/dev/null || exit 0; "
@@ -867,14 +872,22 @@ def remote_teardown(client: Any, spec: SshSpec, prefix: str) -> list[str]:
         )
     if "restored" in got.stdout:
         removed.append(f"nft ruleset on {spec.name} (put back as found)")
-    for e in reversed(live):
-        path = e.get("path")
-        if e.get("type") == "file" and isinstance(path, str):
-            if not path.startswith(spec.workdir.rstrip("/") + "/"):
-                continue  # only what lives in secperf's work directory
-            remote_run(client, ["rm", "-rf", "--", path], where=where)
-            removed.append(f"file {path} on {spec.name}")
-    remote_run(client, ["rm", "-f", "--", ledger], where=where)
+    paths = [
+        str(e["path"])
+        for e in reversed(live)
+        if e.get("type") == "file"
+        and isinstance(e.get("path"), str)
+        # only what lives in secperf's work directory
+        and str(e["path"]).startswith(spec.workdir.rstrip("/") + "/")
+    ]
+    gone = remote_run(client, shlex.join(["rm", "-rf", "--", *paths, ledger]), where=where)
+    if gone.returncode != 0:
+        raise TestbedError(
+            f"could not remove the run's files on {spec.name}: {gone.stderr.strip()}",
+            where=where,
+            fix="the local ledger keeps the host: fix the cause, then `secperf clean`",
+        )
+    removed += [f"file {p} on {spec.name}" for p in paths]
     removed.append(f"ledger {ledger} on {spec.name}")
     return removed
 

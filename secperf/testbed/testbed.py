@@ -203,8 +203,7 @@ class Testbed:
 
     def _build(self) -> None:
         topo = self.topology
-        for remote in self._remote.values():
-            remote.open()
+        _each(list(self._remote.values()), lambda r: r.open())
         if self.remotes or self.external:
             return  # a lab of real machines: their links, addresses and routes are theirs
         self.cgroup_layout = cgroups.detect()
@@ -314,11 +313,14 @@ class Testbed:
             for group in self.cgroups.values():
                 group.close_counter()
             errors: list[str] = []
-            for remote in self._remote.values():
+
+            def close(remote: SshHost) -> None:
                 try:
-                    removed += remote.close()
+                    removed.extend(remote.close())
                 except TestbedError as exc:
                     errors.append(str(exc))  # its ledger entry stays: `secperf clean` retries
+
+            _each(list(self._remote.values()), close)
             removed += teardown_entries(self.ledger)
             self._torn_down = True
             if errors:
@@ -444,6 +446,31 @@ def _check_cgroup_path(path: str, prefix: str | None) -> None:
             f"the ledger names cgroup {path}, which is not one of run {prefix}'s",
             fix="the ledger was edited or corrupted: remove that line by hand",
         )
+
+
+def _each(items: Sequence[Any], action: Callable[[Any], object]) -> None:
+    """`action` on every item at once, one thread each (remote hosts are independent:
+    a lab of N hosts connects and cleans up in the time of one); the first error is
+    raised once all have finished."""
+    if len(items) <= 1:
+        for item in items:
+            action(item)
+        return
+    failures: list[BaseException] = []
+
+    def work(item: Any) -> None:
+        try:
+            action(item)
+        except BaseException as exc:  # handed to the caller below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
 
 
 def _check_remotes(topology: Topology, remotes: Mapping[str, SshSpec | None]) -> None:

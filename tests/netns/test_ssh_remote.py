@@ -67,11 +67,6 @@ def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(lab: Lab, tmp_path
     path = scenario(lab, tmp_path / "ssh-rr.toml", ACL_RR)
     dut_rules_before = sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset")
 
-    checked = lab.secperf("check", str(path), env=env)
-    assert checked.returncode == 0, checked.stderr
-    for host in HOSTS:
-        assert f"{host}: ssh root@{lab.mgmt[host]}:22 ok" in checked.stdout
-
     out = tmp_path / "out"
     got = lab.secperf("run", str(path), "--out", str(out), "--json", env=env)
     assert got.returncode == 0, got.stderr[-3000:]
@@ -165,16 +160,20 @@ def test_check_names_the_host_and_the_fix(lab: Lab, tmp_path: Path) -> None:
     bad = lab.inventory().replace(str(lab.key), str(other))
     files = [
         scenario(lab, tmp_path / f"{n}.toml", ACL_RR, inv)
-        for n, inv in (("a", wrong), ("b", unknown), ("c", bad))
+        for n, inv in (("good", lab.inventory()), ("a", wrong), ("b", unknown), ("c", bad))
     ]
     got = lab.secperf("check", *map(str, files), env=env)
     assert got.returncode != 0
+    # the good inventory: every host reached, before any traffic
+    for host in HOSTS:
+        assert f"{host}: ssh root@{lab.mgmt[host]}:22 ok, engine" in got.stdout
+    assert f"ok {files[0]}" in got.stdout
     errors = got.stderr.split("error:")[1:]
     assert len(errors) == 3, got.stderr
     assert "198.18.2.9 are not configured on server" in errors[0]
     assert "cannot log in" in errors[1] and "ssh-keyscan" in errors[1]
     assert "cannot log in" in errors[2] and "ansible_ssh_private_key_file" in errors[2]
-    assert "ok" not in got.stdout  # no scenario passed
+    assert all(f"ok {f}" not in got.stdout for f in files[1:])
 
 
 def test_external_dut_is_switched_by_its_commands_or_refused_without_a_terminal(
