@@ -149,6 +149,11 @@ class Lab:
                 "-o", f"AuthorizedKeysFile={auth}", "-o", "StrictModes=no",
                 "-o", f"PidFile={d / 'sshd.pid'}", "-o", "PermitRootLogin=prohibit-password",
                 "-o", "UsePAM=no", "-o", "PasswordAuthentication=no",
+                # sshd runs each command through root's login shell, and bash sources
+                # ~/.bashrc under sshd; this machine's root runs `pyenv init` there (a
+                # session killed mid-rehash would leave pyenv's lock behind for every
+                # root shell). A lab host has a home of its own, as a real one would.
+                "-o", f"SetEnv=HOME={d}",
             ]  # fmt: skip
             log = open(d / "sshd.log", "wb")  # noqa: SIM115 - lives as long as sshd
             self.sshd[host] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
