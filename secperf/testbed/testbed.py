@@ -147,7 +147,12 @@ class Testbed:
             for role in topology.roles
             if role not in self.remotes and role not in self.external and not self._is_wire(role)
         }
-        self._external = {name: ExternalHost(name) for name in self.external}
+        # External devices, and the switches of a lab of real machines (real switches:
+        # nothing for secperf to run there either).
+        self._external = {
+            name: ExternalHost(name)
+            for name in [*self.external, *(n for n in topology.names if self._is_wire(n))]
+        }
         self._torn_down = False
         self._lock = threading.RLock()
 
@@ -287,7 +292,7 @@ class Testbed:
         if role in self._remote:
             return self._remote[role].ifname(spec.peer(role))
         if role in self._external:
-            return self.external[role].get(spec.peer(role), "")
+            return self.external.get(role, {}).get(spec.peer(role), "")
         return links.ifname(self.prefix, topo.tag(role), topo.tag(spec.peer(role)))
 
     @property

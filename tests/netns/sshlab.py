@@ -1,6 +1,7 @@
 """A lab of "remote" machines for the SSH backend's tests: namespaces that each run a
-real OpenSSH server (Debian's openssh-server), wired as the standard plan
-(client 198.18.1.2 – dut 198.18.1.1 | 198.18.2.1 – server 198.18.2.2), plus a
+real OpenSSH server (Debian's openssh-server), wired and addressed as a secperf
+Topology says (the standard plan by default: client 198.18.1.2 – dut 198.18.1.1 |
+198.18.2.1 – server 198.18.2.2; a switch is a bridge in a namespace), plus a
 controller namespace `ctl` with a management link to each host (198.18.230.0/24,
 one /30 per host), from which secperf runs: secperf reaches the hosts over SSH
 only, as it would real machines. Keys (host and user) are generated per lab;
@@ -12,6 +13,7 @@ any ledger: `close()` removes it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -21,14 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from secperf.scenario.inventory import plan_addresses
+from secperf.testbed.links import bridge_lines, host_ip_lines
+from secperf.testbed.netns import run_ip_batch
+from secperf.testbed.topology import Topology
+
 SSHD = "/usr/sbin/sshd"
-HOSTS = ("client", "dut", "server")
-PLAN = {  # host -> [(peer, its address/prefix on the link to that peer)]
-    "client": [("dut", "198.18.1.2/24")],
-    "dut": [("client", "198.18.1.1/24"), ("server", "198.18.2.1/24")],
-    "server": [("dut", "198.18.2.2/24")],
-}
-ROUTES = {"client": "198.18.1.1", "server": "198.18.2.1"}
+HOSTS = ("client", "dut", "server")  # the standard plan's hosts
 
 
 def sh(*argv: str, check: bool = True, input: str | None = None) -> str:
@@ -49,6 +50,7 @@ def sshd_usable() -> str | None:
 @dataclass
 class Lab:
     root: Path
+    topology: Topology = field(default_factory=Topology.standard)
     tag: str = field(default_factory=lambda: "sl" + secrets.token_hex(3)[:4])
     sshd: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     mgmt: dict[str, str] = field(default_factory=dict)
@@ -72,80 +74,70 @@ class Lab:
     def known_hosts(self) -> Path:
         return self.root / "known_hosts"
 
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The lab's machines (a switch is a bridge, with no sshd)."""
+        return tuple(h.name for h in self.topology.hosts if not h.is_switch)
+
+    def _ifname(self, link_no: int, end: int) -> str:
+        return f"{self.tag}{link_no}{'ab'[end]}"
+
+    def interfaces(self, host: str) -> dict[str, str]:
+        """Peer -> the host's interface toward it."""
+        out = {}
+        for n, link in enumerate(self.topology.links):
+            if host in link.ends():
+                out[link.peer(host)] = self._ifname(n, link.ends().index(host))
+        return out
+
     def build(self) -> Lab:
+        topo = self.topology
         self.root.mkdir(parents=True, exist_ok=True)
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
         auth = self.root / "authorized_keys"
         auth.write_text((self.root / "id_ed25519.pub").read_text())
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
-        for host in ("ctl", *HOSTS):
+        for host in ("ctl", *topo.names):
             sh("ip", "netns", "add", self.ns(host))
             self.made.append(self.ns(host))
             sh("ip", "-n", self.ns(host), "link", "set", "lo", "up")
-        for n, host in enumerate(HOSTS, start=1):
-            for peer, addr in PLAN[host]:
-                dev = f"{self.tag}{host[0]}{peer[0]}"
-                if host < peer:
-                    sh(
-                        "ip",
-                        "link",
-                        "add",
-                        dev,
-                        "netns",
-                        self.ns(host),
-                        "type",
-                        "veth",
-                        "peer",
-                        "name",
-                        f"{self.tag}{peer[0]}{host[0]}",
-                        "netns",
-                        self.ns(peer),
-                    )
-                sh("ip", "-n", self.ns(host), "addr", "add", addr, "dev", dev)
-                sh("ip", "-n", self.ns(host), "link", "set", dev, "up")
-            # management: ctl .4n+1, host .4n+2
-            mine, theirs = f"198.18.230.{4 * n + 2}", f"198.18.230.{4 * n + 1}"
-            sh(
-                "ip",
-                "link",
-                "add",
-                f"{self.tag}m{host[0]}",
-                "netns",
-                self.ns(host),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                f"{self.tag}k{host[0]}",
-                "netns",
-                self.ctl,
-            )
-            sh(
-                "ip",
-                "-n",
-                self.ns(host),
-                "addr",
-                "add",
-                f"{mine}/30",
-                "dev",
-                f"{self.tag}m{host[0]}",
-            )
-            sh("ip", "-n", self.ctl, "addr", "add", f"{theirs}/30", "dev", f"{self.tag}k{host[0]}")
-            sh("ip", "-n", self.ns(host), "link", "set", f"{self.tag}m{host[0]}", "up")
-            sh("ip", "-n", self.ctl, "link", "set", f"{self.tag}k{host[0]}", "up")
-            self.mgmt[host] = mine
-            if host in ROUTES:
-                sh("ip", "-n", self.ns(host), "route", "add", "default", "via", ROUTES[host])
-        sh("ip", "netns", "exec", self.ns("dut"), "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+        # the test network, wired and addressed as secperf's plan says (the lab's job)
+        for n, link in enumerate(topo.links):
+            a, b = link.ends()
+            sh("ip", "link", "add", self._ifname(n, 0), "netns", self.ns(a), "type", "veth",
+               "peer", "name", self._ifname(n, 1), "netns", self.ns(b))  # fmt: skip
+        for spec in topo.hosts:
+            ifs = {
+                lk.name: self._ifname(n, lk.ends().index(spec.name))
+                for n, lk in enumerate(topo.links)
+                if spec.name in lk.ends()
+            }
+            if spec.is_switch:
+                run_ip_batch(self.ns(spec.name), bridge_lines(f"{self.tag}br", list(ifs.values())))
+            else:
+                run_ip_batch(self.ns(spec.name), host_ip_lines(topo, spec.name, ifs))
+            if spec.forwarding:
+                sh("ip", "netns", "exec", self.ns(spec.name), "sysctl", "-q", "-w",
+                   "net.ipv4.ip_forward=1")  # fmt: skip
+        # management: ctl .4n+1, host .4n+2, one /30 each
         lines = []
-        for host in HOSTS:
+        for n, host in enumerate(self.hosts, start=1):
+            mine, theirs = f"198.18.230.{4 * n + 2}", f"198.18.230.{4 * n + 1}"
+            here, there = f"{self.tag}m{n}", f"{self.tag}k{n}"
+            sh("ip", "link", "add", here, "netns", self.ns(host), "type", "veth",
+               "peer", "name", there, "netns", self.ctl)  # fmt: skip
+            sh("ip", "-n", self.ns(host), "addr", "add", f"{mine}/30", "dev", here)
+            sh("ip", "-n", self.ctl, "addr", "add", f"{theirs}/30", "dev", there)
+            sh("ip", "-n", self.ns(host), "link", "set", here, "up")
+            sh("ip", "-n", self.ctl, "link", "set", there, "up")
+            self.mgmt[host] = mine
             d = self.root / host
             self.workdir(host).mkdir(parents=True)
             sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "hostkey"))
-            lines.append(f"{self.mgmt[host]} {(d / 'hostkey.pub').read_text().strip()}")
+            lines.append(f"{mine} {(d / 'hostkey.pub').read_text().strip()}")
             argv = [
                 "ip", "netns", "exec", self.ns(host), SSHD, "-D", "-e", "-f", "/dev/null",
-                "-o", f"ListenAddress={self.mgmt[host]}", "-p", "22", "-h", str(d / "hostkey"),
+                "-o", f"ListenAddress={mine}", "-p", "22", "-h", str(d / "hostkey"),
                 "-o", f"AuthorizedKeysFile={auth}", "-o", "StrictModes=no",
                 "-o", f"PidFile={d / 'sshd.pid'}", "-o", "PermitRootLogin=prohibit-password",
                 "-o", "UsePAM=no", "-o", "PasswordAuthentication=no",
@@ -159,30 +151,26 @@ class Lab:
             self.sshd[host] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
         self.known_hosts.write_text("\n".join(lines) + "\n")
         deadline = time.monotonic() + 10
-        for host in HOSTS:
-            while f"{self.mgmt[host]}:22" not in sh(
-                "ip", "netns", "exec", self.ns(host), "ss", "-Htln"
-            ):
+        for host in self.hosts:
+            listen = f"{self.mgmt[host]}:22"
+            while listen not in sh("ip", "netns", "exec", self.ns(host), "ss", "-Htln"):
                 if time.monotonic() > deadline or self.sshd[host].poll() is not None:
-                    raise RuntimeError(
-                        f"sshd in {host} did not listen: "
-                        f"{(self.root / host / 'sshd.log').read_text()}"
-                    )
+                    log_text = (self.root / host / "sshd.log").read_text()
+                    raise RuntimeError(f"sshd in {host} did not listen: {log_text}")
                 time.sleep(0.02)
         return self
 
-    def inventory(self, hosts: tuple[str, ...] = HOSTS, external: tuple[str, ...] = ()) -> str:
+    def inventory(self, hosts: tuple[str, ...] = (), external: tuple[str, ...] = ()) -> str:
         """The [testbed.hosts.*] tables of a scenario run in this lab (`external`: hosts
         declared as external devices instead)."""
         out = []
-        for host in hosts:
-            addrs = [a.split("/")[0] for _p, a in PLAN[host]]
-            ifs = ", ".join(f'{p} = "{self.tag}{host[0]}{p[0]}"' for p, _a in PLAN[host])
+        for host in hosts or self.hosts:
+            addrs = json.dumps(plan_addresses(self.topology, host, 4))
+            ifs = ", ".join(f'"{p}" = "{i}"' for p, i in self.interfaces(host).items())
             if host in external:
                 out.append(
                     f'[testbed.hosts.{host}]\nbackend = "external"\n'
-                    + f"addresses = {addrs!r}\n".replace("'", '"')
-                    + f"interfaces = {{ {ifs} }}\n"
+                    f"addresses = {addrs}\ninterfaces = {{ {ifs} }}\n"
                 )
                 continue
             out.append(
@@ -193,8 +181,8 @@ class Lab:
                 f'ansible_ssh_private_key_file = "{self.key}"\n'
                 f'known_hosts = "{self.known_hosts}"\n'
                 f'workdir = "{self.workdir(host)}"\n'
-                f"addresses = {addrs!r}\n".replace("'", '"')
-                + f"interfaces = {{ {ifs} }}\n"
+                f"addresses = {addrs}\n"
+                f"interfaces = {{ {ifs} }}\n"
             )
         return "\n".join(out)
 
@@ -215,13 +203,14 @@ class Lab:
     def pids(self, host: str) -> list[int]:
         """Processes in a host's namespace other than its sshd listener."""
         out = sh("ip", "netns", "pids", self.ns(host), check=False).split()
-        return [int(p) for p in out if int(p) != self.sshd[host].pid]
+        sshd = self.sshd.get(host)
+        return [int(p) for p in out if sshd is None or int(p) != sshd.pid]
 
     def wait_quiet(self, timeout: float = 15.0) -> dict[str, list[str]]:
         """Poll until no host runs anything but its sshd listener; what still runs."""
         deadline = time.monotonic() + timeout
         while True:
-            left = {h: [_cmdline(p) for p in self.pids(h)] for h in HOSTS}
+            left = {h: [_cmdline(p) for p in self.pids(h)] for h in self.hosts}
             left = {h: v for h, v in left.items() if v}
             if not left or time.monotonic() > deadline:
                 return left
