@@ -595,6 +595,8 @@ class SshHost:
             ["sh", "-c", f"command -v nft >/dev/null || exit 0; nft list ruleset > {w(saved)}"]
         )
         if self._engine_local is not None:
+            if not self.spec.keep_engine:
+                self.track_file(self.engine_remote)  # removed with the run's files
             self.engine_version = self._put_engine(self._engine_local)
 
     def _must(self, cmd: str, what: str, fix: str) -> str:
@@ -795,7 +797,8 @@ class SshHost:
 
     def track_file(self, path: str) -> None:
         line = json.dumps({"op": "add", "type": "file", "path": path})
-        self.run(["sh", "-c", f"printf '%s\\n' {shlex.quote(line)} >> {self.remote_ledger}"])
+        q = shlex.quote
+        self.run(["sh", "-c", f"printf '%s\\n' {q(line)} >> {q(self.remote_ledger)}"])
 
     def ifname(self, peer: str) -> str:
         """The interface toward `peer`, from the inventory."""

@@ -182,7 +182,9 @@ def test_external_dut_is_switched_by_its_commands_or_refused_without_a_terminal(
     """A DUT declared external runs nothing secperf sends; its variant is put on and
     taken off by the scenario's commands (run here, with SECPERF_VARIANT set)."""
     env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
-    inventory = lab.inventory(external=("dut",))
+    inventory = lab.inventory(external=("dut",)).replace(
+        "[testbed.hosts.client]\n", "[testbed.hosts.client]\nkeep_engine = false\n"
+    )
     log = tmp_path / "device.log"
     dut = lab.ns("dut")
     nft = f"ip netns exec {dut} nft"
@@ -215,6 +217,9 @@ warmup = "0.2s"
     assert meta["remote_hosts"]["dut"] == "external"
     assert sh("ip", "netns", "exec", dut, "nft", "list", "ruleset").strip() == ""
     assert lab.wait_quiet() == {}
+    # keep_engine = false: the client's engine went with the run's files
+    assert list(lab.workdir("client").iterdir()) == []
+    assert [p.name for p in lab.workdir("server").iterdir()] == ["secperf-engine"]
 
     # without commands secperf would have to ask; with no terminal it refuses first
     manual = body.replace(f", apply = {json.dumps(apply)}, remove = {json.dumps(remove)}", "")
