@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
+from secperf import verbose
 from secperf.errors import TestbedError
 from secperf.testbed.host import InterfaceCounters, Redirect
 from secperf.testbed.ledger import Ledger
@@ -703,7 +704,9 @@ class SshHost:
         if self._client is None:
             raise TestbedError(f"{self.where} is not connected", fix="this is a bug")
         assert self._shell is not None
-        proc = self._shell.run(shlex.join(self.translate(argv)), input=input, timeout=timeout)
+        cmd = shlex.join(self.translate(argv))
+        verbose.command(f"[ssh {self.name}] {cmd}")
+        proc = self._shell.run(cmd, input=input, timeout=timeout)
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip()
             raise TestbedError(
@@ -748,6 +751,7 @@ class SshHost:
                 *self.translate(argv),
             ]
         )
+        verbose.command(f"[ssh {self.name}] {shlex.join(self.translate(argv))}")
         try:
             chan = self._client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(cmd)

@@ -68,7 +68,7 @@ def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(lab: Lab, tmp_path
     dut_rules_before = sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset")
 
     out = tmp_path / "out"
-    got = lab.secperf("run", str(path), "--out", str(out), "--json", env=env)
+    got = lab.secperf("--verbose", "run", str(path), "--out", str(out), "--json", env=env)
     assert got.returncode == 0, got.stderr[-3000:]
     summary = json.loads(got.stdout)
     run_dir = Path(summary["run_dir"])
@@ -88,8 +88,14 @@ def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(lab: Lab, tmp_path
         # at its plan address, through the DUT
         assert rec["local"].startswith("198.18.1.2:")
         assert rec["spec"]["server"] == "198.18.2.2:5201"
-    # the ACL was really on the remote DUT: its rules were rendered and loaded there
-    assert any(p.suffix == ".nft" for p in (run_dir / "files").iterdir())
+    # the ACL was really loaded on the remote DUT, from a copy in the DUT's own work
+    # directory; the engines ran from each host's copy
+    log = (run_dir / "commands.log").read_text()
+    loads = [line for line in log.splitlines() if "[ssh dut] nft -f " in line]
+    assert loads and all(f" {lab.workdir('dut')}/" in line for line in loads)
+    assert f"[ssh client] {lab.workdir('client')}/secperf-engine run" in log
+    assert f"[ssh server] {lab.workdir('server')}/secperf-engine serve" in log
+    assert "[ssh dut] conntrack -F" in log
 
     # nothing left: no process but sshd, no run files, no remote or local ledger,
     # the DUT's firewall as found
