@@ -239,6 +239,52 @@ class Testbed(StrictModel):
 
     # The inventory: host name -> how to reach it (absent: a namespace here).
     hosts: dict[str, InventoryHost] = Field(default_factory=dict)
+    # An inventory file of its own ([hosts.NAME] tables, the same keys), relative to
+    # the scenario: one lab's inventory shared by many scenarios. Its relative key
+    # and known_hosts paths are relative to it; [testbed.hosts] may not repeat a host.
+    inventory: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_inventory(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("inventory"), str):
+            return data
+        import tomllib
+
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get("check_files") is False:
+            return data  # a scenario rebuilt from run.json: its hosts are merged already
+        base = Path(context.get("base_dir") or Path.cwd())
+        path = Path(data["inventory"]).expanduser()
+        path = path if path.is_absolute() else base / path
+        try:
+            loaded = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ValueError(
+                f"inventory {data['inventory']!r}: cannot read {path}: {exc}"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"inventory {path} is not TOML: {exc}") from None
+        hosts = loaded.get("hosts")
+        if set(loaded) - {"hosts"} or not isinstance(hosts, dict):
+            raise ValueError(
+                f"inventory {path} must hold [hosts.NAME] tables only "
+                f"(found {', '.join(sorted(loaded)) or 'nothing'})"
+            )
+        own = dict(data.get("hosts") or {})
+        for name, entry in hosts.items():
+            if name in own:
+                raise ValueError(
+                    f"host {name!r} is in both [testbed.hosts] and inventory {path}: keep one"
+                )
+            if isinstance(entry, dict):
+                entry = dict(entry)
+                for key in ("ansible_ssh_private_key_file", "known_hosts"):
+                    value = entry.get(key)
+                    if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+                        entry[key] = str(path.parent / value)
+            own[name] = entry
+        return {**data, "hosts": own}
 
     link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
     baseline: Literal["forward", "direct"] = "forward"

@@ -194,3 +194,25 @@ def test_report_header_says_how_many_generators_ran_and_which_hosts_are_remote()
     assert "udp-stream#0 ran from 2 client hosts at once (inside-c1, inside-c2)" in text
     assert "client (ssh://root@10.0.0.1:22), dut (external)" in text
     assert "share this machine's CPUs" not in text
+
+
+def test_an_inventory_file_is_shared_with_paths_relative_to_it(tmp_path: Path) -> None:
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    hosts = GOOD.replace("[testbed.hosts.", "[hosts.")
+    (lab / "inventory.toml").write_text(hosts)
+    text = BASE + '[testbed]\ninventory = "lab/inventory.toml"\n'
+    sc = parse_scenario(text, tmp_path / "s.toml")
+    specs = ssh_specs(sc, Topology.standard())  # type: ignore[arg-type]
+    assert specs["client"].key_file == str(lab / "k")  # next to the inventory
+    assert specs["server"].interfaces == {"dut": "eth1"}
+    # run.json's copy rebuilds without reading the file again
+    again = type(sc).from_json_dict(sc.to_json_dict())
+    assert set(again.testbed.hosts) == {"client", "dut", "server"}
+    dup = BASE + (
+        '[testbed]\ninventory = "lab/inventory.toml"\n[testbed.hosts.client]\nbackend = "local"\n'
+    )
+    with pytest.raises(SecperfError, match="in both"):
+        parse_scenario(dup, tmp_path / "s.toml")
+    with pytest.raises(SecperfError, match="cannot read"):
+        parse_scenario(BASE + '[testbed]\ninventory = "nope.toml"\n', tmp_path / "s.toml")
