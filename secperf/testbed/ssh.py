@@ -58,7 +58,9 @@ CONNECT_TIMEOUT_S = 10.0
 WRAPPER = r"""
 ledger=$1; label=$2; grace=$3; shift 3
 exec 3<&0 </dev/null
-setsid "$@" &
+# A background job of a non-interactive shell ignores SIGINT: put it back, so that
+# SIGINT still asks the engine to stop early and report (a flood's interrupt).
+setsid env --default-signal=INT,QUIT "$@" &
 child=$!
 st=$(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | cut -d' ' -f20)
 [ -n "$st" ] || st=0
@@ -766,7 +768,8 @@ class SshHost:
             raise TestbedError(
                 f"{label} did not start on {self.name} (no pid from the watchdog)",
                 where=self.where,
-                fix="check that sh, setsid (util-linux) and sed exist there",
+                fix="check that sh, sed, setsid (util-linux) and env --default-signal "
+                "(coreutils 8.31 or newer: Debian 11+) exist there",
             )
         self._processes.append(proc)
         return proc
