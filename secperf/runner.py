@@ -290,10 +290,15 @@ class Runner:
             # One rendering per (client, server) pair the workloads use: the rules
             # permit, translate or tunnel exactly the traffic each workload runs.
             pairs = sorted(set(self.endpoints.values()))
+            # Every generator host of a pair's points sends what the rules must let by.
+            senders: dict[tuple[str, str], list[str]] = {}
+            for pid, pair in self.endpoints.items():
+                senders.setdefault(pair, [])
+                senders[pair] += [g for g in self.generators[pid] if g not in senders[pair]]
             self.variant_sets = {
                 pair: prepare_variants(
                     sc,
-                    traffic_plan(self.topology, self.family, *pair),
+                    traffic_plan(self.topology, self.family, *pair, generators=senders[pair]),
                     self.run.files_dir,
                     f"secperf_{prefix}",
                     self.topology,

@@ -1,9 +1,10 @@
 """The SSH backend against real OpenSSH servers: a lab of namespaces that each run
 sshd (tests/netns/sshlab.py), with secperf run from a controller namespace that
-reaches them over SSH only. A scenario whose client, server and DUT are remote runs
-end to end; nothing is left on any host afterwards, also when secperf is killed
-mid-run (the watchdog ends what it started; `secperf clean` empties the remote
-ledgers)."""
+reaches them over SSH only. A scenario whose generators (two), server and DUT are
+remote runs end to end; nothing is left on any host afterwards, also when secperf
+is killed mid-run (the watchdog ends what it started; `secperf clean` empties the
+remote ledgers); `secperf check` names the host and the fix; an external DUT is
+switched by the scenario's commands, or refused without a terminal."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from secperf.testbed.topology import Topology
 from tests.netns.sshlab import HOSTS, Lab, sh, sshd_usable
 
 pytestmark = pytest.mark.netns
@@ -47,7 +49,7 @@ def left_in_workdirs(lab: Lab) -> dict[str, list[str]]:
     """What a run left in each host's work directory beyond the cached engine."""
     return {
         h: sorted(p.name for p in lab.workdir(h).iterdir() if p.name != "secperf-engine")
-        for h in HOSTS
+        for h in lab.hosts
     }
 
 
@@ -62,45 +64,95 @@ warmup = "0.3s"
 """
 
 
-def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(lab: Lab, tmp_path: Path) -> None:
+ZONED = Topology.zoned({"inside": (2, 0), "outside": (0, 1)})
+GENERATORS = """
+[topology.zones.inside]
+clients = 2
+[topology.zones.outside]
+servers = 1
+[variants.acl]
+mechanisms = [{ kind = "acl", rules = 20, match = "last" }]
+[[workloads]]
+kind = "stream"
+protocol = "udp"
+message = 1000
+rate = "40mbit"
+duration = "1s"
+warmup = "0.3s"
+clients = ["inside"]
+servers = ["outside"]
+generators = 2
+"""
+
+
+def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
+    """Two generator hosts, the DUT and the server all reached over SSH (the lab's
+    switch is a bridge): the ACL is loaded on the remote DUT, both generators drive
+    every test and their records merge, and nothing is left on any host."""
+    if _WHY is not None:
+        pytest.skip(_WHY)
+    lab = Lab(tmp_path / "lab", ZONED).build()
+    try:
+        _end_to_end(lab, tmp_path)
+    finally:
+        lab.close()
+
+
+def _end_to_end(lab: Lab, tmp_path: Path) -> None:
     env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
-    path = scenario(lab, tmp_path / "ssh-rr.toml", ACL_RR)
+    path = scenario(lab, tmp_path / "ssh-gen.toml", GENERATORS)
     dut_rules_before = sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset")
 
     out = tmp_path / "out"
     got = lab.secperf("--verbose", "run", str(path), "--out", str(out), "--json", env=env)
     assert got.returncode == 0, got.stderr[-3000:]
-    summary = json.loads(got.stdout)
-    run_dir = Path(summary["run_dir"])
+    run_dir = Path(json.loads(got.stdout)["run_dir"])
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete"
-    assert meta["testbed"]["hosts"]["client"]["netns"].startswith("ssh://root@198.18.230.")
+    assert meta["remote_hosts"]["dut"] == f"ssh://root@{lab.mgmt['dut']}:22"
+    assert meta["testbed"]["hosts"]["inside-c1"]["netns"].startswith("ssh://root@198.18.230.")
+    assert meta["generators"] == {"udp-stream#0": ["inside-c1", "inside-c2"]}
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    results = [r for r in records if r["record"]["type"] == "result"]
-    assert {r["variant"] for r in results} == {"baseline", "acl"}
-    assert len(results) == 4  # 2 rounds x (baseline, acl)
-    for r in results:
-        assert r["record"]["kind"] == "rr" and r["record"]["transactions"] > 100
-    starts = [r["record"] for r in records if r["record"]["type"] == "start"]
-    assert len(starts) == 4
+    results = [r["record"] for r in records if r["record"]["type"] == "result"]
+    assert {r["variant"] for r in records if r["record"]["type"] == "result"} == {
+        "baseline",
+        "acl",
+    }
+    assert len(results) == 4  # 2 rounds x (baseline, acl), each from both generators
+    for rec in results:
+        each = rec["generators"]["each"]
+        assert [e["host"] for e in each] == ["inside-c1", "inside-c2"]
+        assert rec["bits_per_second"] == pytest.approx(sum(e["bits_per_second"] for e in each))
+        assert rec["bits_per_second"] > 1.5 * max(e["bits_per_second"] for e in each)
+    server = ZONED.primary_address("outside-s1")
+    starts = [
+        r["record"]["record"]
+        for r in records
+        if r["record"]["type"] == "side" and r["record"]["record"]["type"] == "start"
+    ]
+    assert len(starts) == 8
     for rec in starts:
-        # the client ran in the client host (reached over SSH) and reached the server
+        # each generator ran in its own host (reached over SSH) and reached the server
         # at its plan address, through the DUT
-        assert rec["local"].startswith("198.18.1.2:")
-        assert rec["spec"]["server"] == "198.18.2.2:5201"
+        assert rec["local"].split(":")[0] in {
+            ZONED.primary_address("inside-c1"),
+            ZONED.primary_address("inside-c2"),
+        }
+        assert rec["spec"]["server"] == f"{server}:5201"
     # the ACL was really loaded on the remote DUT, from a copy in the DUT's own work
     # directory; the engines ran from each host's copy
     log = (run_dir / "commands.log").read_text()
     loads = [line for line in log.splitlines() if "[ssh dut] nft -f " in line]
     assert loads and all(f" {lab.workdir('dut')}/" in line for line in loads)
-    assert f"[ssh client] {lab.workdir('client')}/secperf-engine run" in log
-    assert f"[ssh server] {lab.workdir('server')}/secperf-engine serve" in log
+    for host in ("inside-c1", "inside-c2"):
+        assert f"[ssh {host}] {lab.workdir(host)}/secperf-engine run" in log
+    assert f"[ssh outside-s1] {lab.workdir('outside-s1')}/secperf-engine serve" in log
     assert "[ssh dut] conntrack -F" in log
 
     # nothing left: no process but sshd, no run files, no remote or local ledger,
     # the DUT's firewall as found
     assert lab.wait_quiet() == {}
-    assert left_in_workdirs(lab) == {h: [] for h in HOSTS}
+    assert left_in_workdirs(lab) == {h: [] for h in lab.hosts}
     assert not list((tmp_path / "state").glob("*.jsonl"))
     assert sh("ip", "netns", "exec", lab.ns("dut"), "nft", "list", "ruleset") == dut_rules_before
 

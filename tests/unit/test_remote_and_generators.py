@@ -216,3 +216,22 @@ def test_an_inventory_file_is_shared_with_paths_relative_to_it(tmp_path: Path) -
         parse_scenario(dup, tmp_path / "s.toml")
     with pytest.raises(SecperfError, match="cannot read"):
         parse_scenario(BASE + '[testbed]\ninventory = "nope.toml"\n', tmp_path / "s.toml")
+
+
+def test_rules_let_every_generator_of_the_zone_by() -> None:
+    from secperf.errors import MechanismError
+    from secperf.mechanisms.base import traffic_plan
+
+    topo = Topology.zoned({"inside": (2, 0), "outside": (0, 1)})
+    one = traffic_plan(topo, 4, "inside-c1", "outside-s1")
+    assert one.client_net.endswith("/32")
+    both = traffic_plan(topo, 4, "inside-c1", "outside-s1", generators=["inside-c1", "inside-c2"])
+    lan = topo.primary_interface("inside-c1").network
+    assert both.client_net == str(lan)
+    assert set(both.client_hosts) == {
+        topo.primary_address("inside-c1"),
+        topo.primary_address("inside-c2"),
+    }
+    two_zones = Topology.zoned({"a": (1, 0), "b": (1, 0), "c": (0, 1)})
+    with pytest.raises(MechanismError, match="not on a-c1's LAN"):
+        traffic_plan(two_zones, 4, "a-c1", "c-s1", generators=["a-c1", "b-c1"])
