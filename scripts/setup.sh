@@ -22,7 +22,9 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           # (apt-get download + dpkg -x into ~/.cache/secperf/vm-image), never installed
           qemu-system-x86
           dante-server  # the circuit-level proxy (proxy level = "circuit")
-          wrk)  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
+          wrk  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
+          # remote hosts: the tests run real OpenSSH servers in namespaces as the "remote" machines
+          openssh-server openssh-client)
 
 need=()
 for p in "${PACKAGES[@]}"; do

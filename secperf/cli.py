@@ -193,6 +193,14 @@ def check(
                         "(that needs root: run `sudo secperf check` to check them too)"
                     )
             gone = missing(tools_for(sc))
+            if any(h.backend == "ssh" for h in sc.testbed.hosts.values()):
+                # Remote hosts: reach each one (log in, engine, addresses) before any traffic.
+                from secperf.runner import topology_for
+                from secperf.scenario.inventory import check_inventory
+                from secperf.scenario.sweep import expand_scenario
+
+                for line in check_inventory(sc, topology_for(sc, expand_scenario(sc))):
+                    console.print(f"[green]ok[/] {escape(line)}", highlight=False)
             points = sum(len(expand(w)) for w in sc.workloads)
             variants = sum(len(v.expand(name)) for name, v in sc.variants.items())
             lo, hi = estimate_seconds(sc)

@@ -64,7 +64,7 @@ def engine_version() -> str:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
 
 
-def _read_line(proc: subprocess.Popen[str], deadline: float) -> str | None:
+def _read_line(proc: ManagedProcess, deadline: float) -> str | None:
     """One stdout line, or None at EOF or when the deadline passes."""
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
@@ -121,7 +121,7 @@ def start_server(
     errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the server
     proc = host.spawn(argv, stdout=subprocess.PIPE, stderr=errfile, label="engine-server")
     server = EngineServer(proc, listen, errfile)
-    line = _read_line(proc.popen, time.monotonic() + timeout)
+    line = _read_line(proc, time.monotonic() + timeout)
     rec = _parse(line, f"engine server in {host.name}") if line else None
     if rec is None or rec.get("type") != "listening":
         proc.stop()
@@ -181,7 +181,7 @@ class EngineTest:
         engine ends or fails first."""
         deadline = min(self.deadline, time.monotonic() + timeout)
         while True:
-            line = _read_line(self.proc.popen, deadline)
+            line = _read_line(self.proc, deadline)
             if line is None:
                 self.stop()
                 raise EngineError(
@@ -211,7 +211,7 @@ class EngineTest:
                 if on_record:
                     on_record(rec)
             while True:
-                line = _read_line(self.proc.popen, self.deadline)
+                line = _read_line(self.proc, self.deadline)
                 if line is None:
                     break
                 rec = _parse(line, self.where)
@@ -246,7 +246,7 @@ class EngineTest:
         """SIGINT the engine: a flood then stops sending and writes its result (with
         `stopped_by: "signal"`); collect() reads it. A no-op once it has exited."""
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGINT)
+            self.proc.send_signal(signal.SIGINT)
 
 
 def run_test(

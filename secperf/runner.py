@@ -54,9 +54,11 @@ from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.graph import build_topology
+from secperf.scenario.inventory import ssh_specs
 from secperf.scenario.placement import (
     default_endpoint,
     endpoints,
+    generator_hosts,
     placement_hook,
     resolve_placement,
 )
@@ -237,8 +239,12 @@ class Runner:
         self.topology = topology_for(scenario, self.points)
         # Every point's (client, server) hosts, checked against the graph up front.
         self.endpoints = {p.point_id: endpoints(self.topology, p) for p in self.points}
+        # The client hosts driving each point at once (several generators).
+        self.generators = {p.point_id: generator_hosts(self.topology, p) for p in self.points}
         client, server = (default_endpoint(self.topology, r) for r in ("client", "server"))
         self.plan = traffic_plan(self.topology, self.family, client, server)
+        # Hosts the inventory puts on other machines (SSH); the target guard is checked here.
+        self.remotes = ssh_specs(scenario, self.topology)
         self.meta: dict[str, Any] = {}
         self.stops: list[dict[str, Any]] = []
         self.seq = 0
@@ -287,7 +293,10 @@ class Runner:
             finished=None,
             status="running",
             notes=[
-                "generator, server and DUT share this machine's CPUs: compare ratios and "
+                f"hosts reached over SSH: {', '.join(sorted(self.remotes))}; their clocks and "
+                "CPUs are their own (docs/methodology.md, real hosts)"
+                if self.remotes
+                else "generator, server and DUT share this machine's CPUs: compare ratios and "
                 "service demand, not absolute rates, with other machines"
             ],
         )
@@ -298,10 +307,15 @@ class Runner:
             # One rendering per (client, server) pair the workloads use: the rules
             # permit, translate or tunnel exactly the traffic each workload runs.
             pairs = sorted(set(self.endpoints.values()))
+            # Every generator host of a pair's points sends what the rules must let by.
+            senders: dict[tuple[str, str], list[str]] = {}
+            for pid, pair in self.endpoints.items():
+                senders.setdefault(pair, [])
+                senders[pair] += [g for g in self.generators[pid] if g not in senders[pair]]
             self.variant_sets = {
                 pair: prepare_variants(
                     sc,
-                    traffic_plan(self.topology, self.family, *pair),
+                    traffic_plan(self.topology, self.family, *pair, generators=senders[pair]),
                     self.run.files_dir,
                     f"secperf_{prefix}",
                     self.topology,
@@ -319,6 +333,14 @@ class Runner:
                     pin=sc.testbed.pin,
                     vm=vm_settings(sc),
                     vm_hosts=vm_hosts,
+                    remotes=self.remotes,
+                    external={
+                        name: inv.interfaces
+                        for name, inv in sc.testbed.hosts.items()
+                        if inv.backend == "external"
+                    },
+                    # rule files rendered into the run directory: copied to remote hosts
+                    stage_dirs=[self.run.files_dir],
                 ) as testbed,
                 install_teardown_handlers(testbed),
             ):
@@ -329,6 +351,18 @@ class Runner:
                         ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
                 self._write_meta(
+                    # points driven from several client hosts at once: point -> hosts
+                    generators={
+                        pid: list(hosts) for pid, hosts in self.generators.items() if len(hosts) > 1
+                    },
+                    remote_hosts={
+                        name: f"ssh://{spec.destination}" for name, spec in self.remotes.items()
+                    }
+                    | {
+                        n: "external"
+                        for n, h in sc.testbed.hosts.items()
+                        if h.backend == "external"
+                    },
                     prefix=testbed.prefix,
                     testbed=testbed_info(testbed),
                     topology=self.topology.describe(),
@@ -341,6 +375,7 @@ class Runner:
                     for server in servers:
                         server.stop()
                     self._note_vms(testbed)
+                self._release(testbed)
         except KeyboardInterrupt:
             self._write_meta(status="interrupted", finished=now_iso())
             self._finish_summary()
@@ -398,6 +433,24 @@ class Runner:
         """Load `variant` afresh (before every test, even the same variant again) and
         make every host that carries mechanisms forget the connections it tracks, so a
         test starts from the same state whichever test the shuffled order put before it."""
+        self._release(testbed)
+        if testbed.vms:
+            # The DUT host's backend is the variant's: its namespace or its VM.
+            testbed.select_backend(DUT, variant.backend)
+        for mech, ctx in variant.mechanisms:
+            hosts = [testbed.host(name) for name in ctx.hosts]
+            if isinstance(mech, GroupMechanism):
+                mech.apply_group(hosts, ctx)
+            else:
+                for host in hosts:
+                    mech.apply(host, ctx)
+        self.applied = variant
+        for name in self.mechanism_hosts:
+            flush_flow_state(testbed.host(name))
+
+    def _release(self, testbed: Testbed) -> None:
+        """Take the applied variant off again (before the next one, and at the end of
+        the run: a real DUT or an external device is left as it was found)."""
         if self.applied is not None:
             for mech, ctx in reversed(self.applied.mechanisms):
                 hosts = [testbed.host(name) for name in ctx.hosts]
@@ -420,19 +473,7 @@ class Runner:
                         for ft in c.flowtables
                     ],
                 )
-        if testbed.vms:
-            # The DUT host's backend is the variant's: its namespace or its VM.
-            testbed.select_backend(DUT, variant.backend)
-        for mech, ctx in variant.mechanisms:
-            hosts = [testbed.host(name) for name in ctx.hosts]
-            if isinstance(mech, GroupMechanism):
-                mech.apply_group(hosts, ctx)
-            else:
-                for host in hosts:
-                    mech.apply(host, ctx)
-        self.applied = variant
-        for name in self.mechanism_hosts:
-            flush_flow_state(testbed.host(name))
+            self.applied = None
 
     @staticmethod
     def _observe_mechanisms(variant: Variant, keep: Any) -> None:
@@ -606,6 +647,7 @@ class Runner:
             extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
             client=client,
             server=server,
+            generators=list(self.generators[point.point_id]),
         )
         executor = executor_for(point.kind)
         last_error: EngineError | None = None

@@ -62,3 +62,8 @@ def disable() -> None:
     global _console, _log
     _console = None
     _log = None
+
+
+def command(text: str) -> None:
+    """Show and log a command that does not start a local process (one run over SSH)."""
+    _hook("subprocess.Popen", (None, text))

@@ -7,6 +7,7 @@ from secperf.mechanisms.acl import Acl
 from secperf.mechanisms.appliance import Appliance
 from secperf.mechanisms.base import Mechanism
 from secperf.mechanisms.custom import Custom
+from secperf.mechanisms.external import External
 from secperf.mechanisms.fastpath import Fastpath
 from secperf.mechanisms.ips import Ids, Ips
 from secperf.mechanisms.nat import Nat
@@ -17,6 +18,7 @@ from secperf.scenario.schema import (
     AclMechanism,
     ApplianceMechanism,
     CustomMechanism,
+    ExternalMechanism,
     FastpathMechanism,
     IdsMechanism,
     IpsMechanism,
@@ -26,6 +28,7 @@ from secperf.scenario.schema import (
     VpnMechanism,
 )
 from secperf.scenario.schema import Mechanism as MechanismSpec
+from secperf.testbed.ssh import SshSpec
 
 __all__ = ["Mechanism", "from_schema"]
 
@@ -88,4 +91,20 @@ def from_schema(spec: MechanismSpec) -> Mechanism:
         return Fastpath()
     if isinstance(spec, IdsMechanism):
         return Ids(rules=spec.rules)
+    if isinstance(spec, ExternalMechanism):
+        m = spec.manager
+        manager = (
+            None
+            if m is None
+            else SshSpec(
+                name="manager",
+                host=m.ansible_host,
+                user=m.ansible_user,
+                port=m.ansible_port,
+                key_file=m.ansible_ssh_private_key_file,
+                known_hosts=m.known_hosts,
+                host_key_checking=m.host_key_checking,
+            )
+        )
+        return External(apply_cmd=spec.apply, remove_cmd=spec.remove, manager=manager)
     raise MechanismError(f"mechanism kind {spec.kind!r} is not implemented yet")

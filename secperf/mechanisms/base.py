@@ -49,17 +49,34 @@ class TrafficPlan:
 
 
 def traffic_plan(
-    topology: Topology, family: int, client: str = "client", server: str = "server"
+    topology: Topology,
+    family: int,
+    client: str = "client",
+    server: str = "server",
+    generators: Sequence[str] = (),
 ) -> TrafficPlan:
     """The measured flow between `client` and `server` hosts across the testbed.
 
     The permits match the client and server hosts exactly, or their whole links
-    when emulated hosts stand beside them.
+    when emulated hosts stand beside them, or when several generators (client hosts
+    of one zone's LAN, `generators`) send.
     """
     client_if = topology.primary_interface(client, family)
     server_if = topology.primary_interface(server, family)
     client_addr, server_addr = str(client_if.ip), str(server_if.ip)
     emulated = topology.emulated_addresses(client, family)
+    others = [g for g in generators if g != client]
+    for name in others:
+        addr = topology.primary_interface(name, family).ip
+        if addr not in client_if.network:
+            raise MechanismError(
+                f"generator {name} ({addr}) is not on {client}'s LAN ({client_if.network})",
+                fix="take the generators from one zone (clients = a zone)",
+            )
+    emulated = (
+        *emulated,
+        *(str(topology.primary_interface(g, family).ip) for g in others),
+    )
     host_len = 32 if family == 4 else 128
     if emulated:
         client_net, server_net = str(client_if.network), str(server_if.network)
@@ -209,7 +226,10 @@ def conntrack_entries(host: Host) -> int:
 
 def flush_flow_state(host: Host) -> None:
     """Make the host's kernel forget every connection it tracks (NAT bindings,
-    established and TIME_WAIT entries): `conntrack -F`, before every test."""
+    established and TIME_WAIT entries): `conntrack -F`, before every test. An
+    external device's state is its own (its variant's commands reset it)."""
+    if not getattr(host, "runs_commands", True):
+        return
     host.run(["conntrack", "-F"])
 
 

@@ -486,10 +486,23 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     kernel, cpus, model = _host_facts(run_meta)
     cpu = f" ({model})" if model else ""
     lines.append(f"host: kernel {kernel or '?'}, {cpus or '?'} CPUs{cpu}")
-    lines.append(
-        "note: the traffic generator and the DUT share this machine's CPUs; "
-        "prefer degradation % and service demand to absolute rates"
-    )
+    remote = run_meta.get("remote_hosts") or {}
+    if remote:
+        lines.append(
+            "hosts over SSH: "
+            + ", ".join(f"{name} ({dest})" for name, dest in sorted(remote.items()))
+            + "; each runs on its own CPUs and clock"
+        )
+    else:
+        lines.append(
+            "note: the traffic generator and the DUT share this machine's CPUs; "
+            "prefer degradation % and service demand to absolute rates"
+        )
+    for point_id, hosts in sorted((run_meta.get("generators") or {}).items()):
+        lines.append(
+            f"generators: {point_id} ran from {len(hosts)} client hosts at once "
+            f"({', '.join(hosts)}); its rates are their sum"
+        )
     testbed: Mapping[str, Any] = run_meta.get("testbed") or {}
     cgroups: Mapping[str, Any] = testbed.get("cgroups") or {}
     pin: Mapping[str, Any] = cgroups.get("pin") or {}

@@ -74,6 +74,35 @@ def endpoints(topology: Topology, point: WorkloadPoint) -> tuple[str, str]:
     return client, server
 
 
+def generator_hosts(topology: Topology, point: WorkloadPoint) -> tuple[str, ...]:
+    """The client hosts a point runs from: its client alone, or with `generators = N`
+    the first N client hosts of its `clients` zone (no `clients`: of the testbed)."""
+    where = f"workloads[{point.workload_index}].generators"
+    client, _server = endpoints(topology, point)
+    if point.generators <= 1:
+        return (client,)
+    name = point.clients[0] if point.clients else None
+    if name is not None and name not in topology.zones:
+        raise ScenarioError(
+            f"{where} = {point.generators}, and clients names the host {name!r}: one host "
+            "is one generator",
+            where=where,
+            fix="name a zone with that many client hosts in clients "
+            "([topology.zones.NAME] clients = N)",
+        )
+    found = topology.hosts_with(role="client", zone=name)
+    if len(found) < point.generators:
+        raise ScenarioError(
+            f"{where} = {point.generators}, but "
+            + (f"zone {name!r}" if name else "the testbed")
+            + f" has {len(found)} client host(s)",
+            where=where,
+            fix="lower generators, or give the zone more clients ([topology.zones.NAME] "
+            "clients = N)",
+        )
+    return found[: point.generators]
+
+
 def resolve_placement(
     topology: Topology, on: str | list[str], ends: tuple[str, str], *, where: str
 ) -> tuple[str, ...]:

@@ -187,8 +187,120 @@ class VmSection(StrictModel):
     kvm_timeout: BootDuration = 20.0
 
 
+class InventoryHost(StrictModel):
+    """One host of [testbed.hosts]: where it runs (docs/scenario-format.md, "Remote
+    hosts"). `local` is a namespace on this machine (the default for every host);
+    `ssh` a real machine, named with Ansible's inventory variables."""
+
+    # external: a device secperf runs nothing on (kind = "external" mechanisms).
+    backend: Literal["local", "ssh", "external"] = "local"
+    ansible_host: str | None = None  # the management address or DNS name sshd answers on
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    # A private key file; absent: the user's ssh-agent (and ~/.ssh's default keys).
+    # Never a password: there is no key for one.
+    ansible_ssh_private_key_file: str | None = None
+    # Host keys to trust (OpenSSH known_hosts format); absent: ~/.ssh/known_hosts.
+    known_hosts: str | None = None
+    host_key_checking: bool = True  # Ansible's name; false trusts an unknown key once
+    # Where secperf keeps the engine and the run's files on that host.
+    workdir: str = "/var/tmp/secperf"
+    # The test addresses of the host (the plan's, docs/scenario-format.md): traffic
+    # goes to these only, and `secperf check` finds each on the host.
+    addresses: list[str] = Field(default_factory=list)
+    # The interface toward each neighbour in the graph: { dut = "eth1" }.
+    interfaces: dict[str, str] = Field(default_factory=dict)
+    # Leave <workdir>/secperf-engine for the next run (it is checked by sha256).
+    keep_engine: bool = True
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") in ("", "/tmp", "/var/tmp", "/root"):
+            raise ValueError(
+                f"workdir = {value!r}: give an absolute directory of secperf's own "
+                '(e.g. "/var/tmp/secperf"); everything a run leaves there is removed'
+            )
+        return value.rstrip("/")
+
+    @field_validator("addresses")
+    @classmethod
+    def _test_addresses(cls, value: list[str]) -> list[str]:
+        from ipaddress import ip_address
+
+        from secperf.errors import TestbedError
+        from secperf.testbed.topology import check_testbed_address
+
+        for addr in value:
+            try:
+                check_testbed_address(ip_address(addr))
+            except (ValueError, TestbedError) as exc:
+                raise ValueError(f"address {addr!r}: {getattr(exc, 'message', exc)}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ssh_needs_destination(self) -> InventoryHost:
+        if self.backend == "ssh" and not self.ansible_host:
+            raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
+        if self.backend != "local" and not self.addresses:
+            raise ValueError(
+                f'backend = "{self.backend}" needs addresses: the test addresses traffic may go to '
+                "on that host (secperf check lists the plan's)"
+            )
+        return self
+
+
 class Testbed(StrictModel):
     __test__ = False  # not a pytest test class
+
+    # The inventory: host name -> how to reach it (absent: a namespace here).
+    hosts: dict[str, InventoryHost] = Field(default_factory=dict)
+    # An inventory file of its own ([hosts.NAME] tables, the same keys), relative to
+    # the scenario: one lab's inventory shared by many scenarios. Its relative key
+    # and known_hosts paths are relative to it; [testbed.hosts] may not repeat a host.
+    inventory: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_inventory(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("inventory"), str):
+            return data
+        import tomllib
+
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get("check_files") is False:
+            return data  # a scenario rebuilt from run.json: its hosts are merged already
+        base = Path(context.get("base_dir") or Path.cwd())
+        path = Path(data["inventory"]).expanduser()
+        path = path if path.is_absolute() else base / path
+        try:
+            loaded = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ValueError(
+                f"inventory {data['inventory']!r}: cannot read {path}: {exc}"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"inventory {path} is not TOML: {exc}") from None
+        hosts = loaded.get("hosts")
+        if set(loaded) - {"hosts"} or not isinstance(hosts, dict):
+            raise ValueError(
+                f"inventory {path} must hold [hosts.NAME] tables only "
+                f"(found {', '.join(sorted(loaded)) or 'nothing'})"
+            )
+        own = dict(data.get("hosts") or {})
+        for name, entry in hosts.items():
+            if name in own:
+                raise ValueError(
+                    f"host {name!r} is in both [testbed.hosts] and inventory {path}: keep one"
+                )
+            if isinstance(entry, dict):
+                entry = dict(entry)
+                for key in ("ansible_ssh_private_key_file", "known_hosts"):
+                    value = entry.get(key)
+                    if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+                        entry[key] = str(path.parent / value)
+            own[name] = entry
+        return {**data, "hosts": own}
 
     link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
     baseline: Literal["forward", "direct"] = "forward"
@@ -711,6 +823,38 @@ class FastpathMechanism(MechanismBase):
     kind: Literal["fastpath"]
 
 
+class ManagementHost(StrictModel):
+    """An SSH destination that runs an external device's commands (Ansible's names)."""
+
+    ansible_host: str
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    ansible_ssh_private_key_file: str | None = None
+    known_hosts: str | None = None
+    host_key_checking: bool = True
+
+
+class ExternalMechanism(MechanismBase):
+    """A variant of a device secperf does not configure: `apply` / `remove` shell
+    commands (here, or on `manager` over SSH), else the user is asked at each change."""
+
+    kind: Literal["external"]
+    apply: str | None = None
+    remove: str | None = None
+    manager: ManagementHost | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ExternalMechanism:
+        if (self.apply is None) != (self.remove is None):
+            raise ValueError(
+                "give apply and remove together (the commands that put the variant on "
+                "the device and take it off), or neither (secperf then asks the user)"
+            )
+        if self.manager is not None and self.apply is None:
+            raise ValueError("manager runs the apply / remove commands: give them too")
+        return self
+
+
 class IdsMechanism(MechanismBase):
     """Intrusion detection on a mirror (004 §V, promiscuous mode): the routers in `on`
     copy every packet they receive (nft netdev dup) to the host with role "ids" in
@@ -731,7 +875,8 @@ Mechanism = Annotated[
     | ProxyMechanism
     | IpsMechanism
     | IdsMechanism
-    | FastpathMechanism,
+    | FastpathMechanism
+    | ExternalMechanism,
     Field(discriminator="kind"),
 ]
 
@@ -789,6 +934,10 @@ class Variant(StrictModel):
 # ---------------------------------------------------------------- workloads
 
 
+# Kinds whose point one engine test measures: these merge over several generators.
+GENERATOR_KINDS = ("stream", "rr", "crr")
+
+
 class WorkloadBase(StrictModel):
     """Keys every workload has. `sweepable` names the keys that take a list."""
 
@@ -804,6 +953,10 @@ class WorkloadBase(StrictModel):
     # "client" and "server" (or its first host of that role).
     clients: list[HostName] = Field(default_factory=list)
     servers: list[HostName] = Field(default_factory=list)
+    # How many client hosts drive the workload at once: the first N client hosts of
+    # `clients` (a zone; empty: the testbed's client hosts), started together, their
+    # records merged (rates summed; docs/scenario-format.md "Several generators").
+    generators: int = Field(default=1, ge=1, le=16)
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
@@ -835,6 +988,15 @@ class WorkloadBase(StrictModel):
                 "write one workload per pair"
             )
         return value
+
+    @model_validator(mode="after")
+    def _generators_for_engine_kinds(self) -> WorkloadBase:
+        if self.generators > 1 and self.kind not in GENERATOR_KINDS:
+            raise ValueError(
+                f"generators = {self.generators}: kind {self.kind!r} runs from one host; "
+                f"several generators drive {', '.join(GENERATOR_KINDS)} only"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fill_name_and_check_sweep(self) -> WorkloadBase:

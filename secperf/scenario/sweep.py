@@ -16,7 +16,7 @@ from secperf.scenario.units import fmt_rate, fmt_size
 AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
-_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers"})
+_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers", "generators"})
 # A workload's flood-beside keys (schema.FloodBeside); left out when it has no flood.
 _FLOOD_BESIDE = ("flood", "flood_rate", "flood_target", "flood_payload")
 
@@ -38,6 +38,7 @@ class WorkloadPoint:
     # The hosts or zones the workload names to run from and to ([] = the defaults).
     clients: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
+    generators: int = 1  # client hosts driving it at once
 
     @property
     def point_id(self) -> str:
@@ -90,6 +91,7 @@ def expand(workload: AnyWorkload, workload_index: int = 0) -> list[WorkloadPoint
                 label=label,
                 swept=keys,
                 clients=tuple(getattr(workload, "clients", ())),
+                generators=int(getattr(workload, "generators", 1)),
                 servers=tuple(getattr(workload, "servers", ())),
             )
         )

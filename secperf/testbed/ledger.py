@@ -18,6 +18,10 @@ Entry types and their fields:
   nft_table   netns, family, name             (gone with its namespace)
   cgroup      path                            (a host's cgroup directory, removed once
                                                its processes have stopped)
+  ssh         name, host, user, port, key_file, known_hosts, host_key_checking,
+              workdir, prefix                 (a remote host of the run: its own
+                                               ledger, <workdir>/<prefix>.ledger.jsonl,
+                                               is emptied over SSH; secperf.testbed.ssh)
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any, Literal, get_args
 
 from secperf.errors import TestbedError
 
-EntryType = Literal["netns", "veth", "link", "process", "file", "nft_table", "cgroup"]
+EntryType = Literal["netns", "veth", "link", "process", "file", "nft_table", "cgroup", "ssh"]
 ENTRY_TYPES: tuple[str, ...] = get_args(EntryType)
 
 DEFAULT_STATE_DIR = Path("/run/secperf")

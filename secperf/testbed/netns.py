@@ -278,6 +278,11 @@ class ManagedProcess:
                 hook()
         return self.popen.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the process itself (not its group), e.g. SIGINT to end a flood early."""
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
     def _signal(self, sig: int) -> None:
         if self.popen.returncode is None:
             _signal_group(self.pid, self.pid, sig)

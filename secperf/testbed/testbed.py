@@ -21,7 +21,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -30,6 +30,7 @@ from typing import Any
 from secperf.errors import TestbedError
 from secperf.testbed import cgroups, links
 from secperf.testbed.cgroups import HostCgroup
+from secperf.testbed.external import ExternalHost
 from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
 from secperf.testbed.netns import (
     Host,
@@ -47,6 +48,7 @@ from secperf.testbed.netns import (
     run_ip_batch,
     set_sysctls,
 )
+from secperf.testbed.ssh import SshHost, SshSpec, clean_remote
 from secperf.testbed.topology import Topology
 from secperf.testbed.vm import BACKENDS, VmHost, VmSettings
 
@@ -119,6 +121,9 @@ class Testbed:
         prefix: str,
         ledger: Ledger,
         pin: Mapping[str, list[int]] | None = None,
+        remotes: Mapping[str, SshSpec] | None = None,
+        stage_dirs: Sequence[Path] = (),
+        external: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.topology = topology
         self.prefix = prefix
@@ -128,9 +133,30 @@ class Testbed:
         self.cgroups: dict[str, HostCgroup] = {}
         self.cgroup_layout: cgroups.Layout | None = None
         self._processes: list[ManagedProcess] = []
+        self.remotes = dict(remotes or {})
+        # External devices (name -> its interfaces by peer): hosts secperf runs nothing on.
+        self.external = {name: dict(ifs) for name, ifs in (external or {}).items()}
+        _check_remotes(topology, {**self.remotes, **dict.fromkeys(self.external)})
+        # Hosts on other machines (the SSH backend); every other host is a namespace here.
+        self._remote: dict[str, SshHost] = {}
+        if self.remotes:
+            from secperf.engine import engine_path
+
+            engine = engine_path()
+            self._remote = {
+                name: SshHost(spec, prefix, ledger, engine=engine, stage_dirs=stage_dirs)
+                for name, spec in self.remotes.items()
+            }
         self._hosts = {
             role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes, self.cgroups)
             for role in topology.roles
+            if role not in self.remotes and role not in self.external and not self._is_wire(role)
+        }
+        # External devices, and the switches of a lab of real machines (real switches:
+        # nothing for secperf to run there either).
+        self._external = {
+            name: ExternalHost(name)
+            for name in [*self.external, *(n for n in topology.names if self._is_wire(n))]
         }
         self._torn_down = False
         self._lock = threading.RLock()
@@ -150,18 +176,28 @@ class Testbed:
         pin: Mapping[str, str] | None = None,
         vm: VmSettings | None = None,
         vm_hosts: tuple[str, ...] = (),
+        remotes: Mapping[str, SshSpec] | None = None,
+        stage_dirs: Sequence[Path] = (),
+        external: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
         `pin` maps host roles to CPU lists ("0", "1", "0-1"): their processes run there.
         Each host in `vm_hosts` also gets a VM (`vm` settings), booted now and attached
         with `select_backend(host, "vm")`.
+        `remotes` maps host names to SSH destinations (the inventory): those hosts are
+        real machines, reached over SSH, not namespaces; `stage_dirs` are directories
+        whose files are copied to them when a command names one (the run's files).
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
         pinned = _check_pin(topology, pin or {})
         ledger = Ledger.open(prefix, state_dir)
-        tb = cls(topology, prefix, ledger, pinned)
+        try:
+            tb = cls(topology, prefix, ledger, pinned, remotes, stage_dirs, external)
+        except BaseException:
+            teardown_entries(ledger)
+            raise
         try:
             tb._build()
             for role in vm_hosts:
@@ -180,8 +216,15 @@ class Testbed:
             ) from exc
         return tb
 
+    def _is_wire(self, name: str) -> bool:
+        """A switch of a lab of real hosts: a real switch, nothing for secperf to build."""
+        return bool(self.remotes or self.external) and self.topology.host(name).is_switch
+
     def _build(self) -> None:
         topo = self.topology
+        _each(list(self._remote.values()), lambda r: r.open())
+        if self.remotes or self.external:
+            return  # a lab of real machines: their links, addresses and routes are theirs
         self.cgroup_layout = cgroups.detect()
         for spec in topo.hosts:
             ns = self.netns(spec.name)
@@ -272,7 +315,17 @@ class Testbed:
         vm = self.vms.get(role)
         if vm is not None and vm.active:
             return vm
+        remote = self._remote.get(role)
+        if remote is not None:
+            return remote
+        if role in self._external:
+            return self._external[role]
         return self._host(role)
+
+    @property
+    def remote_hosts(self) -> dict[str, SshHost]:
+        """The hosts reached over SSH, by name (empty for a namespace testbed)."""
+        return dict(self._remote)
 
     def _host(self, role: str) -> NetnsHost:
         try:
@@ -283,7 +336,12 @@ class Testbed:
             ) from None
 
     def netns(self, role: str) -> str:
-        """The namespace name of `role`, e.g. 'sp1a2b3-dut'."""
+        """The namespace name of `role`, e.g. 'sp1a2b3-dut' (a remote host: its SSH
+        destination)."""
+        if role in self._remote:
+            return f"ssh://{self._remote[role].spec.destination}"
+        if role in self._external:
+            return "external"
         if role not in self._hosts:
             raise KeyError(f"no host {role!r} in this testbed (have {self.topology.roles})")
         return netns_name(self.prefix, role)
@@ -292,6 +350,10 @@ class Testbed:
         """`role`'s interface on `link`, e.g. ifname('client-dut', 'client') == 'sp1a2b3-cd'."""
         spec = self.topology.link(link)
         topo = self.topology
+        if role in self._remote:
+            return self._remote[role].ifname(spec.peer(role))
+        if role in self._external:
+            return self.external.get(role, {}).get(spec.peer(role), "")
         return links.ifname(self.prefix, topo.tag(role), topo.tag(spec.peer(role)))
 
     @property
@@ -316,8 +378,22 @@ class Testbed:
                 proc.stop(timeout=2.0)
             for group in self.cgroups.values():
                 group.close_counter()
+            errors: list[str] = []
+
+            def close(remote: SshHost) -> None:
+                try:
+                    removed.extend(remote.close())
+                except TestbedError as exc:
+                    errors.append(str(exc))  # its ledger entry stays: `secperf clean` retries
+
+            _each(list(self._remote.values()), close)
             removed += teardown_entries(self.ledger)
             self._torn_down = True
+            if errors:
+                raise TestbedError(
+                    "teardown left things on remote hosts:\n  " + "\n  ".join(errors),
+                    fix="fix the cause above (the host unreachable?), then run `secperf clean`",
+                )
             return removed
 
     def __enter__(self) -> Testbed:
@@ -403,6 +479,14 @@ def teardown_entries(ledger: Ledger) -> list[str]:
     for e in by_type.get("file", []):
         attempt(f"file {e['path']}", _remover(ledger, "file", e))
 
+    for e in by_type.get("ssh", []):
+
+        def remote(e: dict[str, Any] = e) -> None:
+            removed.extend(clean_remote(e))
+            ledger.remove("ssh", name=e["name"], prefix=e["prefix"])
+
+        attempt(f"remote host {e['name']} ({e.get('user')}@{e.get('host')})", remote)
+
     if errors:
         raise TestbedError(
             "teardown left things behind:\n  " + "\n  ".join(errors),
@@ -428,6 +512,62 @@ def _check_cgroup_path(path: str, prefix: str | None) -> None:
             f"the ledger names cgroup {path}, which is not one of run {prefix}'s",
             fix="the ledger was edited or corrupted: remove that line by hand",
         )
+
+
+def _each(items: Sequence[Any], action: Callable[[Any], object]) -> None:
+    """`action` on every item at once, one thread each (remote hosts are independent:
+    a lab of N hosts connects and cleans up in the time of one); the first error is
+    raised once all have finished."""
+    if len(items) <= 1:
+        for item in items:
+            action(item)
+        return
+    failures: list[BaseException] = []
+
+    def work(item: Any) -> None:
+        try:
+            action(item)
+        except BaseException as exc:  # handed to the caller below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+
+
+def _check_remotes(topology: Topology, remotes: Mapping[str, SshSpec | None]) -> None:
+    """A lab is all real hosts or all namespaces: a namespace here has no wire to a
+    machine there (and no testbed host links into the root namespace)."""
+    if not remotes:
+        return
+    for name in remotes:
+        if name not in topology.names:
+            raise TestbedError(
+                f"the inventory names host {name!r}, which the testbed does not have",
+                where=f"[testbed.hosts.{name}]",
+                fix=f"name one of: {', '.join(topology.names)}",
+            )
+    local = [h.name for h in topology.hosts if h.name not in remotes and not h.is_switch]
+    if local:
+        raise TestbedError(
+            f"hosts {', '.join(local)} are namespaces on this machine while "
+            f"{', '.join(remotes)} are remote: a namespace cannot be wired to a real host",
+            where="[testbed.hosts]",
+            fix='give every host of the graph backend = "ssh" (or none of them)',
+        )
+    for link in topology.links:
+        if link.rate_bps is not None:
+            raise TestbedError(
+                f"link {link.name} has a rate, and its ends are real hosts: secperf shapes "
+                "namespace links only",
+                where="[testbed] link_rate / [topology] links",
+                fix="drop the rate; shape the real link yourself and say so in the scenario's "
+                "description",
+            )
 
 
 def _check_pin(topology: Topology, pin: Mapping[str, str]) -> dict[str, list[int]]:

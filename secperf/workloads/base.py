@@ -35,6 +35,8 @@ class MeasureContext:
     # The hosts the workload runs from and to (names in the testbed graph).
     client: str = "client"
     server: str = "server"
+    # The client hosts that drive the point at once (several generators); empty: client.
+    generators: list[str] = field(default_factory=list)
     # Append one record to records.jsonl, tagged with variant, point and round.
     keep: Callable[[Record], None] = lambda _rec: None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -99,4 +101,9 @@ class EngineExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
         spec = self.spec(dict(point.params), ctx.target)
+        if len(ctx.generators) > 1:
+            from secperf.workloads.generators import run_generators
+
+            hosts = [(name, ctx.testbed.host(name)) for name in ctx.generators]
+            return run_generators(hosts, spec, ctx.keep)
         return run_test(ctx.testbed.host(ctx.client), spec, on_record=ctx.keep).result

@@ -112,6 +112,7 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     monkeypatch.setattr(runner_mod, "executor_for", lambda kind: executor)
     monkeypatch.setattr(runner_mod.Runner, "_target", lambda self, *a: "198.18.1.2:5201")
     r.endpoints = {"udp-stream#0": ("client", "server")}
+    r.generators = {"udp-stream#0": ("client",)}
     point = WorkloadPoint(
         workload_index=0, name="udp-stream", kind="stream", params={}, index=0, label="", swept={}
     )
