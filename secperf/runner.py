@@ -15,6 +15,7 @@ them, so an interrupted run keeps everything it measured.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import random
 import secrets
@@ -62,9 +63,10 @@ from secperf.scenario.placement import (
 )
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed import links
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
-from secperf.testbed.topology import DUT, Topology
+from secperf.testbed.topology import DUT, LinkSpec, Topology
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
@@ -164,9 +166,18 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
     return order
 
 
-def point_seconds(point: WorkloadPoint, rounds: int, tests_per_round: int) -> float:
-    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned."""
+def point_seconds(
+    point: WorkloadPoint, rounds: int, tests_per_round: int, link_bps: int | None = None
+) -> float:
+    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned.
+    A fixed transfer takes its bytes at the point's link rate (else `link_bps`, else
+    1 Gbit/s), at most its time limit."""
     per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+    nbytes = point.params.get("bytes")
+    if isinstance(nbytes, int):
+        rate = point.params.get("link_rate") or link_bps or 1_000_000_000
+        limit = float(str(point.params.get("time_limit") or 300.0))
+        per_test = min(limit, nbytes * 8 / float(str(rate)))
     return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
 
 
@@ -176,9 +187,28 @@ def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
     Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
     points = expand_scenario(scenario)
     tests = 1 + len(expanded_variants(scenario))
-    lo = sum(point_seconds(p, scenario.repeat.min, tests) for p in points)
-    hi = sum(point_seconds(p, scenario.repeat.max, tests) for p in points)
+    bps = scenario.testbed.link_rate
+    lo = sum(point_seconds(p, scenario.repeat.min, tests, bps) for p in points)
+    hi = sum(point_seconds(p, scenario.repeat.max, tests, bps) for p in points)
     return lo, hi
+
+
+def path_links(topology: Topology, client: str, server: str) -> list[LinkSpec]:
+    """Every link a packet from `client` to `server` crosses (a switch's two ports too)."""
+    hops = topology.path(client, server)
+    switches = [h.name for h in topology.hosts if h.is_switch]
+    out: list[LinkSpec] = []
+    for a, b in itertools.pairwise(hops):
+        link = topology.link_between(a, b)
+        if link is not None:
+            out.append(link)
+            continue
+        for sw in switches:
+            ports = (topology.link_between(a, sw), topology.link_between(sw, b))
+            if ports[0] is not None and ports[1] is not None:
+                out += [ports[0], ports[1]]
+                break
+    return out
 
 
 def fmt_eta(seconds: float) -> str:
@@ -246,7 +276,18 @@ class Runner:
         self.run.write_run_json(self.meta)
 
     def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
-        return point_seconds(point, rounds, nvariants)
+        return point_seconds(point, rounds, nvariants, self.scenario.testbed.link_rate)
+
+    def _shape_links(self, testbed: Testbed, point: WorkloadPoint, restore: bool) -> None:
+        """A point with `link_rate`: every link on its client-server path at that rate
+        (0 = unshaped) for its tests; `restore` puts the links back as the graph has them."""
+        rate = point.params.get("link_rate")
+        if not isinstance(rate, int):
+            return
+        for link in path_links(self.topology, *self.endpoints[point.point_id]):
+            bps = link.rate_bps if restore else (rate or None)
+            for end in link.ends():
+                links.reshape(testbed.host(end), testbed.ifname(link.name, end), bps, link.queue_s)
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -461,7 +502,11 @@ class Runner:
             for index, point in enumerate(self.points):
                 self.point_no = (index + 1, len(self.points))
                 pair = self.endpoints[point.point_id]
-                self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+                self._shape_links(testbed, point, restore=False)
+                try:
+                    self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+                finally:
+                    self._shape_links(testbed, point, restore=True)
 
     def _eta(self, progress: Progress, task: TaskID) -> float:
         """Seconds left: the scenario's own estimate at first, then scaled by how long

@@ -121,6 +121,9 @@ def _sd_per_tx(r: Record) -> float | None:
 
 THROUGHPUT = Metric("throughput", "Throughput", "Mbit/s", True, True)
 LOSS = Metric("loss_pct", "Loss", "%", False, False)
+# A fixed transfer's rate as ttcp prints it ("KB/sec", 1 KB = 1024 B) and its time.
+TRANSFER_KIB = Metric("transfer_kib_s", "Fixed transfer", "kB/s (ttcp: 1 kB = 1024 B)", True, False)
+TRANSFER_S = Metric("transfer_s", "Transfer time", "s", False, False)
 # kB = 1000 bytes, as netperf's KB and every rate here (Mbit/s = 10^6 bit/s)
 SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/kB (1 kB = 1000 B)", False, False)
 TPS = Metric("tps", "Transaction rate", "trans/s", True, True)
@@ -249,6 +252,9 @@ _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
         (THROUGHPUT, _throughput),
         (SD_KB, _sd_per_kb),
         (LOSS, _loss_pct),
+        # a fixed transfer (`bytes`) only: the paper's ttcp figures
+        (TRANSFER_KIB, lambda r: _path(r, "transfer", "kib_per_second")),
+        (TRANSFER_S, lambda r: _path(r, "transfer", "seconds")),
     ),
     "rr": (
         (TPS, lambda r: _path(r, "transactions_per_second")),

@@ -55,6 +55,8 @@ def format_value(unit: str, value: object) -> str:
         return "default"
     if unit == "rate" and (value is None or isinstance(value, int)):
         return fmt_rate(value)
+    if unit == "link_rate" and isinstance(value, int):
+        return fmt_rate(value or None)  # 0: no shaping
     return str(value)
 
 
