@@ -186,10 +186,13 @@ def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
 
     Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
     points = expand_scenario(scenario)
-    tests = 1 + len(expanded_variants(scenario))
+    names = [name for name, _m, _s in expanded_variants(scenario)]
     bps = scenario.testbed.link_rate
-    lo = sum(point_seconds(p, scenario.repeat.min, tests, bps) for p in points)
-    hi = sum(point_seconds(p, scenario.repeat.max, tests, bps) for p in points)
+    lo = hi = 0.0
+    for p in points:
+        tests = 1 + sum(p.measures(n) for n in names)
+        lo += point_seconds(p, scenario.repeat.min, tests, bps)
+        hi += point_seconds(p, scenario.repeat.max, tests, bps)
     return lo, hi
 
 
@@ -479,7 +482,11 @@ class Runner:
     def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
         rep = self.scenario.repeat
         n = len(next(iter(self.variant_sets.values()), variants))
-        total = sum(self._estimate(p, rep.min, n) for p in self.points)
+        names = [v.name for v in next(iter(self.variant_sets.values()), variants)]
+        total = sum(
+            self._estimate(p, rep.min, sum(v == BASELINE or p.measures(v) for v in names))
+            for p in self.points
+        )
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -526,6 +533,7 @@ class Runner:
         task: TaskID,
     ) -> None:
         rep = self.scenario.repeat
+        variants = [v for v in variants if v.name == BASELINE or point.measures(v.name)]
         primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
         # variant -> metric -> round -> value: a metric absent from a round stays absent
         values: dict[str, dict[str, dict[int, float]]] = {

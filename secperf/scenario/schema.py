@@ -758,6 +758,9 @@ class WorkloadBase(StrictModel):
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
+    # The variants this workload measures beside the baseline (names of [variants];
+    # a swept variant by its own name, all its values); empty = every variant.
+    variants: list[VariantName] = Field(default_factory=list)
     _derived_name: bool = PrivateAttr(default=False)
 
     @property
@@ -1501,6 +1504,17 @@ class Scenario(StrictModel):
         if not value:
             raise ValueError("a scenario needs at least one variant: add a [variants.NAME] table")
         return value
+
+    @model_validator(mode="after")
+    def _workload_variants_exist(self) -> Scenario:
+        for i, w in enumerate(self.workloads):
+            unknown = [v for v in w.variants if v not in self.variants]
+            if unknown:
+                raise ValueError(
+                    f"workloads[{i}] ({w.name}).variants names {', '.join(unknown)}, which "
+                    f"[variants] does not have: use some of {', '.join(self.variants)}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _floods_need_ipv4(self) -> Scenario:

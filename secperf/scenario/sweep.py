@@ -16,7 +16,7 @@ from secperf.scenario.units import fmt_rate, fmt_size
 AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
-_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers"})
+_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers", "variants"})
 # A workload's flood-beside keys (schema.FloodBeside); left out when it has no flood.
 _FLOOD_BESIDE = ("flood", "flood_rate", "flood_target", "flood_payload")
 
@@ -38,6 +38,13 @@ class WorkloadPoint:
     # The hosts or zones the workload names to run from and to ([] = the defaults).
     clients: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
+    # The variants measured at this point beside the baseline (their names in
+    # [variants]; a swept one covers all its values); () = every variant.
+    variants: tuple[str, ...] = ()
+
+    def measures(self, variant: str) -> bool:
+        """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]')."""
+        return not self.variants or variant.split("[", 1)[0] in self.variants
 
     @property
     def point_id(self) -> str:
@@ -93,6 +100,7 @@ def expand(workload: AnyWorkload, workload_index: int = 0) -> list[WorkloadPoint
                 swept=keys,
                 clients=tuple(getattr(workload, "clients", ())),
                 servers=tuple(getattr(workload, "servers", ())),
+                variants=tuple(getattr(workload, "variants", ())),
             )
         )
     return points

@@ -151,3 +151,44 @@ def test_path_links_cross_routers_and_switches() -> None:
     )
     names = [set(lk.ends()) for lk in path_links(topo, "c1", "s1")]
     assert names == [{"c1", "sw"}, {"sw", "r"}, {"r", "s1"}]
+
+
+def test_a_workload_measures_only_the_variants_it_names() -> None:
+    sc = Scenario.model_validate(
+        {
+            "name": "t",
+            "variants": {
+                "a": {"mechanisms": []},
+                "ovpn": {
+                    "mechanisms": [
+                        {"kind": "vpn", "implementation": "openvpn",
+                         "cipher": ["none", "aes-128-gcm"]}
+                    ]
+                },
+            },
+            "workloads": [
+                {"kind": "stream", "name": "all", "duration": "1s", "warmup": 0},
+                {"kind": "stream", "name": "some", "duration": "1s", "warmup": 0,
+                 "variants": ["ovpn"]},
+            ],
+        }
+    )  # fmt: skip
+    every, some = expand_scenario(sc)
+    names = [n for n, _m, _s in expanded_variants(sc)]
+    assert [n for n in names if every.measures(n)] == names
+    assert [n for n in names if some.measures(n)] == [
+        "ovpn[cipher=none]",
+        "ovpn[cipher=aes-128-gcm]",
+    ]
+    from secperf.runner import estimate_seconds
+
+    lo, _hi = estimate_seconds(sc)  # 4 tests of "all" and 3 of "some", 3 rounds, 1.3 s each
+    assert lo == pytest.approx(3 * (4 + 3) * 1.3)
+    with pytest.raises(ValidationError, match="does not have"):
+        Scenario.model_validate(
+            {
+                "name": "t",
+                "variants": {"a": {"mechanisms": []}},
+                "workloads": [{"kind": "stream", "variants": ["b"]}],
+            }
+        )
