@@ -508,6 +508,9 @@ class VpnMechanism(MechanismBase):
                 )
         ciphers = _sweep_items("cipher", self.cipher)
         compressions = _sweep_items("compression", self.compression)
+        levelled = [c for c in compressions if c in ("zlib", "lzo")]
+        if self.compression_level is not None and not levelled:
+            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
         for cipher, compression in itertools.product(ciphers, compressions):
             self._check_one(cipher, compression)
         return self
@@ -530,8 +533,6 @@ class VpnMechanism(MechanismBase):
                 f"{impl} has no compression {compression!r}: use one of "
                 f"{', '.join(VPN_COMPRESSION[impl])}"
             )
-        if self.compression_level is not None and compression not in ("zlib", "lzo"):
-            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
         if impl == "tinc" and compression == "lzo" and self.compression_level is not None:
             raise ValueError("tinc's lzo has no level (it runs LZO at its best, tinc level 11)")
         if impl == "openvpn" and self.auth == "static" and cipher in VPN_AEAD:
@@ -563,7 +564,9 @@ class VpnMechanism(MechanismBase):
             params["compression"] = self.compression
             params["transport"] = self.transport
         if impl in ("tinc", "vtun"):
-            params["compression_level"] = self.compression_level
+            # a sweep's compression = "none" point runs without a level
+            levelled = self.compression in ("zlib", "lzo")
+            params["compression_level"] = self.compression_level if levelled else None
         if impl == "openvpn":
             params["auth"] = self.auth
         if impl == "tinc":
