@@ -38,6 +38,7 @@ bench: setup
 	$(VENV)/python bench/engine_vs_peers.py
 	$(VENV)/python bench/timestamp_overhead.py
 	$(VENV)/python bench/flood_vs_peers.py
+	$(VENV)/python bench/vpn_vs_iperf3.py
 
 clean:
 	$(VENV)/secperf clean

@@ -187,13 +187,22 @@ def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
     Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
     points = expand_scenario(scenario)
     names = [name for name, _m, _s in expanded_variants(scenario)]
-    bps = scenario.testbed.link_rate
+    bps = slowest_link(scenario)
     lo = hi = 0.0
     for p in points:
         tests = 1 + sum(p.measures(n) for n in names)
         lo += point_seconds(p, scenario.repeat.min, tests, bps)
         hi += point_seconds(p, scenario.repeat.max, tests, bps)
     return lo, hi
+
+
+def slowest_link(scenario: Scenario) -> int | None:
+    """The lowest link rate the scenario sets anywhere (a fixed transfer's estimate)."""
+    rates = [scenario.testbed.link_rate]
+    if scenario.topology is not None:
+        rates += [link.rate for link in scenario.topology.links]
+        rates += [zone.rate for zone in scenario.topology.zones.values()]
+    return min((r for r in rates if r), default=None)
 
 
 def path_links(topology: Topology, client: str, server: str) -> list[LinkSpec]:
@@ -279,7 +288,7 @@ class Runner:
         self.run.write_run_json(self.meta)
 
     def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
-        return point_seconds(point, rounds, nvariants, self.scenario.testbed.link_rate)
+        return point_seconds(point, rounds, nvariants, slowest_link(self.scenario))
 
     def _shape_links(self, testbed: Testbed, point: WorkloadPoint, restore: bool) -> None:
         """A point with `link_rate`: every link on its client-server path at that rate
