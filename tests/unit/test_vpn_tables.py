@@ -192,3 +192,17 @@ def test_a_workload_measures_only_the_variants_it_names() -> None:
                 "workloads": [{"kind": "stream", "variants": ["b"]}],
             }
         )
+
+
+def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
+    rec = {
+        "type": "mechanism",
+        "kind": "vpn",
+        "hosts": ["client", "server"],
+        "memory_bytes": {"client": 8 * 2**20, "server": 12 * 2**20},
+        "device_bytes": {"client": 1, "server": 1},
+    }
+    assert extract(rec) == {"tunnel_rss_client_mib": 8.0, "tunnel_rss_server_mib": 12.0}
+    # a daemon that was not running at the end reports nothing, never 0
+    rec["memory_bytes"] = {"server": 12 * 2**20}
+    assert extract(rec) == {"tunnel_rss_server_mib": 12.0}
