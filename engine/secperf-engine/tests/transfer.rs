@@ -46,7 +46,10 @@ fn fixed_transfer_moves_exactly_n_bytes_each_way_and_payload() {
         let line = recs.last().unwrap();
         assert_eq!(line["transfer"]["bytes"], n);
         assert!(line["transfer"]["kib_per_second"].as_f64().unwrap() > 0.0);
-        assert_eq!(line["window_bytes"], n, "the CPU window holds the whole transfer");
+        assert_eq!(
+            line["window_bytes"], n,
+            "the CPU window holds the whole transfer"
+        );
     }
 }
 
@@ -92,7 +95,11 @@ fn fixed_transfer_spec_refusals_name_the_field() {
     assert_eq!(f.as_deref(), Some("bytes"));
     assert!(m.contains("does not apply"), "{m}");
     // warmup 0 is fine, and the resolved spec parses back to itself (the server does this).
-    let s = Spec::parse(&format!(r#"{{"kind":"stream",{},"bytes":1000,"warmup":0}}"#, S)).unwrap();
+    let s = Spec::parse(&format!(
+        r#"{{"kind":"stream",{},"bytes":1000,"warmup":0}}"#,
+        S
+    ))
+    .unwrap();
     assert_eq!((s.bytes, s.warmup), (Some(1000), 0.0));
     let back = Spec::from_value(s.to_value()).unwrap();
     assert_eq!(back.to_value(), s.to_value());
