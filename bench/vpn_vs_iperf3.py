@@ -78,10 +78,16 @@ def engine_once(client: Host, addr: str, duration: float, rcvlowat: int | None =
 def iperf3_once(client: Host, addr: str, duration: float) -> float:
     argv = ["iperf3", "-c", addr, "-p", str(IPERF_PORT), "-J", "-l", str(MESSAGE)]
     argv += ["-t", f"{duration:g}", "-O", f"{WARMUP_S:g}"]
-    proc = client.run(argv, check=False, timeout=duration + 60)
-    data = json.loads(proc.stdout or "{}")
-    if "error" in data or proc.returncode != 0:
-        raise RuntimeError(f"iperf3 failed: {data.get('error') or proc.stderr.strip()}")
+    for attempt in range(3):
+        proc = client.run(argv, check=False, timeout=duration + 60)
+        data = json.loads(proc.stdout or "{}")
+        if "error" not in data and proc.returncode == 0:
+            break
+        # iperf3 -s serves one test at a time and resets a client that comes while it
+        # is still closing the last one: try again after a moment
+        if attempt == 2 or "unable to connect" not in str(data.get("error")):
+            raise RuntimeError(f"iperf3 failed: {data.get('error') or proc.stderr.strip()}")
+        time.sleep(1.0)
     # The receiver's count, as the engine's figure is.
     return float(data["end"]["sum_received"]["bits_per_second"])
 
