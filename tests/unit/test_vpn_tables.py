@@ -206,3 +206,30 @@ def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
     # a daemon that was not running at the end reports nothing, never 0
     rec["memory_bytes"] = {"server": 12 * 2**20}
     assert extract(rec) == {"tunnel_rss_server_mib": 12.0}
+
+
+def test_the_estimate_takes_the_slowest_link_of_a_topology() -> None:
+    from secperf.runner import slowest_link
+
+    sc = Scenario.model_validate(
+        {
+            "name": "t",
+            "testbed": {"link_rate": "100mbit"},
+            "topology": {
+                "hosts": [
+                    {"name": "client", "role": "client", "zone": "inside"},
+                    {"name": "dut", "role": "dut"},
+                    {"name": "server", "role": "server", "zone": "outside"},
+                ],
+                "links": [
+                    {"between": ["client", "dut"], "rate": "33.6kbit"},
+                    {"between": ["dut", "server"]},
+                ],
+            },
+            "variants": {"v": {"mechanisms": []}},
+            "workloads": [{"kind": "stream", "bytes": "33600B"}],
+        }
+    )
+    assert slowest_link(sc) == 33_600
+    (point,) = expand_scenario(sc)
+    assert point_seconds(point, 1, 1, slowest_link(sc)) == pytest.approx(8.0 + 0.3)
