@@ -233,3 +233,59 @@ def test_the_estimate_takes_the_slowest_link_of_a_topology() -> None:
     assert slowest_link(sc) == 33_600
     (point,) = expand_scenario(sc)
     assert point_seconds(point, 1, 1, slowest_link(sc)) == pytest.approx(8.0 + 0.3)
+
+
+class _FlakyVpn:
+    """Fails its first `fails` starts, as vtund did once on a loaded machine."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails, self.starts = fails, 0
+
+    def render(self, *args: Any) -> list[Any]:
+        return []
+
+    def host_files(self) -> list[Any]:
+        return []
+
+    def start(self, a: Any, b: Any) -> None:
+        from secperf.errors import MechanismError
+
+        self.starts += 1
+        if self.starts <= self.fails:
+            raise MechanismError(f"vtund on client exited (start {self.starts})")
+
+    def devices(self) -> dict[str, str]:
+        return {}
+
+    def pids(self) -> dict[str, list[int]]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"implementation": "fake"}
+
+
+@pytest.mark.parametrize("fails", [0, 1, 2])
+def test_a_tunnel_gets_one_more_start_and_says_so(
+    fails: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from secperf.errors import MechanismError
+    from secperf.mechanisms.base import MechanismContext
+    from secperf.mechanisms.tunnel import Tunnel
+    from secperf.scenario.schema import VpnMechanism
+
+    tunnel = Tunnel(VpnMechanism.model_validate({"kind": "vpn", "implementation": "vtun"}))
+    fake = _FlakyVpn(fails)
+    tunnel.vpn = fake  # type: ignore[assignment]
+    monkeypatch.setattr(tunnel, "_tunnel_ends", lambda hosts, ctx: ("a", "b"))
+    ctx = MechanismContext.__new__(MechanismContext)
+    object.__setattr__(ctx, "table", "secperf_sp1a2b3")
+    object.__setattr__(ctx, "files_dir", tmp_path)
+    object.__setattr__(ctx, "name", "v.0")
+    if fails < 2:
+        tunnel.apply_group([], ctx)
+        assert fake.starts == fails + 1
+        assert tunnel.observe()["start_attempts"] == fails + 1
+    else:
+        with pytest.raises(MechanismError, match="the first start failed too"):
+            tunnel.apply_group([], ctx)
+        assert fake.starts == 2
