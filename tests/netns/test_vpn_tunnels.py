@@ -1,8 +1,8 @@
 """Every VPN implementation between the client and the server, across the forwarding DUT.
 
 Per tunnel, with real daemons: an engine fixed transfer (`bytes`) through the inner
-address (exactly that many bytes arrived, and the tunnel devices' counters grew by
-those bytes plus at most 10 % of headers), a
+address (exactly that many bytes arrived, the far end's tunnel device received those
+bytes plus at most 10 % of headers, and the near end's sent at least that), a
 fixed transfer of a known text while tcpdump records the DUT's underlay
 interface (no cleartext of it there, and with compression fewer bytes crossed
 than were sent), memory of each end's daemon, and after stop(): the devices,
@@ -310,8 +310,11 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         assert 0 < res["transfer"]["seconds"] < 60 and res["transfer"]["kib_per_second"] > 100
         c1 = device_counters(client, devs["client"])
         s1 = device_counters(server, devs["server"])
-        for grew in (c1.tx_bytes - c0.tx_bytes, s1.rx_bytes - s0.rx_bytes):
-            assert TRANSFER_BYTES <= grew <= TRANSFER_BYTES * 1.1 + 65536, (grew, c0, c1, s0, s1)
+        # The far end's device received the payload and its headers; the near end's sent
+        # at least that (more when a daemon's full queue dropped packets and TCP resent).
+        received = s1.rx_bytes - s0.rx_bytes
+        assert TRANSFER_BYTES <= received <= TRANSFER_BYTES * 1.1 + 65536, (received, s0, s1)
+        assert c1.tx_bytes - c0.tx_bytes >= received - 65536, (c0, c1, received)
 
         # (2) a known text through the tunnel: not in clear on the DUT's underlay interface
         cap = Capture(tb.host("dut"), tb.ifname("client-dut", "dut"), tmp_path / "tunnel.pcap")
