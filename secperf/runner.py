@@ -15,6 +15,7 @@ them, so an interrupted run keeps everything it measured.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import random
 import secrets
@@ -64,9 +65,10 @@ from secperf.scenario.placement import (
 )
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed import links
 from secperf.testbed.netns import new_prefix
 from secperf.testbed.testbed import Testbed, install_teardown_handlers
-from secperf.testbed.topology import DUT, Topology
+from secperf.testbed.topology import DUT, LinkSpec, Topology
 from secperf.testbed.vm import VmSettings, guest_cpu_delta
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
@@ -181,9 +183,18 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
     return order
 
 
-def point_seconds(point: WorkloadPoint, rounds: int, tests_per_round: int) -> float:
-    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned."""
+def point_seconds(
+    point: WorkloadPoint, rounds: int, tests_per_round: int, link_bps: int | None = None
+) -> float:
+    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned.
+    A fixed transfer takes its bytes at the point's link rate (else `link_bps`, else
+    1 Gbit/s), at most its time limit."""
     per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
+    nbytes = point.params.get("bytes")
+    if isinstance(nbytes, int):
+        rate = point.params.get("link_rate") or link_bps or 1_000_000_000
+        limit = float(str(point.params.get("time_limit") or 300.0))
+        per_test = min(limit, nbytes * 8 / float(str(rate)))
     if point.kind == "rfc2544":  # many trials per measurement
         per_test = rfc2544.estimate_seconds(point.params)
     return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
@@ -194,10 +205,41 @@ def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
 
     Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
     points = expand_scenario(scenario)
-    tests = 1 + len(expanded_variants(scenario))
-    lo = sum(point_seconds(p, scenario.repeat.min, tests) for p in points)
-    hi = sum(point_seconds(p, scenario.repeat.max, tests) for p in points)
+    names = [name for name, _m, _s in expanded_variants(scenario)]
+    bps = slowest_link(scenario)
+    lo = hi = 0.0
+    for p in points:
+        tests = 1 + sum(p.measures(n) for n in names)
+        lo += point_seconds(p, scenario.repeat.min, tests, bps)
+        hi += point_seconds(p, scenario.repeat.max, tests, bps)
     return lo, hi
+
+
+def slowest_link(scenario: Scenario) -> int | None:
+    """The lowest link rate the scenario sets anywhere (a fixed transfer's estimate)."""
+    rates = [scenario.testbed.link_rate]
+    if scenario.topology is not None:
+        rates += [link.rate for link in scenario.topology.links]
+        rates += [zone.rate for zone in scenario.topology.zones.values()]
+    return min((r for r in rates if r), default=None)
+
+
+def path_links(topology: Topology, client: str, server: str) -> list[LinkSpec]:
+    """Every link a packet from `client` to `server` crosses (a switch's two ports too)."""
+    hops = topology.path(client, server)
+    switches = [h.name for h in topology.hosts if h.is_switch]
+    out: list[LinkSpec] = []
+    for a, b in itertools.pairwise(hops):
+        link = topology.link_between(a, b)
+        if link is not None:
+            out.append(link)
+            continue
+        for sw in switches:
+            ports = (topology.link_between(a, sw), topology.link_between(sw, b))
+            if ports[0] is not None and ports[1] is not None:
+                out += [ports[0], ports[1]]
+                break
+    return out
 
 
 def fmt_eta(seconds: float) -> str:
@@ -269,7 +311,18 @@ class Runner:
         self.run.write_run_json(self.meta)
 
     def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
-        return point_seconds(point, rounds, nvariants)
+        return point_seconds(point, rounds, nvariants, slowest_link(self.scenario))
+
+    def _shape_links(self, testbed: Testbed, point: WorkloadPoint, restore: bool) -> None:
+        """A point with `link_rate`: every link on its client-server path at that rate
+        (0 = unshaped) for its tests; `restore` puts the links back as the graph has them."""
+        rate = point.params.get("link_rate")
+        if not isinstance(rate, int):
+            return
+        for link in path_links(self.topology, *self.endpoints[point.point_id]):
+            bps = link.rate_bps if restore else (rate or None)
+            for end in link.ends():
+                links.reshape(testbed.host(end), testbed.ifname(link.name, end), bps, link.queue_s)
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -524,7 +577,11 @@ class Runner:
     def _measure_all(self, testbed: Testbed, variants: list[Variant]) -> None:
         rep = self.scenario.repeat
         n = len(next(iter(self.variant_sets.values()), variants))
-        total = sum(self._estimate(p, rep.min, n) for p in self.points)
+        names = [v.name for v in next(iter(self.variant_sets.values()), variants)]
+        total = sum(
+            self._estimate(p, rep.min, sum(v == BASELINE or p.measures(v) for v in names))
+            for p in self.points
+        )
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -547,7 +604,11 @@ class Runner:
             for index, point in enumerate(self.points):
                 self.point_no = (index + 1, len(self.points))
                 pair = self.endpoints[point.point_id]
-                self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+                self._shape_links(testbed, point, restore=False)
+                try:
+                    self._measure_point(testbed, self.variant_sets[pair], point, progress, task)
+                finally:
+                    self._shape_links(testbed, point, restore=True)
 
     def _eta(self, progress: Progress, task: TaskID) -> float:
         """Seconds left: the scenario's own estimate at first, then scaled by how long
@@ -567,6 +628,7 @@ class Runner:
         task: TaskID,
     ) -> None:
         rep = self.scenario.repeat
+        variants = [v for v in variants if v.name == BASELINE or point.measures(v.name)]
         primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
         # variant -> metric -> round -> value: a metric absent from a round stays absent
         values: dict[str, dict[str, dict[int, float]]] = {

@@ -121,6 +121,16 @@ def _sd_per_tx(r: Record) -> float | None:
 
 THROUGHPUT = Metric("throughput", "Throughput", "Mbit/s", True, True)
 LOSS = Metric("loss_pct", "Loss", "%", False, False)
+# A fixed transfer's rate as ttcp prints it ("KB/sec", 1 KB = 1024 B) and its time.
+TRANSFER_KIB = Metric("transfer_kib_s", "Fixed transfer", "kB/s (ttcp: 1 kB = 1024 B)", True, False)
+TRANSFER_S = Metric("transfer_s", "Transfer time", "s", False, False)
+# A tunnel's daemons (document 003, Figs. 2-3 give memory beside CPU), each end's RSS.
+TUNNEL_RSS_CLIENT = Metric(
+    "tunnel_rss_client_mib", "Tunnel daemon memory, client end", "MiB (RSS)", False, False
+)
+TUNNEL_RSS_SERVER = Metric(
+    "tunnel_rss_server_mib", "Tunnel daemon memory, server end", "MiB (RSS)", False, False
+)
 # kB = 1000 bytes, as netperf's KB and every rate here (Mbit/s = 10^6 bit/s)
 SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/kB (1 kB = 1000 B)", False, False)
 TPS = Metric("tps", "Transaction rate", "trans/s", True, True)
@@ -332,11 +342,34 @@ def _mix_p95(proto: str) -> Extractor:
     return get
 
 
+def _tunnel_rss(end: int) -> Extractor:
+    """A tunnel mechanism record's daemon memory at one end (0: the end on the client's
+    side, 1: the server's), in MiB."""
+
+    def get(r: Record) -> float | None:
+        hosts, mem = r.get("hosts"), r.get("memory_bytes")
+        if not isinstance(hosts, list) or len(hosts) != 2 or not isinstance(mem, Mapping):
+            return None
+        value = _num(mem.get(hosts[end]))
+        return None if value is None else value / 2**20
+
+    return get
+
+
 _TABLE: dict[str, tuple[tuple[Metric, Extractor], ...]] = {
+    # a `mechanism` record of a tunnel (the runner writes one after each test): its
+    # daemons' resident memory, reported beside the throughput and CPU of the test
+    "vpn": (
+        (TUNNEL_RSS_CLIENT, _tunnel_rss(0)),
+        (TUNNEL_RSS_SERVER, _tunnel_rss(1)),
+    ),
     "stream": (
         (THROUGHPUT, _throughput),
         (SD_KB, _sd_per_kb),
         (LOSS, _loss_pct),
+        # a fixed transfer (`bytes`) only: the paper's ttcp figures
+        (TRANSFER_KIB, lambda r: _path(r, "transfer", "kib_per_second")),
+        (TRANSFER_S, lambda r: _path(r, "transfer", "seconds")),
     ),
     "rr": (
         (TPS, lambda r: _path(r, "transactions_per_second")),

@@ -90,9 +90,14 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
     for line in run.iter_records():
         record = line["record"]
         rtype = record.get("type")
+        key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
+        if rtype == "mechanism" and key in groups and isinstance(line.get("rep"), int):
+            # what a mechanism reported after the test (a tunnel's daemon memory)
+            for name, value in extract(record).items():
+                groups[key].values.setdefault(name, {})[line["rep"]] = value
+            continue
         if rtype not in ("result", "error"):
             continue
-        key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
         group = groups.get(key)
         if group is None:
             point = line.get("point")

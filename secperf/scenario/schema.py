@@ -580,6 +580,20 @@ PPTP_REASON = (
 )
 
 
+VpnCompression = Literal["none", "lz4", "lzo", "zlib"]
+
+
+def _sweep_items(key: str, value: object) -> list[Any]:
+    """A mechanism key's values: the one value, or a sweep list's (non-empty, no repeats)."""
+    if not isinstance(value, list):
+        return [value]
+    if not value:
+        raise ValueError(f"{key}: a sweep list needs at least one value")
+    if len(set(map(repr, value))) != len(value):
+        raise ValueError(f"{key}: a sweep list repeats a value: {toml_repr(list(value))}")
+    return list(value)
+
+
 class VpnMechanism(MechanismBase):
     """A VPN tunnel: a real daemon at each end, keys and certificates made per run.
 
@@ -587,11 +601,16 @@ class VpnMechanism(MechanismBase):
     and server themselves (host-to-host), "gateways" = the testbed's gateway pair
     with the path between them (site-to-site), or a list of the two host names."""
 
+    # Keys that take a list (document 003's tables): one variant per value, e.g.
+    # cipher = ["none", "aes-128-gcm", "aes-256-gcm"] -> NAME[cipher=none], ...
+    sweepable: ClassVar[tuple[str, ...]] = ("cipher", "compression")
+
     on: Placement = "ends"
     kind: Literal["vpn"]
     implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
-    cipher: str | None = None  # None: the implementation's default (VPN_CIPHERS)
-    compression: Literal["none", "lz4", "lzo", "zlib"] = "none"
+    # None: the implementation's default (VPN_CIPHERS); a list is a sweep
+    cipher: str | list[str] | None = None
+    compression: VpnCompression | list[VpnCompression] = "none"
     compression_level: int | None = Field(default=None, ge=1, le=9)
     digest: Literal["sha256", "sha1", "none"] | None = None
     mode: Literal["tunnel", "transport"] | None = None
@@ -618,39 +637,50 @@ class VpnMechanism(MechanismBase):
                 raise ValueError(
                     f"{key} does not apply to {impl} (only to {', '.join(takers)}): remove it"
                 )
+        ciphers = _sweep_items("cipher", self.cipher)
+        compressions = _sweep_items("compression", self.compression)
+        levelled = [c for c in compressions if c in ("zlib", "lzo")]
+        if self.compression_level is not None and not levelled:
+            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
+        for cipher, compression in itertools.product(ciphers, compressions):
+            self._check_one(cipher, compression)
+        return self
+
+    def _check_one(self, cipher: str | None, compression: str) -> None:
+        """One point of the (cipher x compression) sweep fits the implementation."""
+        impl = self.implementation
         refused = VPN_REFUSED_CIPHERS.get(impl, {})
-        if self.cipher in refused:
+        if cipher in refused:
             raise ValueError(
-                f"{impl} cipher {self.cipher!r} is refused: {refused[self.cipher]} on this kind "
+                f"{impl} cipher {cipher!r} is refused: {refused[cipher]} on this kind "
                 f"of machine; use one of {', '.join(VPN_CIPHERS[impl])}"
             )
-        if self.cipher is not None and self.cipher not in VPN_CIPHERS[impl]:
+        if cipher is not None and cipher not in VPN_CIPHERS[impl]:
             raise ValueError(
-                f"{impl} has no cipher {self.cipher!r}: use one of {', '.join(VPN_CIPHERS[impl])}"
+                f"{impl} has no cipher {cipher!r}: use one of {', '.join(VPN_CIPHERS[impl])}"
             )
-        if self.compression not in VPN_COMPRESSION[impl]:
+        if compression not in VPN_COMPRESSION[impl]:
             raise ValueError(
-                f"{impl} has no compression {self.compression!r}: use one of "
+                f"{impl} has no compression {compression!r}: use one of "
                 f"{', '.join(VPN_COMPRESSION[impl])}"
             )
-        if self.compression_level is not None and self.compression not in ("zlib", "lzo"):
-            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
-        if impl == "tinc" and self.compression == "lzo" and self.compression_level is not None:
+        if impl == "tinc" and compression == "lzo" and self.compression_level is not None:
             raise ValueError("tinc's lzo has no level (it runs LZO at its best, tinc level 11)")
-        if impl == "openvpn" and self.auth == "static" and self.cipher in VPN_AEAD:
+        if impl == "openvpn" and self.auth == "static" and cipher in VPN_AEAD:
             raise ValueError(
-                f"openvpn static-key mode cannot use {self.cipher}: it has no AEAD ciphers "
+                f"openvpn static-key mode cannot use {cipher}: it has no AEAD ciphers "
                 '(GCM and ChaCha20-Poly1305 need TLS mode); use auth = "tls", or cipher = '
                 '"aes-256-cbc" or "none" with auth = "static"'
             )
-        if impl == "ipsec" and self.compression != "none":
+        if impl == "ipsec" and compression != "none":
             raise ValueError("ipsec has no compression here (IPComp is not set up): remove it")
-        return self
 
     @property
     def effective_cipher(self) -> str:
         """The cipher that runs: the given one, or the implementation's default (an
         OpenVPN static key defaults to aes-256-cbc, the only one it can use)."""
+        if isinstance(self.cipher, list) or isinstance(self.compression, list):
+            raise ValueError("a swept vpn mechanism runs as its expanded variants, one per value")
         if self.cipher is not None:
             return self.cipher
         if self.implementation == "openvpn" and self.auth == "static":
@@ -665,7 +695,9 @@ class VpnMechanism(MechanismBase):
             params["compression"] = self.compression
             params["transport"] = self.transport
         if impl in ("tinc", "vtun"):
-            params["compression_level"] = self.compression_level
+            # a sweep's compression = "none" point runs without a level
+            levelled = self.compression in ("zlib", "lzo")
+            params["compression_level"] = self.compression_level if levelled else None
         if impl == "openvpn":
             params["auth"] = self.auth
         if impl == "tinc":
@@ -960,6 +992,9 @@ class WorkloadBase(StrictModel):
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
+    # The variants this workload measures beside the baseline (names of [variants];
+    # a swept variant by its own name, all its values); empty = every variant.
+    variants: list[VariantName] = Field(default_factory=list)
     _derived_name: bool = PrivateAttr(default=False)
 
     @property
@@ -1093,8 +1128,37 @@ def udp_fits(value: int | list[int], info: ValidationInfo, what: str) -> int | l
     return value
 
 
+TRANSFER_MAX = 2**40  # the engine's limit on one fixed transfer (1 TiB)
+
+
+def _payload(value: object) -> str:
+    if value not in ("random", "zeros", "text"):
+        raise ValueError(f'expected "random", "zeros" or "text", got {toml_repr(value)}')
+    return str(value)
+
+
+def _link_rate(value: object) -> int | None:
+    """A link rate for a workload's points; "unlimited" is 0 (no shaping), None unset."""
+    if value is None:
+        return None
+    bps = parse_rate(value)
+    return 0 if bps is None else bps
+
+
+def _transfer_bytes(value: object) -> int | None:
+    if value is None:
+        return None
+    return _bounded(parse_size, 1, TRANSFER_MAX, "a transfer size")(value)
+
+
+SweepPayload = Annotated[str | list[str], PlainValidator(_sweepable(_payload))]
+LinkRate = Annotated[int | list[int] | None, PlainValidator(_sweepable(_link_rate))]
+TransferBytes = Annotated[int | list[int] | None, PlainValidator(_sweepable(_transfer_bytes))]
+
+
 class StreamWorkload(FloodBeside, WorkloadBase):
-    """Bulk transfer (netperf TCP_STREAM / UDP_STREAM)."""
+    """Bulk transfer (netperf TCP_STREAM / UDP_STREAM), or with `bytes` a fixed
+    transfer timed to its last byte (ttcp, document 003)."""
 
     sweepable: ClassVar[dict[str, str]] = {
         "message": "size",
@@ -1102,6 +1166,9 @@ class StreamWorkload(FloodBeside, WorkloadBase):
         "parallel": "count",
         "rate": "rate",
         "flood_rate": "count",
+        "payload": "name",
+        "bytes": "size",
+        "link_rate": "link_rate",
     }
 
     kind: Literal["stream"]
@@ -1110,9 +1177,34 @@ class StreamWorkload(FloodBeside, WorkloadBase):
     message: MessageSize = 131072  # the engine's default; udp: 1024 (set below)
     socket_buffer: SocketBuffer = None
     parallel: Parallel = 1
-    payload: Payload = "random"
+    payload: SweepPayload = "random"
     rate: SweepRate = None
     rcvlowat: ReceiveLowat = None  # the engine's default (see docs/scenario-format.md)
+    # A ttcp-style fixed transfer: move exactly this many bytes and time it (then
+    # `duration` and `warmup` do not apply; `time_limit` bounds the transfer).
+    bytes: TransferBytes = None
+    time_limit: PositiveDuration = 300.0
+    # Every link on the client-server path shaped to this rate for this workload's
+    # tests ("unlimited" = no shaping); unset = the links as [testbed]/[topology] made them.
+    link_rate: LinkRate = None
+
+    @model_validator(mode="after")
+    def _fixed_transfer_fits(self) -> StreamWorkload:
+        if self.bytes is None:
+            return self
+        if self.protocol != "tcp":
+            raise ValueError(
+                "bytes (a fixed transfer) is TCP only (UDP loses what it loses): "
+                'use protocol = "tcp"'
+            )
+        if self.direction == "both":
+            raise ValueError(
+                "bytes (a fixed transfer) goes one way, as ttcp's: "
+                'use direction "send" or "receive"'
+            )
+        if self.parallel != 1:
+            raise ValueError("bytes (a fixed transfer) is one connection, as ttcp's: parallel = 1")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -1757,6 +1849,17 @@ class Scenario(StrictModel):
         if not value:
             raise ValueError("a scenario needs at least one variant: add a [variants.NAME] table")
         return value
+
+    @model_validator(mode="after")
+    def _workload_variants_exist(self) -> Scenario:
+        for i, w in enumerate(self.workloads):
+            unknown = [v for v in w.variants if v not in self.variants]
+            if unknown:
+                raise ValueError(
+                    f"workloads[{i}] ({w.name}).variants names {', '.join(unknown)}, which "
+                    f"[variants] does not have: use some of {', '.join(self.variants)}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _floods_need_ipv4(self) -> Scenario:

@@ -16,7 +16,9 @@ from secperf.scenario.units import fmt_rate, fmt_size
 AnyWorkload = WorkloadBase  # every kind: expansion reads only the common keys
 
 # Keys that describe the workload rather than parametrize one test.
-_NOT_PARAMS = frozenset({"kind", "name", "sweep", "table", "clients", "servers", "generators"})
+_NOT_PARAMS = frozenset(
+    {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants"}
+)
 # A workload's flood-beside keys (schema.FloodBeside); left out when it has no flood.
 _FLOOD_BESIDE = ("flood", "flood_rate", "flood_target", "flood_payload")
 
@@ -39,6 +41,13 @@ class WorkloadPoint:
     clients: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
     generators: int = 1  # client hosts driving it at once
+    # The variants measured at this point beside the baseline (their names in
+    # [variants]; a swept one covers all its values); () = every variant.
+    variants: tuple[str, ...] = ()
+
+    def measures(self, variant: str) -> bool:
+        """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]')."""
+        return not self.variants or variant.split("[", 1)[0] in self.variants
 
     @property
     def point_id(self) -> str:
@@ -56,6 +65,8 @@ def format_value(unit: str, value: object) -> str:
         return "default"
     if unit == "rate" and (value is None or isinstance(value, int)):
         return fmt_rate(value)
+    if unit == "link_rate" and isinstance(value, int):
+        return fmt_rate(value or None)  # 0: no shaping
     return str(value)
 
 
@@ -93,6 +104,7 @@ def expand(workload: AnyWorkload, workload_index: int = 0) -> list[WorkloadPoint
                 clients=tuple(getattr(workload, "clients", ())),
                 generators=int(getattr(workload, "generators", 1)),
                 servers=tuple(getattr(workload, "servers", ())),
+                variants=tuple(getattr(workload, "variants", ())),
             )
         )
     return points

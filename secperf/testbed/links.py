@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from secperf.errors import TestbedError
+from secperf.testbed.host import Host
 from secperf.testbed.ledger import Ledger
 from secperf.testbed.netns import run_command
 from secperf.testbed.topology import LinkSpec, Topology
@@ -99,6 +100,17 @@ def shape(netns: str, dev: str, rate_bps: int, queue_s: float | None = None) -> 
     """Put tbf at `rate_bps` on the egress of `dev`."""
     tbf = tbf_params(rate_bps, queue_s)
     run_command(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
+
+
+def reshape(host: Host, dev: str, rate_bps: int | None, queue_s: float | None = None) -> None:
+    """Change the egress rate of `dev` in a built testbed (a workload's `link_rate`):
+    tbf at `rate_bps`, or no qdisc at all for None (unlimited)."""
+    if rate_bps is None:
+        # No root qdisc is fine: the link is then already unlimited.
+        host.run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+        return
+    tbf = tbf_params(rate_bps, queue_s)
+    host.run(["tc", "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
 
 
 BRIDGE = "br"

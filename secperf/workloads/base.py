@@ -95,7 +95,7 @@ class EngineExecutor:
         spec["server"] = server
         for key in ("duration", "warmup"):
             value = params.get(key)
-            if value is not None:
+            if value is not None and key not in spec:  # a fixed transfer sets its own
                 spec[key] = float(str(value))
         return spec
 

@@ -26,6 +26,13 @@ mechanisms = [{ kind = "vpn", implementation = "wireguard" }]
 [[workloads]]
 kind = "stream"
 protocol = "tcp"
+[[workloads]]
+name = "ttcp"
+kind = "stream"
+sweep = "zip"
+link_rate = ["unlimited", "10mbit"]
+bytes = ["8MiB", "1MiB"]
+payload = ["random", "text"]
 """
 
 SITE_TO_SITE = """
@@ -73,20 +80,26 @@ def run(tmp_path: Path, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]
     return json.loads((run_dir / "run.json").read_text()), lines
 
 
-def by_test(lines: list[dict[str, Any]], variant: str) -> list[tuple[int, int]]:
+def by_test(
+    lines: list[dict[str, Any]], variant: str, workload: str = "tcp-stream"
+) -> list[tuple[int, int]]:
     """(bytes the engine received, bytes through the client's tunnel device) per test."""
     results = {
-        ln["rep"]: ln["record"]["receiver"]["bytes"]
+        (ln["point_id"], ln["rep"]): ln["record"]["receiver"]["bytes"]
         for ln in lines
-        if ln["variant"] == variant and ln["record"]["type"] == "result"
+        if ln["variant"] == variant
+        and ln["workload"] == workload
+        and ln["record"]["type"] == "result"
     }
     tunnels = {
-        ln["rep"]: ln["record"]
+        (ln["point_id"], ln["rep"]): ln["record"]
         for ln in lines
-        if ln["variant"] == variant and ln["record"]["type"] == "mechanism"
+        if ln["variant"] == variant
+        and ln["workload"] == workload
+        and ln["record"]["type"] == "mechanism"
     }
-    assert set(results) == set(tunnels) == {0, 1}
-    return [(results[r], next(iter(tunnels[r]["device_bytes"].values()))) for r in sorted(results)]
+    assert set(results) == set(tunnels) and {r for _p, r in results} == {0, 1}
+    return [(results[k], next(iter(tunnels[k]["device_bytes"].values()))) for k in sorted(results)]
 
 
 def test_host_to_host_tunnel_carries_the_measured_bytes(tmp_path: Path, state_dir: Path) -> None:
@@ -101,6 +114,20 @@ def test_host_to_host_tunnel_carries_the_measured_bytes(tmp_path: Path, state_di
     # The baseline did not use the tunnel: its target was the server's own address.
     base = [ln for ln in lines if ln["variant"] == "baseline" and ln["record"]["type"] == "result"]
     assert base and all(ln["record"]["receiver"]["bytes"] > 0 for ln in base)
+    # The fixed transfers: exactly their bytes, through the tunnel, and the 10 Mbit/s
+    # point ran on links reshaped to 10 Mbit/s (the unlimited one is far faster).
+    for measured, through_tunnel in by_test(lines, "wg", "ttcp"):
+        assert measured in (8 * 2**20, 2**20) and through_tunnel >= measured
+    rate: dict[str, list[float]] = {}
+    for ln in lines:
+        rec = ln["record"]
+        if ln["workload"] == "ttcp" and rec["type"] == "result":
+            assert rec["transfer"]["bytes"] == rec["receiver"]["bytes"]
+            rate.setdefault(ln["label"], []).append(rec["bits_per_second"])
+    assert set(rate) == {"payload=random bytes=8MiB link_rate=unlimited",
+                         "payload=text bytes=1MiB link_rate=10mbit"}  # fmt: skip
+    assert all(4e6 < r <= 10.2e6 for r in rate["payload=text bytes=1MiB link_rate=10mbit"]), rate
+    assert min(rate["payload=random bytes=8MiB link_rate=unlimited"]) > 20e6, rate
 
 
 def test_gateway_pair_tunnel_routes_the_far_network(tmp_path: Path, state_dir: Path) -> None:

@@ -267,7 +267,7 @@ def test_documented_full_example_loads(tmp_path: Path) -> None:
 
 
 def test_documented_sweep_labels_are_true() -> None:
-    block = next(b for b in _toml_blocks() if 'sweep = "zip"' in b)
+    block = next(b for b in _toml_blocks() if 'sweep = "zip"' in b and "tcp-rr#" in b)
     sc = parse_scenario('name = "d"\n[variants.v]\n' + block, Path("/nowhere/d.toml"))
     claimed = re.findall(r"# (\S+#\d+) (.*)", block)
     points = {p.point_id: p.label for p in expand_scenario(sc)}

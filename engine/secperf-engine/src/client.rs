@@ -14,7 +14,7 @@ use crate::kinds;
 use crate::net;
 use crate::record::{
     Clock, CpuTimes, Flow, Interval, IntervalLatency, Loss, Record, ResultRecord, SideCpu, Sink,
-    Start, Totals, FORMAT, VERSION,
+    Start, Totals, Transfer, FORMAT, VERSION,
 };
 use crate::shared::{Counters, Role, Shared};
 use crate::spec::{Kind, Protocol, Spec};
@@ -123,6 +123,16 @@ fn drive(
 ) -> Result<ResultRecord> {
     let spec = run.spec;
     let shared = run.shared.clone();
+    // A fixed transfer is timed from before its connection opens: both sides'
+    // counters and the CPU are read first, and everything after counts.
+    let probe = CpuProbe::new(&spec.cpu_groups);
+    let before = match spec.bytes {
+        Some(_) => {
+            shared.measuring.store(true, Relaxed);
+            Some((run.snap(Instant::now(), true)?, probe.read()?))
+        }
+        None => None,
+    };
     let started = kinds::start(spec, data, &shared)?;
     let t0 = Instant::now();
     let realtime_ns = SystemTime::now()
@@ -147,60 +157,10 @@ fn drive(
         host: cpu::host(),
     })));
 
-    // Stream intervals need the receiver's bytes, which the server has
-    // unless the client is the only receiver.
-    let interval_needs_server = spec.kind == Kind::Stream && spec.direction.client_sends();
-    let warm_at = Duration::from_secs_f64(spec.warmup);
-    let end_at = warm_at + Duration::from_secs_f64(spec.duration);
-    let events = schedule(spec.warmup, spec.duration, spec.interval);
-
-    // CPU (each host's cgroup and the machine) is read at the same two
-    // instants as the counters that the rates come from.
-    let probe = CpuProbe::new(&spec.cpu_groups);
-    let mut prev = run.snap(t0, interval_needs_server)?;
-    let mut warm: Option<(Snap, CpuReading)> = None;
-    if spec.warmup == 0.0 {
-        shared.measuring.store(true, Relaxed);
-        let snap = run.snap(t0, true)?;
-        warm = Some((snap, probe.read()?));
-    }
-    let mut end = prev;
-    let mut end_cpu: Option<CpuReading> = None;
-    for ev in events {
-        sleep_until(t0 + Duration::from_secs_f64(ev), &shared)?;
-        let is_warm = warm.is_none() && t0.elapsed() >= warm_at;
-        let is_end = ev >= end_at.as_secs_f64() - 1e-9;
-        if is_end {
-            shared.measuring.store(false, Relaxed);
-        }
-        let snap = run.snap(t0, interval_needs_server || is_warm || is_end)?;
-        if is_end {
-            end_cpu = Some(probe.read()?);
-        }
-        if is_warm {
-            shared.measuring.store(true, Relaxed);
-            warm = Some((snap, probe.read()?));
-        }
-        if spec.interval > 0.0 {
-            sink.emit(Record::Interval(interval(
-                spec,
-                &shared,
-                &prev,
-                &snap,
-                run.t(),
-                ev <= spec.warmup + 1e-9,
-            )));
-        }
-        prev = snap;
-        if is_end {
-            end = snap;
-        }
-    }
-    let (warm, warm_cpu) =
-        warm.ok_or_else(|| EngineError::Internal("no warm-up snapshot: report this bug".into()))?;
-    let end_cpu = end_cpu.ok_or_else(|| {
-        EngineError::Internal("no end-of-window CPU reading: report this bug".into())
-    })?;
+    let (warm, warm_cpu, end, end_cpu) = match before {
+        Some(before) => transfer_window(run, t0, before, &probe, sink)?,
+        None => timed_window(run, t0, &probe, sink)?,
+    };
     let (machine, host_cpu) = probe.window(&warm_cpu, &end_cpu);
 
     // Stop: senders finish their message and shut down; loops drain.
@@ -260,6 +220,7 @@ fn drive(
         socket,
         server_socket: setup.socket,
         directions: None,
+        transfer: None,
     };
     if spec.protocol == Protocol::Tcp && spec.kind != Kind::Crr {
         res.retransmits = Some(
@@ -317,6 +278,19 @@ fn drive(
                 res.sender.messages += s_msgs;
                 sent_msgs += s_msgs;
                 lost += s_msgs.saturating_sub(msgs);
+            }
+            if let Some(total) = spec.bytes {
+                if res.receiver.bytes != total {
+                    return Err(EngineError::Measurement(format!(
+                        "the fixed transfer was cut short: {} of {} bytes arrived (check that nothing in the path resets the connection)",
+                        res.receiver.bytes, total
+                    )));
+                }
+                res.transfer = Some(Transfer {
+                    bytes: total,
+                    seconds: res.duration_s,
+                    kib_per_second: total as f64 / 1024.0 / res.duration_s.max(1e-9),
+                });
             }
             if spec.protocol == Protocol::Udp {
                 if sent_msgs == 0 {
@@ -391,6 +365,142 @@ fn drive(
     res.t = run.t();
     sink.emit(Record::Result(Box::new(res.clone())));
     Ok(res)
+}
+
+/// The two ends of the measured window: both sides' counters and the CPU.
+type Window = (Snap, CpuReading, Snap, CpuReading);
+
+/// A timed test: snapshots at the warm-up boundary, every interval, and the
+/// end of the measured window.
+fn timed_window(
+    run: &mut Run<'_>,
+    t0: Instant,
+    probe: &CpuProbe,
+    sink: &mut dyn Sink,
+) -> Result<Window> {
+    let spec = run.spec;
+    let shared = run.shared.clone();
+    // Stream intervals need the receiver's bytes, which the server has
+    // unless the client is the only receiver.
+    let interval_needs_server = spec.kind == Kind::Stream && spec.direction.client_sends();
+    let warm_at = Duration::from_secs_f64(spec.warmup);
+    let end_at = warm_at + Duration::from_secs_f64(spec.duration);
+    let events = schedule(spec.warmup, spec.duration, spec.interval);
+
+    // CPU (each host's cgroup and the machine) is read at the same two
+    // instants as the counters that the rates come from.
+    let mut prev = run.snap(t0, interval_needs_server)?;
+    let mut warm: Option<(Snap, CpuReading)> = None;
+    if spec.warmup == 0.0 {
+        shared.measuring.store(true, Relaxed);
+        let snap = run.snap(t0, true)?;
+        warm = Some((snap, probe.read()?));
+    }
+    let mut end = prev;
+    let mut end_cpu: Option<CpuReading> = None;
+    for ev in events {
+        sleep_until(t0 + Duration::from_secs_f64(ev), &shared)?;
+        let is_warm = warm.is_none() && t0.elapsed() >= warm_at;
+        let is_end = ev >= end_at.as_secs_f64() - 1e-9;
+        if is_end {
+            shared.measuring.store(false, Relaxed);
+        }
+        let snap = run.snap(t0, interval_needs_server || is_warm || is_end)?;
+        if is_end {
+            end_cpu = Some(probe.read()?);
+        }
+        if is_warm {
+            shared.measuring.store(true, Relaxed);
+            warm = Some((snap, probe.read()?));
+        }
+        if spec.interval > 0.0 {
+            sink.emit(Record::Interval(interval(
+                spec,
+                &shared,
+                &prev,
+                &snap,
+                run.t(),
+                ev <= spec.warmup + 1e-9,
+            )));
+        }
+        prev = snap;
+        if is_end {
+            end = snap;
+        }
+    }
+    let (warm, warm_cpu) =
+        warm.ok_or_else(|| EngineError::Internal("no warm-up snapshot: report this bug".into()))?;
+    let end_cpu = end_cpu.ok_or_else(|| {
+        EngineError::Internal("no end-of-window CPU reading: report this bug".into())
+    })?;
+    Ok((warm, warm_cpu, end, end_cpu))
+}
+
+/// A fixed transfer (`bytes`): the window runs from `before` (read before the
+/// connection opened) until the transfer is done: the client's sender has had
+/// every byte acknowledged, or its receiver has read to EOF. Past `duration`
+/// (the time limit) it is an error, never a partial figure.
+fn transfer_window(
+    run: &mut Run<'_>,
+    t0: Instant,
+    before: (Snap, CpuReading),
+    probe: &CpuProbe,
+    sink: &mut dyn Sink,
+) -> Result<Window> {
+    let spec = run.spec;
+    let shared = run.shared.clone();
+    let sends = spec.direction.client_sends();
+    let role = if sends { Role::Active } else { Role::Passive };
+    let limit = t0 + Duration::from_secs_f64(spec.duration);
+    let every = Duration::from_secs_f64(spec.interval);
+    let mut next = (spec.interval > 0.0).then(|| t0 + every);
+    let mut prev = before.0;
+    loop {
+        if let Some(e) = shared.take_error() {
+            return Err(e);
+        }
+        let mut until = (Instant::now() + Duration::from_millis(50)).min(limit);
+        if let Some(t) = next {
+            until = until.min(t);
+        }
+        if shared.wait_role(role, until) {
+            break;
+        }
+        if next.is_some_and(|t| Instant::now() >= t) {
+            let snap = run.snap(t0, sends)?;
+            sink.emit(Record::Interval(interval(
+                spec,
+                &shared,
+                &prev,
+                &snap,
+                run.t(),
+                false,
+            )));
+            prev = snap;
+            next = next.map(|t| t + every);
+        }
+        if Instant::now() >= limit {
+            let c = shared.counters();
+            let moved = if sends {
+                c.bytes_sent
+            } else {
+                c.bytes_received
+            };
+            return Err(EngineError::Measurement(format!(
+                "the fixed transfer of {} bytes did not finish within its time limit (duration {} s): {} bytes had been {}; give a longer duration or fewer bytes",
+                spec.bytes.unwrap_or(0),
+                spec.duration,
+                moved,
+                if sends { "sent" } else { "received" }
+            )));
+        }
+    }
+    shared.measuring.store(false, Relaxed);
+    // The server's counters come from its finish reply: it may still be
+    // reading acknowledged bytes from its socket buffer now.
+    let end = run.snap(t0, false)?;
+    let end_cpu = probe.read()?;
+    Ok((before.0, before.1, end, end_cpu))
 }
 
 /// Snapshot times (seconds after the traffic starts): every `interval`

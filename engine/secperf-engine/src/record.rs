@@ -203,6 +203,19 @@ pub struct ResultRecord {
     /// Kind latency: `c2s`, `s2c` and `combined`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub directions: Option<crate::latency::Directions>,
+    /// Stream with `bytes`: the fixed transfer, as ttcp reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<Transfer>,
+}
+
+/// A ttcp-style fixed transfer: `bytes` moved in `seconds`, from before the
+/// connection opened to the last byte's arrival at the receiver;
+/// `kib_per_second` = bytes / 1024 / seconds (ttcp's "KB/sec").
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Transfer {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub kib_per_second: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]

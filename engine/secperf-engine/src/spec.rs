@@ -180,6 +180,7 @@ struct RawSpec {
     parallel: Option<u64>,
     payload: Option<Payload>,
     rate_bps: Option<u64>,
+    bytes: Option<u64>,
     request_size: Option<u64>,
     response_size: Option<u64>,
     inflight: Option<u64>,
@@ -228,6 +229,7 @@ pub const FIELDS: &[&str] = &[
     "parallel",
     "payload",
     "rate_bps",
+    "bytes",
     "request_size",
     "response_size",
     "inflight",
@@ -298,7 +300,7 @@ pub fn applies(field: &str, kind: Kind, protocol: Protocol) -> bool {
         "connections" | "hold" | "close_rate" => kind == Connections,
         "close" => matches!(kind, Crr | Connections),
         "nodelay" => protocol == Protocol::Tcp,
-        "rcvlowat" => kind == Stream && protocol == Protocol::Tcp,
+        "rcvlowat" | "bytes" => kind == Stream && protocol == Protocol::Tcp,
         "direction" | "message_size" | "rate_bps" => kind == Stream,
         "parallel" => matches!(kind, Stream | Crr | Http),
         "request_size" | "response_size" => matches!(kind, Rr | Crr),
@@ -334,6 +336,9 @@ pub struct Spec {
     pub parallel: usize,
     pub payload: Payload,
     pub rate_bps: Option<u64>,
+    /// TCP stream: a ttcp-style fixed transfer of this many bytes (`duration`
+    /// is then its time limit, and there is no warm-up).
+    pub bytes: Option<u64>,
     pub request_size: usize,
     pub response_size: usize,
     pub inflight: usize,
@@ -629,6 +634,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
     let duration = duration_of(raw.duration)?;
     let warmup = seconds("warmup", raw.warmup.unwrap_or(1.0), false, 0.0, 600.0, "1")?;
     let interval = interval_of(raw.interval)?;
+    let warmup = fixed_transfer(raw.bytes, raw.warmup, raw.direction, raw.parallel, warmup)?;
     if let Some(bind) = raw.bind {
         if bind.is_ipv4() != server.is_ipv4() {
             return Err(EngineError::spec(
@@ -821,6 +827,7 @@ fn resolve(raw: RawSpec, kind: Kind, protocol: Protocol) -> Result<Spec> {
         parallel: parallel as usize,
         payload: raw.payload.unwrap_or(Payload::Random),
         rate_bps: raw.rate_bps,
+        bytes: raw.bytes,
         request_size,
         response_size,
         inflight,
@@ -915,6 +922,52 @@ fn rcvlowat_of(
 }
 
 /// `duration`: default 10 s, at most an hour; every kind, floods too.
+/// Most bytes one fixed transfer may move (1 TiB).
+pub const TRANSFER_MAX: u64 = 1 << 40;
+
+/// A fixed transfer (`bytes`): one connection in one direction, timed from its
+/// start to the last byte's arrival, so a warm-up has no meaning (0, and any
+/// other value is refused). Returns the warm-up to use.
+fn fixed_transfer(
+    bytes: Option<u64>,
+    raw_warmup: Option<f64>,
+    direction: Option<Direction>,
+    parallel: Option<u64>,
+    warmup: f64,
+) -> Result<f64> {
+    let Some(n) = bytes else {
+        return Ok(warmup);
+    };
+    if !(1..=TRANSFER_MAX).contains(&n) {
+        return Err(EngineError::spec(
+            "bytes",
+            format!(
+                "bytes must be 1..={} (got {}): give e.g. 67108864 (64 MiB)",
+                TRANSFER_MAX, n
+            ),
+        ));
+    }
+    if raw_warmup.is_some_and(|w| w != 0.0) {
+        return Err(EngineError::spec(
+            "warmup",
+            "a fixed transfer (bytes) is timed from its first byte to its last: remove warmup or give 0",
+        ));
+    }
+    if direction == Some(Direction::Both) {
+        return Err(EngineError::spec(
+            "direction",
+            "a fixed transfer (bytes) goes one way, as ttcp's: give direction \"send\" or \"receive\"",
+        ));
+    }
+    if parallel.is_some_and(|p| p != 1) {
+        return Err(EngineError::spec(
+            "parallel",
+            "a fixed transfer (bytes) is one connection, as ttcp's: remove parallel or give 1",
+        ));
+    }
+    Ok(0.0)
+}
+
 fn duration_of(duration: Option<f64>) -> Result<f64> {
     seconds(
         "duration",
@@ -987,6 +1040,7 @@ fn resolve_flood(raw: RawSpec) -> Result<Spec> {
         parallel: 1,
         payload: Payload::Random,
         rate_bps: None,
+        bytes: None,
         request_size: 1,
         response_size: 1,
         inflight: 1,

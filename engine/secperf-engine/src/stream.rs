@@ -64,14 +64,20 @@ pub fn tcp_send(
     let mut w = s;
     let (mut sent, mut msgs) = (0u64, 0u64);
     'run: while !sh.stopped() {
+        // A fixed transfer sends exactly `bytes`: the last message is cut to fit.
+        let len = match spec.bytes {
+            Some(total) if sent >= total => break,
+            Some(total) => buf.len().min((total - sent) as usize),
+            None => buf.len(),
+        };
         if let Some(p) = pacer.as_mut() {
-            if !p.wait(buf.len(), || sh.stopped()) {
+            if !p.wait(len, || sh.stopped()) {
                 break;
             }
         }
         let mut off = 0;
-        while off < buf.len() {
-            match w.write(&buf[off..]) {
+        while off < len {
+            match w.write(&buf[off..len]) {
                 Ok(0) => return Err(data_err("send")(std::io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     off += n;
@@ -95,7 +101,25 @@ pub fn tcp_send(
     st.bytes_sent.store(sent, Relaxed);
     st.messages_sent.store(msgs, Relaxed);
     let _ = s.shutdown(Shutdown::Write);
+    if spec.bytes.is_some() {
+        delivered(s, sh);
+    }
     Ok(())
+}
+
+/// A fixed transfer's sender ends once the peer has acknowledged every byte
+/// (nothing left in the socket's send queue), so that "the sender is done"
+/// means "the receiver has it all": on a slow link the send buffer holds
+/// minutes of data after the last write returns. Gives up when the test is
+/// stopped (the time limit) or the socket fails.
+fn delivered(s: &TcpStream, sh: &Shared) {
+    let fd = s.as_raw_fd();
+    while !sh.stopped() {
+        match crate::sys::unsent_bytes(fd) {
+            Some(0) | None => return,
+            Some(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
 }
 
 /// Receives until EOF (the time of EOF is the last byte's time).

@@ -89,6 +89,19 @@ pub fn tcp_total_retrans(fd: RawFd) -> Option<u64> {
 /// Sets SO_RCVLOWAT: a blocked read or poll wakes once this many bytes are
 /// queued, or at EOF, an error or the read timeout. (TCP silently caps it at
 /// half the receive buffer's maximum; the spec checks given values first.)
+/// Bytes in a TCP socket's send queue that the peer has not acknowledged yet
+/// (SIOCOUTQ); None if the socket cannot say.
+pub fn unsent_bytes(fd: RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // Safety: SIOCOUTQ (= TIOCOUTQ) writes one int into `n`, which we own; a
+    // bad fd only yields an error return.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc != 0 || n < 0 {
+        return None;
+    }
+    Some(n as u64)
+}
+
 pub fn set_rcvlowat(fd: RawFd, bytes: usize) -> std::io::Result<()> {
     let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
