@@ -59,3 +59,9 @@ fi
 
 echo "setup: building secperf-engine (release)"
 cargo build --release --quiet --manifest-path engine/Cargo.toml
+# The copy for remote hosts (secperf/testbed/ssh.py): glibc linked in statically, so a
+# lab machine needs only x86_64 Linux, not this machine's glibc.
+echo "setup: building the static secperf-engine for remote hosts"
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet \
+  --manifest-path engine/Cargo.toml -p secperf-engine \
+  --target x86_64-unknown-linux-gnu --target-dir engine/target/static

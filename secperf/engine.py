@@ -54,6 +54,26 @@ def engine_path() -> str:
     return built_binary("secperf-engine", "SECPERF_ENGINE", "the traffic engine")
 
 
+# The static build (glibc linked in, `make setup`): what remote hosts get, so a lab
+# machine needs no particular glibc, only x86_64 Linux.
+STATIC_ENGINE = REPO_ROOT / "engine" / "target" / "static" / "x86_64-unknown-linux-gnu" / "release"
+
+
+def remote_engine_file() -> str:
+    """The engine binary to copy to remote hosts: $SECPERF_REMOTE_ENGINE, the static
+    build, or (a static build is missing) the same binary that runs here."""
+    env = os.environ.get("SECPERF_REMOTE_ENGINE")
+    if env:
+        if not Path(env).is_file():
+            raise ToolMissingError(
+                f"SECPERF_REMOTE_ENGINE points to {env}, which does not exist",
+                fix="unset it or point it at a built secperf-engine",
+            )
+        return env
+    static = STATIC_ENGINE / "secperf-engine"
+    return str(static) if static.is_file() else engine_path()
+
+
 def engine_version() -> str:
     try:
         out = subprocess.run(

@@ -545,13 +545,17 @@ class SshHost:
         ledger: Ledger,
         *,
         engine: str | None = None,
+        upload: str | None = None,
         stage_dirs: Sequence[Path] = (),
     ) -> None:
+        """`engine` is the engine's path in commands made here; `upload` the binary
+        copied to the host in its place (the static build; default: `engine`)."""
         self.spec = spec
         self.role = spec.name
         self.prefix = prefix
         self._ledger = ledger
         self._engine_local = engine
+        self._engine_upload = upload or engine
         self._stage_dirs = [str(Path(d).resolve()) for d in stage_dirs]
         self._staged: dict[str, tuple[float, int]] = {}
         self._client: Any = None
@@ -597,10 +601,10 @@ class SshHost:
         self.run(
             ["sh", "-c", f"command -v nft >/dev/null || exit 0; nft list ruleset > {w(saved)}"]
         )
-        if self._engine_local is not None:
+        if self._engine_upload is not None:
             if not self.spec.keep_engine:
                 self.track_file(self.engine_remote)  # removed with the run's files
-            self.engine_version = self._put_engine(self._engine_local)
+            self.engine_version = self._put_engine(self._engine_upload)
 
     def _must(self, cmd: str, what: str, fix: str) -> str:
         proc = remote_run(self._client, cmd, where=self.where)
@@ -628,8 +632,8 @@ class SshHost:
         out = self._must(
             f"{q} version",
             "the engine does not run there",
-            "the release binary links glibc: the host needs Debian 12 (or as new a glibc) "
-            "and the same CPU architecture (x86_64) as this machine",
+            "the host needs x86_64 Linux; without the static build (`make setup` makes it "
+            "in engine/target/static) the copied binary also needs Debian 12's glibc or newer",
         )
         try:
             return str(json.loads(out.strip().splitlines()[0]).get("version"))

@@ -140,11 +140,13 @@ class Testbed:
         # Hosts on other machines (the SSH backend); every other host is a namespace here.
         self._remote: dict[str, SshHost] = {}
         if self.remotes:
-            from secperf.engine import engine_path
+            from secperf.engine import engine_path, remote_engine_file
 
-            engine = engine_path()
+            engine, upload = engine_path(), remote_engine_file()
             self._remote = {
-                name: SshHost(spec, prefix, ledger, engine=engine, stage_dirs=stage_dirs)
+                name: SshHost(
+                    spec, prefix, ledger, engine=engine, upload=upload, stage_dirs=stage_dirs
+                )
                 for name, spec in self.remotes.items()
             }
         self._hosts = {

@@ -147,6 +147,9 @@ def _end_to_end(lab: Lab, tmp_path: Path) -> None:
     for host in ("inside-c1", "inside-c2"):
         assert f"[ssh {host}] {lab.workdir(host)}/secperf-engine run" in log
     assert f"[ssh outside-s1] {lab.workdir('outside-s1')}/secperf-engine serve" in log
+    # the copy is the static build: no ELF interpreter, so no glibc to match on the host
+    copy = (lab.workdir("outside-s1") / "secperf-engine").read_bytes()
+    assert b"/lib64/ld-linux" not in copy[:4096], "the remote engine is dynamically linked"
     assert "[ssh dut] conntrack -F" in log
 
     # nothing left: no process but sshd, no run files, no remote or local ledger,
