@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from secperf.errors import ScenarioError
+from secperf.scenario.registry import KindRegistry
 from secperf.scenario.schema import Scenario
 from secperf.scenario.units import toml_repr
 
@@ -278,6 +279,10 @@ def _unwrap(tp: Any, raw: Any) -> Any:
     """Strip Annotated/Optional; pick a union member by the raw value's `kind`."""
     while True:
         origin = typing.get_origin(tp)
+        registry = _registry_of(tp)
+        if registry is not None:
+            kind = raw.get("kind") if isinstance(raw, dict) else None
+            return registry.get(kind).model if isinstance(kind, str) and kind in registry else None
         if origin is typing.Annotated:
             tp = typing.get_args(tp)[0]
         elif origin is typing.Union or origin is types.UnionType:
@@ -290,6 +295,13 @@ def _unwrap(tp: Any, raw: Any) -> Any:
             tp = chosen[0]
         else:
             return tp
+
+
+def _registry_of(tp: Any) -> KindRegistry[Any] | None:
+    """The kind registry an `Annotated[Base, REGISTRY]` entry is validated through."""
+    if typing.get_origin(tp) is not typing.Annotated:
+        return None
+    return next((m for m in tp.__metadata__ if isinstance(m, KindRegistry)), None)
 
 
 def _kind_of(model: type[BaseModel]) -> str | None:
@@ -339,6 +351,8 @@ def _child(raw: Any, key: Key) -> Any:
 
 def _is_union(path: KeyPath, raw: Any) -> bool:
     tp = _type_at(path, raw)
+    if _registry_of(tp) is not None:
+        return True
     while typing.get_origin(tp) is typing.Annotated:
         tp = typing.get_args(tp)[0]
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
@@ -446,6 +460,9 @@ def _named_path(message: str) -> KeyPath:
 
 def _expected_kinds(path: KeyPath, raw: Any) -> str:
     tp = _type_at(path, raw)
+    registry = _registry_of(tp)
+    if registry is not None:
+        return ", ".join(repr(k) for k in registry.names())
     while typing.get_origin(tp) is typing.Annotated:
         tp = typing.get_args(tp)[0]
     kinds = [_kind_of(m) for m in typing.get_args(tp) if isinstance(m, type)]

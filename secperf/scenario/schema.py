@@ -13,14 +13,12 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     PlainValidator,
     PrivateAttr,
@@ -29,365 +27,45 @@ from pydantic import (
     model_validator,
 )
 
+from secperf.scenario.fields import (
+    MAX_POINTS_PER_WORKLOAD,
+    Inflight,
+    LinkRate,
+    MessageSize,
+    Name,
+    NonNegativeDuration,
+    Parallel,
+    Payload,
+    PositiveDuration,
+    Rate,
+    ReceiveLowat,
+    SocketBuffer,
+    StrictModel,
+    SweepPayload,
+    SweepRate,
+    TransactionSize,
+    TransferBytes,
+    VariantName,
+    bounded,
+    one_or_sweep,
+    parse_count,
+    udp_fits,
+)
+from secperf.scenario.registry import KindRegistry
+from secperf.scenario.testbed import (
+    HostName,
+    Testbed,
+    TopologySection,
+)
 from secperf.scenario.units import (
-    human_duration,
     human_size,
     parse_duration,
-    parse_rate,
     parse_size,
     plain_number,
     toml_repr,
 )
 
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-MAX_POINTS_PER_WORKLOAD = 1000
-UDP_MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4) - 8 (UDP)
-
-
-def check_name(value: str) -> str:
-    """Names become file and directory names and point ids: keep them plain."""
-    if not NAME_PATTERN.match(value):
-        raise ValueError(
-            f"expected a name of lowercase letters, digits and '-' (such as 'acl-1000'), "
-            f"got {toml_repr(value)}"
-        )
-    return value
-
-
-Name = Annotated[str, AfterValidator(check_name)]
-
-
-# ---------------------------------------------------------------- value types
-
-T = TypeVar("T")
-
-
-def _bounded(
-    parse: Callable[[object], T],
-    lo: float | None,
-    hi: float | None,
-    what: str,
-    show: Callable[[float], str] | None = None,
-) -> Callable[[object], T]:
-    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit)."""
-    if show is None and parse is parse_size:
-        show = human_size
-    elif show is None and parse is parse_duration:
-        show = human_duration
-    shown: Callable[[float], str] = show or plain_number
-
-    def check(value: object) -> T:
-        parsed = parse(value)
-        if parsed is None:
-            return parsed
-        assert isinstance(parsed, int | float)
-        if lo is not None and parsed < lo:
-            raise ValueError(f"{what} must be at least {shown(lo)} (got {toml_repr(value)})")
-        if hi is not None and parsed > hi:
-            raise ValueError(f"{what} must be at most {shown(hi)} (got {toml_repr(value)})")
-        return parsed
-
-    return check
-
-
-def _parse_count(value: object) -> int:
-    # TOML writes 1e6 as a float: a whole one is the count it says.
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {toml_repr(value)}")
-    return value
-
-
-def _sweepable(
-    parse_one: Callable[[object], T],
-) -> Callable[[object, ValidationInfo], T | list[T]]:
-    """A value or a list of values (a sweep), every item parsed alike.
-
-    A product sweep must not repeat a value (it would measure a point twice);
-    a zip sweep may (request = [32, 32], response = [256, 512])."""
-
-    def parse(value: object, info: ValidationInfo) -> T | list[T]:
-        if not isinstance(value, list | tuple):
-            return parse_one(value)
-        if not value:
-            raise ValueError("a sweep list needs at least one value")
-        items: list[T] = []
-        for i, item in enumerate(value):
-            if isinstance(item, list | tuple):
-                raise ValueError(f"item {i}: expected a single value, got a nested list")
-            try:
-                items.append(parse_one(item))
-            except ValueError as exc:
-                raise ValueError(f"item {i}: {exc}") from None
-        zipped = info.data.get("sweep") == "zip"
-        if not zipped and len(set(map(repr, items))) != len(items):
-            raise ValueError(f"a sweep list repeats a value: {toml_repr(list(value))}")
-        return items
-
-    return parse
-
-
-Rate = Annotated[int | None, PlainValidator(parse_rate)]
-
-MessageSize = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 1, 64 * 1024**2, "a size")))
-]
-TransactionSize = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 1, 64 * 1024**2, "a size")))
-]
-
-
-def _socket_buffer(value: object) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() == "default"):
-        return None
-    return _bounded(parse_size, 1, 2**31 - 1, "a socket buffer")(value)
-
-
-def _receive_lowat(value: object) -> int | None:
-    if value is None:
-        return None
-    return _bounded(parse_size, 1, 64 * 1024**2, "a receive low-water mark")(value)
-
-
-ReceiveLowat = Annotated[int | None, PlainValidator(_receive_lowat)]
-SocketBuffer = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(_socket_buffer))]
-SweepRate = Annotated[int | list[int | None] | None, PlainValidator(_sweepable(parse_rate))]
-Parallel = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 128, "parallel")))
-]
-Inflight = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 64, "inflight")))
-]
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors; no silent coercion of "3" to 3."""
-
-    # nan and inf are no value of any key (pydantic's floats accept them by default).
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
 # ---------------------------------------------------------------- testbed, repeat, timing
-
-
-BootDuration = Annotated[float, PlainValidator(_bounded(parse_duration, 1, 3600, "a time-out"))]
-
-
-class VmSection(StrictModel):
-    """The DUT as a virtual machine (`[testbed.vm]`; variants choose it with
-    `backend = "vm"`): how it is accelerated, its CPUs and memory, and the time-outs
-    of building its image and booting it (docs/scenario-format.md)."""
-
-    accel: Literal["auto", "kvm", "tcg"] = "auto"
-    cpus: int = Field(default=1, ge=1, le=16)
-    memory_mb: int = Field(default=256, ge=128, le=65536)
-    boot_timeout: BootDuration = 120.0
-    build_timeout: BootDuration = 600.0
-    kvm_timeout: BootDuration = 20.0
-
-
-class InventoryHost(StrictModel):
-    """One host of [testbed.hosts]: where it runs (docs/scenario-format.md, "Remote
-    hosts"). `local` is a namespace on this machine (the default for every host);
-    `ssh` a real machine, named with Ansible's inventory variables."""
-
-    # external: a device secperf runs nothing on (kind = "external" mechanisms).
-    backend: Literal["local", "ssh", "external"] = "local"
-    ansible_host: str | None = None  # the management address or DNS name sshd answers on
-    ansible_port: int = Field(default=22, ge=1, le=65535)
-    ansible_user: str = "root"
-    # A private key file; absent: the user's ssh-agent (and ~/.ssh's default keys).
-    # Never a password: there is no key for one.
-    ansible_ssh_private_key_file: str | None = None
-    # Host keys to trust (OpenSSH known_hosts format); absent: ~/.ssh/known_hosts.
-    known_hosts: str | None = None
-    host_key_checking: bool = True  # Ansible's name; false trusts an unknown key once
-    # Where secperf keeps the engine and the run's files on that host.
-    workdir: str = "/var/tmp/secperf"
-    # The test addresses of the host (the plan's, docs/scenario-format.md): traffic
-    # goes to these only, and `secperf check` finds each on the host.
-    addresses: list[str] = Field(default_factory=list)
-    # The interface toward each neighbour in the graph: { dut = "eth1" }.
-    interfaces: dict[str, str] = Field(default_factory=dict)
-    # Leave <workdir>/secperf-engine for the next run (it is checked by sha256).
-    keep_engine: bool = True
-
-    @field_validator("workdir")
-    @classmethod
-    def _absolute_workdir(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") in ("", "/tmp", "/var/tmp", "/root"):
-            raise ValueError(
-                f"workdir = {value!r}: give an absolute directory of secperf's own "
-                '(e.g. "/var/tmp/secperf"); everything a run leaves there is removed'
-            )
-        return value.rstrip("/")
-
-    @field_validator("addresses")
-    @classmethod
-    def _test_addresses(cls, value: list[str]) -> list[str]:
-        from ipaddress import ip_address
-
-        from secperf.errors import TestbedError
-        from secperf.testbed.topology import check_testbed_address
-
-        for addr in value:
-            try:
-                check_testbed_address(ip_address(addr))
-            except (ValueError, TestbedError) as exc:
-                raise ValueError(f"address {addr!r}: {getattr(exc, 'message', exc)}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _ssh_needs_destination(self) -> InventoryHost:
-        if self.backend == "ssh" and not self.ansible_host:
-            raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
-        if self.backend != "local" and not self.addresses:
-            raise ValueError(
-                f'backend = "{self.backend}" needs addresses: the test addresses traffic may go to '
-                "on that host (secperf check lists the plan's)"
-            )
-        return self
-
-
-class Testbed(StrictModel):
-    __test__ = False  # not a pytest test class
-
-    # The inventory: host name -> how to reach it (absent: a namespace here).
-    hosts: dict[str, InventoryHost] = Field(default_factory=dict)
-    # An inventory file of its own ([hosts.NAME] tables, the same keys), relative to
-    # the scenario: one lab's inventory shared by many scenarios. Its relative key
-    # and known_hosts paths are relative to it; [testbed.hosts] may not repeat a host.
-    inventory: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_inventory(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("inventory"), str):
-            return data
-        import tomllib
-
-        context = info.context if isinstance(info.context, dict) else {}
-        if context.get("check_files") is False:
-            return data  # a scenario rebuilt from run.json: its hosts are merged already
-        base = Path(context.get("base_dir") or Path.cwd())
-        path = Path(data["inventory"]).expanduser()
-        path = path if path.is_absolute() else base / path
-        try:
-            loaded = tomllib.loads(path.read_text())
-        except OSError as exc:
-            raise ValueError(
-                f"inventory {data['inventory']!r}: cannot read {path}: {exc}"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"inventory {path} is not TOML: {exc}") from None
-        hosts = loaded.get("hosts")
-        if set(loaded) - {"hosts"} or not isinstance(hosts, dict):
-            raise ValueError(
-                f"inventory {path} must hold [hosts.NAME] tables only "
-                f"(found {', '.join(sorted(loaded)) or 'nothing'})"
-            )
-        own = dict(data.get("hosts") or {})
-        for name, entry in hosts.items():
-            if name in own:
-                raise ValueError(
-                    f"host {name!r} is in both [testbed.hosts] and inventory {path}: keep one"
-                )
-            if isinstance(entry, dict):
-                entry = dict(entry)
-                for key in ("ansible_ssh_private_key_file", "known_hosts"):
-                    value = entry.get(key)
-                    if isinstance(value, str) and not Path(value).expanduser().is_absolute():
-                        entry[key] = str(path.parent / value)
-            own[name] = entry
-        return {**data, "hosts": own}
-
-    link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
-    baseline: Literal["forward", "direct"] = "forward"
-    family: Literal["ipv4", "ipv6"] = "ipv4"
-    # Extra addresses beside the client and the server (document 004's 100 hosts a side).
-    emulated_hosts: int = Field(default=0, ge=0, le=200)
-    # Segmentation/receive offloads (TSO, GSO, GRO) on every veth: "on" leaves the
-    # kernel's veth defaults (TCP crosses the DUT as ~64 KB super-packets), "off"
-    # turns them off so the DUT sees and filters every wire-size packet.
-    offloads: Literal["on", "off"] = "on"
-    # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
-    # and the DUT on the other; checked against the testbed's hosts and this machine.
-    pin: dict[str, str] = Field(default_factory=dict)
-    # The VM that variants with backend = "vm" use as the DUT (defaults: the paper's
-    # 1 core, 256 MB; accel auto = KVM where it works, else TCG).
-    vm: VmSection = Field(default_factory=VmSection)
-
-    @field_validator("pin")
-    @classmethod
-    def _pin_is_cpu_lists(cls, pin: dict[str, str]) -> dict[str, str]:
-        for host, cpus in pin.items():
-            if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", cpus.replace(" ", "")):
-                raise ValueError(
-                    f'pin.{host} = {cpus!r} is not a CPU list: write e.g. "0", "1" or "0-1"'
-                )
-        return pin
-
-    @property
-    def rate_bps(self) -> int | None:
-        return self.link_rate
-
-
-HostRole = Literal["client", "server", "dut", "gateway", "attacker", "ids", "switch"]
-HostName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,19}$")]
-QueueDuration = Annotated[
-    float | None, PlainValidator(_bounded(parse_duration, 0.001, 10, "a queue"))
-]
-
-
-class TopologyHost(StrictModel):
-    """One host of the graph: its name, role and zone (routers have none)."""
-
-    name: HostName
-    role: HostRole
-    zone: str | None = None
-
-
-class TopologyLink(StrictModel):
-    """One link: the two hosts it joins, its rate, queue and offloads."""
-
-    between: list[HostName] = Field(min_length=2, max_length=2)
-    rate: Rate = None
-    queue: QueueDuration = None
-    offloads: Literal["on", "off"] | None = None
-
-
-class TopologyZone(StrictModel):
-    """A zone's LAN: N client and M server hosts on a switch, joined to `router`.
-
-    The hosts are named `<zone>-c1..`, `<zone>-s1..`; the switch `<zone>-sw`; each
-    host's link to the switch has `rate` (else [testbed] link_rate)."""
-
-    clients: int = Field(default=0, ge=0, le=50)
-    servers: int = Field(default=0, ge=0, le=50)
-    router: HostName = "dut"
-    rate: Rate = None
-
-    @model_validator(mode="after")
-    def _not_empty(self) -> TopologyZone:
-        if self.clients + self.servers == 0:
-            raise ValueError("a zone needs at least one client or server host")
-        return self
-
-
-class TopologySection(StrictModel):
-    """The testbed graph (docs/scenario-format.md, [topology]). Absent: the
-    standard client – dut – server plan."""
-
-    hosts: list[TopologyHost] = Field(default_factory=list)
-    links: list[TopologyLink] = Field(default_factory=list)
-    zones: dict[HostName, TopologyZone] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _something(self) -> TopologySection:
-        if not self.hosts and not self.zones:
-            raise ValueError("[topology] needs hosts (with links) or zones")
-        return self
 
 
 class Repeat(StrictModel):
@@ -417,14 +95,6 @@ class Repeat(StrictModel):
         return value
 
 
-NonNegativeDuration = Annotated[
-    float, PlainValidator(_bounded(parse_duration, 0, 600, "a warm-up"))
-]
-PositiveDuration = Annotated[
-    float, PlainValidator(_bounded(parse_duration, 0.001, 3600, "a duration"))
-]
-
-
 class Timing(StrictModel):
     duration: PositiveDuration = 5.0
     warmup: NonNegativeDuration = 1.0
@@ -435,7 +105,7 @@ class Timing(StrictModel):
 
 RuleCount = Annotated[
     int | list[int],
-    PlainValidator(_sweepable(_bounded(_parse_count, 0, 65_536, "a rule count"))),
+    PlainValidator(one_or_sweep(bounded(parse_count, 0, 65_536, "a rule count"))),
 ]
 
 
@@ -450,6 +120,7 @@ class MechanismBase(StrictModel):
     workload's client and server hosts) or "gateways" (every host with role
     gateway). The runner resolves it against the testbed graph."""
 
+    kind: str  # each kind's model narrows it to its Literal
     on: Placement = "dut"
 
     @field_validator("on")
@@ -711,7 +382,7 @@ def _proxy_memory(value: object) -> int | None:
     return (
         None
         if value is None
-        else _bounded(parse_size, 16 * 2**20, 64 * 2**30, "a memory limit")(value)
+        else bounded(parse_size, 16 * 2**20, 64 * 2**30, "a memory limit")(value)
     )
 
 
@@ -814,7 +485,7 @@ def _ips_rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | lis
 IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
 IpsRulesSweep = Annotated[Path | int | list[int], PlainValidator(_ips_rules_or_sweep)]
 ReassemblyBytes = Annotated[
-    int, PlainValidator(_bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
+    int, PlainValidator(bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
 ]
 
 
@@ -897,20 +568,32 @@ class IdsMechanism(MechanismBase):
     rules: IpsRules = Path("rules/secperf-attacks.rules")
 
 
-Mechanism = Annotated[
-    AclMechanism
-    | CustomMechanism
-    | NatMechanism
-    | ApplianceMechanism
-    | SynproxyMechanism
-    | VpnMechanism
-    | ProxyMechanism
-    | IpsMechanism
-    | IdsMechanism
-    | FastpathMechanism
-    | ExternalMechanism,
-    Field(discriminator="kind"),
-]
+@dataclass(frozen=True)
+class _Plain:
+    name: str
+    model: type[BaseModel]
+
+
+MECH_REG = KindRegistry(
+    "mechanism",
+    [
+        _Plain(get_args(m.model_fields["kind"].annotation)[0], m)
+        for m in (
+            AclMechanism,
+            CustomMechanism,
+            NatMechanism,
+            ApplianceMechanism,
+            SynproxyMechanism,
+            VpnMechanism,
+            ProxyMechanism,
+            IpsMechanism,
+            IdsMechanism,
+            FastpathMechanism,
+            ExternalMechanism,
+        )
+    ],
+)
+Mechanism = Annotated[MechanismBase, MECH_REG]
 
 
 class Variant(StrictModel):
@@ -1060,9 +743,6 @@ class WorkloadBase(StrictModel):
         return self
 
 
-Payload = Literal["random", "zeros", "text"]
-
-
 # ---- floods (docs/engine-protocol.md, kind flood): rates in packets/s
 
 FLOOD_RATE_MIN = 1000
@@ -1072,11 +752,11 @@ FloodTarget = Literal["allowed", "denied"]
 
 
 def _flood_payload(value: object) -> int | None:
-    return None if value is None else _bounded(parse_size, 0, 1472, "a flood payload")(value)
+    return None if value is None else bounded(parse_size, 0, 1472, "a flood payload")(value)
 
 
 def _flood_rate(value: object) -> int:
-    rate = _parse_count(value)
+    rate = parse_count(value)
     if rate != 0 and not FLOOD_RATE_MIN <= rate <= FLOOD_RATE_MAX:
         raise ValueError(
             f"a flood rate is 0 (no flood) or {FLOOD_RATE_MIN}..{FLOOD_RATE_MAX} packets/s "
@@ -1085,9 +765,9 @@ def _flood_rate(value: object) -> int:
     return rate
 
 
-FloodRate = Annotated[int | list[int], PlainValidator(_sweepable(_flood_rate))]
+FloodRate = Annotated[int | list[int], PlainValidator(one_or_sweep(_flood_rate))]
 FloodPps = Annotated[
-    int, PlainValidator(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+    int, PlainValidator(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
 ]
 FloodPayload = Annotated[
     int | None,
@@ -1115,45 +795,6 @@ class FloodBeside(StrictModel):
                 'flood_target = "denied" needs a udp or syn flood (the ACL denies by port)'
             )
         return self
-
-
-def udp_fits(value: int | list[int], info: ValidationInfo, what: str) -> int | list[int]:
-    """Over UDP every size (or swept size) must fit one datagram."""
-    if info.data.get("protocol") == "udp":
-        too_big = [
-            v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
-        ]
-        if too_big:
-            raise ValueError(f"a UDP {what} is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})")
-    return value
-
-
-TRANSFER_MAX = 2**40  # the engine's limit on one fixed transfer (1 TiB)
-
-
-def _payload(value: object) -> str:
-    if value not in ("random", "zeros", "text"):
-        raise ValueError(f'expected "random", "zeros" or "text", got {toml_repr(value)}')
-    return str(value)
-
-
-def _link_rate(value: object) -> int | None:
-    """A link rate for a workload's points; "unlimited" is 0 (no shaping), None unset."""
-    if value is None:
-        return None
-    bps = parse_rate(value)
-    return 0 if bps is None else bps
-
-
-def _transfer_bytes(value: object) -> int | None:
-    if value is None:
-        return None
-    return _bounded(parse_size, 1, TRANSFER_MAX, "a transfer size")(value)
-
-
-SweepPayload = Annotated[str | list[str], PlainValidator(_sweepable(_payload))]
-LinkRate = Annotated[int | list[int] | None, PlainValidator(_sweepable(_link_rate))]
-TransferBytes = Annotated[int | list[int] | None, PlainValidator(_sweepable(_transfer_bytes))]
 
 
 class StreamWorkload(FloodBeside, WorkloadBase):
@@ -1315,7 +956,7 @@ class CrrWorkload(FloodBeside, WorkloadBase):
 def _file_sizes(value: object) -> list[int]:
     if not isinstance(value, list | tuple) or not value:
         raise ValueError('files is a list of sizes, e.g. ["1KiB", "80KiB"]')
-    check = _bounded(parse_size, 1, 1024**3, "a file size")
+    check = bounded(parse_size, 1, 1024**3, "a file size")
     sizes = [check(v) for v in value]
     if len(set(sizes)) != len(sizes):
         raise ValueError(f"files repeats a size: {toml_repr(list(value))}")
@@ -1324,12 +965,12 @@ def _file_sizes(value: object) -> list[int]:
 
 FileSizes = Annotated[list[int], PlainValidator(_file_sizes)]
 HttpParallel = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 1024, "parallel")))
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 1024, "parallel")))
 ]
 PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
 # Durations everywhere: 5, "5s" and "500ms" alike.
-Timeout = Annotated[float, PlainValidator(_bounded(parse_duration, 0.001, 120, "a timeout"))]
-HoldTime = Annotated[float, PlainValidator(_bounded(parse_duration, 0, 600, "a hold time"))]
+Timeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 120, "a timeout"))]
+HoldTime = Annotated[float, PlainValidator(bounded(parse_duration, 0, 600, "a hold time"))]
 
 
 class HttpWorkload(WorkloadBase):
@@ -1353,7 +994,7 @@ class HttpWorkload(WorkloadBase):
 
 
 VirtualClients = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(_parse_count, 1, 512, "virtual clients")))
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 512, "virtual clients")))
 ]
 Share = Annotated[float, Field(ge=0, le=1)]
 Weight = Annotated[float, Field(ge=0)]
@@ -1449,7 +1090,7 @@ class TeardownRateWorkload(RateSearchBase):
 
 
 FrameSize = Annotated[
-    int | list[int], PlainValidator(_sweepable(_bounded(parse_size, 64, 1518, "a frame size")))
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 64, 1518, "a frame size")))
 ]
 
 
@@ -1498,10 +1139,10 @@ class LatencyWorkload(WorkloadBase):
 
 Rfc2544Test = Literal["throughput", "latency", "loss", "back_to_back"]
 RFC2544_TESTS: tuple[Rfc2544Test, ...] = ("throughput", "latency", "loss", "back_to_back")
-SettleDuration = Annotated[float, PlainValidator(_bounded(parse_duration, 0, 60, "a settle time"))]
-BurstDuration = Annotated[float, PlainValidator(_bounded(parse_duration, 0.001, 60, "a burst"))]
+SettleDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0, 60, "a settle time"))]
+BurstDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 60, "a burst"))]
 LatencyDuration = Annotated[
-    float, PlainValidator(_bounded(parse_duration, 0.05, 600, "a latency duration"))
+    float, PlainValidator(bounded(parse_duration, 0.05, 600, "a latency duration"))
 ]
 
 
@@ -1546,7 +1187,7 @@ class Rfc2544Workload(WorkloadBase):
         return "rfc2544"
 
 
-ProbeTimeout = Annotated[float, PlainValidator(_bounded(parse_duration, 0.05, 10, "a timeout"))]
+ProbeTimeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.05, 10, "a timeout"))]
 
 
 class FailclosedWorkload(WorkloadBase):
@@ -1581,13 +1222,13 @@ class FloodWorkload(WorkloadBase):
     rate: Annotated[
         int | list[int],
         PlainValidator(
-            _sweepable(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+            one_or_sweep(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
         ),
     ] = 10_000
     count: int | None = Field(default=None, ge=1)
     payload_size: Annotated[
         int | list[int] | None,
-        PlainValidator(_sweepable(_flood_payload)),
+        PlainValidator(one_or_sweep(_flood_payload)),
     ] = None
     flood_target: FloodTarget = "allowed"
     sources: str | None = None  # an IPv4 CIDR in 198.18.0.0/15; default the attacker's address
@@ -1644,7 +1285,7 @@ class MinFloodRateWorkload(WorkloadBase):
 DosFloodRate = Annotated[
     int | list[int],
     PlainValidator(
-        _sweepable(_bounded(_parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+        one_or_sweep(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
     ),
 ]
 
@@ -1712,9 +1353,7 @@ class IllegalWorkload(WorkloadBase):
     kind: Literal["illegal"]
     measure: Literal["stream", "rr"] = "stream"
     rate: Rate = None
-    message: Annotated[int, PlainValidator(_bounded(parse_size, 1, 64 * 1024**2, "a size"))] = (
-        131072
-    )
+    message: Annotated[int, PlainValidator(bounded(parse_size, 1, 64 * 1024**2, "a size"))] = 131072
     denied_rate: FloodPps = 5000
     denied_ports: Annotated[str, PlainValidator(_denied_ports)] = "10-1023"
 
@@ -1738,7 +1377,7 @@ AttackRules = Annotated[str, PlainValidator(_attack_rules)]
 
 AttackRate = Annotated[
     int | list[int],
-    PlainValidator(_sweepable(_bounded(_parse_count, 10, 200_000, "an attack-mix rate"))),
+    PlainValidator(one_or_sweep(bounded(parse_count, 10, 200_000, "an attack-mix rate"))),
 ]
 
 
@@ -1764,25 +1403,31 @@ class AttackMixWorkload(WorkloadBase):
         return "attack-mix"
 
 
-Workload = Annotated[
-    StreamWorkload
-    | RrWorkload
-    | CrrWorkload
-    | FloodWorkload
-    | MinFloodRateWorkload
-    | LatencyWorkload
-    | HttpWorkload
-    | MixWorkload
-    | ConnectionsWorkload
-    | ConnRateWorkload
-    | TeardownRateWorkload
-    | FailclosedWorkload
-    | DosWorkload
-    | IllegalWorkload
-    | Rfc2544Workload
-    | AttackMixWorkload,
-    Field(discriminator="kind"),
-]
+WL_REG = KindRegistry(
+    "workload",
+    [
+        _Plain(get_args(m.model_fields["kind"].annotation)[0], m)
+        for m in (
+            StreamWorkload,
+            RrWorkload,
+            CrrWorkload,
+            FloodWorkload,
+            MinFloodRateWorkload,
+            LatencyWorkload,
+            HttpWorkload,
+            MixWorkload,
+            ConnectionsWorkload,
+            ConnRateWorkload,
+            TeardownRateWorkload,
+            FailclosedWorkload,
+            DosWorkload,
+            IllegalWorkload,
+            Rfc2544Workload,
+            AttackMixWorkload,
+        )
+    ],
+)
+Workload = Annotated[WorkloadBase, WL_REG]
 
 
 # ---------------------------------------------------------------- the scenario
@@ -1796,16 +1441,6 @@ def _floods(w: WorkloadBase) -> bool:
         rates = w.flood_rate if isinstance(w.flood_rate, list) else [w.flood_rate]
         return any(rates)
     return False
-
-
-def _variant_name(value: str) -> str:
-    check_name(value)
-    if value == "baseline":
-        raise ValueError("'baseline' is reserved for the path without the mechanism")
-    return value
-
-
-VariantName = Annotated[str, AfterValidator(_variant_name)]
 
 
 class Scenario(StrictModel):

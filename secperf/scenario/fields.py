@@ -1,0 +1,219 @@
+"""Value types of the scenario file: the parsers and bounds every section shares.
+
+A key's type says what the file may hold and how it reads ("16KiB", "100mbit",
+"5s", a list for a sweep); each kind's model (secperf/mechanisms/*, secperf/
+workloads/*) and each section (testbed, repeat) builds its keys from these.
+Every error names the bound and the value it got.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    PlainValidator,
+    ValidationInfo,
+)
+
+from secperf.scenario.units import (
+    human_duration,
+    human_size,
+    parse_duration,
+    parse_rate,
+    parse_size,
+    plain_number,
+    toml_repr,
+)
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_POINTS_PER_WORKLOAD = 1000
+UDP_MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4) - 8 (UDP)
+
+
+def check_name(value: str) -> str:
+    """Names become file and directory names and point ids: keep them plain."""
+    if not NAME_PATTERN.match(value):
+        raise ValueError(
+            f"expected a name of lowercase letters, digits and '-' (such as 'acl-1000'), "
+            f"got {toml_repr(value)}"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+
+
+# ---------------------------------------------------------------- value types
+
+T = TypeVar("T")
+
+
+def bounded(
+    parse: Callable[[object], T],
+    lo: float | None,
+    hi: float | None,
+    what: str,
+    show: Callable[[float], str] | None = None,
+) -> Callable[[object], T]:
+    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit)."""
+    if show is None and parse is parse_size:
+        show = human_size
+    elif show is None and parse is parse_duration:
+        show = human_duration
+    shown: Callable[[float], str] = show or plain_number
+
+    def check(value: object) -> T:
+        parsed = parse(value)
+        if parsed is None:
+            return parsed
+        assert isinstance(parsed, int | float)
+        if lo is not None and parsed < lo:
+            raise ValueError(f"{what} must be at least {shown(lo)} (got {toml_repr(value)})")
+        if hi is not None and parsed > hi:
+            raise ValueError(f"{what} must be at most {shown(hi)} (got {toml_repr(value)})")
+        return parsed
+
+    return check
+
+
+def parse_count(value: object) -> int:
+    # TOML writes 1e6 as a float: a whole one is the count it says.
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {toml_repr(value)}")
+    return value
+
+
+def one_or_sweep(
+    parse_one: Callable[[object], T],
+) -> Callable[[object, ValidationInfo], T | list[T]]:
+    """A value or a list of values (a sweep), every item parsed alike.
+
+    A product sweep must not repeat a value (it would measure a point twice);
+    a zip sweep may (request = [32, 32], response = [256, 512])."""
+
+    def parse(value: object, info: ValidationInfo) -> T | list[T]:
+        if not isinstance(value, list | tuple):
+            return parse_one(value)
+        if not value:
+            raise ValueError("a sweep list needs at least one value")
+        items: list[T] = []
+        for i, item in enumerate(value):
+            if isinstance(item, list | tuple):
+                raise ValueError(f"item {i}: expected a single value, got a nested list")
+            try:
+                items.append(parse_one(item))
+            except ValueError as exc:
+                raise ValueError(f"item {i}: {exc}") from None
+        zipped = info.data.get("sweep") == "zip"
+        if not zipped and len(set(map(repr, items))) != len(items):
+            raise ValueError(f"a sweep list repeats a value: {toml_repr(list(value))}")
+        return items
+
+    return parse
+
+
+Rate = Annotated[int | None, PlainValidator(parse_rate)]
+
+MessageSize = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 1, 64 * 1024**2, "a size")))
+]
+TransactionSize = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 1, 64 * 1024**2, "a size")))
+]
+
+
+def _socket_buffer(value: object) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "default"):
+        return None
+    return bounded(parse_size, 1, 2**31 - 1, "a socket buffer")(value)
+
+
+def _receive_lowat(value: object) -> int | None:
+    if value is None:
+        return None
+    return bounded(parse_size, 1, 64 * 1024**2, "a receive low-water mark")(value)
+
+
+ReceiveLowat = Annotated[int | None, PlainValidator(_receive_lowat)]
+SocketBuffer = Annotated[
+    int | list[int | None] | None, PlainValidator(one_or_sweep(_socket_buffer))
+]
+SweepRate = Annotated[int | list[int | None] | None, PlainValidator(one_or_sweep(parse_rate))]
+Parallel = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 128, "parallel")))
+]
+Inflight = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 64, "inflight")))
+]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors; no silent coercion of "3" to 3."""
+
+    # nan and inf are no value of any key (pydantic's floats accept them by default).
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+NonNegativeDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0, 600, "a warm-up"))]
+PositiveDuration = Annotated[
+    float, PlainValidator(bounded(parse_duration, 0.001, 3600, "a duration"))
+]
+
+
+Payload = Literal["random", "zeros", "text"]
+
+
+def udp_fits(value: int | list[int], info: ValidationInfo, what: str) -> int | list[int]:
+    """Over UDP every size (or swept size) must fit one datagram."""
+    if info.data.get("protocol") == "udp":
+        too_big = [
+            v for v in (value if isinstance(value, list) else [value]) if v > UDP_MAX_PAYLOAD
+        ]
+        if too_big:
+            raise ValueError(f"a UDP {what} is at most {UDP_MAX_PAYLOAD} bytes (got {too_big[0]})")
+    return value
+
+
+TRANSFER_MAX = 2**40  # the engine's limit on one fixed transfer (1 TiB)
+
+
+def _payload(value: object) -> str:
+    if value not in ("random", "zeros", "text"):
+        raise ValueError(f'expected "random", "zeros" or "text", got {toml_repr(value)}')
+    return str(value)
+
+
+def _link_rate(value: object) -> int | None:
+    """A link rate for a workload's points; "unlimited" is 0 (no shaping), None unset."""
+    if value is None:
+        return None
+    bps = parse_rate(value)
+    return 0 if bps is None else bps
+
+
+def _transfer_bytes(value: object) -> int | None:
+    if value is None:
+        return None
+    return bounded(parse_size, 1, TRANSFER_MAX, "a transfer size")(value)
+
+
+SweepPayload = Annotated[str | list[str], PlainValidator(one_or_sweep(_payload))]
+LinkRate = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_link_rate))]
+TransferBytes = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_transfer_bytes))]
+
+
+def _variant_name(value: str) -> str:
+    check_name(value)
+    if value == "baseline":
+        raise ValueError("'baseline' is reserved for the path without the mechanism")
+    return value
+
+
+VariantName = Annotated[str, AfterValidator(_variant_name)]

@@ -1,0 +1,233 @@
+"""The scenario's [testbed] and [topology] sections: where the hosts run and how they join.
+
+`[testbed]` holds the path's settings (link rate, family, offloads, CPU pinning, the
+VM) and the inventory of hosts that run elsewhere (`[testbed.hosts]`, an inventory
+file); `[topology]` the graph when the standard client - dut - server plan is not
+enough. docs/scenario-format.md documents every key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from ipaddress import ip_address
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PlainValidator, ValidationInfo, field_validator, model_validator
+
+from secperf.errors import TestbedError
+from secperf.scenario.fields import Rate, StrictModel, bounded
+from secperf.scenario.units import parse_duration
+from secperf.testbed.topology import check_testbed_address
+
+BootDuration = Annotated[float, PlainValidator(bounded(parse_duration, 1, 3600, "a time-out"))]
+
+
+class VmSection(StrictModel):
+    """The DUT as a virtual machine (`[testbed.vm]`; variants choose it with
+    `backend = "vm"`): how it is accelerated, its CPUs and memory, and the time-outs
+    of building its image and booting it (docs/scenario-format.md)."""
+
+    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    cpus: int = Field(default=1, ge=1, le=16)
+    memory_mb: int = Field(default=256, ge=128, le=65536)
+    boot_timeout: BootDuration = 120.0
+    build_timeout: BootDuration = 600.0
+    kvm_timeout: BootDuration = 20.0
+
+
+class InventoryHost(StrictModel):
+    """One host of [testbed.hosts]: where it runs (docs/scenario-format.md, "Remote
+    hosts"). `local` is a namespace on this machine (the default for every host);
+    `ssh` a real machine, named with Ansible's inventory variables."""
+
+    # external: a device secperf runs nothing on (kind = "external" mechanisms).
+    backend: Literal["local", "ssh", "external"] = "local"
+    ansible_host: str | None = None  # the management address or DNS name sshd answers on
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    # A private key file; absent: the user's ssh-agent (and ~/.ssh's default keys).
+    # Never a password: there is no key for one.
+    ansible_ssh_private_key_file: str | None = None
+    # Host keys to trust (OpenSSH known_hosts format); absent: ~/.ssh/known_hosts.
+    known_hosts: str | None = None
+    host_key_checking: bool = True  # Ansible's name; false trusts an unknown key once
+    # Where secperf keeps the engine and the run's files on that host.
+    workdir: str = "/var/tmp/secperf"
+    # The test addresses of the host (the plan's, docs/scenario-format.md): traffic
+    # goes to these only, and `secperf check` finds each on the host.
+    addresses: list[str] = Field(default_factory=list)
+    # The interface toward each neighbour in the graph: { dut = "eth1" }.
+    interfaces: dict[str, str] = Field(default_factory=dict)
+    # Leave <workdir>/secperf-engine for the next run (it is checked by sha256).
+    keep_engine: bool = True
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") in ("", "/tmp", "/var/tmp", "/root"):
+            raise ValueError(
+                f"workdir = {value!r}: give an absolute directory of secperf's own "
+                '(e.g. "/var/tmp/secperf"); everything a run leaves there is removed'
+            )
+        return value.rstrip("/")
+
+    @field_validator("addresses")
+    @classmethod
+    def _test_addresses(cls, value: list[str]) -> list[str]:
+        for addr in value:
+            try:
+                check_testbed_address(ip_address(addr))
+            except (ValueError, TestbedError) as exc:
+                raise ValueError(f"address {addr!r}: {getattr(exc, 'message', exc)}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ssh_needs_destination(self) -> InventoryHost:
+        if self.backend == "ssh" and not self.ansible_host:
+            raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
+        if self.backend != "local" and not self.addresses:
+            raise ValueError(
+                f'backend = "{self.backend}" needs addresses: the test addresses traffic may go to '
+                "on that host (secperf check lists the plan's)"
+            )
+        return self
+
+
+class Testbed(StrictModel):
+    __test__ = False  # not a pytest test class
+
+    # The inventory: host name -> how to reach it (absent: a namespace here).
+    hosts: dict[str, InventoryHost] = Field(default_factory=dict)
+    # An inventory file of its own ([hosts.NAME] tables, the same keys), relative to
+    # the scenario: one lab's inventory shared by many scenarios. Its relative key
+    # and known_hosts paths are relative to it; [testbed.hosts] may not repeat a host.
+    inventory: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_inventory(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("inventory"), str):
+            return data
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get("check_files") is False:
+            return data  # a scenario rebuilt from run.json: its hosts are merged already
+        base = Path(context.get("base_dir") or Path.cwd())
+        path = Path(data["inventory"]).expanduser()
+        path = path if path.is_absolute() else base / path
+        try:
+            loaded = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ValueError(
+                f"inventory {data['inventory']!r}: cannot read {path}: {exc}"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"inventory {path} is not TOML: {exc}") from None
+        hosts = loaded.get("hosts")
+        if set(loaded) - {"hosts"} or not isinstance(hosts, dict):
+            raise ValueError(
+                f"inventory {path} must hold [hosts.NAME] tables only "
+                f"(found {', '.join(sorted(loaded)) or 'nothing'})"
+            )
+        own = dict(data.get("hosts") or {})
+        for name, entry in hosts.items():
+            if name in own:
+                raise ValueError(
+                    f"host {name!r} is in both [testbed.hosts] and inventory {path}: keep one"
+                )
+            if isinstance(entry, dict):
+                entry = dict(entry)
+                for key in ("ansible_ssh_private_key_file", "known_hosts"):
+                    value = entry.get(key)
+                    if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+                        entry[key] = str(path.parent / value)
+            own[name] = entry
+        return {**data, "hosts": own}
+
+    link_rate: Rate = Field(default=None, description="bits/s on every link; None = unlimited")
+    baseline: Literal["forward", "direct"] = "forward"
+    family: Literal["ipv4", "ipv6"] = "ipv4"
+    # Extra addresses beside the client and the server (document 004's 100 hosts a side).
+    emulated_hosts: int = Field(default=0, ge=0, le=200)
+    # Segmentation/receive offloads (TSO, GSO, GRO) on every veth: "on" leaves the
+    # kernel's veth defaults (TCP crosses the DUT as ~64 KB super-packets), "off"
+    # turns them off so the DUT sees and filters every wire-size packet.
+    offloads: Literal["on", "off"] = "on"
+    # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
+    # and the DUT on the other; checked against the testbed's hosts and this machine.
+    pin: dict[str, str] = Field(default_factory=dict)
+    # The VM that variants with backend = "vm" use as the DUT (defaults: the paper's
+    # 1 core, 256 MB; accel auto = KVM where it works, else TCG).
+    vm: VmSection = Field(default_factory=VmSection)
+
+    @field_validator("pin")
+    @classmethod
+    def _pin_is_cpu_lists(cls, pin: dict[str, str]) -> dict[str, str]:
+        for host, cpus in pin.items():
+            if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", cpus.replace(" ", "")):
+                raise ValueError(
+                    f'pin.{host} = {cpus!r} is not a CPU list: write e.g. "0", "1" or "0-1"'
+                )
+        return pin
+
+    @property
+    def rate_bps(self) -> int | None:
+        return self.link_rate
+
+
+HostRole = Literal["client", "server", "dut", "gateway", "attacker", "ids", "switch"]
+HostName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,19}$")]
+QueueDuration = Annotated[
+    float | None, PlainValidator(bounded(parse_duration, 0.001, 10, "a queue"))
+]
+
+
+class TopologyHost(StrictModel):
+    """One host of the graph: its name, role and zone (routers have none)."""
+
+    name: HostName
+    role: HostRole
+    zone: str | None = None
+
+
+class TopologyLink(StrictModel):
+    """One link: the two hosts it joins, its rate, queue and offloads."""
+
+    between: list[HostName] = Field(min_length=2, max_length=2)
+    rate: Rate = None
+    queue: QueueDuration = None
+    offloads: Literal["on", "off"] | None = None
+
+
+class TopologyZone(StrictModel):
+    """A zone's LAN: N client and M server hosts on a switch, joined to `router`.
+
+    The hosts are named `<zone>-c1..`, `<zone>-s1..`; the switch `<zone>-sw`; each
+    host's link to the switch has `rate` (else [testbed] link_rate)."""
+
+    clients: int = Field(default=0, ge=0, le=50)
+    servers: int = Field(default=0, ge=0, le=50)
+    router: HostName = "dut"
+    rate: Rate = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TopologyZone:
+        if self.clients + self.servers == 0:
+            raise ValueError("a zone needs at least one client or server host")
+        return self
+
+
+class TopologySection(StrictModel):
+    """The testbed graph (docs/scenario-format.md, [topology]). Absent: the
+    standard client – dut – server plan."""
+
+    hosts: list[TopologyHost] = Field(default_factory=list)
+    links: list[TopologyLink] = Field(default_factory=list)
+    zones: dict[HostName, TopologyZone] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something(self) -> TopologySection:
+        if not self.hosts and not self.zones:
+            raise ValueError("[topology] needs hosts (with links) or zones")
+        return self
