@@ -156,10 +156,10 @@ def check(
     """Validate scenarios and everything they reference, or IPS rule files (*.rules);
     runs no traffic, builds no testbed."""
     from secperf.preflight import (
-        check_custom_files,
+        check_kernel,
         check_static,
-        custom_files,
         install_hint,
+        kernel_check_notes,
         missing,
         tools_for,
     )
@@ -181,15 +181,15 @@ def check(
                 )
                 continue
             sc = load_scenario(path)
-            family = 6 if sc.testbed.family == "ipv6" else 4
             check_static(sc)
             skipped = ""
-            if custom_files(sc):
+            notes = kernel_check_notes(sc)
+            if notes:
                 if os.geteuid() == 0:
-                    check_custom_files(sc, family)
+                    check_kernel(sc)
                 else:
                     skipped = (
-                        "; rule files NOT checked by nft -c / iptables-restore --test "
+                        f"; {'; '.join(notes)} "
                         "(that needs root: run `sudo secperf check` to check them too)"
                     )
             gone = missing(tools_for(sc))

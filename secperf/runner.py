@@ -38,11 +38,10 @@ from secperf import __version__, rfc2544, stats
 from secperf.engine import EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
-from secperf.mechanisms import Mechanism, from_schema
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
-    GroupMechanism,
+    Mechanism,
     MechanismContext,
     TrafficPlan,
     check_flowtables_gone,
@@ -50,6 +49,7 @@ from secperf.mechanisms.base import (
     reset_dut,
     traffic_plan,
 )
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.preflight import preflight
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
@@ -124,10 +124,12 @@ def now_iso() -> str:
 
 def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
     """The graph a scenario needs: an attacker only if a workload kind asks for one,
-    an ids host only if a variant mirrors to one."""
-    hosts = frozenset().union(*(hosts_for(p) for p in points))
-    ids = any(m.kind == "ids" for v in scenario.variants.values() for m in v.mechanisms)
-    return build_topology(scenario, attacker="attacker" in hosts, ids=ids)
+    an ids host only if a mechanism kind does (a mirror's sensor)."""
+    hosts = frozenset().union(
+        *(hosts_for(p) for p in points),
+        *(MECHANISMS.of(m).hosts for v in scenario.variants.values() for m in v.mechanisms),
+    )
+    return build_topology(scenario, attacker="attacker" in hosts, ids="ids" in hosts)
 
 
 def prepare_variants(
@@ -148,7 +150,8 @@ def prepare_variants(
     for name, mechs, _swept in expanded_variants(scenario):
         v = Variant(name, backend=scenario.variants[name.split("[", 1)[0]].backend)
         for i, mspec in enumerate(mechs):
-            mech = from_schema(mspec)
+            kind = MECHANISMS.of(mspec)
+            mech = kind.build(mspec)
             where = f"variants.{name.split('[', 1)[0]}.mechanisms[{i}].on"
             hosts = resolve_placement(topology, mspec.on, ends, where=where)
             stem = name.replace("[", ".").replace("]", "").replace(" ", ".").replace("=", "")
@@ -158,7 +161,7 @@ def prepare_variants(
                 name=f"{stem}.{i}{suffix}",
                 table=table,
                 hosts=hosts,
-                hook=placement_hook(topology, mspec.kind, hosts, where=where),
+                hook=placement_hook(topology, kind, hosts, where=where),
                 topology=topology,
                 ends=ends,
             )
@@ -400,7 +403,7 @@ class Runner:
                 self._note_vms(testbed)
                 for v in variants:
                     for _mech, ctx in v.mechanisms:
-                        # a mechanism that copies the server's settings (synproxy)
+                        # for a mechanism that copies the server's settings (TCP options)
                         ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
                 self._write_meta(
@@ -491,12 +494,7 @@ class Runner:
             # The DUT host's backend is the variant's: its namespace or its VM.
             testbed.select_backend(DUT, variant.backend)
         for mech, ctx in variant.mechanisms:
-            hosts = [testbed.host(name) for name in ctx.hosts]
-            if isinstance(mech, GroupMechanism):
-                mech.apply_group(hosts, ctx)
-            else:
-                for host in hosts:
-                    mech.apply(host, ctx)
+            mech.apply_group([testbed.host(name) for name in ctx.hosts], ctx)
         self.applied = variant
         for name in self.mechanism_hosts:
             flush_flow_state(testbed.host(name))
@@ -506,12 +504,8 @@ class Runner:
         the run: a real DUT or an external device is left as it was found)."""
         if self.applied is not None:
             for mech, ctx in reversed(self.applied.mechanisms):
-                hosts = [testbed.host(name) for name in ctx.hosts]
-                if isinstance(mech, GroupMechanism):
-                    mech.release_group(hosts, ctx)  # a tunnel's two ends at once
-                else:
-                    for host in hosts:
-                        mech.release(host, ctx)  # daemons the mechanism started
+                # daemons the mechanism started (a tunnel's two ends at once)
+                mech.release_group([testbed.host(name) for name in ctx.hosts], ctx)
             for name in self.applied.hosts():
                 host = testbed.host(name)
                 used = self.applied.backends_on(name)
@@ -533,9 +527,9 @@ class Runner:
         """A `mechanism` record per mechanism that reports what it did in the test (a
         tunnel: bytes through its devices, its daemons' memory, what ran)."""
         for mech, ctx in variant.mechanisms:
-            observe = getattr(mech, "observe", None)
-            if callable(observe):
-                keep({"type": "mechanism", "hosts": list(ctx.hosts), **observe()})
+            observed = mech.observe()
+            if observed is not None:
+                keep({"type": "mechanism", "hosts": list(ctx.hosts), **observed})
 
     def _placements(self) -> dict[str, list[dict[str, Any]]]:
         """Variant -> each mechanism's kind and the hosts it ran on (over every pair)."""
@@ -567,10 +561,9 @@ class Runner:
         """The server's control address for this variant: through the testbed, or the
         address a mechanism gives it (a host-to-host tunnel's inner address)."""
         for mech, ctx in variant.mechanisms:
-            if isinstance(mech, GroupMechanism):
-                addr = mech.target_address(ctx, server, self.family)
-                if addr is not None:
-                    return hostport(addr, CONTROL_PORT)
+            addr = mech.target_address(ctx, server, self.family)
+            if addr is not None:
+                return hostport(addr, CONTROL_PORT)
         via = "direct" if variant.direct else "dut"
         return hostport(self.topology.server_address(self.family, via, server), CONTROL_PORT)
 

@@ -1,12 +1,23 @@
-"""Finding the programs secperf starts: on PATH, or in /usr/sbin, which a root
+"""The programs secperf starts: what each is for (`Tool`, the rows of `secperf doctor`
+and of a scenario's preflight), and finding one on PATH, or in /usr/sbin, which a root
 shell's PATH does not always hold (daemons such as nginx, vsftpd, dnsmasq, squid)."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from secperf.errors import ToolMissingError
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A program, the Debian package that brings it, and who needs it."""
+
+    program: str
+    package: str
+    needed_for: str
 
 
 def find_program(name: str, *, purpose: str, package: str) -> str:

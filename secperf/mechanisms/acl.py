@@ -22,17 +22,24 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import PlainValidator
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import (
-    IPTABLES_TOOLS,
+    Mechanism,
     MechanismContext,
+    MechanismKind,
+    MechanismSpec,
     RenderedFile,
     TrafficPlan,
-    run_tool,
+    apply_files,
+    backend_tools,
 )
-from secperf.testbed.testbed import Host
+from secperf.scenario.fields import bounded, one_or_sweep, parse_count
+from secperf.testbed.host import Host
+from secperf.tools import Tool
 
 GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")
 GENERATED_V6 = ipaddress.ip_network("2001:2:0:ff::/64")
@@ -44,6 +51,37 @@ Layout = Literal["linear", "set"]
 Entries = Literal["standard", "extended"]
 Match = Literal["first", "last"]
 Backend = Literal["nft", "iptables-legacy", "iptables-nft"]
+
+RuleCount = Annotated[
+    int | list[int],
+    PlainValidator(one_or_sweep(bounded(parse_count, 0, 65_536, "a rule count"))),
+]
+
+
+class AclSpec(MechanismSpec):
+    """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
+
+    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
+
+    kind: Literal["acl"] = "acl"
+    rules: RuleCount
+    layout: Layout = "linear"
+    entries: Entries = "extended"
+    match: Match = "last"
+    backend: Backend = "nft"
+    stateful: bool = False
+    # Deny the last client-side emulated host just before the permits (document
+    # 004's rejected stream: a latency workload's `rejected_stream` sends from it).
+    exclude_one: bool = False
+    # With an attacker in the testbed: permit its "allowed" flood port (9), never port 19.
+    flood_permit: bool = True
+
+    @property
+    def rule_count(self) -> int:
+        """`rules` of an expanded entry (one value, not a sweep)."""
+        if isinstance(self.rules, list):
+            raise MechanismError("a rule-count sweep must be expanded into variants first")
+        return self.rules
 
 
 @dataclass(frozen=True)
@@ -81,47 +119,44 @@ def generated_entries(n: int, entries: Entries, plan: TrafficPlan) -> list[Entry
     return out
 
 
-@dataclass(frozen=True)
-class Acl:
-    rules: int
-    layout: Layout = "linear"
-    entries: Entries = "extended"
-    match: Match = "last"
-    backend: Backend = "nft"
-    stateful: bool = False
-    exclude_one: bool = False
-    flood_permit: bool = True
-    kind: str = "acl"
+class Acl(Mechanism):
+    spec: AclSpec
+
+    def __init__(self, spec: AclSpec) -> None:
+        super().__init__(spec)
 
     # -- rendering -------------------------------------------------------------------
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
-        gen = generated_entries(self.rules, self.entries, ctx.plan)
+        acl = self.spec
+        gen = generated_entries(acl.rule_count, acl.entries, ctx.plan)
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
-        if self.backend == "nft":
+        if acl.backend == "nft":
             path = ctx.files_dir / f"{ctx.name}.nft"
-            path.write_text(render_nft(self, gen, ctx.plan, ctx.table, hook=ctx.hook))
+            path.write_text(render_nft(acl, gen, ctx.plan, ctx.table, hook=ctx.hook))
             return [RenderedFile(path, "nft")]
         files: list[RenderedFile] = []
-        if self.layout == "set":
+        if acl.layout == "set":
             sets = ctx.files_dir / f"{ctx.name}.ipset"
-            sets.write_text(render_ipset(self, gen, ctx.plan, set_name(ctx.table)))
+            sets.write_text(render_ipset(acl, gen, ctx.plan, set_name(ctx.table)))
             files.append(RenderedFile(sets, "ipset"))
         rules = ctx.files_dir / f"{ctx.name}.iptables"
-        rules.write_text(render_iptables(self, gen, ctx.plan, set_name(ctx.table), hook=ctx.hook))
+        rules.write_text(render_iptables(acl, gen, ctx.plan, set_name(ctx.table), hook=ctx.hook))
         files.append(RenderedFile(rules, "iptables-restore"))
         return files
 
     def backends(self) -> set[str]:
-        used: set[str] = {self.backend}
-        if self.backend != "nft" and self.layout == "set":
-            used.add("ipset")
-        return used
+        return backends_of(self.spec)
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        apply_files(host, ctx.rendered, self.spec.backend, ctx.plan.family)
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        """Rules only: nothing to stop."""
+
+def backends_of(acl: AclSpec) -> set[str]:
+    """The loaders an ACL uses: its backend, and ipset for a set on iptables."""
+    used: set[str] = {acl.backend}
+    if acl.backend != "nft" and acl.layout == "set":
+        used.add("ipset")
+    return used
 
 
 def excluded_host(plan: TrafficPlan) -> str | None:
@@ -129,7 +164,7 @@ def excluded_host(plan: TrafficPlan) -> str | None:
     return plan.client_hosts[-1] if len(plan.client_hosts) > 1 else None
 
 
-def _excluded(acl: Acl, plan: TrafficPlan) -> str:
+def _excluded(acl: AclSpec, plan: TrafficPlan) -> str:
     host = excluded_host(plan)
     if acl.exclude_one and host is None:
         raise MechanismError(
@@ -148,7 +183,7 @@ def _nft_proto_match(family: int) -> str:
 
 
 def render_nft(
-    acl: Acl, gen: list[Entry], plan: TrafficPlan, table: str, *, hook: str = "forward"
+    acl: AclSpec, gen: list[Entry], plan: TrafficPlan, table: str, *, hook: str = "forward"
 ) -> str:
     """The ACL as an nft table. `hook = "input"` makes it a host firewall on the
     target itself (document 002's NIC firewall): the same list on the host's input
@@ -220,7 +255,7 @@ def render_nft(
     return "\n".join(lines) + "\n"
 
 
-def render_ipset(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> str:
+def render_ipset(acl: AclSpec, gen: list[Entry], plan: TrafficPlan, name: str) -> str:
     fam = "inet" if plan.family == 4 else "inet6"
     kind = "hash:ip" if acl.entries == "standard" else "hash:ip,port,ip"
     lines = [f"create {name} {kind} family {fam} hashsize 1024 maxelem {max(len(gen), 1) * 2}"]
@@ -233,7 +268,7 @@ def render_ipset(acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str) -> st
 
 
 def render_iptables(
-    acl: Acl, gen: list[Entry], plan: TrafficPlan, name: str, *, hook: str = "forward"
+    acl: AclSpec, gen: list[Entry], plan: TrafficPlan, name: str, *, hook: str = "forward"
 ) -> str:
     """The ACL as an iptables-restore file (its FORWARD chain, or INPUT for `hook =
     "input"`, like render_nft)."""
@@ -295,21 +330,20 @@ def render_iptables(
     return "\n".join(lines) + "\n"
 
 
-def apply_files(dut: Host, files: list[RenderedFile], backend: str, family: int) -> None:
-    """Load rendered files on the DUT in order (ipsets before the rules that use them)."""
-    for f in files:
-        if f.tool == "nft":
-            run_tool(dut, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
-        elif f.tool == "ipset":
-            run_tool(
-                dut, ["ipset", "restore", "-f", str(f.path)], what="ipset restore", source=f.path
-            )
-        else:
-            restore = IPTABLES_TOOLS[(backend, family)][1]
-            proc = dut.run([restore], input=f.path.read_text(), check=False)
-            if proc.returncode != 0:
-                raise MechanismError(
-                    f"{restore} failed: {(proc.stderr or proc.stdout).strip()}",
-                    where=str(f.path),
-                    fix="correct the rule file at the line the tool names",
-                )
+def tools(acl: AclSpec) -> list[Tool]:
+    return backend_tools(acl.backend, *(["ipset"] if "ipset" in backends_of(acl) else []))
+
+
+KIND = MechanismKind(
+    name="acl",
+    model=AclSpec,
+    runtime=Acl,
+    tools=tools,
+    known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft", "ipset")),
+    traits=frozenset({"filters"}),
+    # Each ACL renders its own complete filter (permits, then the default drop) into the
+    # one table and chain of the variant: a second one would sit behind the first's
+    # permits and never be evaluated. Refuse it rather than measure nothing.
+    single="one variant takes one ACL (a second would come after the first's permits and "
+    "never be evaluated); give it the total rule count, or put each ACL in its own variant",
+)

@@ -25,29 +25,41 @@ one-way UDP stream is queued packet by packet; TCP queues its SYN only.
 
 from __future__ import annotations
 
-import selectors
-import signal
-import subprocess
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from secperf.engine import built_binary
-from secperf.errors import MechanismError
-from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan
-from secperf.testbed.testbed import Host, ManagedProcess
+from pydantic import Field
+
+from secperf.mechanisms import nfq
+from secperf.mechanisms.base import (
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    TrafficPlan,
+    apply_files,
+    backend_tools,
+)
+from secperf.testbed.host import Host
+from secperf.testbed.netns import ManagedProcess
 
 READY_TIMEOUT_S = 10.0
-DAEMON_LABEL = "secperf-nfq"
 
 
-def nfq_path() -> str:
-    """The daemon binary: $SECPERF_NFQ, this checkout's release build, or PATH."""
-    return built_binary("secperf-nfq", "SECPERF_NFQ", "the appliance's daemon")
+class ApplianceSpec(MechanismSpec):
+    """Document 000's security appliance on the DUT: a stateful filter (the inside
+    opens connections, the outside cannot), PAT towards the server side, and a
+    daemon on NFQUEUE that logs every new connection. Without its daemon nothing
+    new passes (fail-closed), unless `fail_open` asks the kernel to bypass it."""
+
+    kind: Literal["appliance"] = "appliance"
+    queue: int = Field(default=0, ge=0, le=65535)
+    nat: bool = True
+    fail_open: bool = False
 
 
-def render_nft(appl: Appliance, plan: TrafficPlan, table: str) -> str:
+def render_nft(appl: ApplianceSpec, plan: TrafficPlan, table: str) -> str:
     ip = "ip" if plan.family == 4 else "ip6"
     inside = plan.client_net
     input_extra = (
@@ -88,7 +100,7 @@ def render_nft(appl: Appliance, plan: TrafficPlan, table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_iptables(appl: Appliance) -> str:
+def render_iptables(appl: ApplianceSpec) -> str:
     bypass = " --queue-bypass" if appl.fail_open else ""
     lines = [
         f"# secperf appliance: every new connection the filter let through goes to "
@@ -104,37 +116,20 @@ def render_iptables(appl: Appliance) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _read_line(proc: ManagedProcess, deadline: float) -> str | None:
-    """One stdout line of the daemon, or None at EOF or when the deadline passes."""
-    out = proc.stdout
-    assert out is not None
-    sel = selectors.DefaultSelector()
-    sel.register(out, selectors.EVENT_READ)
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            if sel.select(timeout=left):
-                line = out.readline()
-                return line if line else None
-        return None
-    finally:
-        sel.close()
+class Appliance(Mechanism):
+    spec: ApplianceSpec
 
-
-@dataclass
-class Appliance:
-    queue: int = 0
-    nat: bool = True
-    fail_open: bool = False
-    kind: str = "appliance"
-    _daemon: ManagedProcess | None = field(default=None, repr=False, compare=False)
+    def __init__(self, spec: ApplianceSpec) -> None:
+        super().__init__(spec)
+        self._daemon: ManagedProcess | None = None
 
     # -- files ---------------------------------------------------------------------
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
         nft = ctx.files_dir / f"{ctx.name}.nft"
-        nft.write_text(render_nft(self, ctx.plan, f"{ctx.table}_appl"))
+        nft.write_text(render_nft(self.spec, ctx.plan, f"{ctx.table}_appl"))
         ipt = ctx.files_dir / f"{ctx.name}.iptables"
-        ipt.write_text(render_iptables(self))
+        ipt.write_text(render_iptables(self.spec))
         return [RenderedFile(nft, "nft"), RenderedFile(ipt, "iptables-restore")]
 
     def backends(self) -> set[str]:
@@ -150,36 +145,32 @@ class Appliance:
         return ctx.files_dir / f"{ctx.name}.nfq.stderr"
 
     # -- life cycle --------------------------------------------------------------------
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
         # The daemon first: once the rules are in, every new connection needs it.
-        self.start_daemon(dut, ctx)
-        apply_files(dut, ctx.rendered, "iptables-nft", ctx.plan.family)
+        self.start_daemon(host, ctx)
+        apply_files(host, ctx.rendered, "iptables-nft", ctx.plan.family)
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
+    def release(self, host: Host, ctx: MechanismContext) -> None:
         """Stop the daemon (SIGTERM: it unbinds and exits); the rules go with reset_dut."""
         if self._daemon is not None:
             self._daemon.stop(timeout=5.0)
             self._daemon = None
 
-    def start_daemon(self, dut: Host, ctx: MechanismContext) -> ManagedProcess:
+    def start_daemon(self, host: Host, ctx: MechanismContext) -> ManagedProcess:
         if self._daemon is not None and self._daemon.poll() is None:
             self._daemon.stop(timeout=5.0)
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
-        argv = [nfq_path(), "--queue", str(self.queue), "--log", str(self.log_path(ctx))]
-        with self.stderr_path(ctx).open("a") as err:
-            proc = dut.spawn(argv, stdout=subprocess.PIPE, stderr=err, label=DAEMON_LABEL)
-        line = _read_line(proc, time.monotonic() + READY_TIMEOUT_S)
-        if line is None or '"listening"' not in line:
-            proc.stop(timeout=2.0)
-            said = (line or "").strip() or self.stderr_path(ctx).read_text().strip()[-500:]
-            raise MechanismError(
-                f"secperf-nfq did not bind NFQUEUE {self.queue}: {said or 'no output'}",
-                where=str(self.stderr_path(ctx)),
-                fix="check that the kernel has NFQUEUE (nfnetlink_queue) and that no other "
-                "daemon holds this queue number",
-            )
-        self._daemon = proc
-        return proc
+        queue = self.spec.queue
+        self._daemon = nfq.start(
+            host,
+            ["--queue", str(queue), "--log", str(self.log_path(ctx))],
+            self.stderr_path(ctx),
+            timeout=READY_TIMEOUT_S,
+            what=f"secperf-nfq did not bind NFQUEUE {queue}",
+            fix="check that the kernel has NFQUEUE (nfnetlink_queue) and that no other "
+            "daemon holds this queue number",
+        )
+        return self._daemon
 
     # -- DaemonMechanism (secperf.mechanisms.daemons) ------------------------------------
     def daemons(self) -> list[ManagedProcess]:
@@ -187,13 +178,21 @@ class Appliance:
         return [d] if d is not None and d.poll() is None else []
 
     def kill_daemons(self) -> list[str]:
-        killed: list[str] = []
-        for proc in self.daemons():
-            proc.popen.send_signal(signal.SIGKILL)
-            proc.stop(timeout=5.0)  # reaps it and drops it from the ledger
-            killed.append(f"{proc.label} (pid {proc.pid})")
+        killed = nfq.kill(self.daemons())
         self._daemon = None
         return killed
 
-    def restart_daemons(self, dut: Host, ctx: MechanismContext) -> None:
-        self.start_daemon(dut, ctx)
+    def restart_daemons(self, host: Host, ctx: MechanismContext) -> None:
+        self.start_daemon(host, ctx)
+
+
+KIND = MechanismKind(
+    name="appliance",
+    model=ApplianceSpec,
+    runtime=Appliance,
+    # filter + NAT in nft, the NFQUEUE rule in iptables-nft (nft has no `queue` here)
+    known_tools=tuple(backend_tools("nft", "iptables-nft")),
+    traits=frozenset({"filters", "translates"}),
+    forwarding_only=True,
+    run_check=nfq.built,
+)

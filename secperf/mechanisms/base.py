@@ -1,22 +1,37 @@
-"""What every mechanism is: rendered to files, checked by its own tool, applied on the DUT.
+"""What every mechanism is: its scenario entry, its declaration, and its runtime.
 
-A mechanism never guesses what state it left behind: the DUT namespace belongs to
-the run, so `reset_dut` returns it to plain forwarding by flushing every packet
-filter backend, which is exactly the baseline state, and `flush_flow_state` makes
-its kernel forget every connection it tracks.
+A mechanism kind declares itself once, in its own module (or package): its scenario
+model (a `MechanismSpec`), its runtime (a `Mechanism`, built from the validated model),
+and one `MechanismKind` that says, as data and small functions, what the rest of
+secperf needs to know: the tools it needs, where it may run, what it is (its traits),
+the checks it makes before a run. `secperf.mechanisms.registry` lists the kinds.
+
+A runtime renders files, applies them on its hosts and releases them. It never
+guesses what state it left behind: a host belongs to the run, so `reset_dut` returns
+it to plain forwarding by flushing every packet filter backend, which is exactly the
+baseline state, and `flush_flow_state` makes its kernel forget every connection it
+tracks. What other parts of secperf may ask a runtime (a tunnel's target address, what
+it observed, a proxy's SOCKS endpoint, a detector's counters) are methods of
+`Mechanism` with defaults, overridden by the kinds that have an answer.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import Field, field_validator
 
 from secperf.errors import MechanismError
-from secperf.testbed.testbed import Host
+from secperf.scenario.fields import StrictModel
+from secperf.testbed.host import Host
 from secperf.testbed.topology import Topology
+from secperf.tools import Tool
 
 # The engine server's control port and the data port range it allocates from:
 # a firewall that matches ports must know them.
@@ -131,47 +146,225 @@ class MechanismContext:
     server: Host | None = None
 
 
-class Mechanism(Protocol):
-    @property
-    def kind(self) -> str: ...
+# ---------------------------------------------------------------- the scenario entry
 
+
+Placement = Annotated[str | list[str], Field(min_length=1)]
+
+
+class MechanismSpec(StrictModel):
+    """Keys every mechanism has: where it runs. Each kind's model narrows `kind` to
+    its `Literal` and adds its own keys.
+
+    `on` is a host name ("dut", the default; "server" puts a host firewall on the
+    target itself), a list of names (the same mechanism on each), "ends" (the
+    workload's client and server hosts) or "gateways" (every host with role
+    gateway). The runner resolves it against the testbed graph."""
+
+    # Keys that take a list: the variant then expands into one variant per value
+    # (Variant.expand), e.g. rules = [1, 10] -> NAME[rules=1], NAME[rules=10].
+    sweepable: ClassVar[tuple[str, ...]] = ()
+
+    kind: str
+    on: Placement = "dut"
+
+    @field_validator("on")
+    @classmethod
+    def _placement_names(cls, value: str | list[str]) -> str | list[str]:
+        for name in [value] if isinstance(value, str) else value:
+            if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", name):
+                raise ValueError(
+                    f"on = {name!r} is not a host name: write a host of [topology] "
+                    '(e.g. "dut", "server"), "ends" or "gateways"'
+                )
+        return value
+
+    def swept_keys(self) -> list[str]:
+        """The sweepable keys that still hold a list (a variant not yet expanded)."""
+        return [key for key in self.sweepable if isinstance(getattr(self, key), list)]
+
+
+# ---------------------------------------------------------------- the runtime
+
+
+@dataclass(frozen=True)
+class Detector:
+    """A mechanism that matches traffic against signatures, as an attack mix sees it."""
+
+    label: str  # the record's `detector`, e.g. "ips-nfq", "ids"
+    blocks: bool  # inline: a packet that matches a drop rule does not pass
+
+
+# A detector's counters at one instant: matches per sid ("by_sid"), "drops", "packets", ...
+Counts = dict[str, Any]
+
+
+class Mechanism(ABC):
+    """A mechanism at run time, built from its validated scenario entry (`spec`).
+
+    `render` writes its files (no other side effect), `apply` loads them on a host and
+    starts its daemons, `release` stops what `apply` started beyond rules (rules go with
+    reset_dut). The other methods are what the rest of secperf may ask any mechanism;
+    their defaults are the answer of a mechanism that has nothing to say."""
+
+    spec: MechanismSpec
+
+    def __init__(self, spec: MechanismSpec) -> None:
+        self.spec = spec
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @abstractmethod
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         """Write the files this mechanism loads; no side effects beyond files_dir."""
-        ...
 
     def backends(self) -> set[str]:
         """The packet-filter backends (and ipset) this mechanism loads into, for reset_dut."""
-        ...
+        return set()
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        """Load the files render() wrote (ctx.rendered) on the DUT; start its daemons."""
-        ...
+    @abstractmethod
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        """Load the files render() wrote (ctx.rendered) on the host; start its daemons."""
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
+    def release(self, host: Host, ctx: MechanismContext) -> None:
         """Stop what apply() started beyond rules (daemons); rules go with reset_dut."""
-        ...
+        return  # a mechanism of rules alone has nothing to stop
 
+    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
+        """Apply on every host `on` names, in order. A mechanism that needs all its hosts
+        at once (a tunnel's two ends, an IDS's routers and sensor) overrides this."""
+        for host in hosts:
+            self.apply(host, ctx)
 
-@runtime_checkable
-class GroupMechanism(Protocol):
-    """A mechanism that needs all its hosts at once (a tunnel's two ends): the runner
-    calls apply_group / release_group once with every host `on` names, in order."""
-
-    @property
-    def kind(self) -> str: ...
-
-    def render(self, ctx: MechanismContext) -> list[RenderedFile]: ...
-
-    def backends(self) -> set[str]: ...
-
-    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
-
-    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None: ...
+    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
+        for host in hosts:
+            self.release(host, ctx)
 
     def target_address(self, ctx: MechanismContext, server: str, family: int) -> str | None:
         """The address a workload must target to reach `server` through this mechanism
         (a host-to-host tunnel's inner address), or None for the usual one."""
-        ...
+        return None
+
+    def observe(self) -> dict[str, Any] | None:
+        """What the mechanism did in the test just measured (the runner keeps it as a
+        `mechanism` record), or None when it reports nothing."""
+        return None
+
+    def socks_endpoint(self, ctx: MechanismContext) -> str | None:
+        """ADDR:PORT that clients must name as their SOCKS proxy, or None when the
+        mechanism is transparent to them."""
+        return None
+
+    def detector(self) -> Detector | None:
+        """What detects attacks in this mechanism, or None when it detects nothing."""
+        return None
+
+    def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:
+        """The detector's counters now (cumulative), read on its `hosts` (those `on`
+        names); None when it cannot say (not running)."""
+        return None
+
+
+# ---------------------------------------------------------------- the declaration
+
+
+# What a kind is, for the code that must tell kinds apart without naming them.
+Trait = Literal[
+    "filters",  # drops what its policy does not permit (illegal traffic must not pass)
+    "translates",  # rewrites addresses
+    "detects",  # matches traffic against signatures and counts the matches
+    "prevents",  # drops what it detects (inline)
+    "tunnels",  # carries the traffic inside a tunnel
+    "proxies",  # terminates connections (or handshakes) and opens its own
+    "offloads",  # moves established flows to a fast path
+]
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Where a mechanism entry stands, for a kind's checks and their messages."""
+
+    key: str  # e.g. "variants.acl-set.mechanisms[0]"
+    where: str  # the scenario file
+    family: int  # 4 or 6
+
+
+S = TypeVar("S", bound=MechanismSpec)
+Check = Callable[[S, CheckContext], None]
+
+
+@dataclass(frozen=True)
+class MechanismKind(Generic[S]):
+    """Everything secperf needs to know about one mechanism kind, stated once.
+
+    The registry (secperf.mechanisms.registry) maps `name` to it; the scenario schema
+    validates a `{ kind = name, ... }` entry through `model`, and the runner, the
+    preflight and the workloads read the rest."""
+
+    name: str
+    model: type[S]
+    # The runtime of one validated entry (usually the runtime class itself).
+    runtime: Callable[[S], Mechanism]
+    # Every program an entry of this kind may need on its hosts (`secperf doctor` lists
+    # them), and those one entry needs (None: all of them; see tools_for).
+    known_tools: tuple[Tool, ...] = ()
+    tools: Callable[[S], Sequence[Tool]] | None = None
+    traits: frozenset[Trait] = frozenset()
+    # Where it may run: only on hosts that forward (it rewrites or proxies forwarded
+    # traffic), or also on an end host (its filter then goes in the input hook).
+    forwarding_only: bool = False
+    # The role of a host among those `on` names that is its sensor, not a place it
+    # filters (an IDS's): not counted when choosing the hook.
+    sensor_role: str | None = None
+    # Hosts (by role) the testbed must have for it, beyond client, dut and server.
+    hosts: frozenset[str] = frozenset()
+    # Why one variant takes one of it at most (None: any number compose).
+    single: str | None = None
+    # Checks before any testbed exists: `check` needs nothing (`secperf check` and
+    # `run`), `kernel_check` asks the kernel (needs root; `kernel_check_note` says what
+    # is skipped without it), `run_check` runs before `secperf run` only.
+    check: Check[S] | None = None
+    kernel_check: Check[S] | None = None
+    kernel_check_note: str = ""
+    run_check: Check[S] | None = None
+
+    def tools_for(self, spec: S) -> list[Tool]:
+        """The programs this entry needs (preflight refuses a run without them)."""
+        return list(self.known_tools if self.tools is None else self.tools(spec))
+
+    def build(self, spec: S) -> Mechanism:
+        """The runtime for one entry of a variant; a swept entry is expanded first."""
+        swept = spec.swept_keys()
+        if swept:
+            raise MechanismError(
+                f"a {self.name} entry with a list in {', '.join(swept)} is a sweep: it must "
+                "be expanded into variants first (Variant.expand)"
+            )
+        return self.runtime(spec)
+
+
+# ---------------------------------------------------------------- packet filter backends
+
+
+BACKEND_TOOLS: dict[str, tuple[Tool, ...]] = {
+    "nft": (Tool("nft", "nftables", "nft rule sets"),),
+    "iptables-legacy": (
+        Tool("iptables-legacy-restore", "iptables", "iptables-legacy rule sets"),
+        Tool("ip6tables-legacy-restore", "iptables", "ip6tables-legacy rule sets"),
+    ),
+    "iptables-nft": (
+        Tool("iptables-nft-restore", "iptables", "iptables-nft rule sets"),
+        Tool("ip6tables-nft-restore", "iptables", "ip6tables-nft rule sets"),
+    ),
+    "ipset": (Tool("ipset", "ipset", "ACLs with layout = set on an iptables backend"),),
+}
+
+
+def backend_tools(*backends: str) -> list[Tool]:
+    """The loaders of the named packet-filter backends."""
+    return [tool for b in backends for tool in BACKEND_TOOLS[b]]
 
 
 def run_tool(dut: Host, argv: list[str], *, what: str, source: Path | None = None) -> None:
@@ -192,6 +385,26 @@ IPTABLES_TOOLS = {
     ("iptables-nft", 4): ("iptables-nft", "iptables-nft-restore"),
     ("iptables-nft", 6): ("ip6tables-nft", "ip6tables-nft-restore"),
 }
+
+
+def apply_files(dut: Host, files: list[RenderedFile], backend: str, family: int) -> None:
+    """Load rendered files on the DUT in order (ipsets before the rules that use them)."""
+    for f in files:
+        if f.tool == "nft":
+            run_tool(dut, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
+        elif f.tool == "ipset":
+            run_tool(
+                dut, ["ipset", "restore", "-f", str(f.path)], what="ipset restore", source=f.path
+            )
+        else:
+            restore = IPTABLES_TOOLS[(backend, family)][1]
+            proc = dut.run([restore], input=f.path.read_text(), check=False)
+            if proc.returncode != 0:
+                raise MechanismError(
+                    f"{restore} failed: {(proc.stderr or proc.stdout).strip()}",
+                    where=str(f.path),
+                    fix="correct the rule file at the line the tool names",
+                )
 
 
 LEGACY_EMPTY = "".join(

@@ -7,39 +7,76 @@ instead of surfacing halfway through a measurement.
 
 from __future__ import annotations
 
+import difflib
+import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field, ValidationInfo, field_validator
+
 from secperf.errors import MechanismError, ToolMissingError
-from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.base import IPTABLES_TOOLS, MechanismContext, RenderedFile
-from secperf.testbed.testbed import Host
+from secperf.mechanisms.base import (
+    IPTABLES_TOOLS,
+    CheckContext,
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    apply_files,
+    backend_tools,
+)
+from secperf.testbed.host import Host
+from secperf.tools import Tool
 
 
-@dataclass(frozen=True)
-class Custom:
-    file: Path
-    format: Literal["nft", "iptables"] = "nft"
+class CustomSpec(MechanismSpec):
+    """A rule file the user wrote, loaded as is on the DUT."""
+
+    kind: Literal["custom"] = "custom"
+    file: Path = Field(strict=False)
+    format: Literal["nft", "iptables"]
     backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
-    kind: str = "custom"
+
+    @field_validator("file")
+    @classmethod
+    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
+        # Relative to the scenario file (the loader passes its directory).
+        context = info.context if isinstance(info.context, dict) else {}
+        base = context.get("base_dir")
+        resolved = value if value.is_absolute() else Path(base or Path.cwd()) / value
+        if context.get("check_files", True) and not resolved.is_file():
+            raise ValueError(f"rule file {str(value)!r} not found (looked for {resolved})")
+        return resolved
+
+    @property
+    def loader(self) -> str:
+        """The backend that loads the file."""
+        return "nft" if self.format == "nft" else self.backend
+
+
+class Custom(Mechanism):
+    spec: CustomSpec
+
+    def __init__(self, spec: CustomSpec) -> None:
+        super().__init__(spec)
 
     def backends(self) -> set[str]:
-        return {"nft"} if self.format == "nft" else {self.backend}
+        return {self.spec.loader}
 
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
-        suffix = ".nft" if self.format == "nft" else ".iptables"
-        copy = ctx.files_dir / f"{ctx.name}{suffix}"
-        shutil.copyfile(self.file, copy)
-        return [RenderedFile(copy, "nft" if self.format == "nft" else "iptables-restore")]
+        nft = self.spec.format == "nft"
+        copy = ctx.files_dir / f"{ctx.name}{'.nft' if nft else '.iptables'}"
+        shutil.copyfile(self.spec.file, copy)
+        return [RenderedFile(copy, "nft" if nft else "iptables-restore")]
 
     def check_argv(self, family: int) -> list[str]:
-        if self.format == "nft":
-            return ["nft", "-c", "-f", str(self.file)]
-        return [IPTABLES_TOOLS[(self.backend, family)][1], "--test", str(self.file)]
+        if self.spec.format == "nft":
+            return ["nft", "-c", "-f", str(self.spec.file)]
+        return [IPTABLES_TOOLS[(self.spec.backend, family)][1], "--test", str(self.spec.file)]
 
     def check(self, family: int, dut: Host | None = None) -> None:
         """Parse the file with its own tool; a dry run, it changes nothing.
@@ -50,7 +87,7 @@ class Custom:
         argv = self.check_argv(family)
         if shutil.which(argv[0]) is None:
             raise ToolMissingError(
-                f"{argv[0]} is not installed, so {self.file} cannot be checked",
+                f"{argv[0]} is not installed, so {self.spec.file} cannot be checked",
                 fix="run `secperf doctor` to see how to install it",
             )
         if dut is None:
@@ -61,12 +98,152 @@ class Custom:
             detail = (proc.stderr or proc.stdout).strip()
             raise MechanismError(
                 f"{argv[0]} rejects the rule set:\n{detail}",
-                where=str(self.file),
+                where=str(self.spec.file),
                 fix="correct the line the tool names (run the command above to retry by hand)",
             )
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        apply_files(host, ctx.rendered, self.spec.backend, ctx.plan.family)
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        """Rules only: nothing to stop."""
+
+# iptables' own verdicts, and the target extensions of Debian's xtables (iptables 1.8).
+IPTABLES_TARGETS = frozenset(
+    [
+        "ACCEPT",
+        "DROP",
+        "RETURN",
+        "QUEUE",
+        "AUDIT",
+        "CHECKSUM",
+        "CLASSIFY",
+        "CLUSTERIP",
+        "CONNMARK",
+        "CONNSECMARK",
+        "CT",
+        "DNAT",
+        "DNPT",
+        "DSCP",
+        "ECN",
+        "HL",
+        "HMARK",
+        "IDLETIMER",
+        "LED",
+        "LOG",
+        "MARK",
+        "MASQUERADE",
+        "NETMAP",
+        "NFLOG",
+        "NFQUEUE",
+        "NOTRACK",
+        "RATEEST",
+        "REDIRECT",
+        "REJECT",
+        "SECMARK",
+        "SET",
+        "SNAT",
+        "SNPT",
+        "SYNPROXY",
+        "TCPMSS",
+        "TCPOPTSTRIP",
+        "TEE",
+        "TOS",
+        "TPROXY",
+        "TRACE",
+        "TTL",
+        "ULOG",
+    ]
+)
+XTABLES_DIRS = (Path("/usr/lib/x86_64-linux-gnu/xtables"), Path("/usr/lib/xtables"))
+_TARGET_OPT = re.compile(r"(?:^|\s)(?:-j|--jump|-g|--goto)\s+(\S+)")
+_CHAIN_OPT = re.compile(r"^(?:-A|--append|-I|--insert|-R|--replace)\s+(\S+)")
+
+
+def _installed_targets() -> set[str]:
+    names: set[str] = set()
+    for d in XTABLES_DIRS:
+        if d.is_dir():
+            for f in d.glob("lib*_*.so"):
+                name = f.stem.split("_", 1)[1]
+                if name.isupper():
+                    names.add(name)
+    return names
+
+
+def check_iptables_targets(path: Path) -> None:
+    """Every `-j`/`-g` target of an iptables-restore file is a chain the file declares
+    in that table or a target iptables knows. `iptables-restore --test` does not check
+    this (a misspelt `-j DORP` passes as a jump to a chain), and the load fails only
+    on the DUT, after the testbed is built."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise MechanismError(
+            f"cannot read the rule file: {exc.strerror}", where=str(path)
+        ) from None
+    known = IPTABLES_TARGETS | _installed_targets()
+    chains: dict[str, set[str]] = {}
+    table = "filter"
+    uses: list[tuple[int, str, str, str]] = []  # line, table, chain, target
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("*"):
+            table = line[1:].strip()
+            chains.setdefault(table, set())
+        elif line.startswith(":"):
+            chains.setdefault(table, set()).add(line[1:].split()[0])
+        elif m := re.match(r"^(?:-N|--new-chain)\s+(\S+)", line):
+            chains.setdefault(table, set()).add(m.group(1))
+        elif (c := _CHAIN_OPT.match(line)) and (t := _TARGET_OPT.search(line)):
+            uses.append((number, table, c.group(1), t.group(1)))
+    for number, tbl, chain, target in uses:
+        if target in known or target in chains.get(tbl, set()):
+            continue
+        close = [k for k in sorted(known | chains.get(tbl, set())) if _near(target, k)]
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else (
+                f"declare the chain (`:{target} - [0:0]` or `-N {target}`) in *{tbl}, "
+                "or use a target such as ACCEPT, DROP, REJECT or RETURN"
+            )
+        )
+        raise MechanismError(
+            f"-A {chain} jumps to {target!r}, which is neither a chain of table {tbl} "
+            "in this file nor an iptables target (iptables-restore --test does not catch this)",
+            where=f"{path}:{number}",
+            fix=hint,
+        )
+
+
+def _near(a: str, b: str) -> bool:
+    return difflib.SequenceMatcher(None, a.upper(), b.upper()).ratio() >= 0.6
+
+
+def check(spec: CustomSpec, ctx: CheckContext) -> None:
+    """What needs no root: every iptables jump goes somewhere."""
+    if spec.format == "iptables":
+        check_iptables_targets(spec.file)
+
+
+def kernel_check(spec: CustomSpec, ctx: CheckContext) -> None:
+    """The file through its own tool's parser (a dry run that commits nothing)."""
+    Custom(spec).check(ctx.family)
+
+
+def tools(spec: CustomSpec) -> list[Tool]:
+    return backend_tools(spec.loader)
+
+
+KIND = MechanismKind(
+    name="custom",
+    model=CustomSpec,
+    runtime=Custom,
+    tools=tools,
+    known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft")),
+    traits=frozenset({"filters"}),
+    check=check,
+    kernel_check=kernel_check,
+    kernel_check_note="rule files NOT checked by nft -c / iptables-restore --test",
+)

@@ -10,35 +10,85 @@ traffic, since nobody could answer.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
 
 from secperf.errors import MechanismError
-from secperf.mechanisms.base import MechanismContext, RenderedFile
+from secperf.mechanisms.base import (
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+)
+from secperf.scenario.fields import StrictModel
 from secperf.testbed.host import Host
 from secperf.testbed.ssh import SshSpec, connect, remote_run
+
+
+class ManagementHost(StrictModel):
+    """An SSH destination that runs an external device's commands (Ansible's names)."""
+
+    ansible_host: str
+    ansible_port: int = Field(default=22, ge=1, le=65535)
+    ansible_user: str = "root"
+    ansible_ssh_private_key_file: str | None = None
+    known_hosts: str | None = None
+    host_key_checking: bool = True
+
+    def ssh_spec(self) -> SshSpec:
+        return SshSpec(
+            name="manager",
+            host=self.ansible_host,
+            user=self.ansible_user,
+            port=self.ansible_port,
+            key_file=self.ansible_ssh_private_key_file,
+            known_hosts=self.known_hosts,
+            host_key_checking=self.host_key_checking,
+        )
+
+
+class ExternalSpec(MechanismSpec):
+    """A variant of a device secperf does not configure: `apply` / `remove` shell
+    commands (here, or on `manager` over SSH), else the user is asked at each change."""
+
+    kind: Literal["external"] = "external"
+    apply: str | None = None
+    remove: str | None = None
+    manager: ManagementHost | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ExternalSpec:
+        if (self.apply is None) != (self.remove is None):
+            raise ValueError(
+                "give apply and remove together (the commands that put the variant on "
+                "the device and take it off), or neither (secperf then asks the user)"
+            )
+        if self.manager is not None and self.apply is None:
+            raise ValueError("manager runs the apply / remove commands: give them too")
+        return self
 
 
 def _variant(ctx: MechanismContext) -> str:
     return ctx.name.rsplit(".", 1)[0]
 
 
-@dataclass
-class External:
-    apply_cmd: str | None = None
-    remove_cmd: str | None = None
-    manager: SshSpec | None = None
-    kind: str = "external"
-    _client: Any = field(default=None, repr=False)
+class External(Mechanism):
+    """Nothing secperf resets (no backends): the remove command, or the user, does."""
 
-    def backends(self) -> set[str]:
-        return set()  # nothing secperf resets: the remove command (or the user) does
+    spec: ExternalSpec
+
+    def __init__(self, spec: ExternalSpec) -> None:
+        super().__init__(spec)
+        self._client: Any = None
 
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
-        if self.apply_cmd is None and not sys.stdin.isatty():
+        if self.spec.apply is None and not sys.stdin.isatty():
             raise MechanismError(
                 f"variant {_variant(ctx)} changes an external device by hand, and secperf "
                 "is not at a terminal: nobody could make the change when asked",
@@ -51,9 +101,8 @@ class External:
     def _run(self, cmd: str, what: str, dut: Host, ctx: MechanismContext) -> None:
         env = {"SECPERF_VARIANT": _variant(ctx), "SECPERF_HOST": dut.name}
         where = f"variants.{_variant(ctx)}.mechanisms (kind external) {what}"
-        if self.manager is None:
-            import os
-
+        manager = self.spec.manager
+        if manager is None:
             proc = subprocess.run(
                 ["sh", "-c", cmd],
                 capture_output=True,
@@ -64,7 +113,7 @@ class External:
             )
         else:
             if self._client is None:
-                self._client = connect(self.manager)
+                self._client = connect(manager.ssh_spec())
             prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
             got = remote_run(
                 self._client, f"{prefix} sh -c {shlex.quote(cmd)}", timeout=300, where=where
@@ -82,14 +131,17 @@ class External:
         print(f"\n>>> {text}, then press Enter (Ctrl-C stops the run)", flush=True)
         sys.stdin.readline()
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        if self.apply_cmd is not None:
-            self._run(self.apply_cmd, "apply", dut, ctx)
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        if self.spec.apply is not None:
+            self._run(self.spec.apply, "apply", host, ctx)
         else:
-            self._ask(f"configure {dut.name} as variant {_variant(ctx)!r}")
+            self._ask(f"configure {host.name} as variant {_variant(ctx)!r}")
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        if self.remove_cmd is not None:
-            self._run(self.remove_cmd, "remove", dut, ctx)
-        elif self.apply_cmd is None:
-            self._ask(f"take variant {_variant(ctx)!r} off {dut.name} (back to its baseline)")
+    def release(self, host: Host, ctx: MechanismContext) -> None:
+        if self.spec.remove is not None:
+            self._run(self.spec.remove, "remove", host, ctx)
+        elif self.spec.apply is None:
+            self._ask(f"take variant {_variant(ctx)!r} off {host.name} (back to its baseline)")
+
+
+KIND = MechanismKind(name="external", model=ExternalSpec, runtime=External)

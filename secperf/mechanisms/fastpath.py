@@ -18,11 +18,26 @@ the next test.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import Literal
 
 from secperf.errors import MechanismError
-from secperf.mechanisms.base import MechanismContext, RenderedFile
-from secperf.testbed.testbed import Host
+from secperf.mechanisms.base import (
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    backend_tools,
+)
+from secperf.testbed.host import Host
+
+
+class FastpathSpec(MechanismSpec):
+    """The DUT's fast path (document 004's CEF): an nftables flowtable on the forwarding
+    host's interfaces. Established flows are offloaded from the forward path: their
+    packets skip the forward hook (and every filter and NFQUEUE rule there)."""
+
+    kind: Literal["fastpath"] = "fastpath"
 
 
 def render_flowtable(table: str, devices: list[str]) -> str:
@@ -55,9 +70,11 @@ def offloaded_flows(host: Host) -> int:
     return sum(1 for line in proc.stdout.splitlines() if "[OFFLOAD]" in line)
 
 
-@dataclass(frozen=True)
-class Fastpath:
-    kind: str = "fastpath"
+class Fastpath(Mechanism):
+    spec: FastpathSpec
+
+    def __init__(self, spec: FastpathSpec) -> None:
+        super().__init__(spec)
 
     def table(self, ctx: MechanismContext) -> str:
         return f"{ctx.table}_fastpath"
@@ -73,18 +90,18 @@ class Fastpath:
     def backends(self) -> set[str]:
         return {"nft"}
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        devices = interfaces(dut)
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        devices = interfaces(host)
         if len(devices) < 2:
             raise MechanismError(
                 f"the fast path needs a forwarding host with two interfaces or more; "
-                f"{dut.name} has {devices}",
+                f"{host.name} has {devices}",
                 where="mechanism fastpath, key on",
                 fix='put it on the dut or a gateway (on = "dut")',
             )
         path = ctx.files_dir / f"{ctx.name}.fastpath.nft"
         path.write_text(render_flowtable(self.table(ctx), devices))
-        proc = dut.run(["nft", "-f", str(path)], check=False)
+        proc = host.run(["nft", "-f", str(path)], check=False)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip()
             if "flowtable" in detail and "No such file or directory" in detail:
@@ -97,5 +114,13 @@ class Fastpath:
                 )
             raise MechanismError(f"nft -f failed: {detail}", where=str(path))
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        """Rules only: the flowtable goes with the DUT's reset."""
+
+KIND = MechanismKind(
+    name="fastpath",
+    model=FastpathSpec,
+    runtime=Fastpath,
+    # the flowtable
+    known_tools=tuple(backend_tools("nft")),
+    traits=frozenset({"offloads"}),
+    forwarding_only=True,
+)

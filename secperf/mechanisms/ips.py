@@ -1,126 +1,115 @@
-"""Intrusion prevention inline (`ips`) and intrusion detection on a mirror (`ids`).
+"""Intrusion prevention inline (`ips`): every packet through the host is inspected
+before it passes.
 
-Document 004 §V measured a router's IPS inline (every packet inspected before it
-is forwarded) and in promiscuous mode (a copy inspected beside the path). Suricata
-and Snort are not packaged on secperf's platform, so the real parts are:
+Document 004 §V measured a router's IPS inline (every packet inspected before it is
+forwarded) and in promiscuous mode (secperf.mechanisms.ids). Suricata and Snort are
+not packaged on secperf's platform, so the real parts are:
 
-- `ips`, engine "nfq": every forwarded packet goes to `secperf-nfq` on NFQUEUE
-  (`-j NFQUEUE` without `--queue-bypass`: without the daemon nothing passes, fail
+- engine "nfq": every forwarded packet goes to `secperf-nfq` on NFQUEUE (`-j
+  NFQUEUE` without `--queue-bypass`: without the daemon nothing passes, fail
   closed), which matches its payload against the rule file's signatures with
   Hyperscan; a matching `drop` rule gets a drop verdict, `alert` rules count.
-- `ips`, engine "fwsnort": Debian's fwsnort translates the same rule file into
-  iptables string-match rules (LOG for every rule, DROP after the LOG for `drop`
-  rules), run inside the DUT namespace with every file in the run directory, and
-  loaded with iptables-nft-restore: matching in the kernel.
-- `ids`: the DUT duplicates every packet that enters it (nft netdev `dup to`, on
-  the ingress of each of its interfaces but the sensor's) to the `ids` host, where
-  `secperf-nfq --packet-socket` runs the same matcher and only counts. The
-  forwarded packets are untouched.
+- engine "fwsnort": Debian's fwsnort translates the same rule file into iptables
+  string-match rules (LOG for every rule, DROP after the LOG for `drop` rules), run
+  inside the DUT namespace with every file in the run directory, and loaded with
+  iptables-nft-restore: matching in the kernel.
 
 Each release appends the engine's counters (packets, alerts, drops, per sid; the
-kernel's queue overflows; the sensor's own drops) as one JSON line to
-`<name>.<host>.ips-stats.jsonl` in the run's files directory.
+kernel's queue overflows) as one JSON line to `<name>.<host>.ips-stats.jsonl` in
+the run's files directory.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-import signal
-import subprocess
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PlainValidator, ValidationInfo, model_validator
 
 from secperf import ips_rules
 from secperf.errors import MechanismError
-from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.appliance import _read_line, nfq_path
-from secperf.mechanisms.base import MechanismContext, RenderedFile
-from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.mechanisms import nfq
+from secperf.mechanisms.base import (
+    Counts,
+    Detector,
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    apply_files,
+    backend_tools,
+)
+from secperf.scenario.fields import bounded, rule_file_or_count
+from secperf.scenario.units import parse_size
+from secperf.testbed.host import Host
+from secperf.testbed.netns import ManagedProcess
+from secperf.tools import Tool
 
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+FWSNORT_TOOL = Tool("fwsnort", "fwsnort", 'mechanism ips with engine = "fwsnort"')
 
 
-def rules_text(rules: Path | int) -> str:
-    """The rule file's text: the file itself, or N generated rules."""
-    if isinstance(rules, int):
-        return ips_rules.generate_rules(rules)
-    return Path(rules).read_text()
+def _rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | list[int]:
+    """A rule file, a count, or a list of counts (a rule-count sweep)."""
+    if not isinstance(value, list | tuple):
+        return rule_file_or_count(value, info)
+    if not value:
+        raise ValueError("a sweep list needs at least one value")
+    counts: list[int] = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ValueError(f"item {i}: a rule-count sweep lists numbers of rules to generate")
+        rule_file_or_count(item, info)  # the bounds check
+        counts.append(item)
+    if len(set(counts)) != len(counts):
+        raise ValueError("a rule-count sweep lists each count once")
+    return counts
 
 
-def load_rules(rules: Path | int) -> list[ips_rules.Rule]:
-    if isinstance(rules, int):
-        return ips_rules.parse_text(rules_text(rules), f"<{rules} generated rules>")
-    return ips_rules.parse_rules(Path(rules))
+RulesSweep = Annotated[Path | int | list[int], PlainValidator(_rules_or_sweep)]
+ReassemblyBytes = Annotated[
+    int, PlainValidator(bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
+]
 
 
-def write_rule_files(rules: Path | int, ctx: MechanismContext) -> tuple[Path, Path]:
-    """The rule file as used (a copy, or the generated one) and its normalized JSON."""
-    ctx.files_dir.mkdir(parents=True, exist_ok=True)
-    parsed = load_rules(rules)
-    src = ctx.files_dir / f"{ctx.name}.rules"
-    src.write_text(rules_text(rules))
-    js = ctx.files_dir / f"{ctx.name}.rules.json"
-    js.write_text(ips_rules.normalized(parsed))
-    return src, js
+class IpsSpec(MechanismSpec):
+    """Intrusion prevention inline (document 004 §V): every packet through the host is
+    matched against a Snort-subset rule file before it passes. `engine = "nfq"`:
+    secperf-nfq on NFQUEUE with Hyperscan (user space, fail closed); `"fwsnort"`: the
+    same rules as iptables string matches (kernel). `rules` is a file or a count of
+    rules to generate (rule-count sweeps take a list)."""
 
+    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
 
-@dataclass
-class _Daemon:
-    proc: ManagedProcess
-    stats: Path
-    out: Path
+    kind: Literal["ips"] = "ips"
+    engine: Literal["nfq", "fwsnort"] = "nfq"
+    rules: RulesSweep = Path("rules/secperf-attacks.rules")
+    mode: Literal["inline"] = "inline"
+    queue: int = Field(default=0, ge=0, le=65535)
+    # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
+    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
+    reassembly: bool = False
+    reassembly_bytes: ReassemblyBytes = 1024**2
+    reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
 
+    @model_validator(mode="after")
+    def _reassembly_needs_nfq(self) -> IpsSpec:
+        if self.reassembly and self.engine != "nfq":
+            raise ValueError(
+                'reassembly = true needs engine = "nfq" (fwsnort matches each packet alone)'
+            )
+        return self
 
-def start_matcher(host: Host, argv: list[str], stats: Path, err: Path, what: str) -> ManagedProcess:
-    """Start secperf-nfq in `host` and wait for its `listening` line."""
-    stats.unlink(missing_ok=True)
-    with err.open("a") as e:
-        proc = host.spawn(
-            [nfq_path(), *argv, "--stats", str(stats)],
-            stdout=subprocess.PIPE,
-            stderr=e,
-            label="secperf-nfq",
-        )
-    line = _read_line(proc, time.monotonic() + READY_TIMEOUT_S)
-    if line is None or '"listening"' not in line:
-        proc.stop(timeout=2.0)
-        said = (line or "").strip() or err.read_text().strip()[-500:]
-        raise MechanismError(
-            f"secperf-nfq ({what}) did not start: {said or 'no output'}",
-            where=str(err),
-            fix="run `secperf check` on the scenario; is the engine built (scripts/setup.sh)?",
-        )
-    return proc
-
-
-def stop_matcher(d: _Daemon, extra: dict[str, Any]) -> None:
-    """SIGTERM (the daemon writes its counters and exits), then append them to d.out."""
-    d.proc.stop(timeout=STOP_TIMEOUT_S)
-    if d.stats.is_file():
-        record = json.loads(d.stats.read_text())
-        record.update(extra)
-        with d.out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def host_name(host: Host) -> str:
-    """The host's name in the testbed graph ("dut", "ids"), not its namespace's."""
-    return str(getattr(host, "role", host.name))
-
-
-def _stats_paths(ctx: MechanismContext, host: Host) -> tuple[Path, Path, Path]:
-    stem = f"{ctx.name}.{host_name(host)}"
-    return (
-        ctx.files_dir / f"{stem}.nfq-stats.json",
-        ctx.files_dir / f"{stem}.ips-stats.jsonl",
-        ctx.files_dir / f"{stem}.nfq.stderr",
-    )
+    @property
+    def rule_source(self) -> Path | int:
+        """`rules` of an expanded entry (a file or one count, not a sweep)."""
+        if isinstance(self.rules, list):
+            raise MechanismError("a rule-count sweep must be expanded into variants first")
+        return self.rules
 
 
 # ------------------------------------------------------------------------- fwsnort
@@ -179,21 +168,16 @@ def fwsnort_counters(save_c: str) -> dict[str, Any]:
 FWSNORT_CONF = Path("/etc/fwsnort/fwsnort.conf")
 
 
-@dataclass
-class Ips:
-    engine: str = "nfq"
-    rules: Path | int = Path("rules/secperf-attacks.rules")
-    mode: str = "inline"
-    queue: int = 0
-    # Bounded per-flow TCP reassembly in secperf-nfq (0: off, packets matched alone).
-    reassembly_bytes: int = 0
-    reassembly_flows: int = 4096
-    kind: str = "ips"
-    _daemons: dict[str, _Daemon] = field(default_factory=dict, repr=False, compare=False)
+class Ips(Mechanism):
+    spec: IpsSpec
+
+    def __init__(self, spec: IpsSpec) -> None:
+        super().__init__(spec)
+        self._matchers: dict[str, nfq.Matcher] = {}
 
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
-        src, js = write_rule_files(self.rules, ctx)
-        if self.engine == "fwsnort":
+        src, js = nfq.write_rule_files(self.spec.rule_source, ctx)
+        if self.spec.engine == "fwsnort":
             parsed = ips_rules.parse_rules(src)
             fw_in = ctx.files_dir / f"{ctx.name}.fwsnort.rules"
             fw_in.write_text(fwsnort_input(parsed, src.read_text()))
@@ -201,26 +185,27 @@ class Ips:
             # where it runs, which must be the DUT's namespace.
             return [RenderedFile(ctx.files_dir / f"{ctx.name}.fwsnort.save", "iptables-restore")]
         chain = "INPUT" if ctx.hook == "input" else "FORWARD"
+        queue = self.spec.queue
         ipt = ctx.files_dir / f"{ctx.name}.iptables"
         ipt.write_text(
             f"# secperf ips (nfq): every {chain.lower()}ed packet to secperf-nfq on queue "
-            f"{self.queue}, no --queue-bypass (fail closed)\n"
+            f"{queue}, no --queue-bypass (fail closed)\n"
             "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
-            f"-A {chain} -j NFQUEUE --queue-num {self.queue}\nCOMMIT\n"
+            f"-A {chain} -j NFQUEUE --queue-num {queue}\nCOMMIT\n"
         )
         return [RenderedFile(js, "ips-rules"), RenderedFile(ipt, "iptables-restore")]
 
     def backends(self) -> set[str]:
         return {"nft", "iptables-nft"}
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        if self.engine == "fwsnort":
-            self._apply_fwsnort(dut, ctx)
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        if self.spec.engine == "fwsnort":
+            self._apply_fwsnort(host, ctx)
             return
         # The daemon first: once the rule is in, every packet needs it.
-        self.restart_daemons(dut, ctx)
+        self.restart_daemons(host, ctx)
         ipt = [f for f in ctx.rendered if f.tool == "iptables-restore"]
-        apply_files(dut, ipt, "iptables-nft", ctx.plan.family)
+        apply_files(host, ipt, "iptables-nft", ctx.plan.family)
 
     def _apply_fwsnort(self, dut: Host, ctx: MechanismContext) -> None:
         if ctx.plan.family != 4:
@@ -274,151 +259,70 @@ class Ips:
         apply_files(dut, [RenderedFile(save, "iptables-restore")], "iptables-nft", ctx.plan.family)
 
     def release(self, dut: Host, ctx: MechanismContext) -> None:
-        extra = {"engine": self.engine, "host": host_name(dut), "variant": ctx.name}
-        if self.engine == "fwsnort":
+        extra = {"engine": self.spec.engine, "host": nfq.host_name(dut), "variant": ctx.name}
+        if self.spec.engine == "fwsnort":
             proc = dut.run(["iptables-nft-save", "-c"], check=False)
             record = {"event": "stopped", "mode": "fwsnort", **fwsnort_counters(proc.stdout)}
-            with _stats_paths(ctx, dut)[1].open("a") as f:
+            with nfq.stats_paths(ctx, dut)[1].open("a") as f:
                 f.write(json.dumps({**record, **extra}) + "\n")
             return
-        d = self._daemons.pop(host_name(dut), None)
-        if d is not None:
-            stop_matcher(d, extra)
+        m = self._matchers.pop(nfq.host_name(dut), None)
+        if m is not None:
+            nfq.stop_matcher(m, extra)
 
-    # -- DaemonMechanism ------------------------------------------------------------
+    # -- DaemonMechanism (secperf.mechanisms.daemons) -----------------------------------
     def daemons(self) -> list[ManagedProcess]:
-        return [d.proc for d in self._daemons.values() if d.proc.poll() is None]
+        return [m.proc for m in self._matchers.values() if m.proc.poll() is None]
 
     def kill_daemons(self) -> list[str]:
-        killed = []
-        for d in self._daemons.values():
-            if d.proc.poll() is None:
-                d.proc.popen.send_signal(signal.SIGKILL)
-                d.proc.stop(timeout=5.0)
-                killed.append(f"{d.proc.label} (pid {d.proc.pid})")
-        self._daemons.clear()
+        killed = nfq.kill([m.proc for m in self._matchers.values()])
+        self._matchers.clear()
         return killed
 
-    def restart_daemons(self, dut: Host, ctx: MechanismContext) -> None:
+    def restart_daemons(self, host: Host, ctx: MechanismContext) -> None:
         """Start (again) the matcher daemon alone; the NFQUEUE rule stays."""
-        if self.engine != "nfq":
+        if self.spec.engine != "nfq":
             return
-        stats, out, err = _stats_paths(ctx, dut)
+        s = self.spec
         js = ctx.files_dir / f"{ctx.name}.rules.json"
-        argv = ["--queue", str(self.queue), "--rules", str(js)]
-        if self.reassembly_bytes:
+        argv = ["--queue", str(s.queue), "--rules", str(js)]
+        if s.reassembly:
             argv += [
                 "--reassembly-bytes",
-                str(self.reassembly_bytes),
+                str(s.reassembly_bytes),
                 "--reassembly-flows",
-                str(self.reassembly_flows),
+                str(s.reassembly_flows),
             ]
-        proc = start_matcher(dut, argv, stats, err, f"ips on queue {self.queue}")
-        self._daemons[host_name(dut)] = _Daemon(proc, stats, out)
-
-
-# ------------------------------------------------------------------------- ids
-
-
-def _addresses(host: Host) -> list[tuple[str, str]]:
-    """(interface, address/prefix) of every IPv4 address on the host but loopback."""
-    proc = host.run(["ip", "-j", "-4", "addr", "show"])
-    out = []
-    for link in json.loads(proc.stdout or "[]"):
-        for a in link.get("addr_info", []):
-            if link["ifname"] != "lo":
-                out.append((str(link["ifname"]), f"{a['local']}/{a['prefixlen']}"))
-    return out
-
-
-def render_mirror(table: str, devices: Sequence[str], sensor_dev: str) -> str:
-    lines = [
-        f"# secperf ids: a copy of every packet entering {', '.join(devices)} to {sensor_dev}",
-        f"table netdev {table} {{",
-    ]
-    for i, dev in enumerate(devices):
-        lines += [
-            f"  chain mirror{i} {{",
-            f'    type filter hook ingress device "{dev}" priority 0; policy accept;',
-            f'    dup to "{sensor_dev}"',
-            "  }",
-        ]
-    return "\n".join([*lines, "}"]) + "\n"
-
-
-@dataclass
-class Ids:
-    """A GroupMechanism: `on` names the hosts that mirror (default the DUT) and the
-    sensor (a host with role "ids"), which is the last of them."""
-
-    rules: Path | int = Path("rules/secperf-attacks.rules")
-    kind: str = "ids"
-    _daemons: dict[str, _Daemon] = field(default_factory=dict, repr=False, compare=False)
-
-    def render(self, ctx: MechanismContext) -> list[RenderedFile]:
-        _src, js = write_rule_files(self.rules, ctx)
-        return [RenderedFile(js, "ips-rules")]
-
-    def backends(self) -> set[str]:
-        return {"nft"}
-
-    def target_address(self, ctx: MechanismContext, server: str, family: int) -> str | None:
-        return None
-
-    def _split(self, hosts: Sequence[Host], ctx: MechanismContext) -> tuple[list[Host], Host]:
-        topo = ctx.topology
-        sensors = [h for h in hosts if topo is not None and topo.host(host_name(h)).role == "ids"]
-        if len(sensors) != 1 or len(hosts) < 2:
-            raise MechanismError(
-                f"ids on {[host_name(h) for h in hosts]}: needs the mirroring hosts and exactly "
-                'one host with role "ids"',
-                where="mechanism ids, key on",
-                fix='write on = ["dut", "ids"] (the default) with an ids host in the testbed',
-            )
-        return [h for h in hosts if h is not sensors[0]], sensors[0]
-
-    def apply_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
-        routers, sensor = self._split(hosts, ctx)
-        sensor_addrs = _addresses(sensor)
-        if len(sensor_addrs) != 1:
-            raise MechanismError(
-                f"the ids host {host_name(sensor)} has {len(sensor_addrs)} interfaces: "
-                "expected one",
-                where=host_name(sensor),
-                fix="link the ids host to the one router that mirrors to it",
-            )
-        sensor_if, sensor_addr = sensor_addrs[0]
-        sensor_net = ipaddress.ip_interface(sensor_addr).network
-        stats, out, err = _stats_paths(ctx, sensor)
-        js = ctx.files_dir / f"{ctx.name}.rules.json"
-        proc = start_matcher(
-            sensor, ["--packet-socket", sensor_if, "--rules", str(js)], stats, err, "ids sensor"
-        )
-        self._daemons[host_name(sensor)] = _Daemon(proc, stats, out)
-        for router in routers:
-            addrs = _addresses(router)
-            to_sensor = [d for d, a in addrs if ipaddress.ip_interface(a).network == sensor_net]
-            if not to_sensor:
-                raise MechanismError(
-                    f"{host_name(router)} has no link to the ids host {host_name(sensor)}",
-                    where=host_name(router),
-                    fix="link the ids host to the router that mirrors",
-                )
-            devices = sorted({d for d, _ in addrs} - set(to_sensor))
-            f = ctx.files_dir / f"{ctx.name}.{host_name(router)}.mirror.nft"
-            f.write_text(render_mirror(f"{ctx.table}_ids", devices, to_sensor[0]))
-            apply_files(router, [RenderedFile(f, "nft")], "nft", ctx.plan.family)
-
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        raise MechanismError(
-            "ids applies to its routers and its sensor at once (apply_group)",
-            where="mechanism ids",
+        what = f"ips on queue {s.queue}"
+        self._matchers[nfq.host_name(host)] = nfq.start_matcher(
+            host, ctx, argv, what, READY_TIMEOUT_S
         )
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        self.release_group([dut], ctx)
+    # -- what an attack mix asks -------------------------------------------------------
+    def detector(self) -> Detector:
+        return Detector(f"ips-{self.spec.engine}", blocks=True)
 
-    def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
-        for name, d in list(self._daemons.items()):
-            stop_matcher(d, {"engine": "ids", "host": name, "variant": ctx.name})
-        self._daemons.clear()
+    def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:
+        host = hosts[0]
+        if self.spec.engine == "fwsnort":
+            out = host.run(["iptables-nft-save", "-c"], check=False).stdout
+            c = fwsnort_counters(out)
+            return {"by_sid": c["by_sid"], "drops": c["drops"], "packets": None}
+        m = self._matchers.get(nfq.host_name(host))
+        return None if m is None else nfq.snapshot(m, nfq.host_name(host))
+
+
+def tools(spec: IpsSpec) -> list[Tool]:
+    fw = [FWSNORT_TOOL] if spec.engine == "fwsnort" else []
+    return [*backend_tools("iptables-nft"), *fw]
+
+
+KIND = MechanismKind(
+    name="ips",
+    model=IpsSpec,
+    runtime=Ips,
+    tools=tools,
+    known_tools=(*backend_tools("iptables-nft"), FWSNORT_TOOL),
+    traits=frozenset({"detects", "prevents"}),
+    run_check=nfq.built,
+)

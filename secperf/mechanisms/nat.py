@@ -15,12 +15,22 @@ the DUT having to own (and answer ARP for) the address.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from typing import Literal
 
-from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan
-from secperf.testbed.testbed import Host
+from pydantic import Field
+
+from secperf.mechanisms.base import (
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    TrafficPlan,
+    apply_files,
+    backend_tools,
+)
+from secperf.testbed.host import Host
+from secperf.tools import Tool
 
 PUBLIC_V4 = ipaddress.ip_network("198.18.5.0/24")
 PUBLIC_V6 = ipaddress.ip_network("2001:2:0:5::/64")
@@ -29,6 +39,15 @@ POOL_FIRST = 100  # pool: .100 … .100 + pool_size - 1
 
 Mode = Literal["static", "pool", "pat"]
 Backend = Literal["nft", "iptables-legacy", "iptables-nft"]
+
+
+class NatSpec(MechanismSpec):
+    """Address translation on the DUT: static 1:1, a pool, or PAT (masquerade)."""
+
+    kind: Literal["nat"] = "nat"
+    mode: Mode
+    backend: Backend = "nft"
+    pool_size: int = Field(default=16, ge=1, le=200)
 
 
 def public_address(offset: int, family: int) -> str:
@@ -50,44 +69,40 @@ def pool_range(plan: TrafficPlan, size: int) -> tuple[str, str]:
     )
 
 
-@dataclass(frozen=True)
-class Nat:
-    mode: Mode
-    backend: Backend = "nft"
-    pool_size: int = 16
-    kind: str = "nat"
+class Nat(Mechanism):
+    spec: NatSpec
+
+    def __init__(self, spec: NatSpec) -> None:
+        super().__init__(spec)
 
     def backends(self) -> set[str]:
-        return {self.backend}
+        return {self.spec.backend}
 
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         ctx.files_dir.mkdir(parents=True, exist_ok=True)
-        if self.backend == "nft":
+        if self.spec.backend == "nft":
             path = ctx.files_dir / f"{ctx.name}.nft"
-            path.write_text(render_nft(self, ctx.plan, f"{ctx.table}_nat"))
+            path.write_text(render_nft(self.spec, ctx.plan, f"{ctx.table}_nat"))
             return [RenderedFile(path, "nft")]
         path = ctx.files_dir / f"{ctx.name}.iptables"
-        path.write_text(render_iptables(self, ctx.plan))
+        path.write_text(render_iptables(self.spec, ctx.plan))
         return [RenderedFile(path, "iptables-restore")]
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
-        apply_files(dut, ctx.rendered, self.backend, ctx.plan.family)
-
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
-        """Rules only: nothing to stop."""
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
+        apply_files(host, ctx.rendered, self.spec.backend, ctx.plan.family)
 
     def translated_source(self, plan: TrafficPlan, dut_outside: str) -> set[str]:
         """The source addresses the server may see for the client's traffic."""
-        if self.mode == "static":
+        if self.spec.mode == "static":
             return {dict(static_map(plan))[plan.client_addr]}
-        if self.mode == "pool":
-            lo, hi = pool_range(plan, self.pool_size)
+        if self.spec.mode == "pool":
+            lo, hi = pool_range(plan, self.spec.pool_size)
             first, last = ipaddress.ip_address(lo), ipaddress.ip_address(hi)
             return {str(first + i) for i in range(int(last) - int(first) + 1)}
         return {dut_outside}
 
 
-def render_nft(nat: Nat, plan: TrafficPlan, table: str) -> str:
+def render_nft(nat: NatSpec, plan: TrafficPlan, table: str) -> str:
     ip = "ip" if plan.family == 4 else "ip6"
     fam = "ip" if plan.family == 4 else "ip6"
     post: list[str] = []
@@ -125,7 +140,7 @@ def render_nft(nat: Nat, plan: TrafficPlan, table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_iptables(nat: Nat, plan: TrafficPlan) -> str:
+def render_iptables(nat: NatSpec, plan: TrafficPlan) -> str:
     rules: list[str] = []
     if nat.mode == "static":
         for inside, public in static_map(plan):
@@ -147,3 +162,18 @@ def render_iptables(nat: Nat, plan: TrafficPlan) -> str:
         "COMMIT",
     ]
     return "\n".join(lines) + "\n"
+
+
+def tools(spec: NatSpec) -> list[Tool]:
+    return backend_tools(spec.backend)
+
+
+KIND = MechanismKind(
+    name="nat",
+    model=NatSpec,
+    runtime=Nat,
+    tools=tools,
+    known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft")),
+    traits=frozenset({"translates"}),
+    forwarding_only=True,
+)

@@ -49,18 +49,30 @@ import ipaddress
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field, PlainValidator, field_validator, model_validator
 
 from secperf.errors import MechanismError
-from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.base import DATA_PORTS, MechanismContext, RenderedFile
+from secperf.mechanisms.base import (
+    DATA_PORTS,
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    apply_files,
+)
+from secperf.scenario.fields import bounded
+from secperf.scenario.units import parse_size
 from secperf.services import dns
+from secperf.services.nginx import accepts
 from secperf.services.ports import FTP_PORT, HTTP_PORT
 from secperf.testbed import cgroups
+from secperf.testbed.host import Host
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.testbed.netns import ManagedProcess
 from secperf.tools import find_program
 
 FORWARD_PORT = 3128
@@ -81,6 +93,60 @@ STOP_TIMEOUT_S = 10.0
 Match = Literal["first", "last"]
 Level = Literal["application", "circuit"]
 Logging = Literal["off", "file", "verbose"]
+
+
+def _proxy_memory(value: object) -> int | None:
+    return (
+        None
+        if value is None
+        else bounded(parse_size, 16 * 2**20, 64 * 2**30, "a memory limit")(value)
+    )
+
+
+ProxyMemory = Annotated[int | None, PlainValidator(_proxy_memory)]
+
+
+class ProxySpec(MechanismSpec):
+    """Document 001's application-proxy firewall on the DUT: squid (HTTP) and ftp-proxy
+    (FTP) intercepting transparently, with the paper's switches: the rule base size and
+    where the admitting rule sits, reverse DNS look-ups of clients against a testbed DNS
+    server, the object cache, access logging, the proxy's CPUs and a memory limit."""
+
+    kind: Literal["proxy"] = "proxy"
+    rules: int = Field(default=4, ge=1, le=10_000)
+    match: Match = "last"
+    dns_lookups: bool = True
+    cache: bool = True
+    logging: Logging = "file"
+    cpus: int | None = Field(default=None, ge=1, le=2)
+    memory: ProxyMemory = None  # bytes
+    deny: list[str] = Field(default_factory=list)
+    # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
+    level: Level = "application"
+
+    @model_validator(mode="after")
+    def _circuit_switches(self) -> ProxySpec:
+        if self.level == "circuit" and (self.dns_lookups or not self.cache):
+            raise ValueError(
+                'level = "circuit" (dante) makes no DNS look-ups here and has no cache: '
+                "set dns_lookups = false and leave cache out"
+            )
+        return self
+
+    @field_validator("deny")
+    @classmethod
+    def _deny_addresses(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                net = ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"deny entry {item!r} is not an address or network: write e.g. "
+                    '"198.18.2.3" or "198.18.2.0/24"'
+                ) from None
+            if net.version != 4:
+                raise ValueError(f"deny entry {item!r}: the proxy intercepts IPv4 only")
+        return value
 
 
 def _binary(name: str, package: str) -> str:
@@ -107,7 +173,7 @@ def shm_paths(ctx: MechanismContext) -> list[Path]:
     return [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
 
 
-def render_squid(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+def render_squid(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> str:
     d = directory.resolve()
     lines = [
         f"# written by secperf: proxy rules={proxy.rules} match={proxy.match} "
@@ -173,7 +239,7 @@ def render_squid(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_ftp_proxy(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+def render_ftp_proxy(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> str:
     d = directory.resolve()
     # Always a file of the run (never /dev/null: ftp-proxy replaces its log file,
     # device or not); logging off keeps only errors, no line per request.
@@ -208,7 +274,7 @@ def render_ftp_proxy(proxy: Proxy, ctx: MechanismContext, directory: Path) -> st
     )
 
 
-def render_danted(proxy: Proxy, ctx: MechanismContext, directory: Path) -> str:
+def render_danted(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> str:
     """dante's config: SOCKS5 on every DUT address, out by the route to each server;
     `rules` socks rules with the admitting one first or last, `deny` blocked first."""
     d = directory.resolve()
@@ -285,22 +351,15 @@ def _cpu_list(n: int) -> list[int]:
     return available[:n]
 
 
-@dataclass
-class Proxy:
-    rules: int = 4
-    match: Match = "last"
-    dns_lookups: bool = True
-    cache: bool = True
-    logging: Logging = "file"
-    cpus: int | None = None
-    memory: int | None = None  # bytes
-    deny: list[str] = field(default_factory=list)
-    level: Level = "application"
-    kind: str = "proxy"
-    _procs: list[ManagedProcess] = field(default_factory=list, repr=False, compare=False)
-    _limits: cgroups.LimitGroup | None = field(default=None, repr=False, compare=False)
-    dns_server: dns.DnsServer | None = field(default=None, repr=False, compare=False)
-    _shm: tuple[Ledger, list[Path]] | None = field(default=None, repr=False, compare=False)
+class Proxy(Mechanism):
+    spec: ProxySpec
+
+    def __init__(self, spec: ProxySpec) -> None:
+        super().__init__(spec)
+        self._procs: list[ManagedProcess] = []
+        self._limits: cgroups.LimitGroup | None = None
+        self.dns_server: dns.DnsServer | None = None
+        self._shm: tuple[Ledger, list[Path]] | None = None
 
     @staticmethod
     def directory(ctx: MechanismContext) -> Path:
@@ -320,19 +379,19 @@ class Proxy:
             )
         d = self.directory(ctx)
         d.mkdir(parents=True, exist_ok=True)
-        if self.level == "circuit":
-            if self.dns_lookups or not self.cache:
+        if self.spec.level == "circuit":
+            if self.spec.dns_lookups or not self.spec.cache:
                 raise MechanismError(
                     "the circuit-level proxy (dante) makes no DNS look-ups here and has no "
                     "cache: dns_lookups and cache do not apply to it",
                     fix='set dns_lookups = false and leave cache out for level = "circuit"',
                 )
-            (d / "danted.conf").write_text(render_danted(self, ctx, d))
+            (d / "danted.conf").write_text(render_danted(self.spec, ctx, d))
             return []
-        (d / "squid.conf").write_text(render_squid(self, ctx, d))
+        (d / "squid.conf").write_text(render_squid(self.spec, ctx, d))
         topology = ctx.topology
         (d / "hosts").write_text(dns.render_hosts(topology) if topology is not None else "")
-        (d / "ftp-proxy.conf").write_text(render_ftp_proxy(self, ctx, d))
+        (d / "ftp-proxy.conf").write_text(render_ftp_proxy(self.spec, ctx, d))
         nft = ctx.files_dir / f"{ctx.name}.nft"
         nft.write_text(render_nft(f"{ctx.table}_proxy"))
         return [RenderedFile(nft, "nft")]
@@ -346,10 +405,10 @@ class Proxy:
         d = self.directory(ctx)
         try:
             self._start_limits(dut, ctx)
-            if self.level == "circuit":
+            if self.spec.level == "circuit":
                 self._start_danted(dut, d)
                 return
-            if self.dns_lookups:
+            if self.spec.dns_lookups:
                 if ctx.topology is None:
                     raise MechanismError(
                         "the proxy's DNS server needs the testbed's topology for its records",
@@ -380,13 +439,13 @@ class Proxy:
             self._limits = None
 
     def _start_limits(self, dut: Host, ctx: MechanismContext) -> None:
-        if self.cpus is None and self.memory is None:
+        if self.spec.cpus is None and self.spec.memory is None:
             return
         self._limits = cgroups.create_limits(
             _ledger(dut),
             f"{dut.name}-proxy",
-            cpus=_cpu_list(self.cpus) if self.cpus is not None else None,
-            memory_bytes=self.memory,
+            cpus=_cpu_list(self.spec.cpus) if self.spec.cpus is not None else None,
+            memory_bytes=self.spec.memory,
         )
 
     def _confine(self, proc: ManagedProcess) -> None:
@@ -454,7 +513,7 @@ class Proxy:
 
     def socks_endpoint(self, ctx: MechanismContext) -> str | None:
         """ADDR:PORT the clients name as their SOCKS proxy (circuit level only)."""
-        if self.level != "circuit" or ctx.topology is None:
+        if self.spec.level != "circuit" or ctx.topology is None:
             return None
         host = ctx.hosts[0] if ctx.hosts else "dut"
         return f"{ctx.topology.primary_address(host)}:{SOCKS_PORT}"
@@ -475,12 +534,9 @@ class Proxy:
 
     @staticmethod
     def _wait(dut: Host, proc: ManagedProcess, port: int, log: Path, what: str) -> None:
-        # Imported here: secperf.services.nginx imports the mechanisms' port range.
-        from secperf.services.nginx import _accepts
-
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
-            if _accepts(dut, "127.0.0.1", port):
+            if accepts(dut, "127.0.0.1", port):
                 return
         said = log.read_text(errors="replace")[-800:] if log.is_file() else ""
         raise MechanismError(
@@ -504,3 +560,12 @@ def _ledger(dut: Host) -> Ledger:
         )
     assert isinstance(ledger, Ledger)
     return ledger
+
+
+KIND = MechanismKind(
+    name="proxy",
+    model=ProxySpec,
+    runtime=Proxy,
+    traits=frozenset({"proxies"}),
+    forwarding_only=True,
+)

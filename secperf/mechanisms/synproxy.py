@@ -26,11 +26,23 @@ server's namespace (`server_options`) and renders the rules with them; `mss`,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
 
 from secperf.errors import TestbedError
-from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan, run_tool
-from secperf.testbed.testbed import Host
+from secperf.mechanisms.base import (
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    MechanismSpec,
+    RenderedFile,
+    TrafficPlan,
+    backend_tools,
+    run_tool,
+)
+from secperf.testbed.host import Host
 
 LOOSE_SYSCTL = "net.netfilter.nf_conntrack_tcp_loose"
 # Run after the filter-priority chains of other tables (the ACL's), before none.
@@ -39,6 +51,20 @@ DEFAULT_MSS = {4: 1460, 6: 1440}  # 1500-byte veth MTU minus IP and TCP headers
 DEFAULT_WSCALE = 7  # used only when the server was not read (render without apply)
 HEADERS = {4: 40, 6: 60}  # IP + TCP headers without options
 MAX_WSCALE = 14  # RFC 7323
+
+
+class SynproxySpec(MechanismSpec):
+    """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
+    answers SYNs with cookies. The options it promises must be the server's: by default
+    they are read from the server's namespace when the rules are loaded (MSS from its
+    link MTU, window scale from its tcp_rmem / rmem_max, timestamps and SACK from its
+    sysctls); a key given here overrides what was read."""
+
+    kind: Literal["synproxy"] = "synproxy"
+    mss: int | None = Field(default=None, ge=536, le=65495)
+    wscale: int | None = Field(default=None, ge=0, le=14)
+    timestamp: bool | None = None
+    sack_perm: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -138,27 +164,26 @@ def render_nft(plan: TrafficPlan, table: str, opts: TcpOptions) -> str:
     )
 
 
-@dataclass
-class Synproxy:
+class Synproxy(Mechanism):
     """nftables synproxy for the server's TCP ports, with the server's TCP options."""
 
-    mss: int | None = None
-    wscale: int | None = None
-    timestamp: bool | None = None
-    sack_perm: bool | None = None
-    kind: str = "synproxy"
-    # The DUT's nf_conntrack_tcp_loose before apply(), restored by release().
-    _saved_loose: dict[str, str] = field(default_factory=dict, repr=False)
+    spec: SynproxySpec
+
+    def __init__(self, spec: SynproxySpec) -> None:
+        super().__init__(spec)
+        # The DUT's nf_conntrack_tcp_loose before apply(), restored by release().
+        self._saved_loose: dict[str, str] = {}
 
     def options(self, read: TcpOptions | None, family: int) -> TcpOptions:
         """The options to promise: the scenario's where given, else the server's."""
         base = read or TcpOptions(DEFAULT_MSS[family], DEFAULT_WSCALE, True, True)
-        given = (self.mss, self.wscale, self.timestamp, self.sack_perm)
+        s = self.spec
+        given = (s.mss, s.wscale, s.timestamp, s.sack_perm)
         return TcpOptions(
-            mss=base.mss if self.mss is None else self.mss,
-            wscale=base.wscale if self.wscale is None else self.wscale,
-            timestamp=base.timestamp if self.timestamp is None else self.timestamp,
-            sack_perm=base.sack_perm if self.sack_perm is None else self.sack_perm,
+            mss=base.mss if s.mss is None else s.mss,
+            wscale=base.wscale if s.wscale is None else s.wscale,
+            timestamp=base.timestamp if s.timestamp is None else s.timestamp,
+            sack_perm=base.sack_perm if s.sack_perm is None else s.sack_perm,
             source=base.source + ("+scenario" if any(g is not None for g in given) else ""),
         )
 
@@ -177,18 +202,29 @@ class Synproxy:
     def backends(self) -> set[str]:
         return {"nft"}
 
-    def apply(self, dut: Host, ctx: MechanismContext) -> None:
+    def apply(self, host: Host, ctx: MechanismContext) -> None:
         if ctx.server is not None:
             read = server_options(ctx.server, ctx.plan.family)
             ctx.rendered = self._write(ctx, self.options(read, ctx.plan.family))
         for f in ctx.rendered:
-            run_tool(dut, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
-        old = dut.run(["sysctl", "-n", LOOSE_SYSCTL]).stdout.strip()
+            run_tool(host, ["nft", "-f", str(f.path)], what="nft -f", source=f.path)
+        old = host.run(["sysctl", "-n", LOOSE_SYSCTL]).stdout.strip()
         self._saved_loose[ctx.name] = old
-        dut.run(["sysctl", "-qw", f"{LOOSE_SYSCTL}=0"])
+        host.run(["sysctl", "-qw", f"{LOOSE_SYSCTL}=0"])
 
-    def release(self, dut: Host, ctx: MechanismContext) -> None:
+    def release(self, host: Host, ctx: MechanismContext) -> None:
         """Give the DUT its conntrack pickup back; the rules go with reset_dut."""
         old = self._saved_loose.pop(ctx.name, None)
         if old is not None:
-            dut.run(["sysctl", "-qw", f"{LOOSE_SYSCTL}={old}"])
+            host.run(["sysctl", "-qw", f"{LOOSE_SYSCTL}={old}"])
+
+
+KIND = MechanismKind(
+    name="synproxy",
+    model=SynproxySpec,
+    runtime=Synproxy,
+    # nft for the rules (and sysctl, procps, for nf_conntrack_tcp_loose)
+    known_tools=tuple(backend_tools("nft")),
+    traits=frozenset({"proxies"}),
+    forwarding_only=True,
+)

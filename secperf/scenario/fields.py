@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import (
@@ -20,6 +21,8 @@ from pydantic import (
     ValidationInfo,
 )
 
+from secperf import ips_rules
+from secperf.errors import MechanismError
 from secperf.scenario.units import (
     human_duration,
     human_size,
@@ -207,6 +210,40 @@ def _transfer_bytes(value: object) -> int | None:
 SweepPayload = Annotated[str | list[str], PlainValidator(one_or_sweep(_payload))]
 LinkRate = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_link_rate))]
 TransferBytes = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_transfer_bytes))]
+
+
+def rule_file_or_count(value: object, info: ValidationInfo) -> Path | int:
+    """A rule file (relative to the scenario, else to the checkout for the shipped
+    files; parsed now, so a bad rule is reported as file:line before any run) or a
+    count of rules to generate (secperf.ips_rules's subset of the Snort syntax)."""
+    if isinstance(value, bool):
+        raise ValueError("rules must be a rule file or a number of rules to generate")
+    if isinstance(value, int):
+        if not 1 <= value <= 100_000:
+            raise ValueError(f"rules = {value}: generate 1..100000 rules")
+        return value
+    if not isinstance(value, str | Path):
+        raise ValueError("rules must be a rule file or a number of rules to generate")
+    context = info.context if isinstance(info.context, dict) else {}
+    path = Path(value)
+    if not path.is_absolute():
+        base = context.get("base_dir")
+        path = Path(base or Path.cwd()) / path
+        if not path.is_file():
+            # The shipped rule files: relative to the checkout too.
+            shipped = Path(__file__).resolve().parents[2] / value
+            path = shipped if shipped.is_file() else path
+    if context.get("check_files", True):
+        if not path.is_file():
+            raise ValueError(f"rule file {str(value)!r} not found (looked for {path})")
+        try:
+            ips_rules.parse_rules(path)
+        except MechanismError as e:
+            raise ValueError(str(e)) from None
+    return path
+
+
+RuleFileOrCount = Annotated[Path | int, PlainValidator(rule_file_or_count)]
 
 
 def _variant_name(value: str) -> str:

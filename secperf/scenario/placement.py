@@ -9,13 +9,28 @@ first host of that role. A mechanism's `on` names a host, a list of hosts,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from secperf.errors import ScenarioError
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.topology import Topology
 
-# Mechanisms that rewrite or proxy forwarded traffic: only a forwarding host can carry them.
-FORWARDING_ONLY = ("nat", "appliance", "synproxy", "fastpath")
+
+class PlacementRule(Protocol):
+    """Where a mechanism kind may run, as its declaration says (MechanismKind)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def forwarding_only(self) -> bool:
+        """It rewrites or proxies forwarded traffic: only a forwarding host can carry it."""
+        ...
+
+    @property
+    def sensor_role(self) -> str | None:
+        """Hosts of this role among its hosts are its sensors, not where it filters."""
+        ...
 
 
 def default_endpoint(topology: Topology, role: str) -> str:
@@ -133,12 +148,15 @@ def resolve_placement(
     return tuple(dict.fromkeys(out))
 
 
-def placement_hook(topology: Topology, kind: str, hosts: Sequence[str], *, where: str) -> str:
+def placement_hook(
+    topology: Topology, kind: PlacementRule, hosts: Sequence[str], *, where: str
+) -> str:
     """ "forward" when every host forwards, "input" when none does (a host firewall);
-    a mix, or a forwarding-only mechanism on an end host, is an error. An `ids`
-    mechanism's sensor (the host with role "ids") is its end, not a mix."""
-    if kind == "ids":
-        hosts = [h for h in hosts if topology.host(h).role != "ids"] or list(hosts)
+    a mix, or a forwarding-only mechanism on an end host, is an error. A mechanism's
+    sensor (a host of its `sensor_role`, an IDS's) is its end, not a mix."""
+    if kind.sensor_role is not None:
+        sensors = {h for h in hosts if topology.host(h).role == kind.sensor_role}
+        hosts = [h for h in hosts if h not in sensors] or list(hosts)
     forwarding = {topology.host(h).forwarding for h in hosts}
     if len(forwarding) > 1:
         raise ScenarioError(
@@ -148,9 +166,9 @@ def placement_hook(topology: Topology, kind: str, hosts: Sequence[str], *, where
         )
     if forwarding == {True}:
         return "forward"
-    if kind in FORWARDING_ONLY:
+    if kind.forwarding_only:
         raise ScenarioError(
-            f"mechanism {kind} needs a host that forwards, not {', '.join(hosts)}",
+            f"mechanism {kind.name} needs a host that forwards, not {', '.join(hosts)}",
             where=where,
             fix='put it on the dut or a gateway (on = "dut")',
         )

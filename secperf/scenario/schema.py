@@ -4,8 +4,9 @@ A scenario is data only. These models validate it strictly (an unknown key is
 an error, `"3"` is not an int) so that a typo stops the run before any traffic.
 `docs/scenario-format.md` documents every key; keep the two in step.
 
-Adding a mechanism or workload kind: write a model with `kind: Literal["..."]`
-and add it to the `Mechanism` or `Workload` union at the bottom of its section.
+A mechanism kind's model is in its own module (secperf.mechanisms.*), listed in
+secperf.mechanisms.registry. Adding a workload kind: write a model with
+`kind: Literal["..."]` and add it to `WL_REG` at the bottom of its section.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from secperf.mechanisms.base import MechanismSpec
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.fields import (
     MAX_POINTS_PER_WORKLOAD,
     Inflight,
@@ -49,6 +52,7 @@ from secperf.scenario.fields import (
     bounded,
     one_or_sweep,
     parse_count,
+    rule_file_or_count,
     udp_fits,
 )
 from secperf.scenario.registry import KindRegistry
@@ -102,498 +106,9 @@ class Timing(StrictModel):
 
 # ---------------------------------------------------------------- mechanisms
 
-
-RuleCount = Annotated[
-    int | list[int],
-    PlainValidator(one_or_sweep(bounded(parse_count, 0, 65_536, "a rule count"))),
-]
-
-
-Placement = Annotated[str | list[str], Field(min_length=1)]
-
-
-class MechanismBase(StrictModel):
-    """Keys every mechanism has: where it runs.
-
-    `on` is a host name ("dut", the default; "server" puts a host firewall on the
-    target itself), a list of names (the same mechanism on each), "ends" (the
-    workload's client and server hosts) or "gateways" (every host with role
-    gateway). The runner resolves it against the testbed graph."""
-
-    kind: str  # each kind's model narrows it to its Literal
-    on: Placement = "dut"
-
-    @field_validator("on")
-    @classmethod
-    def _placement_names(cls, value: str | list[str]) -> str | list[str]:
-        for name in [value] if isinstance(value, str) else value:
-            if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", name):
-                raise ValueError(
-                    f"on = {name!r} is not a host name: write a host of [topology] "
-                    '(e.g. "dut", "server"), "ends" or "gateways"'
-                )
-        return value
-
-
-class AclMechanism(MechanismBase):
-    """An nftables/iptables filter of `rules` rules on the DUT's forward path."""
-
-    # Keys that take a list: the variant then expands into one variant per value.
-    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
-
-    kind: Literal["acl"]
-    rules: RuleCount
-    layout: Literal["linear", "set"] = "linear"
-    entries: Literal["standard", "extended"] = "extended"
-    match: Literal["first", "last"] = "last"
-    backend: Literal["nft", "iptables-legacy", "iptables-nft"] = "nft"
-    stateful: bool = False
-    # Deny the last client-side emulated host just before the permits (document
-    # 004's rejected stream: a latency workload's `rejected_stream` sends from it).
-    exclude_one: bool = False
-    # With an attacker in the testbed: permit its "allowed" flood port (9), never port 19.
-    flood_permit: bool = True
-
-
-class CustomMechanism(MechanismBase):
-    """A rule file the user wrote, loaded as is on the DUT."""
-
-    kind: Literal["custom"]
-    file: Path = Field(strict=False)
-    format: Literal["nft", "iptables"]
-    backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
-
-    @field_validator("file")
-    @classmethod
-    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
-        # Relative to the scenario file (the loader passes its directory).
-        context = info.context if isinstance(info.context, dict) else {}
-        base = context.get("base_dir")
-        resolved = value if value.is_absolute() else Path(base or Path.cwd()) / value
-        if context.get("check_files", True) and not resolved.is_file():
-            raise ValueError(f"rule file {str(value)!r} not found (looked for {resolved})")
-        return resolved
-
-
-class NatMechanism(MechanismBase):
-    """Address translation on the DUT: static 1:1, a pool, or PAT (masquerade)."""
-
-    kind: Literal["nat"]
-    mode: Literal["static", "pool", "pat"]
-    backend: Literal["nft", "iptables-legacy", "iptables-nft"] = "nft"
-    pool_size: int = Field(default=16, ge=1, le=200)
-
-
-class ApplianceMechanism(MechanismBase):
-    """Document 000's security appliance on the DUT: a stateful filter (the inside
-    opens connections, the outside cannot), PAT towards the server side, and a
-    daemon on NFQUEUE that logs every new connection. Without its daemon nothing
-    new passes (fail-closed), unless `fail_open` asks the kernel to bypass it."""
-
-    kind: Literal["appliance"]
-    queue: int = Field(default=0, ge=0, le=65535)
-    nat: bool = True
-    fail_open: bool = False
-
-
-class SynproxyMechanism(MechanismBase):
-    """nftables synproxy on the DUT for the server's TCP ports (RFC 3511 §5.5): the DUT
-    answers SYNs with cookies. The options it promises must be the server's: by default
-    they are read from the server's namespace when the rules are loaded (MSS from its
-    link MTU, window scale from its tcp_rmem / rmem_max, timestamps and SACK from its
-    sysctls); a key given here overrides what was read."""
-
-    kind: Literal["synproxy"]
-    mss: int | None = Field(default=None, ge=536, le=65495)
-    wscale: int | None = Field(default=None, ge=0, le=14)
-    timestamp: bool | None = None
-    sack_perm: bool | None = None
-
-
-# -- VPN tunnels (secperf.mechanisms.vpn implements them; docs/methodology.md, "VPN tunnels")
-
-VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
-# Per implementation: the ciphers secperf runs, the first being its default.
-VPN_CIPHERS: dict[str, tuple[str, ...]] = {
-    "wireguard": ("chacha20-poly1305",),
-    "openvpn": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
-    "ipsec": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
-    "tinc": ("aes-256-cbc", "aes-128-cbc", "blowfish", "none"),
-    "vtun": ("aes-128-ecb", "none"),
-}
-# Ciphers an implementation has but that do not work on this kind of machine (FIELD-NOTES).
-VPN_REFUSED_CIPHERS: dict[str, dict[str, str]] = {
-    "vtun": {
-        "blowfish": "vtund 3.0.4 segfaults with Blowfish (its `encrypt yes`)",
-        "aes-256-cbc": "vtun's aes256cbc tunnel dies under load",
-    },
-}
-VPN_COMPRESSION: dict[str, tuple[str, ...]] = {
-    "wireguard": ("none",),
-    "openvpn": ("none", "lz4", "lzo"),
-    "ipsec": ("none",),
-    "tinc": ("none", "zlib", "lzo"),
-    "vtun": ("none", "lzo", "zlib"),
-}
-VPN_AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
-# Which implementations take each optional key (any other is an error, not ignored).
-VPN_KEYS: dict[str, tuple[str, ...]] = {
-    "mode": ("ipsec",),
-    "transport": ("openvpn", "tinc", "vtun"),
-    "auth": ("openvpn",),
-    "digest": ("tinc",),
-    "compression_level": ("tinc", "vtun"),
-}
-PPTP_REASON = (
-    "PPTP cannot run here: pppd needs the kernel's PPP driver (/dev/ppp, CONFIG_PPP with "
-    "MPPE) and GRE, which this kind of machine's kernel lacks and cannot load as modules "
-    '(docs/methodology.md, "VPN tunnels")'
-)
-
-
-VpnCompression = Literal["none", "lz4", "lzo", "zlib"]
-
-
-def _sweep_items(key: str, value: object) -> list[Any]:
-    """A mechanism key's values: the one value, or a sweep list's (non-empty, no repeats)."""
-    if not isinstance(value, list):
-        return [value]
-    if not value:
-        raise ValueError(f"{key}: a sweep list needs at least one value")
-    if len(set(map(repr, value))) != len(value):
-        raise ValueError(f"{key}: a sweep list repeats a value: {toml_repr(list(value))}")
-    return list(value)
-
-
-class VpnMechanism(MechanismBase):
-    """A VPN tunnel: a real daemon at each end, keys and certificates made per run.
-
-    `on` says where its two ends go: "ends" (the default) = the workload's client
-    and server themselves (host-to-host), "gateways" = the testbed's gateway pair
-    with the path between them (site-to-site), or a list of the two host names."""
-
-    # Keys that take a list (document 003's tables): one variant per value, e.g.
-    # cipher = ["none", "aes-128-gcm", "aes-256-gcm"] -> NAME[cipher=none], ...
-    sweepable: ClassVar[tuple[str, ...]] = ("cipher", "compression")
-
-    on: Placement = "ends"
-    kind: Literal["vpn"]
-    implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
-    # None: the implementation's default (VPN_CIPHERS); a list is a sweep
-    cipher: str | list[str] | None = None
-    compression: VpnCompression | list[VpnCompression] = "none"
-    compression_level: int | None = Field(default=None, ge=1, le=9)
-    digest: Literal["sha256", "sha1", "none"] | None = None
-    mode: Literal["tunnel", "transport"] | None = None
-    transport: Literal["udp", "tcp"] | None = None
-    auth: Literal["tls", "static"] | None = None
-
-    @model_validator(mode="after")
-    def _fits_the_implementation(self) -> VpnMechanism:
-        impl = self.implementation
-        if impl == "pptp":
-            raise ValueError(PPTP_REASON)
-        if isinstance(self.on, list) and len(self.on) != 2:
-            raise ValueError(
-                f"a tunnel has two ends: on = {self.on!r} names {len(self.on)} hosts; "
-                'write "ends", "gateways" or two host names'
-            )
-        if self.on == "dut":
-            raise ValueError(
-                'a tunnel has two ends, not one host: on = "ends" (the client and the server), '
-                '"gateways" (a gateway pair) or two host names'
-            )
-        for key, takers in VPN_KEYS.items():
-            if getattr(self, key) is not None and impl not in takers:
-                raise ValueError(
-                    f"{key} does not apply to {impl} (only to {', '.join(takers)}): remove it"
-                )
-        ciphers = _sweep_items("cipher", self.cipher)
-        compressions = _sweep_items("compression", self.compression)
-        levelled = [c for c in compressions if c in ("zlib", "lzo")]
-        if self.compression_level is not None and not levelled:
-            raise ValueError('compression_level needs compression = "zlib" (or "lzo" for vtun)')
-        for cipher, compression in itertools.product(ciphers, compressions):
-            self._check_one(cipher, compression)
-        return self
-
-    def _check_one(self, cipher: str | None, compression: str) -> None:
-        """One point of the (cipher x compression) sweep fits the implementation."""
-        impl = self.implementation
-        refused = VPN_REFUSED_CIPHERS.get(impl, {})
-        if cipher in refused:
-            raise ValueError(
-                f"{impl} cipher {cipher!r} is refused: {refused[cipher]} on this kind "
-                f"of machine; use one of {', '.join(VPN_CIPHERS[impl])}"
-            )
-        if cipher is not None and cipher not in VPN_CIPHERS[impl]:
-            raise ValueError(
-                f"{impl} has no cipher {cipher!r}: use one of {', '.join(VPN_CIPHERS[impl])}"
-            )
-        if compression not in VPN_COMPRESSION[impl]:
-            raise ValueError(
-                f"{impl} has no compression {compression!r}: use one of "
-                f"{', '.join(VPN_COMPRESSION[impl])}"
-            )
-        if impl == "tinc" and compression == "lzo" and self.compression_level is not None:
-            raise ValueError("tinc's lzo has no level (it runs LZO at its best, tinc level 11)")
-        if impl == "openvpn" and self.auth == "static" and cipher in VPN_AEAD:
-            raise ValueError(
-                f"openvpn static-key mode cannot use {cipher}: it has no AEAD ciphers "
-                '(GCM and ChaCha20-Poly1305 need TLS mode); use auth = "tls", or cipher = '
-                '"aes-256-cbc" or "none" with auth = "static"'
-            )
-        if impl == "ipsec" and compression != "none":
-            raise ValueError("ipsec has no compression here (IPComp is not set up): remove it")
-
-    @property
-    def effective_cipher(self) -> str:
-        """The cipher that runs: the given one, or the implementation's default (an
-        OpenVPN static key defaults to aes-256-cbc, the only one it can use)."""
-        if isinstance(self.cipher, list) or isinstance(self.compression, list):
-            raise ValueError("a swept vpn mechanism runs as its expanded variants, one per value")
-        if self.cipher is not None:
-            return self.cipher
-        if self.implementation == "openvpn" and self.auth == "static":
-            return "aes-256-cbc"
-        return VPN_CIPHERS[self.implementation][0]
-
-    def implementation_params(self) -> dict[str, Any]:
-        """Keyword arguments for the implementation's class (secperf.mechanisms.vpn)."""
-        impl = self.implementation
-        params: dict[str, Any] = {"cipher": self.effective_cipher}
-        if impl in ("openvpn", "tinc", "vtun"):
-            params["compression"] = self.compression
-            params["transport"] = self.transport
-        if impl in ("tinc", "vtun"):
-            # a sweep's compression = "none" point runs without a level
-            levelled = self.compression in ("zlib", "lzo")
-            params["compression_level"] = self.compression_level if levelled else None
-        if impl == "openvpn":
-            params["auth"] = self.auth
-        if impl == "tinc":
-            params["digest"] = self.digest
-        if impl == "ipsec":
-            params["mode"] = self.mode
-        return params
-
-
-def _proxy_memory(value: object) -> int | None:
-    return (
-        None
-        if value is None
-        else bounded(parse_size, 16 * 2**20, 64 * 2**30, "a memory limit")(value)
-    )
-
-
-ProxyMemory = Annotated[int | None, PlainValidator(_proxy_memory)]
-
-
-class ProxyMechanism(MechanismBase):
-    """Document 001's application-proxy firewall on the DUT: squid (HTTP) and ftp-proxy
-    (FTP) intercepting transparently, with the paper's switches: the rule base size and
-    where the admitting rule sits, reverse DNS look-ups of clients against a testbed DNS
-    server, the object cache, access logging, the proxy's CPUs and a memory limit."""
-
-    kind: Literal["proxy"]
-    rules: int = Field(default=4, ge=1, le=10_000)
-    match: Literal["first", "last"] = "last"
-    dns_lookups: bool = True
-    cache: bool = True
-    logging: Literal["off", "file", "verbose"] = "file"
-    cpus: int | None = Field(default=None, ge=1, le=2)
-    memory: ProxyMemory = None
-    deny: list[str] = Field(default_factory=list)
-    # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
-    level: Literal["application", "circuit"] = "application"
-
-    @model_validator(mode="after")
-    def _circuit_switches(self) -> ProxyMechanism:
-        if self.level == "circuit" and (self.dns_lookups or not self.cache):
-            raise ValueError(
-                'level = "circuit" (dante) makes no DNS look-ups here and has no cache: '
-                "set dns_lookups = false and leave cache out"
-            )
-        return self
-
-    @field_validator("deny")
-    @classmethod
-    def _deny_addresses(cls, value: list[str]) -> list[str]:
-        for item in value:
-            try:
-                net = ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(
-                    f"deny entry {item!r} is not an address or network: write e.g. "
-                    '"198.18.2.3" or "198.18.2.0/24"'
-                ) from None
-            if net.version != 4:
-                raise ValueError(f"deny entry {item!r}: the proxy intercepts IPv4 only")
-        return value
-
-
-def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
-    """`rules`: a rule file (relative to the scenario; parsed now, so a bad rule
-    is reported as file:line before any run) or a count of rules to generate."""
-    if isinstance(value, bool):
-        raise ValueError("rules must be a rule file or a number of rules to generate")
-    if isinstance(value, int):
-        if not 1 <= value <= 100_000:
-            raise ValueError(f"rules = {value}: generate 1..100000 rules")
-        return value
-    if not isinstance(value, str | Path):
-        raise ValueError("rules must be a rule file or a number of rules to generate")
-    context = info.context if isinstance(info.context, dict) else {}
-    path = Path(value)
-    if not path.is_absolute():
-        base = context.get("base_dir")
-        path = Path(base or Path.cwd()) / path
-        if not path.is_file():
-            # The shipped rule files: relative to the checkout too.
-            shipped = Path(__file__).resolve().parents[2] / value
-            path = shipped if shipped.is_file() else path
-    if context.get("check_files", True):
-        if not path.is_file():
-            raise ValueError(f"rule file {str(value)!r} not found (looked for {path})")
-        from secperf import ips_rules
-        from secperf.errors import MechanismError
-
-        try:
-            ips_rules.parse_rules(path)
-        except MechanismError as e:
-            raise ValueError(str(e)) from None
-    return path
-
-
-def _ips_rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | list[int]:
-    """A rule file, a count, or a list of counts (a rule-count sweep)."""
-    if not isinstance(value, list | tuple):
-        return _ips_rules(value, info)
-    if not value:
-        raise ValueError("a sweep list needs at least one value")
-    counts: list[int] = []
-    for i, item in enumerate(value):
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise ValueError(f"item {i}: a rule-count sweep lists numbers of rules to generate")
-        _ips_rules(item, info)  # the bounds check
-        counts.append(item)
-    if len(set(counts)) != len(counts):
-        raise ValueError("a rule-count sweep lists each count once")
-    return counts
-
-
-IpsRules = Annotated[Path | int, PlainValidator(_ips_rules)]
-IpsRulesSweep = Annotated[Path | int | list[int], PlainValidator(_ips_rules_or_sweep)]
-ReassemblyBytes = Annotated[
-    int, PlainValidator(bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
-]
-
-
-class IpsMechanism(MechanismBase):
-    """Intrusion prevention inline (document 004 §V): every packet through the host is
-    matched against a Snort-subset rule file before it passes. `engine = "nfq"`:
-    secperf-nfq on NFQUEUE with Hyperscan (user space, fail closed); `"fwsnort"`: the
-    same rules as iptables string matches (kernel). `rules` is a file or a count of
-    rules to generate (rule-count sweeps take a list)."""
-
-    sweepable: ClassVar[tuple[str, ...]] = ("rules",)
-
-    kind: Literal["ips"]
-    engine: Literal["nfq", "fwsnort"] = "nfq"
-    rules: IpsRulesSweep = Path("rules/secperf-attacks.rules")
-    mode: Literal["inline"] = "inline"
-    queue: int = Field(default=0, ge=0, le=65535)
-    # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
-    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
-    reassembly: bool = False
-    reassembly_bytes: ReassemblyBytes = 1024**2
-    reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
-
-    @model_validator(mode="after")
-    def _reassembly_needs_nfq(self) -> IpsMechanism:
-        if self.reassembly and self.engine != "nfq":
-            raise ValueError(
-                'reassembly = true needs engine = "nfq" (fwsnort matches each packet alone)'
-            )
-        return self
-
-
-class FastpathMechanism(MechanismBase):
-    """The DUT's fast path (document 004's CEF): an nftables flowtable on the forwarding
-    host's interfaces. Established flows are offloaded from the forward path: their
-    packets skip the forward hook (and every filter and NFQUEUE rule there)."""
-
-    kind: Literal["fastpath"]
-
-
-class ManagementHost(StrictModel):
-    """An SSH destination that runs an external device's commands (Ansible's names)."""
-
-    ansible_host: str
-    ansible_port: int = Field(default=22, ge=1, le=65535)
-    ansible_user: str = "root"
-    ansible_ssh_private_key_file: str | None = None
-    known_hosts: str | None = None
-    host_key_checking: bool = True
-
-
-class ExternalMechanism(MechanismBase):
-    """A variant of a device secperf does not configure: `apply` / `remove` shell
-    commands (here, or on `manager` over SSH), else the user is asked at each change."""
-
-    kind: Literal["external"]
-    apply: str | None = None
-    remove: str | None = None
-    manager: ManagementHost | None = None
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> ExternalMechanism:
-        if (self.apply is None) != (self.remove is None):
-            raise ValueError(
-                "give apply and remove together (the commands that put the variant on "
-                "the device and take it off), or neither (secperf then asks the user)"
-            )
-        if self.manager is not None and self.apply is None:
-            raise ValueError("manager runs the apply / remove commands: give them too")
-        return self
-
-
-class IdsMechanism(MechanismBase):
-    """Intrusion detection on a mirror (004 §V, promiscuous mode): the routers in `on`
-    copy every packet they receive (nft netdev dup) to the host with role "ids" in
-    `on`, where secperf-nfq reads a packet socket and only alerts."""
-
-    on: Placement = Field(default_factory=lambda: ["dut", "ids"])
-    kind: Literal["ids"]
-    rules: IpsRules = Path("rules/secperf-attacks.rules")
-
-
-@dataclass(frozen=True)
-class _Plain:
-    name: str
-    model: type[BaseModel]
-
-
-MECH_REG = KindRegistry(
-    "mechanism",
-    [
-        _Plain(get_args(m.model_fields["kind"].annotation)[0], m)
-        for m in (
-            AclMechanism,
-            CustomMechanism,
-            NatMechanism,
-            ApplianceMechanism,
-            SynproxyMechanism,
-            VpnMechanism,
-            ProxyMechanism,
-            IpsMechanism,
-            IdsMechanism,
-            FastpathMechanism,
-            ExternalMechanism,
-        )
-    ],
-)
-Mechanism = Annotated[MechanismBase, MECH_REG]
+# Each kind's model is in its module (secperf.mechanisms.*); the registry validates
+# an entry through the model its `kind` names.
+Mechanism = Annotated[MechanismSpec, MECHANISMS]
 
 
 class Variant(StrictModel):
@@ -607,17 +122,17 @@ class Variant(StrictModel):
 
     @field_validator("mechanisms")
     @classmethod
-    def _one_acl(cls, mechs: list[Any]) -> list[Any]:
-        # Each ACL renders its own complete filter (permits, then the default drop) into
-        # the one table and chain of the variant: a second one would sit behind the
-        # first's permits and never be evaluated. Refuse it rather than measure nothing.
-        acls = [i for i, m in enumerate(mechs) if isinstance(m, AclMechanism)]
-        if len(acls) > 1:
-            raise ValueError(
-                f'mechanisms[{acls[0]}] and mechanisms[{acls[1]}] are both kind = "acl": one '
-                "variant takes one ACL (a second would come after the first's permits and never "
-                "be evaluated); give it the total rule count, or put each ACL in its own variant"
-            )
+    def _single_kinds_once(cls, mechs: list[MechanismSpec]) -> list[MechanismSpec]:
+        """A kind that declares itself single (`MechanismKind.single`) appears once."""
+        seen: dict[str, int] = {}
+        for i, m in enumerate(mechs):
+            single = MECHANISMS.of(m).single
+            if single is not None and m.kind in seen:
+                raise ValueError(
+                    f"mechanisms[{seen[m.kind]}] and mechanisms[{i}] are both kind = "
+                    f'"{m.kind}": {single}'
+                )
+            seen.setdefault(m.kind, i)
         return mechs
 
     def expand(self, name: str) -> list[tuple[str, list[Any], dict[str, object]]]:
@@ -627,10 +142,9 @@ class Variant(StrictModel):
         `rules = [1, 10]` it is `name[rules=1]` and `name[rules=10]`.
         """
         axes: list[tuple[int, str, list[object]]] = [
-            (i, key, list(value))
+            (i, key, list(getattr(mech, key)))
             for i, mech in enumerate(self.mechanisms)
-            for key in getattr(mech, "sweepable", ())
-            if isinstance(value := getattr(mech, key), list)
+            for key in mech.swept_keys()
         ]
         if not axes:
             return [(name, list(self.mechanisms), {})]
@@ -1370,7 +884,7 @@ class IllegalWorkload(WorkloadBase):
 def _attack_rules(value: object, info: ValidationInfo) -> str:
     if isinstance(value, int):
         raise ValueError("an attack mix takes its attacks from a rule file, not a count")
-    return str(_ips_rules(value, info))
+    return str(rule_file_or_count(value, info))
 
 
 AttackRules = Annotated[str, PlainValidator(_attack_rules)]
@@ -1401,6 +915,12 @@ class AttackMixWorkload(WorkloadBase):
 
     def default_name(self) -> str:
         return "attack-mix"
+
+
+@dataclass(frozen=True)
+class _Plain:
+    name: str
+    model: type[BaseModel]
 
 
 WL_REG = KindRegistry(

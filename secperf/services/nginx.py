@@ -108,7 +108,7 @@ def render_config(directory: Path, port: int, *, ipv6: bool, missing: set[str]) 
     return "\n".join(lines) + "\n"
 
 
-def _accepts(host: Host, address: str, port: int) -> bool:
+def accepts(host: Host, address: str, port: int) -> bool:
     family = "AF_INET6" if ":" in address else "AF_INET"
     probe = (
         "import socket,sys\n"
@@ -183,7 +183,7 @@ def start_nginx(
     while time.monotonic() < deadline:
         if not server.alive():
             break
-        if _accepts(host, address, port):
+        if accepts(host, address, port):
             return server
     proc.stop()
     detail = (errors.read_text(errors="replace") if errors.is_file() else "") + server.error_log()

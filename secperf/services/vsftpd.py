@@ -19,7 +19,7 @@ from pathlib import Path
 
 from secperf.errors import SecperfError
 from secperf.mechanisms.base import DATA_PORTS
-from secperf.services.nginx import _accepts, write_files
+from secperf.services.nginx import accepts, write_files
 from secperf.services.ports import FTP_PASV_PORTS
 from secperf.services.ports import FTP_PORT as FTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
@@ -128,7 +128,7 @@ def start_vsftpd(host: Host, directory: Path, address: str, *, port: int = FTP_P
     while time.monotonic() < deadline:
         if not server.alive():
             break
-        if _accepts(host, address, port):
+        if accepts(host, address, port):
             return server
     proc.stop()
     detail = errors.read_text(errors="replace") if errors.is_file() else ""

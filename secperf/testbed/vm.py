@@ -261,7 +261,7 @@ class VmHost:
     ) -> VmHost:
         """Image (cached or built), taps and bridges, boot, agent, guest network."""
         vm = cls(role, ns_host, topology, prefix, ledger, settings, state_dir, veths)
-        from secperf.mechanisms.appliance import nfq_path
+        from secperf.mechanisms.nfq import nfq_path
 
         t0 = time.monotonic()
         vm._image = ensure_image(Path(nfq_path()), timeout=settings.build_timeout)

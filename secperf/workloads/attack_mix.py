@@ -42,7 +42,7 @@ from typing import Any
 from secperf import ips_rules
 from secperf.engine import Record
 from secperf.errors import SecperfError
-from secperf.mechanisms.ips import Ids, Ips, fwsnort_counters
+from secperf.mechanisms.base import Counts, Detector
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Host
 from secperf.workloads.base import MeasureContext
@@ -174,50 +174,17 @@ def _read_json(proc: Any, deadline: float) -> dict[str, Any]:
 # ----------------------------------------------------------- the detector's counters
 
 
-Snapshot = dict[str, Any]
+Snapshot = Counts
 
 
-def _nfq_snapshot(mech: Ips | Ids, host: str) -> Snapshot | None:
-    d = mech._daemons.get(host)
-    if d is None or d.proc.poll() is not None:
-        return None
-    d.stats.unlink(missing_ok=True)
-    d.proc.popen.send_signal(signal.SIGUSR2)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        if d.stats.is_file():
-            text = d.stats.read_text()
-            if text.endswith("\n"):
-                rec = json.loads(text)
-                ips = rec.get("ips", {})
-                return {
-                    "by_sid": {str(k): int(v) for k, v in ips.get("by_sid", {}).items()},
-                    "drops": int(ips.get("drops", 0)),
-                    "packets": int(rec.get("packets", 0)),
-                    "queue_dropped": rec.get("kernel", {}).get("queue_dropped"),
-                    # the queue's netlink socket overflowed: lost before the matcher
-                    "user_dropped": rec.get("kernel", {}).get("user_dropped"),
-                    "enobufs": rec.get("enobufs"),
-                    "sensor_drops": rec.get("sensor_drops"),
-                }
-        time.sleep(0.02)
-    raise AttackMixError(f"secperf-nfq on {host} did not write its counters on SIGUSR2")
-
-
-def detector_snapshot(ctx: MeasureContext) -> tuple[str | None, Snapshot | None]:
-    """(what detects, its counters now) for the variant's IPS or IDS; (None, None) without."""
+def detector_snapshot(ctx: MeasureContext) -> tuple[Detector | None, Snapshot | None]:
+    """(what detects, its counters now) for the variant's IPS or IDS (the first of its
+    mechanisms that has a detector); (None, None) without."""
     for mech, mctx in ctx.mechanisms:
-        if isinstance(mech, Ips):
-            host = mctx.hosts[0]
-            if mech.engine == "fwsnort":
-                out = ctx.testbed.host(host).run(["iptables-nft-save", "-c"], check=False).stdout
-                c = fwsnort_counters(out)
-                snap = {"by_sid": c["by_sid"], "drops": c["drops"], "packets": None}
-                return "ips-fwsnort", snap
-            return "ips-nfq", _nfq_snapshot(mech, host)
-        if isinstance(mech, Ids):
-            sensors = list(mech._daemons)
-            return "ids", _nfq_snapshot(mech, sensors[0]) if sensors else None
+        detector = mech.detector()
+        if detector is not None:
+            hosts = [ctx.testbed.host(name) for name in mctx.hosts]
+            return detector, mech.detection_counts(hosts, mctx)
     return None, None
 
 
@@ -243,7 +210,7 @@ def summarize(
     attacks: Sequence[Attack],
     sent: dict[str, int],
     arrived: dict[str, int],
-    detector: str | None,
+    detector: Detector | None,
     counts: Snapshot | None,
 ) -> dict[str, Any]:
     """The record's attack figures from the three sources (see the module's doc)."""
@@ -258,10 +225,9 @@ def summarize(
     blocked: int | None = None
     if detector is not None and counts is not None:
         detected = sum(min(int(matched.get(s, 0)), sent.get(s, 0)) for s in sids)
-        if detector.startswith("ips"):
-            blocked = min(int(counts.get("drops") or 0), sent_drop - leaked)
-        else:
-            blocked = 0  # a mirror never blocks
+        # what matched a drop rule and did not arrive; a mirror never blocks
+        drops = int(counts.get("drops") or 0)
+        blocked = min(drops, sent_drop - leaked) if detector.blocks else 0
     clean_sent, clean_arrived = sent.get("clean", 0), arrived.get("clean", 0)
 
     def pct(n: int | None, of: int) -> float | None:
@@ -269,7 +235,7 @@ def summarize(
 
     missed = sent_attacks - (detected or 0)
     return {
-        "detector": detector,
+        "detector": None if detector is None else detector.label,
         "attacks_sent": sent_attacks,
         "attacks_arrived": arrived_attacks,
         "drop_attacks_sent": sent_drop,
@@ -286,7 +252,7 @@ def summarize(
         "false_alerts": sum(int(n) for s, n in matched.items() if s not in sids)
         if counts is not None
         else None,
-        "policy_held": None if not (detector or "").startswith("ips") else leaked == 0,
+        "policy_held": leaked == 0 if detector is not None and detector.blocks else None,
     }
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads import rr, stream
 from secperf.workloads.base import MeasureContext
@@ -46,8 +47,6 @@ from secperf.workloads.flood import (
 
 DEFAULT_DENIED_PORTS = "10-1023"
 FLOWS = ("udp", "tcp")
-# Mechanisms whose job includes dropping what the policy does not permit.
-FILTERING_KINDS = frozenset({"acl", "custom", "appliance"})
 # The ports each testbed's counter table counts now (one table per server).
 _INSTALLED: dict[str, str] = {}
 
@@ -176,7 +175,12 @@ def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> li
 
 
 def filters(ctx: MeasureContext) -> bool:
-    return any(getattr(m, "kind", "") in FILTERING_KINDS for m, _ in ctx.mechanisms)
+    """Does the variant have a mechanism whose job includes dropping what its policy
+    does not permit (a kind with the trait "filters")?"""
+    return any(
+        m.kind in MECHANISMS and "filters" in MECHANISMS.get(m.kind).traits
+        for m, _ in ctx.mechanisms
+    )
 
 
 @dataclass(frozen=True)

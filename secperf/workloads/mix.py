@@ -224,9 +224,7 @@ class MixExecutor:
         # A circuit-level proxy (SOCKS) is not transparent: the clients name it.
         socks = None
         for mech, mctx in ctx.mechanisms:
-            endpoint = getattr(mech, "socks_endpoint", None)
-            if callable(endpoint) and (found := endpoint(mctx)):
-                socks = str(found)
+            socks = mech.socks_endpoint(mctx) or socks
         stat_before, t_before = proc_stat(), time.monotonic()
         specs: list[tuple[str, dict[str, Any]]] = []
         for i, name in enumerate(clients):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from secperf.errors import MechanismError
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.custom import Custom
+from secperf.mechanisms.custom import Custom, CustomSpec
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -50,14 +50,16 @@ def test_without_acl_every_flow_passes(bed: tuple[Testbed, EchoServer]) -> None:
 @pytest.mark.parametrize(
     "acl",
     [
-        Acl(rules=1000, layout="linear"),
-        Acl(rules=1000, layout="set"),
-        Acl(rules=50, layout="linear", match="first", stateful=True),
-        Acl(rules=200, backend="iptables-legacy"),
-        Acl(rules=200, backend="iptables-nft", layout="set"),
-        Acl(rules=200, backend="iptables-legacy", layout="set"),
+        Acl(AclSpec(rules=1000, layout="linear")),
+        Acl(AclSpec(rules=1000, layout="set")),
+        Acl(AclSpec(rules=50, layout="linear", match="first", stateful=True)),
+        Acl(AclSpec(rules=200, backend="iptables-legacy")),
+        Acl(AclSpec(rules=200, backend="iptables-nft", layout="set")),
+        Acl(AclSpec(rules=200, backend="iptables-legacy", layout="set")),
     ],
-    ids=lambda a: f"{a.backend}-{a.layout}-{a.match}{'-stateful' if a.stateful else ''}",
+    ids=lambda a: (
+        f"{a.spec.backend}-{a.spec.layout}-{a.spec.match}{'-stateful' if a.spec.stateful else ''}"
+    ),
 )
 def test_acl_permits_measured_and_denies_unlisted(
     bed: tuple[Testbed, EchoServer], acl: Acl, tmp_path: Path
@@ -84,7 +86,7 @@ def test_standard_acl_denies_an_unlisted_source(
     # a second client-side address that the standard ACL does not list
     client.run(["ip", "addr", "add", "198.18.1.3/24", "dev", tb.ifname("client-dut", "client")])
     try:
-        load(tb, Acl(rules=100, entries="standard"), tmp_path)
+        load(tb, Acl(AclSpec(rules=100, entries="standard")), tmp_path)
         assert probe(client, SERVER, UNLISTED) == "198.18.1.2"  # listed source, any port
         bind = (
             "import socket,sys;s=socket.socket();s.settimeout(0.5);"
@@ -107,7 +109,7 @@ def test_custom_nft_file_is_loaded_and_a_bad_one_names_its_line(
         "    type filter hook forward priority 0; policy accept;\n"
         "    tcp dport 7000 drop\n  }\n}\n"
     )
-    custom = Custom(file=good, format="nft")
+    custom = Custom(CustomSpec(file=good, format="nft"))
     custom.check(4)
     try:
         load(tb, custom, tmp_path / "files")
@@ -118,7 +120,7 @@ def test_custom_nft_file_is_loaded_and_a_bad_one_names_its_line(
     bad = tmp_path / "bad.nft"
     bad.write_text("table inet user {\n  chain forward {\n    tcp dporrt 7000 drop\n  }\n}\n")
     with pytest.raises(MechanismError) as err:
-        Custom(file=bad, format="nft").check(4)
+        Custom(CustomSpec(file=bad, format="nft")).check(4)
     assert "bad.nft:3:" in str(err.value)
 
 
@@ -128,5 +130,5 @@ def test_custom_iptables_file_checked_with_its_own_parser(tmp_path: Path) -> Non
         "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -p tcp --dportt 80 -j ACCEPT\nCOMMIT\n"
     )
     with pytest.raises(MechanismError) as err:
-        Custom(file=bad, format="iptables", backend="iptables-nft").check(4)
+        Custom(CustomSpec(file=bad, format="iptables", backend="iptables-nft")).check(4)
     assert "line 3" in str(err.value).lower() or "--dportt" in str(err.value)

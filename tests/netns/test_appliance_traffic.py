@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from secperf.engine import Record
-from secperf.mechanisms.acl import Acl
-from secperf.mechanisms.appliance import Appliance
+from secperf.mechanisms.acl import Acl, AclSpec
+from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.scenario.sweep import WorkloadPoint
@@ -53,7 +53,7 @@ def applied(
     bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
 ) -> Iterator[tuple[Appliance, MechanismContext]]:
     tb = bed[0]
-    appl = Appliance()
+    appl = Appliance(ApplianceSpec())
     ctx = _ctx(tb, tmp_path)
     ctx.rendered = appl.render(ctx)
     try:
@@ -190,7 +190,7 @@ def test_failclosed_passes_for_the_appliance(
     bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
 ) -> None:
     tb = bed[0]
-    record = _measure(tb, "appliance", [Appliance()], tmp_path)
+    record = _measure(tb, "appliance", [Appliance(ApplianceSpec())], tmp_path)
     checks = _checks(record)
     assert record["type"] == "result" and record["kind"] == "failclosed"
     assert list(checks) == [
@@ -213,7 +213,7 @@ def test_failclosed_passes_for_the_appliance(
 def test_failclosed_fails_for_a_fail_open_appliance(
     bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
 ) -> None:
-    record = _measure(bed[0], "fail-open", [Appliance(fail_open=True)], tmp_path)
+    record = _measure(bed[0], "fail-open", [Appliance(ApplianceSpec(fail_open=True))], tmp_path)
     checks = _checks(record)
     assert record["passed"] is False
     assert record["failed"] == ["daemon-killed"]
@@ -225,7 +225,7 @@ def test_failclosed_fails_for_a_fail_open_appliance(
 def test_failclosed_fails_the_daemon_check_for_a_plain_acl(
     bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
 ) -> None:
-    acl = Acl(rules=10)  # stateless, permits the engine's ports, the probe's among them
+    acl = Acl(AclSpec(rules=10))  # stateless, permits the engine's ports, the probe's among them
     record = _measure(bed[0], "acl", [acl], tmp_path)
     checks = _checks(record)
     # the ACL lets the inside out and keeps the outside from opening connections in …
@@ -254,7 +254,7 @@ def test_failclosed_passes_for_the_appliance_over_ipv6(
     bed: tuple[Testbed, EchoServer, EchoServer], tmp_path: Path
 ) -> None:
     tb = bed[0]
-    record = _measure(tb, "appliance", [Appliance()], tmp_path, family=6)
+    record = _measure(tb, "appliance", [Appliance(ApplianceSpec())], tmp_path, family=6)
     checks = _checks(record)
     assert record["passed"] is True, record["failed"]
     # PAT over IPv6 too: the server saw the DUT's outside address

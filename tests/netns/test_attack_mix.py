@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.ips import Ids, Ips
+from secperf.mechanisms.ids import Ids, IdsSpec
+from secperf.mechanisms.ips import Ips, IpsSpec
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -61,9 +62,9 @@ def _measure(bed: Testbed, tmp_path: Path, variant: str) -> dict[str, Any]:
     mech: Mechanism | Ids | None = None
     hosts = [bed.host("dut")]
     if variant.startswith("ips-"):
-        mech = Ips(engine=variant.removeprefix("ips-"), rules=RULES)
+        mech = Ips(IpsSpec(engine=variant.removeprefix("ips-"), rules=RULES))
     elif variant == "ids":
-        mech = Ids(rules=RULES)
+        mech = Ids(IdsSpec(rules=RULES))
         mctx.hosts = ("dut", "ids")
         hosts = [bed.host("dut"), bed.host("ids")]
     mechanisms: list[Any] = []
@@ -115,10 +116,10 @@ def test_appliance_with_the_ids_option_alerts_on_what_it_lets_through(
 ) -> None:
     """Document 000's appliance with its IDS (seed000's appliance-ids variant): the
     appliance's filter, PAT and logging daemon, and the mirror's sensor beside."""
-    from secperf.mechanisms.appliance import Appliance
+    from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 
     dut, sensor = bed.host("dut"), bed.host("ids")
-    appl, ids = Appliance(queue=0, nat=True), Ids(rules=RULES)
+    appl, ids = Appliance(ApplianceSpec(queue=0, nat=True)), Ids(IdsSpec(rules=RULES))
     actx, ictx = (
         MechanismContext(
             plan=traffic_plan(bed.topology, 4),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from secperf.engine import EngineServer, run_test, start_server
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
@@ -20,7 +20,7 @@ from secperf.mechanisms.base import (
     reset_dut,
     traffic_plan,
 )
-from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy
+from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy, SynproxySpec
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -102,7 +102,7 @@ def test_denied_flows_reach_the_server_without_acl_never_through_it(
     assert reached == sent, rec
     assert rec["checks"][0]["applicable"] is False  # type: ignore[index]
 
-    applied = apply(tb, tmp_path, [Acl(rules=100)])
+    applied = apply(tb, tmp_path, [Acl(AclSpec(rules=100))])
     try:
         rec = illegal(tb, applied)
     finally:
@@ -154,7 +154,7 @@ def test_synproxy_answers_spoofed_syns_so_the_server_holds_no_half_open(
     try:
         # synproxy first, while the fresh listener holds nothing: the DUT answers every
         # spoofed SYN and the server sees none of them
-        applied = apply(tb, tmp_path, [Synproxy()])
+        applied = apply(tb, tmp_path, [Synproxy(SynproxySpec())])
         try:
             assert tb.host("dut").run(["sysctl", "-n", LOOSE_SYSCTL]).stdout.strip() == "0"
             before = _synproxy_syns(tb)

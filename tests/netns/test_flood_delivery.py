@@ -13,7 +13,7 @@ import pytest
 
 from secperf.engine import EngineServer, start_server
 from secperf.errors import EngineError
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
@@ -98,7 +98,7 @@ def test_denied_flood_is_sent_whole_and_reaches_nothing(
 ) -> None:
     tb, _ = bed
     plan = traffic_plan(tb.topology, 4)
-    acl = Acl(rules=4)
+    acl = Acl(AclSpec(rules=4))
     mctx = MechanismContext(plan=plan, files_dir=tmp_path, name="v.0", table=f"secperf_{tb.prefix}")
     mctx.rendered = acl.render(mctx)
     acl.apply(tb.host("dut"), mctx)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from secperf.engine import run_test, start_server
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
@@ -90,7 +90,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 def load_acl(tb: Testbed, tmp_path: Path, rules: int) -> None:
     plan = traffic_plan(tb.topology, 4)
     assert plan.attacker_net == "198.18.4.2/32"
-    acl = Acl(rules=rules)
+    acl = Acl(AclSpec(rules=rules))
     ctx = MechanismContext(plan=plan, files_dir=tmp_path, name="v.0", table=f"secperf_{tb.prefix}")
     ctx.rendered = acl.render(ctx)
     acl.apply(tb.host("dut"), ctx)

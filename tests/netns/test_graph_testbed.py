@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, traffic_plan
 from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT, EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
@@ -106,7 +106,7 @@ def test_acl_on_the_server_itself(gateways: tuple[Testbed, EchoServer], tmp_path
             hosts=("server",),
             hook="input",
         )
-        acl = Acl(rules=100)
+        acl = Acl(AclSpec(rules=100))
         ctx.rendered = acl.render(ctx)
         acl.apply(tb.host("server"), ctx)
         try:

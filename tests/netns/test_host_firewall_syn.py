@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import CONTROL_PORT, MechanismContext, reset_dut, traffic_plan
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed.testbed import Testbed
@@ -40,7 +40,7 @@ def test_host_firewall_answers_allowed_syns_and_not_denied_ones(
     bed: Testbed, tmp_path: Path
 ) -> None:
     server = bed.host("server")
-    acl = Acl(rules=4)
+    acl = Acl(AclSpec(rules=4))
     mctx = MechanismContext(
         plan=traffic_plan(bed.topology, 4),
         files_dir=tmp_path,

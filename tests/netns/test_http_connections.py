@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from secperf.engine import EngineServer, Record, run_test, start_server
-from secperf.mechanisms.acl import Acl
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import (
     CONTROL_PORT,
     DATA_PORTS,
@@ -77,7 +77,7 @@ def test_http_through_an_acl_and_blocked_port(
     bed: tuple[Testbed, Nginx, EngineServer], tmp_path: Path
 ) -> None:
     tb, _, _ = bed
-    acl = Acl(rules=100, layout="linear", entries="extended", match="last", backend="nft")
+    acl = Acl(AclSpec(rules=100, layout="linear", entries="extended", match="last", backend="nft"))
     plan = traffic_plan(tb.topology, 4)
     ctx = MechanismContext(plan=plan, files_dir=tmp_path, name="v.0", table=f"secperf_{tb.prefix}")
     ctx.rendered = acl.render(ctx)

@@ -28,8 +28,8 @@ import pytest
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.fastpath import Fastpath, offloaded_flows
-from secperf.mechanisms.ips import Ips
+from secperf.mechanisms.fastpath import Fastpath, FastpathSpec, offloaded_flows
+from secperf.mechanisms.ips import Ips, IpsSpec
 from secperf.probe import SINK_SCRIPT
 from secperf.testbed.netns import ManagedProcess
 from secperf.testbed.testbed import Host, Testbed
@@ -123,7 +123,14 @@ def test_split_attack_caught_with_reassembly_missed_without(bed: Testbed, tmp_pa
         results: dict[str, tuple[str, str, dict[str, Any]]] = {}
         pad = b"p" * 200  # bytes of the flow before the split string
         for name, bound in (("off", 0), ("on", 1 << 20), ("bound", 64)):
-            ips = Ips(engine="nfq", rules=RULES, reassembly_bytes=bound, reassembly_flows=64)
+            spec = IpsSpec(
+                engine="nfq",
+                rules=RULES,
+                reassembly=bound > 0,
+                reassembly_bytes=bound or 1 << 20,
+                reassembly_flows=64,
+            )
+            ips = Ips(spec)
             ctx = _ctx(bed, tmp_path, f"reasm-{name}.0")
             ctx.rendered = ips.render(ctx)
             try:
@@ -224,7 +231,7 @@ def test_fastpath_without_kernel_flowtables_is_a_clear_error(bed: Testbed, tmp_p
     if _has_flowtables():
         pytest.skip("this kernel has flowtables: test_fastpath_offloads_established_flows runs")
     dut = bed.host("dut")
-    fp = Fastpath()
+    fp = Fastpath(FastpathSpec())
     ctx = _ctx(bed, tmp_path, "fastpath.0")
     ctx.rendered = fp.render(ctx)
     with pytest.raises(MechanismError, match="CONFIG_NF_FLOW_TABLE"):
@@ -243,7 +250,7 @@ def test_fastpath_offloads_established_flows(bed: Testbed, tmp_path: Path) -> No
     try:
         slow_bytes, _ = _stream(bed, 1.0)
         slow_fwd = _forwarded(dut)
-        fp = Fastpath()
+        fp = Fastpath(FastpathSpec())
         ctx = _ctx(bed, tmp_path, "fastpath.0")
         ctx.rendered = fp.render(ctx)
         assert ctx.flowtables == [f"inet secperf_{bed.prefix}_fastpath ft"]

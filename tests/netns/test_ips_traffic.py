@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.ips import Ids, Ips
+from secperf.mechanisms.ids import Ids, IdsSpec
+from secperf.mechanisms.ips import Ips, IpsSpec
 from secperf.probe import EchoServer, start_echo
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
@@ -83,7 +84,7 @@ def test_inline_ips_drops_the_attack_and_passes_clean_traffic(
 ) -> None:
     tb, _echo = bed
     dut, client = tb.host("dut"), tb.host("client")
-    ips = Ips(engine=engine, rules=RULES)
+    ips = Ips(IpsSpec(engine=engine, rules=RULES))
     ctx = _ctx(tb, tmp_path, f"ips-{engine}.0")
     ctx.rendered = ips.render(ctx)
     # The path works before the IPS goes in, for both payloads.
@@ -122,7 +123,7 @@ def test_ids_on_a_mirror_alerts_and_lets_the_attack_pass(
 ) -> None:
     tb, _echo = bed
     dut, sensor, client = tb.host("dut"), tb.host("ids"), tb.host("client")
-    ids = Ids(rules=RULES)
+    ids = Ids(IdsSpec(rules=RULES))
     ctx = _ctx(tb, tmp_path, "ids.0")
     ctx.hosts = ("dut", "ids")
     ctx.rendered = ids.render(ctx)
@@ -151,7 +152,7 @@ def test_nfq_ips_fails_closed_without_its_daemon(
 ) -> None:
     tb, _echo = bed
     dut, client = tb.host("dut"), tb.host("client")
-    ips = Ips(engine="nfq", rules=RULES)
+    ips = Ips(IpsSpec(engine="nfq", rules=RULES))
     ctx = _ctx(tb, tmp_path, "ips-fc.0")
     ctx.rendered = ips.render(ctx)
     try:

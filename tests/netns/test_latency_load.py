@@ -14,7 +14,8 @@ import pytest
 
 from secperf.engine import EngineServer, run_test, start_server
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.ips import Ids, Ips
+from secperf.mechanisms.ids import Ids, IdsSpec
+from secperf.mechanisms.ips import Ips, IpsSpec
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 
@@ -111,7 +112,7 @@ def _ctx(tb: Testbed, tmp_path: Path, name: str, hosts: tuple[str, ...]) -> Mech
 
 def _with_mirror(tb: Testbed, tmp_path: Path, i: int) -> float:
     dut, sensor = tb.host("dut"), tb.host("ids")
-    ids = Ids(rules=RULES)
+    ids = Ids(IdsSpec(rules=RULES))
     ctx = _ctx(tb, tmp_path, f"ids.{i}", ("dut", "ids"))
     ctx.rendered = ids.render(ctx)
     ids.apply_group([dut, sensor], ctx)
@@ -124,7 +125,7 @@ def _with_mirror(tb: Testbed, tmp_path: Path, i: int) -> float:
 
 def _with_inline_ips(tb: Testbed, tmp_path: Path) -> float:
     dut = tb.host("dut")
-    ips = Ips(engine="nfq", rules=RULES)
+    ips = Ips(IpsSpec(engine="nfq", rules=RULES))
     ctx = _ctx(tb, tmp_path, "nfq.0", ("dut",))
     ctx.rendered = ips.render(ctx)
     ips.apply(dut, ctx)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from secperf.engine import EngineServer, EngineTest, run_test, start_server
-from secperf.mechanisms.acl import Acl, excluded_host
+from secperf.mechanisms.acl import Acl, AclSpec, excluded_host
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -70,7 +70,7 @@ def test_an_acl_that_denies_the_probes_lets_none_through(
     bed: tuple[Testbed, EngineServer], tmp_path: Path
 ) -> None:
     tb, _ = bed
-    acl = Acl(rules=1, entries="standard", exclude_one=True)
+    acl = Acl(AclSpec(rules=1, entries="standard", exclude_one=True))
     plan = traffic_plan(tb.topology, 4)
     denied = excluded_host(plan)
     assert denied is not None
@@ -89,7 +89,7 @@ def test_rejected_stream_beside_a_passed_one(
     bed: tuple[Testbed, EngineServer], tmp_path: Path
 ) -> None:
     tb, _ = bed
-    acl = Acl(rules=1, entries="standard", exclude_one=True)
+    acl = Acl(AclSpec(rules=1, entries="standard", exclude_one=True))
     denied = excluded_host(traffic_plan(tb.topology, 4))
     try:
         load_acl(tb, acl, tmp_path)

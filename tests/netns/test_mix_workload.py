@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.proxy import Proxy
+from secperf.mechanisms.proxy import Proxy, ProxySpec
 from secperf.results.metrics import extract
 from secperf.scenario.schema import MixWorkload
 from secperf.scenario.sweep import WorkloadPoint
@@ -60,7 +60,7 @@ def test_mix_through_the_dut_counts_every_fetch(testbed: Testbed, tmp_path: Path
 
 def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path) -> None:
     topo = testbed.topology
-    proxy = Proxy(dns_lookups=False)
+    proxy = Proxy(ProxySpec(dns_lookups=False))
     ctx = MechanismContext(
         plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
         files_dir=tmp_path / "files",
@@ -85,7 +85,7 @@ def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path
         proxy.release(dut, ctx)
         reset_dut(dut, proxy.backends())
     # A proxy that refuses one server: those fetches fail as "refused".
-    denying = Proxy(dns_lookups=False, deny=[topo.primary_address("dmz-s1")])
+    denying = Proxy(ProxySpec(dns_lookups=False, deny=[topo.primary_address("dmz-s1")]))
     ctx2 = MechanismContext(
         plan=ctx.plan, files_dir=tmp_path / "deny", name="proxy.1", table=ctx.table, topology=topo
     )
@@ -112,7 +112,7 @@ def test_active_ftp_through_the_dut_and_the_proxy(testbed: Testbed, tmp_path: Pa
     assert rec["transactions"] == 10 and rec["protocols"]["ftp"]["ok"] == 10
     assert rec["bytes"] == 10 * 32768
     topo = testbed.topology
-    proxy = Proxy(dns_lookups=False)
+    proxy = Proxy(ProxySpec(dns_lookups=False))
     ctx = MechanismContext(
         plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
         files_dir=tmp_path / "files",
@@ -142,7 +142,7 @@ def test_circuit_proxy_dante_carries_http_and_ftp(testbed: Testbed, tmp_path: Pa
     link = topo.link_between("dut", "dmz-sw")
     assert link is not None
     dut_dmz = topo.address("dut", link.name)
-    proxy = Proxy(level="circuit", dns_lookups=False, rules=10)
+    proxy = Proxy(ProxySpec(level="circuit", dns_lookups=False, rules=10))
     ctx = MechanismContext(
         plan=traffic_plan(topo, 4, "inside-c1", "dmz-s1"),
         files_dir=tmp_path / "files",
@@ -176,7 +176,9 @@ def test_circuit_proxy_dante_carries_http_and_ftp(testbed: Testbed, tmp_path: Pa
         proxy.release(dut, ctx)
         reset_dut(dut, proxy.backends())
     assert not proxy.daemons()
-    blocking = Proxy(level="circuit", dns_lookups=False, deny=[topo.primary_address("dmz-s1")])
+    blocking = Proxy(
+        ProxySpec(level="circuit", dns_lookups=False, deny=[topo.primary_address("dmz-s1")])
+    )
     ctx2 = MechanismContext(
         plan=ctx.plan,
         files_dir=tmp_path / "b",

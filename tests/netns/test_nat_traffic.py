@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.nat import Nat
+from secperf.mechanisms.nat import Nat, NatSpec
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -50,7 +50,7 @@ def test_pat_rewrites_to_the_dut_outside_address(
     bed: tuple[Testbed, EchoServer], backend: str, proto: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
-    nat = Nat(mode="pat", backend=backend)  # type: ignore[arg-type]
+    nat = Nat(NatSpec(mode="pat", backend=backend))  # type: ignore[arg-type]
     try:
         load(tb, nat, tmp_path)
         assert probe(tb.host("client"), SERVER, PORT, proto) == "198.18.2.1"
@@ -63,7 +63,7 @@ def test_pool_rewrites_into_the_pool(
     bed: tuple[Testbed, EchoServer], backend: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
-    nat = Nat(mode="pool", backend=backend, pool_size=4)  # type: ignore[arg-type]
+    nat = Nat(NatSpec(mode="pool", backend=backend, pool_size=4))  # type: ignore[arg-type]
     try:
         load(tb, nat, tmp_path)
         seen = probe(tb.host("client"), SERVER, PORT)
@@ -78,7 +78,7 @@ def test_static_maps_each_host_both_ways(
     bed: tuple[Testbed, EchoServer], backend: str, tmp_path: Path
 ) -> None:
     tb, _ = bed
-    nat = Nat(mode="static", backend=backend)  # type: ignore[arg-type]
+    nat = Nat(NatSpec(mode="static", backend=backend))  # type: ignore[arg-type]
     try:
         load(tb, nat, tmp_path)
         assert probe(tb.host("client"), SERVER, PORT) == "198.18.5.10"

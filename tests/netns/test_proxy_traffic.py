@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy, shm_paths
+from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy, ProxySpec, shm_paths
 from secperf.services import dns
 from secperf.services.nginx import HTTP_PORT, write_files
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, file_url, start_vsftpd
@@ -123,7 +123,7 @@ def expected_digest() -> str:
     return hashlib.sha256(random.Random(SIZE).randbytes(SIZE)).hexdigest()
 
 
-@pytest.mark.parametrize("applied", [Proxy(rules=100, match="last")], indirect=True)
+@pytest.mark.parametrize("applied", [Proxy(ProxySpec(rules=100, match="last"))], indirect=True)
 def test_http_and_ftp_go_through_the_proxy(
     bed: Bed, applied: tuple[Proxy, MechanismContext]
 ) -> None:
@@ -149,7 +149,9 @@ def test_http_and_ftp_go_through_the_proxy(
     assert f"transparent proxy request to {bed.server}:{FTP_PORT} from {bed.client}" in proxied
 
 
-@pytest.mark.parametrize("applied", [Proxy(rules=4, match="first", deny=[])], indirect=True)
+@pytest.mark.parametrize(
+    "applied", [Proxy(ProxySpec(rules=4, match="first", deny=[]))], indirect=True
+)
 def test_a_request_the_rules_deny_fails(
     bed: Bed, applied: tuple[Proxy, MechanismContext], tmp_path: Path
 ) -> None:
@@ -160,7 +162,7 @@ def test_a_request_the_rules_deny_fails(
     # Same proxy, now refusing the server: the fetch fails with the proxy's 403.
     proxy.release(dut, ctx)
     reset_dut(dut, proxy.backends())
-    denying = Proxy(rules=4, match="first", deny=[bed.server])
+    denying = Proxy(ProxySpec(rules=4, match="first", deny=[bed.server]))
     ctx2 = context(bed, tmp_path / "deny")
     ctx2.rendered = denying.render(ctx2)
     denying.apply(dut, ctx2)
@@ -177,7 +179,7 @@ def test_a_request_the_rules_deny_fails(
     proxy.apply(dut, ctx)  # the fixture releases it
 
 
-@pytest.mark.parametrize("applied", [Proxy(dns_lookups=True)], indirect=True)
+@pytest.mark.parametrize("applied", [Proxy(ProxySpec(dns_lookups=True))], indirect=True)
 def test_dns_lookups_on_reach_the_dns_server(
     bed: Bed, applied: tuple[Proxy, MechanismContext]
 ) -> None:
@@ -197,7 +199,7 @@ def test_dns_lookups_on_reach_the_dns_server(
 
 @pytest.mark.parametrize(
     "applied",
-    [Proxy(dns_lookups=False, cache=False, logging="off", cpus=1, memory=128 * 2**20)],
+    [Proxy(ProxySpec(dns_lookups=False, cache=False, logging="off", cpus=1, memory=128 * 2**20))],
     indirect=True,
 )
 def test_dns_off_asks_nobody_and_limits_hold(

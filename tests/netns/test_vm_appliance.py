@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from secperf.errors import TestbedError
-from secperf.mechanisms.appliance import Appliance
+from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
@@ -86,7 +86,7 @@ def test_traffic_crosses_the_guest(bed: Bed) -> None:
 @pytest.fixture
 def appliance(bed: Bed, tmp_path: Path) -> Iterator[tuple[Appliance, MechanismContext]]:
     tb = bed[0]
-    appl = Appliance()
+    appl = Appliance(ApplianceSpec())
     ctx = MechanismContext(
         plan=traffic_plan(tb.topology, 4),
         files_dir=tmp_path,

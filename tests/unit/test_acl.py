@@ -11,6 +11,7 @@ import pytest
 from secperf.errors import MechanismError
 from secperf.mechanisms.acl import (
     Acl,
+    AclSpec,
     generated_entries,
     render_ipset,
     render_iptables,
@@ -55,7 +56,7 @@ def test_generated_entries_never_match_measured_traffic(entries: str) -> None:
 
 
 def test_linear_nft_has_n_rules_then_permits_last() -> None:
-    text = render_nft(Acl(rules=100), generated_entries(100, "extended", PLAN), PLAN, "t")
+    text = render_nft(AclSpec(rules=100), generated_entries(100, "extended", PLAN), PLAN, "t")
     rules = chain_rules(text)
     assert len(rules) == 102
     assert all("dport 5201" not in r for r in rules[:100])
@@ -64,7 +65,7 @@ def test_linear_nft_has_n_rules_then_permits_last() -> None:
 
 
 def test_match_first_puts_permits_first_and_stateful_adds_ct() -> None:
-    acl = Acl(rules=10, match="first", stateful=True)
+    acl = AclSpec(rules=10, match="first", stateful=True)
     rules = chain_rules(render_nft(acl, generated_entries(10, "extended", PLAN), PLAN, "t"))
     assert rules[0] == "ct state established,related accept"
     assert "th dport" in rules[1] and "th sport" in rules[2]
@@ -72,7 +73,7 @@ def test_match_first_puts_permits_first_and_stateful_adds_ct() -> None:
 
 
 def test_set_layout_puts_entries_in_one_set_and_one_lookup_rule() -> None:
-    acl = Acl(rules=500, layout="set")
+    acl = AclSpec(rules=500, layout="set")
     text = render_nft(acl, generated_entries(500, "extended", PLAN), PLAN, "t")
     assert "type ipv4_addr . ipv4_addr . inet_proto . inet_service" in text
     assert (
@@ -85,7 +86,7 @@ def test_set_layout_puts_entries_in_one_set_and_one_lookup_rule() -> None:
 
 
 def test_standard_entries_match_source_only() -> None:
-    acl = Acl(rules=3, entries="standard")
+    acl = AclSpec(rules=3, entries="standard")
     rules = chain_rules(render_nft(acl, generated_entries(3, "standard", PLAN), PLAN, "t"))
     assert rules[:3] == [
         "ip saddr 198.19.0.1 accept",
@@ -96,31 +97,31 @@ def test_standard_entries_match_source_only() -> None:
 
 
 def test_ipv6_uses_ip6_matches() -> None:
-    text = render_nft(Acl(rules=2), generated_entries(2, "extended", PLAN6), PLAN6, "t")
+    text = render_nft(AclSpec(rules=2), generated_entries(2, "extended", PLAN6), PLAN6, "t")
     assert "ip6 saddr 2001:2:0:1::2 ip6 daddr 2001:2:0:2::2 tcp dport 10000 accept" in text
     assert " ip saddr" not in text
 
 
 def test_iptables_rendering_with_policy_drop_and_ipset() -> None:
     gen = generated_entries(4, "extended", PLAN)
-    text = render_iptables(Acl(rules=4, backend="iptables-nft"), gen, PLAN, "s")
+    text = render_iptables(AclSpec(rules=4, backend="iptables-nft"), gen, PLAN, "s")
     assert ":FORWARD DROP [0:0]" in text and text.rstrip().endswith("COMMIT")
     lines = [x for x in text.splitlines() if x.startswith("-A FORWARD")]
     assert len(lines) == 4 + 4  # entries + tcp/udp permits each way
     assert lines[0] == "-A FORWARD -s 198.18.1.2 -d 198.18.2.2 -p tcp --dport 10000 -j ACCEPT"
-    sets = render_ipset(Acl(rules=4, layout="set"), gen, PLAN, "s")
+    sets = render_ipset(AclSpec(rules=4, layout="set"), gen, PLAN, "s")
     assert sets.splitlines()[0].startswith("create s hash:ip,port,ip family inet")
     assert "add s 198.18.1.2,udp:10001,198.18.2.2" in sets
-    text = render_iptables(Acl(rules=4, layout="set", backend="iptables-nft"), gen, PLAN, "s")
+    text = render_iptables(AclSpec(rules=4, layout="set", backend="iptables-nft"), gen, PLAN, "s")
     assert "-A FORWARD -m set --match-set s src,dst,dst -j ACCEPT" in text
 
 
 def test_render_writes_files_into_the_run_directory(tmp_path: Path) -> None:
     ctx = MechanismContext(plan=PLAN, files_dir=tmp_path / "files", name="v.0", table="secperf_x")
-    files = Acl(rules=10, layout="set", backend="iptables-legacy").render(ctx)
+    files = Acl(AclSpec(rules=10, layout="set", backend="iptables-legacy")).render(ctx)
     assert [f.tool for f in files] == ["ipset", "iptables-restore"]
     assert all(f.path.parent == tmp_path / "files" and f.path.is_file() for f in files)
-    nft = Acl(rules=10).render(ctx)
+    nft = Acl(AclSpec(rules=10)).render(ctx)
     assert nft[0].path.name == "v.0.nft" and "table inet secperf_x" in nft[0].path.read_text()
 
 

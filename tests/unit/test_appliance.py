@@ -9,17 +9,18 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.errors import ToolMissingError
-from secperf.mechanisms import from_schema
-from secperf.mechanisms.appliance import Appliance, nfq_path, render_iptables, render_nft
+from secperf.mechanisms.appliance import Appliance, ApplianceSpec, render_iptables, render_nft
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.daemons import DaemonMechanism
+from secperf.mechanisms.nfq import nfq_path
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.preflight import tools_for
 from secperf.report.checks import check_tables
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.schema import ApplianceMechanism, FailclosedWorkload, Scenario
+from secperf.scenario.schema import FailclosedWorkload, Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.workloads import executor_for
 from secperf.workloads.failclosed import FailclosedExecutor
@@ -30,33 +31,33 @@ V6 = TrafficPlan(6, "2001:2:0:1::2/128", "2001:2:0:2::2/128", "2001:2:0:1::2", "
 
 
 def test_nft_is_a_stateful_filter_with_pat_from_the_inside() -> None:
-    text = render_nft(Appliance(), V4, "secperf_x_appl")
+    text = render_nft(ApplianceSpec(), V4, "secperf_x_appl")
     forward = text[text.index("chain forward") : text.index("chain input")]
     assert "policy drop;" in forward
     assert "priority filter - 10" in forward  # before the iptables-nft NFQUEUE chain
     assert "ct state established,related accept" in forward
     assert "ip saddr 198.18.1.2/32 ct state new accept" in forward
     assert "masquerade" in text and "ip saddr 198.18.1.2/32 ip daddr != 198.18.1.2/32" in text
-    assert "masquerade" not in render_nft(Appliance(nat=False), V4, "t")
+    assert "masquerade" not in render_nft(ApplianceSpec(nat=False), V4, "t")
 
 
 def test_nft_ipv6_matches_ip6_and_lets_neighbour_discovery_in() -> None:
-    text = render_nft(Appliance(), V6, "t")
+    text = render_nft(ApplianceSpec(), V6, "t")
     assert "ip6 saddr 2001:2:0:1::2/128 ct state new accept" in text
     assert "nd-neighbor-solicit" in text
     assert " ip saddr" not in text
 
 
 def test_nfqueue_rule_is_fail_closed_unless_asked() -> None:
-    closed = render_iptables(Appliance(queue=7))
+    closed = render_iptables(ApplianceSpec(queue=7))
     assert "-A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7\n" in closed
     assert "--queue-bypass" not in closed
-    opened = render_iptables(Appliance(queue=7, fail_open=True))
+    opened = render_iptables(ApplianceSpec(queue=7, fail_open=True))
     assert "--queue-num 7 --queue-bypass" in opened
 
 
 def test_render_writes_both_files_in_load_order(tmp_path: Path) -> None:
-    appl = Appliance()
+    appl = Appliance(ApplianceSpec())
     ctx = MechanismContext(plan=V4, files_dir=tmp_path / "files", name="appliance.0", table="t")
     files = appl.render(ctx)
     assert [(f.path.name, f.tool) for f in files] == [
@@ -68,11 +69,11 @@ def test_render_writes_both_files_in_load_order(tmp_path: Path) -> None:
     assert appl.backends() == {"nft", "iptables-nft"}
 
 
-def test_from_schema_builds_an_appliance_with_daemons() -> None:
-    spec = ApplianceMechanism(kind="appliance", queue=3, fail_open=True)
-    mech = from_schema(spec)
+def test_the_kind_builds_an_appliance_with_daemons() -> None:
+    spec = ApplianceSpec(kind="appliance", queue=3, fail_open=True)
+    mech = MECHANISMS.of(spec).build(spec)
     assert isinstance(mech, Appliance)
-    assert (mech.queue, mech.nat, mech.fail_open) == (3, True, True)
+    assert (mech.spec.queue, mech.spec.nat, mech.spec.fail_open) == (3, True, True)
     assert isinstance(mech, DaemonMechanism)
     assert mech.daemons() == []  # nothing runs before apply()
 

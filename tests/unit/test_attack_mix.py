@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from secperf import ips_rules
+from secperf.mechanisms.base import Detector
 from secperf.mechanisms.fastpath import render_flowtable
 from secperf.scenario.schema import Scenario
 from secperf.workloads.attack_mix import (
@@ -67,7 +68,7 @@ def test_summary_inline() -> None:
         ATTACKS,
         {"clean": 980, "1": 10, "2": 10},
         {"clean": 970, "2": 10},
-        "ips-nfq",
+        Detector("ips-nfq", blocks=True),
         {"by_sid": {"1": 10, "2": 10}, "drops": 10},
     )
     assert (r["detected"], r["blocked"], r["missed"], r["leaked"]) == (20, 10, 0, 0)
@@ -82,11 +83,23 @@ def test_summary_counts_a_leak_and_an_overflow() -> None:
         ATTACKS,
         {"clean": 980, "1": 10, "2": 10},
         {"clean": 900, "1": 1, "2": 9},
-        "ips-nfq",
+        Detector("ips-nfq", blocks=True),
         {"by_sid": {"1": 7, "2": 9, "77": 1}, "drops": 7},
     )
     assert (r["detected"], r["blocked"], r["missed"], r["leaked"]) == (16, 7, 4, 1)
     assert r["policy_held"] is False and r["false_alerts"] == 1
+
+
+def test_summary_of_a_mirror_blocks_nothing_and_claims_no_policy() -> None:
+    r = summarize(
+        ATTACKS,
+        {"clean": 980, "1": 10, "2": 10},
+        {"clean": 980, "1": 10, "2": 10},
+        Detector("ids", blocks=False),
+        {"by_sid": {"1": 10, "2": 9}, "drops": 0},
+    )
+    assert r["detector"] == "ids" and (r["detected"], r["blocked"], r["missed"]) == (19, 0, 1)
+    assert r["leaked"] == 10 and r["policy_held"] is None
 
 
 def test_summary_without_a_detector_claims_no_detection() -> None:

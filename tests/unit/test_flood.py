@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from secperf.mechanisms.acl import Acl, render_iptables, render_nft
+from secperf.mechanisms.acl import AclSpec, render_iptables, render_nft
 from secperf.mechanisms.base import TrafficPlan
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
@@ -58,14 +58,16 @@ def test_bad_flood_keys_are_refused(workload: dict[str, Any]) -> None:
 
 
 def test_acl_permits_the_allowed_flood_port_only() -> None:
-    nft = render_nft(Acl(rules=4), [], PLAN, "t")
+    nft = render_nft(AclSpec(rules=4), [], PLAN, "t")
     assert (
         "ip saddr 198.18.4.2/32 ip daddr 198.18.2.2/32 meta l4proto { tcp, udp } th dport 9 accept"
         in nft
     )
     assert "dport 19" not in nft
-    ipt = render_iptables(Acl(rules=4), [], PLAN, "t")
+    ipt = render_iptables(AclSpec(rules=4), [], PLAN, "t")
     assert "-s 198.18.4.2/32 -d 198.18.2.2/32 -p udp --dport 9 -j ACCEPT" in ipt
     # no attacker, or the option off: no flood permit at all
-    assert "198.18.4.2" not in render_nft(Acl(rules=4), [], replace(PLAN, attacker_net=None), "t")
-    assert "198.18.4.2" not in render_nft(Acl(rules=4, flood_permit=False), [], PLAN, "t")
+    assert "198.18.4.2" not in render_nft(
+        AclSpec(rules=4), [], replace(PLAN, attacker_net=None), "t"
+    )
+    assert "198.18.4.2" not in render_nft(AclSpec(rules=4, flood_permit=False), [], PLAN, "t")

@@ -8,6 +8,7 @@ import tomllib
 import pytest
 
 from secperf.errors import ScenarioError, TestbedError
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.report.topology_svg import render_topology_svg
 from secperf.scenario.graph import build_topology
 from secperf.scenario.placement import endpoints, placement_hook, resolve_placement
@@ -129,12 +130,13 @@ def test_placement() -> None:
     assert resolve_placement(t, ["gw-b", "gw-b"], ends, where="x") == ("gw-b",)
     with pytest.raises(ScenarioError, match="no such host"):
         resolve_placement(t, "dut", ends, where="x")
-    assert placement_hook(t, "acl", ("gw-a", "gw-b"), where="x") == "forward"
-    assert placement_hook(t, "acl", ("server",), where="x") == "input"
-    with pytest.raises(ScenarioError, match="needs a host that forwards"):
-        placement_hook(t, "nat", ("server",), where="x")
+    acl, nat = MECHANISMS.get("acl"), MECHANISMS.get("nat")
+    assert placement_hook(t, acl, ("gw-a", "gw-b"), where="x") == "forward"
+    assert placement_hook(t, acl, ("server",), where="x") == "input"
+    with pytest.raises(ScenarioError, match="mechanism nat needs a host that forwards"):
+        placement_hook(t, nat, ("server",), where="x")
     with pytest.raises(ScenarioError, match="mixes"):
-        placement_hook(t, "acl", ("gw-a", "server"), where="x")
+        placement_hook(t, acl, ("gw-a", "server"), where="x")
 
 
 def test_topology_errors_are_clear() -> None:

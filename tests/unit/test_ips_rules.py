@@ -8,8 +8,8 @@ import pytest
 
 from secperf import ips_rules
 from secperf.errors import MechanismError
-from secperf.mechanisms.ips import fwsnort_counters, fwsnort_input, fwsnort_save, render_mirror
-from secperf.scenario.schema import IdsMechanism, IpsMechanism
+from secperf.mechanisms.ids import IdsSpec, render_mirror
+from secperf.mechanisms.ips import IpsSpec, fwsnort_counters, fwsnort_input, fwsnort_save
 
 SHIPPED = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 
@@ -83,10 +83,10 @@ def test_schema_checks_the_rule_file_before_a_run(tmp_path: Path) -> None:
     bad = tmp_path / "bad.rules"
     bad.write_text('alert tcp any any -> any 80 (content:"x"; sid:1;)\nalert tcp oops\n')
     with pytest.raises(ValueError, match=r"bad.rules:2"):
-        IpsMechanism.model_validate({"kind": "ips", "rules": str(bad)})
-    ok = IpsMechanism.model_validate({"kind": "ips", "engine": "fwsnort", "rules": 100})
+        IpsSpec.model_validate({"kind": "ips", "rules": str(bad)})
+    ok = IpsSpec.model_validate({"kind": "ips", "engine": "fwsnort", "rules": 100})
     assert ok.rules == 100 and ok.on == "dut"
-    ids = IdsMechanism.model_validate({"kind": "ids", "rules": str(SHIPPED)})
+    ids = IdsSpec.model_validate({"kind": "ids", "rules": str(SHIPPED)})
     assert ids.on == ["dut", "ids"]
 
 

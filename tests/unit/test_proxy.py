@@ -7,11 +7,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from secperf.mechanisms import from_schema
-from secperf.mechanisms.base import MechanismContext, traffic_plan
-from secperf.mechanisms.proxy import Proxy, render_ftp_proxy, render_nft, render_squid
+from secperf.mechanisms.base import Mechanism, MechanismContext, MechanismSpec, traffic_plan
+from secperf.mechanisms.proxy import Proxy, ProxySpec, render_ftp_proxy, render_nft, render_squid
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.schema import Variant
 from secperf.testbed.topology import Topology
+
+
+def build(spec: MechanismSpec) -> Mechanism:
+    return MECHANISMS.of(spec).build(spec)
 
 
 def ctx(tmp_path: Path) -> MechanismContext:
@@ -29,7 +33,7 @@ def http_access(conf: str) -> list[str]:
 def test_rule_base_has_n_rules_with_the_admitting_one_where_asked(
     tmp_path: Path, match: str
 ) -> None:
-    proxy = Proxy(rules=100, match=match)  # type: ignore[arg-type]
+    proxy = ProxySpec(rules=100, match=match)  # type: ignore[arg-type]
     rules = http_access(render_squid(proxy, ctx(tmp_path), tmp_path))
     assert len(rules) == 101  # 100 and the final deny
     admit = rules.index("http_access allow testbed testbed_names")
@@ -39,16 +43,16 @@ def test_rule_base_has_n_rules_with_the_admitting_one_where_asked(
 
 def test_switches_change_the_config(tmp_path: Path) -> None:
     c = ctx(tmp_path)
-    base = render_squid(Proxy(), c, tmp_path)
+    base = render_squid(ProxySpec(), c, tmp_path)
     assert "srcdomain" in base and "hosts_file none" in base and "cache_mem 64 MB" in base
     assert "access_log stdio:" in base
-    off = render_squid(Proxy(dns_lookups=False, cache=False, logging="off"), c, tmp_path)
+    off = render_squid(ProxySpec(dns_lookups=False, cache=False, logging="off"), c, tmp_path)
     assert "srcdomain" not in off and "cache deny all" in off and "access_log none" in off
     assert "testbed_names" not in off
-    denied = render_squid(Proxy(deny=["198.18.2.2"]), c, tmp_path)
+    denied = render_squid(ProxySpec(deny=["198.18.2.2"]), c, tmp_path)
     assert http_access(denied)[0] == "http_access deny denied"
-    assert "LogLevel ERR" in render_ftp_proxy(Proxy(logging="off"), c, tmp_path)
-    assert "/dev/null" not in render_ftp_proxy(Proxy(logging="off"), c, tmp_path)
+    assert "LogLevel ERR" in render_ftp_proxy(ProxySpec(logging="off"), c, tmp_path)
+    assert "/dev/null" not in render_ftp_proxy(ProxySpec(logging="off"), c, tmp_path)
     nft = render_nft("secperf_t_proxy")
     assert "redirect to :3129" in nft and "redirect to :2121" in nft
 
@@ -57,8 +61,8 @@ def test_scenario_keys_validate_and_build_the_mechanism() -> None:
     v = Variant.model_validate(
         {"mechanisms": [{"kind": "proxy", "rules": 100, "memory": "128MiB", "cpus": 1}]}
     )
-    mech = from_schema(v.mechanisms[0])
-    assert isinstance(mech, Proxy) and mech.memory == 128 * 2**20 and mech.cpus == 1
+    mech = build(v.mechanisms[0])
+    assert isinstance(mech, Proxy) and mech.spec.memory == 128 * 2**20 and mech.spec.cpus == 1
     with pytest.raises(ValidationError, match="deny entry"):
         Variant.model_validate({"mechanisms": [{"kind": "proxy", "deny": ["nope"]}]})
     with pytest.raises(ValidationError):
@@ -70,7 +74,7 @@ def test_scenario_keys_validate_and_build_the_mechanism() -> None:
 def test_circuit_level_renders_dante_with_the_rule_base(tmp_path: Path) -> None:
     c = ctx(tmp_path)
     c.hosts = ("dut",)
-    proxy = Proxy(level="circuit", dns_lookups=False, rules=5, deny=["198.18.2.2"])
+    proxy = Proxy(ProxySpec(level="circuit", dns_lookups=False, rules=5, deny=["198.18.2.2"]))
     assert proxy.render(c) == []  # no interception: nothing for nft
     conf = (Proxy.directory(c) / "danted.conf").read_text()
     socks = [line for line in conf.splitlines() if line.startswith("socks ")]
@@ -80,11 +84,11 @@ def test_circuit_level_renders_dante_with_the_rule_base(tmp_path: Path) -> None:
     assert socks[-1].startswith("socks block { from: 0.0.0.0/0 to: 0.0.0.0/0")
     assert "internal: 0.0.0.0 port = 1080" in conf and "external.rotation: route" in conf
     assert proxy.socks_endpoint(c) == f"{Topology.standard().primary_address('dut')}:1080"
-    assert Proxy().socks_endpoint(c) is None
+    assert Proxy(ProxySpec()).socks_endpoint(c) is None
     with pytest.raises(ValidationError, match="dns_lookups = false"):
         Variant.model_validate({"mechanisms": [{"kind": "proxy", "level": "circuit"}]})
     v = Variant.model_validate(
         {"mechanisms": [{"kind": "proxy", "level": "circuit", "dns_lookups": False}]}
     )
-    mech = from_schema(v.mechanisms[0])
-    assert isinstance(mech, Proxy) and mech.level == "circuit"
+    mech = build(v.mechanisms[0])
+    assert isinstance(mech, Proxy) and mech.spec.level == "circuit"

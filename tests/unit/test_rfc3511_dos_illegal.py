@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from secperf.mechanisms import from_schema
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.mechanisms.synproxy import Synproxy
 from secperf.results.metrics import extract
 from secperf.scenario.schema import DosWorkload, IllegalWorkload, Mechanism, Workload
@@ -20,7 +20,8 @@ MECHANISM: TypeAdapter[object] = TypeAdapter(Mechanism)
 
 def test_synproxy_renders_the_wiki_rules_in_its_own_table(tmp_path: Path) -> None:
     plan = TrafficPlan(4, "198.18.1.2/32", "198.18.2.2/32", "198.18.1.2", "198.18.2.2")
-    mech = from_schema(MECHANISM.validate_python({"kind": "synproxy"}))  # type: ignore[arg-type]
+    spec = MECHANISM.validate_python({"kind": "synproxy"})
+    mech = MECHANISMS.of(spec).build(spec)  # type: ignore[arg-type]
     assert isinstance(mech, Synproxy)
     ctx = MechanismContext(plan=plan, files_dir=tmp_path, name="s.0", table="secperf_x")
     text = mech.render(ctx)[0].path.read_text()

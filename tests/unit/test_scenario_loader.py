@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from secperf.errors import ScenarioError
+from secperf.mechanisms.custom import CustomSpec
 from secperf.scenario.loader import (
     Problem,
     ScenarioValidationError,
@@ -16,7 +17,7 @@ from secperf.scenario.loader import (
     load_scenario,
     parse_scenario,
 )
-from secperf.scenario.schema import CustomMechanism, StreamWorkload
+from secperf.scenario.schema import StreamWorkload
 from secperf.scenario.sweep import expand_scenario
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
@@ -54,7 +55,7 @@ def test_good_quick_loads() -> None:
 def test_good_custom_loads_and_resolves_rule_file() -> None:
     sc = check_scenario(DATA / "good-custom.toml")
     mech = sc.variants["my-rules"].mechanisms[0]
-    assert isinstance(mech, CustomMechanism)
+    assert isinstance(mech, CustomSpec)
     assert mech.file == DATA / "rules" / "filter.nft"
     assert sc.variants["plain-forward"].mechanisms == []
     assert sc.testbed.rate_bps == 100_000_000 and sc.testbed.family == "ipv6"

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from secperf.mechanisms.acl import AclSpec
+from secperf.mechanisms.custom import CustomSpec
 from secperf.scenario.schema import (
-    AclMechanism,
     CrrWorkload,
-    CustomMechanism,
     RrWorkload,
     Scenario,
     StreamWorkload,
@@ -41,7 +41,7 @@ def test_defaults() -> None:
     assert (sc.repeat.min, sc.repeat.max, sc.repeat.confidence) == (3, 10, 0.95)
     assert sc.repeat.halfwidth_pct == 2.0
     acl = sc.variants["acl"].mechanisms[0]
-    assert isinstance(acl, AclMechanism)
+    assert isinstance(acl, AclSpec)
     assert (acl.layout, acl.entries, acl.match, acl.backend, acl.stateful) == (
         "linear",
         "extended",
@@ -286,7 +286,7 @@ def test_custom_file_resolves_relative_to_base_dir(tmp_path: Path) -> None:
     )
     sc = Scenario.model_validate(data, context={"base_dir": tmp_path})
     custom = sc.variants["mine"].mechanisms[0]
-    assert isinstance(custom, CustomMechanism)
+    assert isinstance(custom, CustomSpec)
     assert custom.file == tmp_path / "rules.nft"
     assert custom.backend == "iptables-nft"
     with pytest.raises(ValidationError, match="not found"):

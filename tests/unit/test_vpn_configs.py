@@ -15,13 +15,14 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.errors import MechanismError
-from secperf.mechanisms import from_schema as mechanism_from_schema
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.mechanisms.vpn import (
     TUNNEL_NET4,
     TUNNEL_NET6,
     TunnelEnd,
+    VpnSpec,
     base,
-    from_schema,
+    from_spec,
     ipsec,
     make,
     memory,
@@ -34,7 +35,7 @@ from secperf.mechanisms.vpn import (
     vtun,
     wireguard,
 )
-from secperf.scenario.schema import Scenario, VpnMechanism
+from secperf.scenario.schema import Scenario
 from secperf.testbed import topology
 from secperf.testbed.topology import ACL_RESERVED_NET4, ACL_RESERVED_NET6, TESTBED_NET4
 
@@ -288,7 +289,7 @@ def test_memory_reads_each_running_ends_daemons() -> None:
 # -- schema ---------------------------------------------------------------------------------
 
 
-def _vpn(**m: Any) -> VpnMechanism:
+def _vpn(**m: Any) -> VpnSpec:
     sc = Scenario.model_validate(
         {
             "name": "t",
@@ -297,7 +298,7 @@ def _vpn(**m: Any) -> VpnMechanism:
         }
     )
     mech = sc.variants["v"].mechanisms[0]
-    assert isinstance(mech, VpnMechanism)
+    assert isinstance(mech, VpnSpec)
     return mech
 
 
@@ -348,23 +349,26 @@ def test_schema_refuses_what_cannot_run_with_the_reason() -> None:
 
 
 def test_every_schema_combination_builds_its_implementation() -> None:
-    from secperf.scenario.schema import VPN_CIPHERS, VPN_COMPRESSION
+    from secperf.mechanisms.vpn.spec import VPN_CIPHERS, VPN_COMPRESSION
 
     for impl, ciphers in VPN_CIPHERS.items():
         for cipher in ciphers:
             for comp in VPN_COMPRESSION[impl]:
                 m = _vpn(implementation=impl, cipher=cipher, compression=comp)
-                vpn = from_schema(m)
+                vpn = from_spec(m)
                 assert vpn.kind == impl
                 assert vpn.describe()["cipher"] == cipher
 
 
 def test_a_vpn_variant_becomes_a_tunnel_the_runner_applies_whole() -> None:
-    from secperf.mechanisms.base import GroupMechanism
+    from secperf.mechanisms.vpn import Tunnel
 
-    mech = mechanism_from_schema(_vpn(implementation="wireguard"))
-    assert isinstance(mech, GroupMechanism) and mech.kind == "vpn"
+    spec = _vpn(implementation="wireguard")
+    mech = MECHANISMS.of(spec).build(spec)
+    assert isinstance(mech, Tunnel) and mech.kind == "vpn"
     assert mech.backends() == set()
+    with pytest.raises(MechanismError, match="both its ends at once"):
+        mech.apply(FakeHost(), None)  # type: ignore[arg-type]
 
 
 def test_check_refuses_vpn_before_any_testbed(monkeypatch: pytest.MonkeyPatch) -> None:

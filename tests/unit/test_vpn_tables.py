@@ -270,10 +270,9 @@ def test_a_tunnel_gets_one_more_start_and_says_so(
 ) -> None:
     from secperf.errors import MechanismError
     from secperf.mechanisms.base import MechanismContext
-    from secperf.mechanisms.tunnel import Tunnel
-    from secperf.scenario.schema import VpnMechanism
+    from secperf.mechanisms.vpn import Tunnel, VpnSpec
 
-    tunnel = Tunnel(VpnMechanism.model_validate({"kind": "vpn", "implementation": "vtun"}))
+    tunnel = Tunnel(VpnSpec.model_validate({"kind": "vpn", "implementation": "vtun"}))
     fake = _FlakyVpn(fails)
     tunnel.vpn = fake  # type: ignore[assignment]
     monkeypatch.setattr(tunnel, "_tunnel_ends", lambda hosts, ctx: ("a", "b"))

@@ -43,8 +43,17 @@ from secperf.mechanisms.vpn.base import (
     write_private,
 )
 from secperf.testbed.host import Host
+from secperf.tools import Tool
 
 CHARON = "/usr/lib/ipsec/charon"
+# strongSwan's plugins come with it from scripts/setup.sh: kernel-libipsec
+# (libcharon-extra-plugins), openssl and gcm (libstrongswan-standard-plugins), chapoly
+# and curve25519 (libstrongswan-extra-plugins).
+TOOLS = (
+    Tool("/usr/lib/ipsec/charon", "strongswan-charon", "vpn ipsec (the IKE daemon)"),
+    Tool("swanctl", "strongswan-swanctl", "vpn ipsec (loading and starting the SAs)"),
+    Tool("unshare", "util-linux", "vpn ipsec (a private /run per charon)"),
+)
 ESP_PROPOSALS = {
     "aes-128-gcm": "aes128gcm16",
     "aes-256-gcm": "aes256gcm16",
@@ -144,6 +153,7 @@ def render_swanctl_conf(
 
 class Ipsec(DaemonTunnel):
     kind = "ipsec"
+    TOOLS = TOOLS
 
     def __init__(self, cipher: str = "aes-256-gcm", mode: str = "tunnel") -> None:
         if cipher not in ESP_PROPOSALS:

@@ -37,8 +37,13 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
+from secperf.tools import Tool
 
 PORT = 1194
+TOOLS = (
+    Tool("openvpn", "openvpn", "vpn openvpn"),
+    Tool("openssl", "openssl", "vpn openvpn (a CA and certificates per run)"),
+)
 CIPHERS = {
     "aes-256-gcm": "AES-256-GCM",
     "aes-128-gcm": "AES-128-GCM",
@@ -168,6 +173,7 @@ def make_tls_files(files_dir: Path, name: str) -> dict[str, Path]:
 
 class OpenVpn(DaemonTunnel):
     kind = "openvpn"
+    TOOLS = TOOLS
 
     def __init__(
         self,

@@ -36,8 +36,10 @@ from secperf.mechanisms.vpn.base import (
     wait_listening,
     wait_passing,
 )
+from secperf.tools import Tool
 
 PORT = 655
+TOOLS = (Tool("tincd", "tinc", "vpn tinc"),)
 CIPHERS = {
     "aes-256-cbc": "aes-256-cbc",
     "aes-128-cbc": "aes-128-cbc",
@@ -114,6 +116,7 @@ def render_up(end: TunnelEnd) -> str:
 
 class Tinc(DaemonTunnel):
     kind = "tinc"
+    TOOLS = TOOLS
 
     def __init__(
         self,

@@ -35,8 +35,13 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
+from secperf.tools import Tool
 
 PORT = 5000
+TOOLS = (
+    Tool("vtund", "vtun", "vpn vtun"),
+    Tool("unshare", "util-linux", "vpn vtun (a private /run per vtund)"),
+)
 SESSION = "secperf"
 CIPHERS = {"none": "no", "aes-128-ecb": "aes128ecb"}
 REFUSED = {
@@ -98,6 +103,7 @@ def render_conf(vpn: Vtun, me: TunnelEnd, device: str, password: str, server: bo
 
 class Vtun(DaemonTunnel):
     kind = "vtun"
+    TOOLS = TOOLS
 
     def __init__(
         self,

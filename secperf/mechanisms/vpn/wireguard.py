@@ -34,8 +34,13 @@ from secperf.mechanisms.vpn.base import (
     write_private,
 )
 from secperf.testbed.host import Host
+from secperf.tools import Tool
 
 PORT = 51820
+TOOLS = (
+    Tool("wireguard-go", "wireguard-go", "vpn wireguard (user-space WireGuard)"),
+    Tool("wg", "wireguard-tools", "vpn wireguard (keys and configuration)"),
+)
 SOCKET_DIR = Path("/var/run/wireguard")
 CIPHERS = ("chacha20-poly1305",)
 
@@ -64,6 +69,7 @@ def _has_wg_device(host: Host, dev: str) -> bool:
 
 class Wireguard(DaemonTunnel):
     kind = "wireguard"
+    TOOLS = TOOLS
 
     def __init__(self, cipher: str = "chacha20-poly1305") -> None:
         if cipher not in CIPHERS:

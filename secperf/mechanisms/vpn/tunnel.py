@@ -20,34 +20,74 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from secperf.errors import MechanismError
-from secperf.mechanisms.base import MechanismContext, RenderedFile
-from secperf.mechanisms.vpn import (
+from secperf.errors import MechanismError, ScenarioError
+from secperf.mechanisms.base import (
+    CheckContext,
+    Mechanism,
+    MechanismContext,
+    MechanismKind,
+    RenderedFile,
+)
+from secperf.mechanisms.vpn.base import (
     TunnelEnd,
     Vpn,
     device_counters,
-    from_schema,
     memory,
     tunnel_addresses,
     tunnel_name,
 )
-from secperf.scenario.schema import VpnMechanism
+from secperf.mechanisms.vpn.ipsec import Ipsec, kernel_has_esp
+from secperf.mechanisms.vpn.openvpn import OpenVpn
+from secperf.mechanisms.vpn.pptp import refuse as refuse_pptp
+from secperf.mechanisms.vpn.spec import VpnSpec
+from secperf.mechanisms.vpn.tinc import Tinc
+from secperf.mechanisms.vpn.vtun import Vtun
+from secperf.mechanisms.vpn.wireguard import Wireguard
 from secperf.testbed.host import Host
 from secperf.testbed.topology import Topology
+from secperf.tools import Tool
+
+# Each implementation by its `implementation = "..."` name.
+IMPLEMENTATIONS: dict[str, type[Wireguard | OpenVpn | Ipsec | Tinc | Vtun]] = {
+    "wireguard": Wireguard,
+    "openvpn": OpenVpn,
+    "ipsec": Ipsec,
+    "tinc": Tinc,
+    "vtun": Vtun,
+}
 
 # Each tunnel of a run gets its own inner /30 and device names.
 _indexes = itertools.count()
 
 
-class Tunnel:
+def make(implementation: str, **params: Any) -> Vpn:
+    """The implementation with its parameters (None values take its defaults)."""
+    params = {k: v for k, v in params.items() if v is not None}
+    if implementation == "pptp":
+        raise refuse_pptp()
+    if implementation not in IMPLEMENTATIONS:
+        raise MechanismError(
+            f"vpn implementation {implementation!r} is unknown",
+            fix=f"use one of {', '.join(IMPLEMENTATIONS)}",
+        )
+    vpn: Vpn = IMPLEMENTATIONS[implementation](**params)
+    return vpn
+
+
+def from_spec(spec: VpnSpec) -> Vpn:
+    """The Vpn for a scenario's `{ kind = "vpn", ... }` entry."""
+    return make(spec.implementation, **spec.implementation_params())
+
+
+class Tunnel(Mechanism):
     """A `vpn` mechanism: one Vpn implementation between two hosts of the graph."""
 
-    kind = "vpn"
+    spec: VpnSpec
 
-    def __init__(self, spec: VpnMechanism) -> None:
-        self.spec = spec
+    def __init__(self, spec: VpnSpec) -> None:
+        super().__init__(spec)
         self.index = next(_indexes)
-        self.vpn: Vpn = from_schema(spec)
+        self.vpn: Vpn = from_spec(spec)
         self._rendered = False
         self._ends: tuple[TunnelEnd, TunnelEnd] | None = None
         self._before: dict[str, int] = {}
@@ -57,9 +97,6 @@ class Tunnel:
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
         """Nothing yet: keys and configurations are written on the first apply."""
         return []
-
-    def backends(self) -> set[str]:
-        return set()
 
     def apply(self, host: Host, ctx: MechanismContext) -> None:
         raise MechanismError("a tunnel needs both its ends at once (the runner applies it whole)")
@@ -177,3 +214,32 @@ def _underlay(topo: Topology, a: str, b: str, family: int) -> tuple[str, str]:
         if peer == b:
             return str(seg.members[a][idx].ip), str(seg.members[b][idx].ip)
     return topo.primary_address(a, family), topo.primary_address(b, family)
+
+
+def tools(spec: VpnSpec) -> list[Tool]:
+    impl = IMPLEMENTATIONS.get(spec.implementation)
+    return list(impl.TOOLS) if impl is not None else []
+
+
+def check(spec: VpnSpec, ctx: CheckContext) -> None:
+    """IPsec transport mode without the kernel's ESP transform (kernel-libipsec carries
+    tunnel mode only): refused now rather than after the testbed is built."""
+    if spec.implementation == "ipsec" and spec.mode == "transport" and not kernel_has_esp():
+        raise ScenarioError(
+            f"{ctx.key}: ipsec transport mode needs the kernel's ESP transform, which this "
+            "kernel lacks; kernel-libipsec, the user-space fallback, carries tunnel "
+            "mode only",
+            where=ctx.where,
+            fix='use mode = "tunnel" here, or a kernel with ESP (CONFIG_INET_ESP)',
+        )
+
+
+KIND = MechanismKind(
+    name="vpn",
+    model=VpnSpec,
+    runtime=Tunnel,
+    tools=tools,
+    known_tools=tuple(t for impl in IMPLEMENTATIONS.values() for t in impl.TOOLS),
+    traits=frozenset({"tunnels"}),
+    check=check,
+)

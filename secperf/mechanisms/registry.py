@@ -1,0 +1,45 @@
+"""Every mechanism kind, by its `kind = "..."` name: one line per kind.
+
+A kind is one module (or package) that declares itself once (`KIND`, a
+`secperf.mechanisms.base.MechanismKind`); adding one is a new module and a line
+here (secperf/mechanisms/README-kind.md). Nothing else names a kind: the scenario
+schema validates entries through `MECHANISMS`, and the runner, the preflight and
+the workloads read the declarations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from secperf.mechanisms import (
+    acl,
+    appliance,
+    custom,
+    external,
+    fastpath,
+    ids,
+    ips,
+    nat,
+    proxy,
+    synproxy,
+    vpn,
+)
+from secperf.mechanisms.base import MechanismKind
+from secperf.scenario.registry import KindRegistry
+
+MECHANISMS: KindRegistry[MechanismKind[Any]] = KindRegistry(
+    "mechanism",
+    [
+        acl.KIND,
+        custom.KIND,
+        nat.KIND,
+        appliance.KIND,
+        synproxy.KIND,
+        vpn.KIND,
+        proxy.KIND,
+        ips.KIND,
+        ids.KIND,
+        fastpath.KIND,
+        external.KIND,
+    ],
+)
