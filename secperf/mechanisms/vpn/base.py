@@ -32,13 +32,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
 from secperf.testbed import topology
 from secperf.testbed.host import Host, InterfaceCounters
 from secperf.testbed.ledger import proc_state
 from secperf.testbed.netns import ManagedProcess
+from secperf.tools import Tool
 
 TUNNEL_NET4 = topology.TUNNEL_NET4  # 198.18.240.0/20, which no link of the graph uses
 # The first /64 of the overlays' 2001:2:0:f0::/60: that /60 also holds the ACL
@@ -289,11 +290,93 @@ class DaemonSet:
 
 
 class DaemonTunnel:
-    """What the implementations share once started: their DaemonSet (`_ds`) and
-    device names per end (`_names`); an implementation overrides what differs."""
+    """What the implementations share: the render checks and the start sequence, written
+    once; an implementation fills in what differs (`write`, `launch`, and the optional
+    hooks) and keeps its daemons in its DaemonSet (`_ds`) and each end's tunnel device
+    in `_names`.
 
-    _names: dict[str, str]
-    _ds: DaemonSet
+    The start sequence: `prepare` the hosts; start each end's daemon (`launch`), the
+    listening end first when the other connects to it (`server_first`; end b is the
+    server), waiting until it listens (`listener`); `connect` what needs both daemons;
+    wait until a ping crosses the tunnel; wait until the tunnel is `ready`; send each
+    end's routes through its device (`route_devices`). Any failure on the way stops
+    everything started so far (daemons, and the undo steps of devices, addresses and
+    routes), so a failed start leaves nothing behind."""
+
+    kind: ClassVar[str]  # "wireguard" | "openvpn" | "ipsec" | "tinc" | "vtun"
+    TOOLS: ClassVar[tuple[Tool, ...]]  # the programs it runs (secperf doctor, preflight)
+    server_first: ClassVar[bool] = True
+    route_devices: ClassVar[bool] = True
+
+    def __init__(self, daemon: str) -> None:
+        self._ds = DaemonSet(daemon)
+        self._names: dict[str, str] = {}
+        self._files: Path | None = None  # set once render() wrote everything
+
+    # -- what an implementation writes and runs ---------------------------------------
+    def check(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        """Refuse ends this implementation cannot carry (before anything is written)."""
+
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
+        """Keys, certificates and both ends' configurations, in files_dir (which exists);
+        `name` is the stem of the device names."""
+        raise NotImplementedError
+
+    def prepare(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        """Before any daemon: host settings the tunnel needs (undo steps in `_ds`)."""
+
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        """Start `end`'s daemon (`server`: end b, the one the other connects to)."""
+        raise NotImplementedError
+
+    def listener(self) -> tuple[int, str] | None:
+        """(port, "tcp" or "udp") the server end listens on before the other starts, or
+        None when the other need not wait for it."""
+        return None
+
+    def connect(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        """Once both daemons run: what brings the tunnel up between them."""
+
+    def ready(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        """Once packets pass: wait for whatever else makes the tunnel the measured one."""
+
+    # -- the Vpn interface -------------------------------------------------------------
+    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
+        check_ends(a, b)
+        check_tunnel_name(name)
+        self.check(a, b)
+        files_dir.mkdir(parents=True, exist_ok=True)
+        out = self.write(a, b, files_dir, name)
+        self._files = files_dir
+        return out
+
+    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        if self._files is None:
+            raise MechanismError(f"{self.kind}: start() before render()")
+        ds = self._ds
+        try:
+            self.prepare(a, b)
+            listen = self.listener()
+            for end, peer in ((b, a), (a, b)) if self.server_first else ((a, b), (b, a)):
+                self.launch(end, peer, server=end is b)
+                if end is b and listen is not None:
+                    wait_listening(ds, b, *listen)
+            self.connect(a, b)
+            wait_passing(a, b, ds)
+            self.ready(a, b)
+            if self.route_devices:
+                for end in (a, b):
+                    add_routes(ds, end, self._names[end.name])
+        except BaseException:
+            ds.stop()
+            raise
+
+    @property
+    def files(self) -> Path:
+        """The run directory's folder of this tunnel (after render())."""
+        if self._files is None:
+            raise MechanismError(f"{self.kind}: start() before render()")
+        return self._files
 
     def stop(self) -> None:
         self._ds.stop()

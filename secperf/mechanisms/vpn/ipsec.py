@@ -32,14 +32,10 @@ from typing import Any
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     PRIVATE_RUN,
-    DaemonSet,
     DaemonTunnel,
     TunnelEnd,
-    check_ends,
-    check_tunnel_name,
     version_of,
     wait_for,
-    wait_passing,
     write_private,
 )
 from secperf.testbed.host import Host
@@ -154,6 +150,8 @@ def render_swanctl_conf(
 class Ipsec(DaemonTunnel):
     kind = "ipsec"
     TOOLS = TOOLS
+    server_first = False  # both charons start, then a initiates
+    route_devices = False  # charon installs the routes (table 220) itself
 
     def __init__(self, cipher: str = "aes-256-gcm", mode: str = "tunnel") -> None:
         if cipher not in ESP_PROPOSALS:
@@ -163,23 +161,18 @@ class Ipsec(DaemonTunnel):
             )
         if mode not in MODES:
             raise MechanismError(f"ipsec mode {mode!r}", fix="use tunnel or transport")
+        super().__init__("charon")
         self.cipher, self.mode = cipher, mode
         esp = kernel_has_esp()
         self.libipsec = not esp
-        self._names: dict[str, str] = {}
-        self._files: Path | None = None
         self._confs: dict[str, tuple[Path, Path, Path]] = {}  # strongswan.conf, swanctl, vici
-        self._ds = DaemonSet("charon")
+        self._links_before: dict[str, set[str]] = {}
 
     @property
     def backend(self) -> str:
         return "kernel-libipsec" if self.libipsec else "xfrm"
 
-    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
-        check_ends(a, b)
-        check_tunnel_name(name)
-        files_dir.mkdir(parents=True, exist_ok=True)
-        self._files = files_dir
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         psk = base64.b64encode(secrets.token_bytes(32)).decode()
         out = []
         for end, peer in ((a, b), (b, a)):
@@ -213,9 +206,7 @@ class Ipsec(DaemonTunnel):
             )
         return proc.stdout
 
-    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
-        if not self._confs or self._files is None:
-            raise MechanismError("ipsec: start() before render()")
+    def prepare(self, a: TunnelEnd, b: TunnelEnd) -> None:
         if self.libipsec and self.mode == "transport":
             raise MechanismError(
                 "ipsec transport mode needs the kernel's ESP transform, which this kernel "
@@ -223,45 +214,42 @@ class Ipsec(DaemonTunnel):
                 "tunnel mode only",
                 fix='use mode = "tunnel" here, or a kernel with ESP (XFRM) for transport mode',
             )
-        ds = self._ds
-        try:
-            before = {e.name: _links(e.host) for e in (a, b)}
+        self._links_before = {e.name: _links(e.host) for e in (a, b)}
+
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        if self.mode == "tunnel":
+            for addr in end.host_prefixes():
+                end.host.run(["ip", "addr", "add", addr, "dev", "lo"])
+                self._ds.add_undo(end.host, ["ip", "addr", "del", addr, "dev", "lo"])
+        ss, _, vici = self._confs[end.name]
+        vici.unlink(missing_ok=True)
+        log = self.files / f"{ss.name.removesuffix('.strongswan.conf')}.charon.log"
+        argv = [*PRIVATE_RUN, "env", f"STRONGSWAN_CONF={ss}", CHARON]
+        self._ds.spawn(end, argv, log, label="charon")
+
+    def connect(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        for end in (a, b):
+            wait_for(
+                partial(self._vici_answers, end),
+                self._ds,
+                what=f"charon in {end.name} did not open its vici socket",
+                fix="read charon's log above",
+            )
+            self._swanctl(end, "--load-all", "--file", str(self._confs[end.name][1]))
+        self._swanctl(a, "--initiate", "--child", "secperf", "--timeout", "15")
+        if self.libipsec:
             for end in (a, b):
-                if self.mode == "tunnel":
-                    for addr in end.host_prefixes():
-                        end.host.run(["ip", "addr", "add", addr, "dev", "lo"])
-                        ds.add_undo(end.host, ["ip", "addr", "del", addr, "dev", "lo"])
-                ss, _, vici = self._confs[end.name]
-                vici.unlink(missing_ok=True)
-                log = self._files / f"{ss.name.removesuffix('.strongswan.conf')}.charon.log"
-                argv = [*PRIVATE_RUN, "env", f"STRONGSWAN_CONF={ss}", CHARON]
-                ds.spawn(end, argv, log, label="charon")
-            for end in (a, b):
-                wait_for(
-                    partial(self._vici_answers, end),
-                    ds,
-                    what=f"charon in {end.name} did not open its vici socket",
-                    fix="read charon's log above",
-                )
-                self._swanctl(end, "--load-all", "--file", str(self._confs[end.name][1]))
-            self._swanctl(a, "--initiate", "--child", "secperf", "--timeout", "15")
-            if self.libipsec:
-                for end in (a, b):
-                    new = sorted(n for n in _links(end.host) - before[end.name]
-                                 if n.startswith("ipsec"))  # fmt: skip
-                    if not new:
-                        raise ds.failure(
-                            f"charon made no ipsec TUN device in {end.name}",
-                            fix="check that /dev/net/tun exists and kernel-libipsec loaded",
-                        )
-                    self._names[end.name] = new[0]
-            wait_passing(a, b, ds)
-        except BaseException:
-            ds.stop()
-            raise
+                new = sorted(n for n in _links(end.host) - self._links_before[end.name]
+                             if n.startswith("ipsec"))  # fmt: skip
+                if not new:
+                    raise self._ds.failure(
+                        f"charon made no ipsec TUN device in {end.name}",
+                        fix="check that /dev/net/tun exists and kernel-libipsec loaded",
+                    )
+                self._names[end.name] = new[0]
 
     def stop(self) -> None:
-        self._ds.stop()
+        super().stop()
         self._names.clear()
 
     def describe(self) -> dict[str, Any]:

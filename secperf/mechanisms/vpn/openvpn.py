@@ -24,17 +24,11 @@ from typing import Any
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
-    DaemonSet,
     DaemonTunnel,
     TunnelEnd,
-    add_routes,
-    check_ends,
-    check_tunnel_name,
     run_local,
     version_of,
     wait_for,
-    wait_listening,
-    wait_passing,
     write_private,
 )
 from secperf.tools import Tool
@@ -183,19 +177,13 @@ class OpenVpn(DaemonTunnel):
         auth: str = "tls",
     ) -> None:
         check_params(cipher, compression, transport, auth)
+        super().__init__("openvpn")
         self.cipher, self.compression = cipher, compression
         self.transport, self.auth = transport, auth
-        self._names: dict[str, str] = {}
         self._confs: dict[str, Path] = {}
-        self._files: Path | None = None
-        self._ds = DaemonSet("openvpn")
         self._logs: dict[str, Path] = {}
 
-    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
-        check_ends(a, b)
-        check_tunnel_name(name)
-        files_dir.mkdir(parents=True, exist_ok=True)
-        self._files = files_dir
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         if self.auth == "tls":
             files = make_tls_files(files_dir, name)
         else:
@@ -213,33 +201,23 @@ class OpenVpn(DaemonTunnel):
             out.append(conf)
         return out
 
-    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
-        if not self._confs or self._files is None:
-            raise MechanismError("openvpn: start() before render()")
-        ds = self._ds
-        try:
-            # b first: over TCP it is the side that listens.
-            for end in (b, a):
-                dev = self._names[end.name]
-                log = self._files / f"{dev}.openvpn.log"
-                self._logs[end.name] = log
-                ds.spawn(end, ["openvpn", "--config", str(self._confs[end.name])], log, "openvpn")
-                if end is b and self.transport == "tcp":
-                    wait_listening(ds, b, PORT)
-            wait_passing(a, b, ds)
-            # A static key passes packets before openvpn reports its data channel
-            # (it does once it has heard its peer): wait for both reports.
-            wait_for(
-                lambda: set(self.data_channel()) == {a.name, b.name},
-                ds,
-                what="openvpn did not report its data channel on both ends",
-                fix="read the daemons' logs above",
-            )
-            for end in (a, b):
-                add_routes(ds, end, self._names[end.name])
-        except BaseException:
-            ds.stop()
-            raise
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        log = self.files / f"{self._names[end.name]}.openvpn.log"
+        self._logs[end.name] = log
+        self._ds.spawn(end, ["openvpn", "--config", str(self._confs[end.name])], log, "openvpn")
+
+    def listener(self) -> tuple[int, str] | None:
+        return (PORT, "tcp") if self.transport == "tcp" else None  # b listens over TCP
+
+    def ready(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        # A static key passes packets before openvpn reports its data channel
+        # (it does once it has heard its peer): wait for both reports.
+        wait_for(
+            lambda: set(self.data_channel()) == {a.name, b.name},
+            self._ds,
+            what="openvpn did not report its data channel on both ends",
+            fix="read the daemons' logs above",
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

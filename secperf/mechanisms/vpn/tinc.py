@@ -25,16 +25,10 @@ from typing import Any
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
-    DaemonSet,
     DaemonTunnel,
     TunnelEnd,
-    add_routes,
-    check_ends,
-    check_tunnel_name,
     run_local,
     version_of,
-    wait_listening,
-    wait_passing,
 )
 from secperf.tools import Tool
 
@@ -135,19 +129,13 @@ class Tinc(DaemonTunnel):
             raise MechanismError(f"tinc digest {digest!r}", fix=f"use one of {', '.join(DIGESTS)}")
         if transport not in ("udp", "tcp"):
             raise MechanismError(f"tinc transport {transport!r}", fix="use udp or tcp")
+        super().__init__("tincd")
         self.cipher, self.digest, self.transport = cipher, digest, transport
         self.compression = compression
         self.level = tinc_level(compression, compression_level)
-        self._names: dict[str, str] = {}
         self._dirs: dict[str, Path] = {}
-        self._files: Path | None = None
-        self._ds = DaemonSet("tincd")
 
-    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
-        check_ends(a, b)
-        check_tunnel_name(name)
-        files_dir.mkdir(parents=True, exist_ok=True)
-        self._files = files_dir
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         out = []
         for end, peer, letter in ((a, b, "a"), (b, a, "b")):
             d = files_dir / f"{name}.{end.name}.tinc"
@@ -176,23 +164,13 @@ class Tinc(DaemonTunnel):
             shutil.copy(src, self._dirs[end.name] / "hosts" / node_name(peer))
         return out
 
-    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
-        if not self._dirs or self._files is None:
-            raise MechanismError("tinc: start() before render()")
-        ds = self._ds
-        try:
-            for end in (b, a):
-                d = self._dirs[end.name]
-                argv = ["tincd", "-c", str(d), "-D", "-d", "1", f"--pidfile={d / 'tincd.pid'}"]
-                ds.spawn(end, argv, self._files / f"{self._names[end.name]}.tincd.log", "tincd")
-                if end is b:
-                    wait_listening(ds, b, PORT)
-            wait_passing(a, b, ds)
-            for end in (a, b):
-                add_routes(ds, end, self._names[end.name])
-        except BaseException:
-            ds.stop()
-            raise
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        d = self._dirs[end.name]
+        argv = ["tincd", "-c", str(d), "-D", "-d", "1", f"--pidfile={d / 'tincd.pid'}"]
+        self._ds.spawn(end, argv, self.files / f"{self._names[end.name]}.tincd.log", "tincd")
+
+    def listener(self) -> tuple[int, str]:
+        return (PORT, "tcp")  # a connects to b's meta connection
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -24,15 +24,9 @@ from typing import Any
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
     PRIVATE_RUN,
-    DaemonSet,
     DaemonTunnel,
     TunnelEnd,
-    add_routes,
-    check_ends,
-    check_tunnel_name,
     version_of,
-    wait_listening,
-    wait_passing,
     write_private,
 )
 from secperf.tools import Tool
@@ -116,16 +110,12 @@ class Vtun(DaemonTunnel):
         level = 9 if compression_level is None else compression_level
         if not 1 <= level <= 9:
             raise MechanismError(f"vtun compression level {level}", fix="use 1..9")
+        super().__init__("vtund")
         self.cipher, self.compression, self.level = cipher, compression, level
         self.transport = transport
-        self._names: dict[str, str] = {}
         self._confs: dict[str, Path] = {}
-        self._files: Path | None = None
-        self._ds = DaemonSet("vtund")
 
-    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
-        check_ends(a, b)
-        check_tunnel_name(name)
+    def check(self, a: TunnelEnd, b: TunnelEnd) -> None:
         if a.inner6 or b.inner6:
             raise MechanismError(
                 "vtun carries no inner IPv6 here: its TUN device works only with IPv6 off",
@@ -137,8 +127,8 @@ class Vtun(DaemonTunnel):
                 "(its configuration parser rejects an IPv6 bindaddr)",
                 fix="give vtun's tunnel ends IPv4 underlay addresses",
             )
-        files_dir.mkdir(parents=True, exist_ok=True)
-        self._files = files_dir
+
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         password = secrets.token_hex(16)
         out = []
         for end, letter, server in ((a, "a", False), (b, "b", True)):
@@ -150,28 +140,22 @@ class Vtun(DaemonTunnel):
             out.append(conf)
         return out
 
-    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
-        if not self._confs or self._files is None:
-            raise MechanismError("vtun: start() before render()")
-        ds = self._ds
-        try:
-            for end in (a, b):
-                old = end.host.run(["sysctl", "-n", DISABLE_V6]).stdout.strip() or "0"
-                end.host.run(["sysctl", "-q", "-w", f"{DISABLE_V6}=1"])
-                ds.add_undo(end.host, ["sysctl", "-q", "-w", f"{DISABLE_V6}={old}"])
-            server = [*PRIVATE_RUN, "vtund", "-n", "-s", "-f", str(self._confs[b.name])]
-            ds.spawn(b, server, self._files / f"{self._names[b.name]}.vtund.log", "vtund")
-            wait_listening(ds, b, PORT)  # sessions start over TCP, whatever carries the data
-            client = [
-                *PRIVATE_RUN, "vtund", "-n", "-f", str(self._confs[a.name]), SESSION, b.underlay,
-            ]  # fmt: skip
-            ds.spawn(a, client, self._files / f"{self._names[a.name]}.vtund.log", "vtund")
-            wait_passing(a, b, ds)
-            for end in (a, b):
-                add_routes(ds, end, self._names[end.name])
-        except BaseException:
-            ds.stop()
-            raise
+    def prepare(self, a: TunnelEnd, b: TunnelEnd) -> None:
+        for end in (a, b):
+            old = end.host.run(["sysctl", "-n", DISABLE_V6]).stdout.strip() or "0"
+            end.host.run(["sysctl", "-q", "-w", f"{DISABLE_V6}=1"])
+            self._ds.add_undo(end.host, ["sysctl", "-q", "-w", f"{DISABLE_V6}={old}"])
+
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        conf = str(self._confs[end.name])
+        argv = ["vtund", "-n", "-s", "-f", conf] if server else [
+            "vtund", "-n", "-f", conf, SESSION, peer.underlay,
+        ]  # fmt: skip
+        log = self.files / f"{self._names[end.name]}.vtund.log"
+        self._ds.spawn(end, [*PRIVATE_RUN, *argv], log, "vtund")
+
+    def listener(self) -> tuple[int, str]:
+        return (PORT, "tcp")  # sessions start over TCP, whatever carries the data
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -20,17 +20,12 @@ from typing import Any
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.vpn.base import (
-    DaemonSet,
     DaemonTunnel,
     TunnelEnd,
-    add_routes,
-    check_ends,
-    check_tunnel_name,
     endpoint,
     run_local,
     version_of,
     wait_for,
-    wait_passing,
     write_private,
 )
 from secperf.testbed.host import Host
@@ -70,6 +65,7 @@ def _has_wg_device(host: Host, dev: str) -> bool:
 class Wireguard(DaemonTunnel):
     kind = "wireguard"
     TOOLS = TOOLS
+    server_first = False  # no listener: both ends send to each other
 
     def __init__(self, cipher: str = "chacha20-poly1305") -> None:
         if cipher not in CIPHERS:
@@ -77,18 +73,12 @@ class Wireguard(DaemonTunnel):
                 f"wireguard has one cipher, chacha20-poly1305, not {cipher!r}",
                 fix="leave `cipher` out for wireguard",
             )
+        super().__init__("wireguard-go")
         self.cipher = cipher
-        self._names: dict[str, str] = {}
         self._confs: dict[str, Path] = {}
-        self._files: Path | None = None
-        self._ds = DaemonSet("wireguard-go")
         self._backend = "wireguard-go"
 
-    def render(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
-        check_ends(a, b)
-        check_tunnel_name(name)
-        files_dir.mkdir(parents=True, exist_ok=True)
-        self._files = files_dir
+    def write(self, a: TunnelEnd, b: TunnelEnd, files_dir: Path, name: str) -> list[Path]:
         keys = {}
         for end in (a, b):
             private = run_local(["wg", "genkey"], what="wg genkey").strip()
@@ -103,45 +93,31 @@ class Wireguard(DaemonTunnel):
             out.append(conf)
         return out
 
-    def start(self, a: TunnelEnd, b: TunnelEnd) -> None:
-        if not self._confs or self._files is None:
-            raise MechanismError("wireguard: start() before render()")
-        ds = self._ds
-        try:
-            for end in (a, b):
-                dev = self._names[end.name]
-                if (
-                    end.host.run(
-                        ["ip", "link", "add", dev, "type", "wireguard"], check=False
-                    ).returncode
-                    == 0
-                ):
-                    self._backend = "kernel"
-                    ds.add_undo(end.host, ["ip", "link", "del", dev])
-                else:
-                    log = self._files / f"{dev}.wireguard-go.log"
-                    ds.spawn(end, ["wireguard-go", "-f", dev], log, label="wireguard-go")
-                    self._backend = "wireguard-go"
-                    wait_for(
-                        partial(_has_wg_device, end.host, dev),
-                        ds,
-                        what=f"wireguard-go made no device {dev} in {end.name}",
-                        fix="check that /dev/net/tun exists in that host",
-                    )
-                end.host.run(["wg", "setconf", dev, str(self._confs[end.name])])
-                end.host.run(["ip", "addr", "add", end.inner4, "dev", dev])
-                if end.inner6:
-                    end.host.run(["ip", "addr", "add", end.inner6, "dev", dev])
-                end.host.run(["ip", "link", "set", dev, "up"])
-            wait_passing(a, b, ds)
-            for end in (a, b):
-                add_routes(ds, end, self._names[end.name])
-        except BaseException:
-            ds.stop()
-            raise
+    def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
+        """The device (the kernel's, else wireguard-go's), its keys and addresses."""
+        ds, dev = self._ds, self._names[end.name]
+        kernel = end.host.run(["ip", "link", "add", dev, "type", "wireguard"], check=False)
+        if kernel.returncode == 0:
+            self._backend = "kernel"
+            ds.add_undo(end.host, ["ip", "link", "del", dev])
+        else:
+            log = self.files / f"{dev}.wireguard-go.log"
+            ds.spawn(end, ["wireguard-go", "-f", dev], log, label="wireguard-go")
+            self._backend = "wireguard-go"
+            wait_for(
+                partial(_has_wg_device, end.host, dev),
+                ds,
+                what=f"wireguard-go made no device {dev} in {end.name}",
+                fix="check that /dev/net/tun exists in that host",
+            )
+        end.host.run(["wg", "setconf", dev, str(self._confs[end.name])])
+        end.host.run(["ip", "addr", "add", end.inner4, "dev", dev])
+        if end.inner6:
+            end.host.run(["ip", "addr", "add", end.inner6, "dev", dev])
+        end.host.run(["ip", "link", "set", dev, "up"])
 
     def stop(self) -> None:
-        self._ds.stop()
+        super().stop()
         if self._backend == "wireguard-go":
             # wireguard-go removes its socket on SIGTERM; one it could not remove
             # (killed) is ours by its name, which carries the run prefix.
