@@ -28,6 +28,7 @@ from pydantic import PlainValidator
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import (
+    FLOOD_ALLOWED_PORT,
     Mechanism,
     MechanismContext,
     MechanismKind,
@@ -45,7 +46,6 @@ GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")
 GENERATED_V6 = ipaddress.ip_network("2001:2:0:ff::/64")
 FIRST_GENERATED_PORT = 10000  # above every port the engine uses
 MAX_RULES = 65536
-FLOOD_ALLOWED_PORT = 9  # the flood workloads aim "allowed" floods here (workloads/flood.py)
 
 Layout = Literal["linear", "set"]
 Entries = Literal["standard", "extended"]
@@ -159,13 +159,8 @@ def backends_of(acl: AclSpec) -> set[str]:
     return used
 
 
-def excluded_host(plan: TrafficPlan) -> str | None:
-    """The inside source an `exclude_one` ACL denies: the last emulated client host."""
-    return plan.client_hosts[-1] if len(plan.client_hosts) > 1 else None
-
-
 def _excluded(acl: AclSpec, plan: TrafficPlan) -> str:
-    host = excluded_host(plan)
+    host = plan.excluded_host
     if acl.exclude_one and host is None:
         raise MechanismError(
             "exclude_one needs emulated hosts on the client side",

@@ -37,6 +37,9 @@ from secperf.tools import Tool
 # a firewall that matches ports must know them.
 CONTROL_PORT = 5201
 DATA_PORTS = (5300, 5399)
+# The attacker's "allowed" flood port (secperf.workloads.flood aims floods there): a
+# filter permits it from the attacker, so an allowed flood reaches the server.
+FLOOD_ALLOWED_PORT = 9
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,12 @@ class TrafficPlan:
     client_hosts: tuple[str, ...] = ()
     # The attacker host (when the topology has one), as a host prefix: floods come from it.
     attacker_net: str | None = None
+
+    @property
+    def excluded_host(self) -> str | None:
+        """The inside source a filter denies to show a rejected stream (document 004's,
+        a filter's `exclude_one`): the last emulated client host, when there is one."""
+        return self.client_hosts[-1] if len(self.client_hosts) > 1 else None
 
     def __post_init__(self) -> None:
         if not self.client_hosts:

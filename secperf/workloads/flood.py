@@ -22,7 +22,7 @@ from typing import Any
 
 from secperf.engine import EngineRun, EngineTest, Record
 from secperf.errors import EngineError
-from secperf.mechanisms.acl import FLOOD_ALLOWED_PORT
+from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads.base import Executor, MeasureContext
 from secperf.workloads.common import Spec

@@ -25,7 +25,6 @@ from typing import Any
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import SecperfError
-from secperf.mechanisms.acl import excluded_host
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.common import Spec
@@ -86,7 +85,7 @@ class LatencyExecutor:
         spec["interval"] = 0
         sources = list(ctx.topology.emulated_addresses("client", ctx.family))
         dests = list(ctx.topology.emulated_addresses("server", ctx.family))
-        rejected = excluded_host(ctx.plan) if params.get("rejected_stream") else None
+        rejected = ctx.plan.excluded_host if params.get("rejected_stream") else None
         if params.get("rejected_stream") and rejected is None:
             raise LatencyWorkloadError(
                 "rejected_stream needs emulated hosts on the client side",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from secperf.engine import EngineServer, EngineTest, run_test, start_server
-from secperf.mechanisms.acl import Acl, AclSpec, excluded_host
+from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
@@ -72,7 +72,7 @@ def test_an_acl_that_denies_the_probes_lets_none_through(
     tb, _ = bed
     acl = Acl(AclSpec(rules=1, entries="standard", exclude_one=True))
     plan = traffic_plan(tb.topology, 4)
-    denied = excluded_host(plan)
+    denied = plan.excluded_host
     assert denied is not None
     try:
         load_acl(tb, acl, tmp_path)
@@ -90,7 +90,7 @@ def test_rejected_stream_beside_a_passed_one(
 ) -> None:
     tb, _ = bed
     acl = Acl(AclSpec(rules=1, entries="standard", exclude_one=True))
-    denied = excluded_host(traffic_plan(tb.topology, 4))
+    denied = traffic_plan(tb.topology, 4).excluded_host
     try:
         load_acl(tb, acl, tmp_path)
         rejected = EngineTest(tb.host("client"), spec(tb, sources=[denied]))
