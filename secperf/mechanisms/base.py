@@ -151,7 +151,7 @@ class MechanismContext:
     # every test and checks that the reset removed each declared flowtable.
     flowtables: list[str] = field(default_factory=list)
     # The server host, for a mechanism that must copy the server's settings
-    # (synproxy's TCP options); set by the runner once the testbed exists.
+    # (the TCP options a SYN proxy promises); set by the runner once the testbed exists.
     server: Host | None = None
 
 
