@@ -21,7 +21,8 @@ def test_new_mechanism_runs(tmp_path: Path) -> None:
     path.write_text(SCENARIO.format(key="port"))
     out = tmp_path / "results"
     with MECHANISMS.registered(KIND):
-        result = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--json"])
+        # Not --json: that quiets the CLI's console for the rest of this process.
+        result = CliRunner().invoke(app, ["run", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     (run,) = out.iterdir()
     lines = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
