@@ -12,7 +12,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from secperf.engine import engine_path
 from secperf.errors import MechanismError, ScenarioError, SecperfError, ToolMissingError
 from secperf.scenario.schema import (
     AclMechanism,
@@ -28,6 +27,7 @@ from secperf.scenario.schema import (
     VpnMechanism,
 )
 from secperf.scenario.units import human_size
+from secperf.tools import engine_path, nfq_path
 
 
 @dataclass(frozen=True)
@@ -430,7 +430,5 @@ def preflight(scenario: Scenario, family: int) -> None:
         for v in scenario.variants.values()
         for m in v.mechanisms
     ):
-        from secperf.mechanisms.appliance import nfq_path
-
         nfq_path()  # the appliance's daemon is built with the engine
     check_custom_files(scenario, family)

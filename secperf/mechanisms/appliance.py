@@ -32,19 +32,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secperf.engine import built_binary
 from secperf.errors import MechanismError
 from secperf.mechanisms.acl import apply_files
 from secperf.mechanisms.base import MechanismContext, RenderedFile, TrafficPlan
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import nfq_path
 
 READY_TIMEOUT_S = 10.0
 DAEMON_LABEL = "secperf-nfq"
-
-
-def nfq_path() -> str:
-    """The daemon binary: $SECPERF_NFQ, this checkout's release build, or PATH."""
-    return built_binary("secperf-nfq", "SECPERF_NFQ", "the appliance's daemon")
 
 
 def render_nft(appl: Appliance, plan: TrafficPlan, table: str) -> str:

@@ -38,9 +38,10 @@ from typing import Any
 from secperf import ips_rules
 from secperf.errors import MechanismError
 from secperf.mechanisms.acl import apply_files
-from secperf.mechanisms.appliance import _read_line, nfq_path
+from secperf.mechanisms.appliance import _read_line
 from secperf.mechanisms.base import MechanismContext, RenderedFile
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import nfq_path
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0

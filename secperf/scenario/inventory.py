@@ -128,8 +128,8 @@ def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
 def check_inventory(scenario: Scenario, topology: Topology) -> list[str]:
     """`secperf check`: every remote host reached, before any traffic; raises the
     first failure (a SecperfError naming the host and the fix)."""
-    from secperf.engine import engine_path
     from secperf.testbed.ssh import _sha256
+    from secperf.tools import engine_path
 
     specs = ssh_specs(scenario, topology)
     if not specs:

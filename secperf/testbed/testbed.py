@@ -51,6 +51,7 @@ from secperf.testbed.netns import (
 from secperf.testbed.ssh import SshHost, SshSpec, clean_remote
 from secperf.testbed.topology import Topology
 from secperf.testbed.vm import BACKENDS, VmHost, VmSettings
+from secperf.tools import engine_path, remote_engine_file
 
 # Host, ManagedProcess and NetnsHost are re-exported: callers import them from here.
 __all__ = [
@@ -140,8 +141,6 @@ class Testbed:
         # Hosts on other machines (the SSH backend); every other host is a namespace here.
         self._remote: dict[str, SshHost] = {}
         if self.remotes:
-            from secperf.engine import engine_path, remote_engine_file
-
             engine, upload = engine_path(), remote_engine_file()
             self._remote = {
                 name: SshHost(

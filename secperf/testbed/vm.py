@@ -52,6 +52,7 @@ from secperf.testbed.vmimage import (
     Image,
     ensure_image,
 )
+from secperf.tools import nfq_path
 
 Accel = Literal["auto", "kvm", "tcg"]
 BACKENDS = ("namespace", "vm")
@@ -261,8 +262,6 @@ class VmHost:
     ) -> VmHost:
         """Image (cached or built), taps and bridges, boot, agent, guest network."""
         vm = cls(role, ns_host, topology, prefix, ledger, settings, state_dir, veths)
-        from secperf.mechanisms.appliance import nfq_path
-
         t0 = time.monotonic()
         vm._image = ensure_image(Path(nfq_path()), timeout=settings.build_timeout)
         vm.state.image = {

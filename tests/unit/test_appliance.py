@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from secperf.errors import ToolMissingError
 from secperf.mechanisms import from_schema
-from secperf.mechanisms.appliance import Appliance, nfq_path, render_iptables, render_nft
+from secperf.mechanisms.appliance import Appliance, render_iptables, render_nft
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.preflight import tools_for
@@ -21,6 +21,7 @@ from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.schema import ApplianceMechanism, FailclosedWorkload, Scenario
 from secperf.scenario.sweep import expand_scenario
+from secperf.tools import nfq_path
 from secperf.workloads import executor_for
 from secperf.workloads.failclosed import FailclosedExecutor
 
