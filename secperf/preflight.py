@@ -113,7 +113,7 @@ OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recordi
 
 
 # A variant with backend = "vm": qemu runs the DUT; apt-get download and dpkg-deb
-# build its image (secperf.testbed.vmimage) without installing anything.
+# build its image (secperf.testbed.hosts.vmimage) without installing anything.
 VM_TOOLS = (
     Tool("qemu-system-x86_64", "qemu-system-x86", 'the DUT as a VM (backend = "vm")'),
     Tool("apt-get", "apt", "downloading the VM image's Debian packages"),

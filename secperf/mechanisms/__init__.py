@@ -28,7 +28,7 @@ from secperf.scenario.schema import (
     VpnMechanism,
 )
 from secperf.scenario.schema import Mechanism as MechanismSpec
-from secperf.testbed.ssh import SshSpec
+from secperf.testbed.hosts.ssh_transport import SshSpec
 
 __all__ = ["Mechanism", "from_schema"]
 

@@ -228,7 +228,7 @@ def flush_flow_state(host: Host) -> None:
     """Make the host's kernel forget every connection it tracks (NAT bindings,
     established and TIME_WAIT entries): `conntrack -F`, before every test. An
     external device's state is its own (its variant's commands reset it)."""
-    if not getattr(host, "runs_commands", True):
+    if not host.runs_commands:
         return
     host.run(["conntrack", "-F"])
 

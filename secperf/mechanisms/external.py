@@ -18,8 +18,8 @@ from typing import Any
 
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import MechanismContext, RenderedFile
-from secperf.testbed.host import Host
-from secperf.testbed.ssh import SshSpec, connect, remote_run
+from secperf.testbed.hosts import Host
+from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run
 
 
 def _variant(ctx: MechanismContext) -> str:

@@ -112,7 +112,7 @@ def stop_matcher(d: _Daemon, extra: dict[str, Any]) -> None:
 
 def host_name(host: Host) -> str:
     """The host's name in the testbed graph ("dut", "ids"), not its namespace's."""
-    return str(getattr(host, "role", host.name))
+    return host.role
 
 
 def _stats_paths(ctx: MechanismContext, host: Host) -> tuple[Path, Path, Path]:

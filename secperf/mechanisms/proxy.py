@@ -412,8 +412,8 @@ class Proxy:
                 f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
                 where=str(conf),
             )
-        ledger = getattr(dut, "ledger", None)
-        if isinstance(ledger, Ledger):
+        ledger = dut.ledger
+        if ledger is not None:
             for path in shm_paths(ctx):
                 ledger.add("file", path=str(path))
             self._shm = (ledger, shm_paths(ctx))
@@ -496,11 +496,10 @@ class Proxy:
 
 
 def _ledger(dut: Host) -> Ledger:
-    ledger = getattr(dut, "ledger", None)
+    ledger = dut.ledger
     if ledger is None:
         raise MechanismError(
             f"host {dut.name} keeps no ledger: the proxy's cpus/memory need cgroups it records",
             fix="remove cpus and memory from the proxy on this host",
         )
-    assert isinstance(ledger, Ledger)
     return ledger

@@ -32,7 +32,7 @@ from secperf.mechanisms.vpn import (
     tunnel_name,
 )
 from secperf.scenario.schema import VpnMechanism
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 
 # Each tunnel of a run gets its own inner /30 and device names.

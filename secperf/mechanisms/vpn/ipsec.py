@@ -42,7 +42,7 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 CHARON = "/usr/lib/ipsec/charon"
 ESP_PROPOSALS = {

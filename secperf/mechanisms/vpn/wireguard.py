@@ -33,7 +33,7 @@ from secperf.mechanisms.vpn.base import (
     wait_passing,
     write_private,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 PORT = 51820
 SOCKET_DIR = Path("/var/run/wireguard")

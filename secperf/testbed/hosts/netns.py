@@ -1,130 +1,75 @@
-"""Namespaces, the hosts that live in them, and the processes they run.
+"""The namespace backend: a host that is a network namespace on this machine.
 
 Everything here drives iproute2 (`ip netns ...`, `ip netns exec ...`) through
-subprocess, on purpose: the testbed is made of exactly the commands a network
-engineer would type to rebuild or inspect it, every failure comes with the
-command and its stderr, and no netlink helper process or library sits between
-secperf and the kernel. `ip netns exec` execs the target in place, so the pid
-Popen returns is the pid of the real program, and that is what the ledger
-records.
+subprocess (secperf.testbed.commands): `ip netns exec` execs the target in place,
+so the pid Popen returns is the pid of the real program, and that is what the
+ledger records.
 
-This module is the namespace backend of the host interface
-(secperf.testbed.host.Host): `NetnsHost` is a host that is a namespace on this
-machine. A remote machine reached over SSH implements the same members.
-
-Every process `spawn` starts joins the host's cgroup before it execs (a
-`sh -c 'echo $$ > …/cgroup.procs; exec "$@"'` in front of `ip netns exec`,
-which keeps the pid), so its CPU and its children's count for that host.
+`NetnsHost.build` is the factory the Testbed calls; `open` makes the namespace
+with its sysctls and its cgroup (secperf.testbed.cgroups). Every process `spawn`
+starts joins the host's cgroup before it execs (a `sh -c 'echo $$ > …/cgroup.procs;
+exec "$@"'` in front of `ip netns exec`, which keeps the pid), so its CPU and its
+children's count for that host. The links between namespaces are the Testbed's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
-import secrets
 import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from secperf.errors import TestbedError
+from secperf.testbed import cgroups, links
 from secperf.testbed.cgroups import HostCgroup
-from secperf.testbed.host import Host, InterfaceCounters, Redirect
-from secperf.testbed.ledger import Ledger, proc_starttime, proc_state, process_matches
+from secperf.testbed.commands import run_command
+from secperf.testbed.hosts.protocol import (
+    BuildContext,
+    InterfaceCounters,
+    ManagedProcess,
+    Power,
+    Redirect,
+    Switch,
+    parse_ip_stats,
+    signal_group,
+)
+from secperf.testbed.ledger import Ledger, proc_state, process_matches
 
-PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
 NETNS_DIR = Path("/run/netns")
-
-__all__ = ["Host", "ManagedProcess", "NetnsHost", "Redirect"]
-
-
-def new_prefix() -> str:
-    """A fresh run prefix: 'sp' + 5 random hex digits, e.g. 'sp1a2b3'."""
-    return "sp" + secrets.token_hex(3)[:5]
-
-
-def check_prefix(prefix: str) -> str:
-    """A prefix must be short and plain: it goes into interface names (≤ 15 chars)."""
-    if not PREFIX_RE.match(prefix):
-        raise TestbedError(
-            f"bad run prefix {prefix!r}",
-            fix="use 2-12 lowercase letters and digits, starting with a letter",
-        )
-    return prefix
 
 
 def netns_name(prefix: str, role: str) -> str:
     return f"{prefix}-{role}"
 
 
-# -- running commands --------------------------------------------------------
+# Every host that opens TCP connections keeps a TIME_WAIT per connection it closes
+# first (crr's orderly close, RFC 3511's connections): 64k source ports, and
+# tcp_tw_reuse = 1 lets connect() take a port whose TIME_WAIT is over 1 s old (the
+# timestamps guard the old segments), so a 10k conn/s crr runs for minutes without
+# running out of ports. Per-namespace sysctls, recorded in run.json (testbed.hosts).
+CONNECTION_SYSCTLS: dict[str, str | int] = {
+    "net.ipv4.ip_local_port_range": "1024 65000",
+    "net.ipv4.tcp_tw_reuse": 1,
+}
 
 
-def run_command(
-    argv: Sequence[str],
-    *,
-    check: bool = True,
-    input: str | None = None,
-    timeout: float = 30.0,
-    fix: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run a command; with check, a failure is a TestbedError naming it and its stderr."""
-    cmd = shlex.join(argv)
-    try:
-        proc = subprocess.run(
-            list(argv),
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
-        raise TestbedError(
-            f"program not found: {argv[0]}",
-            where=cmd,
-            fix=f"install {argv[0]} (iproute2 for ip and tc)",
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise TestbedError(
-            f"command timed out after {timeout} s: {cmd}",
-            where=cmd,
-            fix="the machine may be overloaded; `secperf clean` removes what this run left",
-        ) from None
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        raise TestbedError(
-            f"command failed (exit {proc.returncode}): {cmd}\n  {detail}",
-            where=cmd,
-            fix=fix or "read the command's error above; `secperf clean` removes leftovers",
-        )
-    return proc
-
-
-def run_ip_batch(netns: str, lines: Sequence[str]) -> None:
-    """Run `ip` commands in a namespace in one process (`ip -n NS -batch -`).
-
-    One process instead of hundreds keeps a testbed with 200 emulated hosts
-    fast to build; a failure still names the exact line that failed.
-    """
-    if not lines:
-        return
-    argv = ["ip", "-n", netns, "-batch", "-"]
-    proc = run_command(argv, check=False, input="\n".join(lines) + "\n")
-    if proc.returncode != 0:
-        match = re.search(r"Command failed -:(\d+)", proc.stderr)
-        failed = lines[int(match.group(1)) - 1] if match else "(unknown line)"
-        cmd = f"ip -n {netns} {failed}"
-        raise TestbedError(
-            f"command failed: {cmd}\n  {proc.stderr.strip()}",
-            where=cmd,
-            fix="read the command's error above; `secperf clean` removes leftovers",
-        )
+def host_sysctls(forwarding: bool) -> dict[str, str | int]:
+    """The sysctls of a testbed host (a namespace, or a VM guest in its place)."""
+    on = int(forwarding)
+    return {
+        **CONNECTION_SYSCTLS,
+        # Explicit either way: a new namespace may inherit ip_forward from the root one.
+        "net.ipv4.ip_forward": on,
+        "net.ipv6.conf.all.forwarding": on,
+        # Set before the veths exist so they inherit it: addresses usable at once.
+        "net.ipv6.conf.all.accept_dad": 0,
+        "net.ipv6.conf.default.accept_dad": 0,
+    }
 
 
 # -- namespaces --------------------------------------------------------------
@@ -169,16 +114,6 @@ def set_sysctls(netns: str, values: dict[str, str | int]) -> None:
 # -- processes -----------------------------------------------------------------
 
 
-def _signal_group(pgid: int | None, pid: int, sig: int) -> None:
-    try:
-        if pgid is not None and pgid == pid:
-            os.killpg(pgid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def kill_recorded_process(
     pid: int, starttime: int, pgid: int | None = None, timeout: float = 5.0
 ) -> bool:
@@ -189,129 +124,72 @@ def kill_recorded_process(
     """
     if not process_matches(pid, starttime):
         return False
-    _signal_group(pgid, pid, signal.SIGTERM)
+    signal_group(pgid, pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process_matches(pid, starttime):
         time.sleep(0.01)
     if process_matches(pid, starttime):
-        _signal_group(pgid, pid, signal.SIGKILL)
+        signal_group(pgid, pid, signal.SIGKILL)
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and process_matches(pid, starttime):
             time.sleep(0.01)
     return True
 
 
-class ManagedProcess:
-    """A process started in a host, recorded in the ledger until it is stopped.
-
-    It leads its own process group, so `stop` also reaches the children it forks
-    (daemons' workers).
-    """
-
-    def __init__(
-        self, popen: subprocess.Popen[Any], *, ledger: Ledger, label: str, host: str
-    ) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.label = label
-        self.host = host
-        self.argv = list(popen.args) if isinstance(popen.args, list | tuple) else [str(popen.args)]
-        # Read before anyone can reap it: a zombie still has its stat.
-        self.starttime = proc_starttime(self.pid) or 0
-        self._ledger = ledger
-        self._stopped = False
-        # Run once the process has stopped (a VM backend fetches what it wrote).
-        self.after_stop: list[Callable[[], None]] = []
-
-    @property
-    def returncode(self) -> int | None:
-        return self.popen.returncode
-
-    @property
-    def stdout(self) -> IO[Any] | None:
-        return self.popen.stdout
-
-    @property
-    def stderr(self) -> IO[Any] | None:
-        return self.popen.stderr
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.popen.wait(timeout)
-
-    def _exited(self) -> bool:
-        """True once the leader has exited, without reaping it (its pid stays ours)."""
-        if self.popen.returncode is not None:
-            return True
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
-
-    def stop(self, timeout: float = 5.0) -> int | None:
-        """SIGTERM the group, wait up to `timeout`, then SIGKILL; idempotent.
-
-        Returns the exit status (negative signal number if killed).
-        """
-        if not self._stopped:
-            if not self._exited():
-                self._signal(signal.SIGTERM)
-                deadline = time.monotonic() + timeout
-                while not self._exited() and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                if not self._exited():
-                    self._signal(signal.SIGKILL)
-            # The leader is a zombie at worst, so its group id can't be reused yet:
-            # kill any children it left behind, then reap it.
-            if self.popen.returncode is None:
-                self._signal(signal.SIGKILL)
-            try:
-                self.popen.wait(timeout=5.0)
-            finally:
-                self._stopped = True
-                self._ledger.remove("process", pid=self.pid, starttime=self.starttime)
-            hooks, self.after_stop = self.after_stop, []
-            for hook in hooks:
-                hook()
-        return self.popen.returncode
-
-    def send_signal(self, sig: int) -> None:
-        """Signal the process itself (not its group), e.g. SIGINT to end a flood early."""
-        if self.popen.poll() is None:
-            os.kill(self.pid, sig)
-
-    def _signal(self, sig: int) -> None:
-        if self.popen.returncode is None:
-            _signal_group(self.pid, self.pid, sig)
-
-    def __repr__(self) -> str:
-        return f"ManagedProcess(pid={self.pid}, label={self.label!r}, host={self.host!r})"
-
-
 # -- hosts --------------------------------------------------------------------
 
 
 class NetnsHost:
-    """A host that is a network namespace on this machine."""
+    """A host that is a network namespace on this machine (the `Backend` protocol)."""
 
-    def __init__(
-        self,
-        role: str,
-        netns: str,
-        ledger: Ledger,
-        processes: list[ManagedProcess] | None = None,
-        groups: dict[str, HostCgroup] | None = None,
-    ) -> None:
+    def __init__(self, role: str, bed: BuildContext) -> None:
         self.role = role
-        self.netns = netns
-        self._ledger = ledger
+        self.netns = netns_name(bed.prefix, role)
+        self._bed = bed
+        self._ledger = bed.ledger
         # Shared with the Testbed so teardown can stop (and reap) what we spawned.
-        self._processes = processes if processes is not None else []
-        # Shared with the Testbed, which fills it as it builds: role -> the host's cgroup.
-        self._groups = groups if groups is not None else {}
+        self._processes = bed.processes
+        # Shared with every host, filled as they open: host -> its cgroup.
+        self._groups = bed.cgroups
+
+    @classmethod
+    def build(cls, name: str, bed: BuildContext, settings: object = None) -> NetnsHost:
+        """The factory: a namespace host (no settings of its own)."""
+        return cls(name, bed)
+
+    # -- life cycle (the Backend protocol) -------------------------------------------
+
+    def open(self) -> None:
+        """The namespace (recorded first), its sysctls, its cgroup (pinned if asked)."""
+        bed = self._bed
+        create_netns(self._ledger, self.netns)
+        set_sysctls(self.netns, host_sysctls(bed.topology.host(self.role).forwarding))
+        if bed.cgroup_layout is None:
+            bed.cgroup_layout = cgroups.detect()
+        self._groups[self.role] = cgroups.create(
+            self._ledger, bed.cgroup_layout, bed.prefix, self.role, bed.pin.get(self.role)
+        )
+
+    def start(self) -> None:
+        """Nothing: a namespace is ready once its links are."""
+
+    def close(self) -> list[str]:
+        """Nothing of its own: its processes, cgroup and namespace go by the ledger."""
+        return []
+
+    @property
+    def location(self) -> str:
+        return self.netns
+
+    @property
+    def local_links(self) -> bool:
+        return True
+
+    def ifname(self, peer: str) -> str:
+        topo = self._bed.topology
+        return links.ifname(self._bed.prefix, topo.tag(self.role), topo.tag(peer))
+
+    # -- capabilities ---------------------------------------------------------------
 
     @property
     def name(self) -> str:
@@ -330,6 +208,23 @@ class NetnsHost:
     @property
     def cpu_groups(self) -> list[dict[str, Any]]:
         return [g.as_spec() for g in self._groups.values()]
+
+    @property
+    def runs_commands(self) -> bool:
+        return True
+
+    @property
+    def power(self) -> Power | None:
+        return None
+
+    @property
+    def switch(self) -> Switch | None:
+        return None
+
+    def proc_stat(self) -> dict[str, int] | None:
+        return None  # a namespace shares this machine's /proc/stat
+
+    # -- commands and processes -------------------------------------------------------
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """The argv that runs `argv` in this namespace."""
@@ -428,23 +323,6 @@ class NetnsHost:
 
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
-
-
-def parse_ip_stats(out: str) -> dict[str, InterfaceCounters]:
-    """`ip -s -j link show` output -> interface name -> its counters."""
-    counters: dict[str, InterfaceCounters] = {}
-    for link in json.loads(out or "[]"):
-        stats = link.get("stats64") or link.get("stats") or {}
-        rx, tx = stats.get("rx", {}), stats.get("tx", {})
-        counters[str(link["ifname"])] = InterfaceCounters(
-            rx_bytes=int(rx.get("bytes", 0)),
-            rx_packets=int(rx.get("packets", 0)),
-            rx_dropped=int(rx.get("dropped", 0)),
-            tx_bytes=int(tx.get("bytes", 0)),
-            tx_packets=int(tx.get("packets", 0)),
-            tx_dropped=int(tx.get("dropped", 0)),
-        )
-    return counters
 
 
 def _rss_bytes(pid: int) -> int:
