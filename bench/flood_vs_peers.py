@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from secperf.engine import engine_path
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
+from secperf.tools import engine_path
 
 SERVER = "198.18.2.2"
 ATTACKER = "198.18.4.2"

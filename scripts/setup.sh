@@ -17,7 +17,7 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
           squid ftp-proxy vsftpd dnsmasq-base curl lftp
-          # the DUT as a VM (secperf.testbed.vm): qemu only; the guest's kernel and
+          # the DUT as a VM (secperf.testbed.hosts.vm): qemu only; the guest's kernel and
           # root file system are built by secperf from Debian packages it downloads
           # (apt-get download + dpkg -x into ~/.cache/secperf/vm-image), never installed
           qemu-system-x86
@@ -59,7 +59,7 @@ fi
 
 echo "setup: building secperf-engine (release)"
 cargo build --release --quiet --manifest-path engine/Cargo.toml
-# The copy for remote hosts (secperf/testbed/ssh.py): glibc linked in statically, so a
+# The copy for remote hosts (secperf/testbed/hosts/ssh.py): glibc linked in statically, so a
 # lab machine needs only x86_64 Linux, not this machine's glibc.
 echo "setup: building the static secperf-engine for remote hosts"
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet \

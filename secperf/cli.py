@@ -311,8 +311,8 @@ def clean() -> None:
 @app.command()
 def doctor() -> None:
     """Check every tool the scenarios and benches need, and say how to install what is missing."""
-    from secperf.engine import engine_path
     from secperf.preflight import all_tools, install_hint, missing
+    from secperf.tools import engine_path
 
     tools = all_tools()
     gone = missing(tools)

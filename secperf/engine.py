@@ -1,4 +1,5 @@
-"""Driving secperf-engine: find the binary, start servers, run tests, read records.
+"""Driving secperf-engine: start servers, run tests, read records (the binary's
+path comes from secperf.tools).
 
 The engine speaks NDJSON on stdout (docs/engine-protocol.md). Records are handed
 to the caller line by line as they arrive, so a run interrupted halfway keeps
@@ -8,70 +9,20 @@ every record the engine had already written.
 from __future__ import annotations
 
 import json
-import os
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from secperf.errors import EngineError, ToolMissingError
 from secperf.testbed.testbed import Host, ManagedProcess
+from secperf.tools import engine_path
 
 Record = dict[str, Any]
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def built_binary(name: str, env_var: str, what: str) -> str:
-    """One of this checkout's Rust binaries: $ENV_VAR, the release build, or PATH."""
-    env = os.environ.get(env_var)
-    if env:
-        if not Path(env).is_file():
-            raise ToolMissingError(
-                f"{env_var} points to {env}, which does not exist",
-                fix=f"unset {env_var} or point it at a built {name}",
-            )
-        return env
-    built = REPO_ROOT / "engine" / "target" / "release" / name
-    if built.is_file():
-        return str(built)
-    found = shutil.which(name)
-    if found:
-        return found
-    raise ToolMissingError(
-        f"{name} ({what}) is not built",
-        fix="run `make setup` (it builds engine/ with cargo build --release)",
-    )
-
-
-def engine_path() -> str:
-    """secperf-engine: $SECPERF_ENGINE, this checkout's release build, or PATH."""
-    return built_binary("secperf-engine", "SECPERF_ENGINE", "the traffic engine")
-
-
-# The static build (glibc linked in, `make setup`): what remote hosts get, so a lab
-# machine needs no particular glibc, only x86_64 Linux.
-STATIC_ENGINE = REPO_ROOT / "engine" / "target" / "static" / "x86_64-unknown-linux-gnu" / "release"
-
-
-def remote_engine_file() -> str:
-    """The engine binary to copy to remote hosts: $SECPERF_REMOTE_ENGINE, the static
-    build, or (a static build is missing) the same binary that runs here."""
-    env = os.environ.get("SECPERF_REMOTE_ENGINE")
-    if env:
-        if not Path(env).is_file():
-            raise ToolMissingError(
-                f"SECPERF_REMOTE_ENGINE points to {env}, which does not exist",
-                fix="unset it or point it at a built secperf-engine",
-            )
-        return env
-    static = STATIC_ENGINE / "secperf-engine"
-    return str(static) if static.is_file() else engine_path()
 
 
 def engine_version() -> str:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from secperf.engine import engine_path
 from secperf.errors import ScenarioError, SecperfError, ToolMissingError
 from secperf.mechanisms.base import CheckContext, MechanismKind, MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
@@ -21,7 +20,7 @@ from secperf.scenario.schema import (
     Scenario,
 )
 from secperf.scenario.units import human_size
-from secperf.tools import Tool
+from secperf.tools import Tool, engine_path
 
 BASE_TOOLS = (
     Tool("ip", "iproute2", "the testbed (namespaces, veth, addresses, routes)"),
@@ -61,7 +60,7 @@ OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recordi
 
 
 # A variant with backend = "vm": qemu runs the DUT; apt-get download and dpkg-deb
-# build its image (secperf.testbed.vmimage) without installing anything.
+# build its image (secperf.testbed.hosts.vmimage) without installing anything.
 VM_TOOLS = (
     Tool("qemu-system-x86_64", "qemu-system-x86", 'the DUT as a VM (backend = "vm")'),
     Tool("apt-get", "apt", "downloading the VM image's Debian packages"),

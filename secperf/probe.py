@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from secperf.errors import SecperfError
-from secperf.testbed.netns import Host, ManagedProcess
+from secperf.testbed.hosts import Host, ManagedProcess
 
 ECHO_SERVER = r"""
 import socket, sys, threading

@@ -66,10 +66,9 @@ from secperf.scenario.placement import (
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed import links
-from secperf.testbed.netns import new_prefix
-from secperf.testbed.testbed import Testbed, install_teardown_handlers
+from secperf.testbed.hosts.vmconfig import VmSettings, guest_cpu_delta
+from secperf.testbed.testbed import Testbed, install_teardown_handlers, new_prefix
 from secperf.testbed.topology import DUT, LinkSpec, Topology
-from secperf.testbed.vm import VmSettings, guest_cpu_delta
 from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
 
@@ -454,9 +453,9 @@ class Runner:
 
     def _note_vms(self, testbed: Testbed) -> None:
         """Which VM ran and how (accel, and why: auto may fall back to TCG), in run.json."""
-        if not testbed.vms:
+        if not testbed.switchable:
             return
-        vms = {role: vm.describe() for role, vm in testbed.vms.items()}
+        vms = {role: switch.describe() for role, switch in testbed.switchable.items()}
         notes = [n for n in self.meta.get("notes", []) if not str(n).startswith("vm host ")]
         for role, d in vms.items():
             what = "an emulator (TCG): its figures are qemu's instruction translation, not "
@@ -490,7 +489,7 @@ class Runner:
         make every host that carries mechanisms forget the connections it tracks, so a
         test starts from the same state whichever test the shuffled order put before it."""
         self._release(testbed)
-        if testbed.vms:
+        if testbed.switchable:
             # The DUT host's backend is the variant's: its namespace or its VM.
             testbed.select_backend(DUT, variant.backend)
         for mech, ctx in variant.mechanisms:
@@ -707,9 +706,8 @@ class Runner:
         executor = executor_for(point.kind)
         last_error: EngineError | None = None
         for _attempt in range(2):
-            guest = testbed.host(DUT) if getattr(testbed, "vms", None) else None
-            stat = getattr(guest, "proc_stat", None)
-            before = stat() if callable(stat) else None
+            guest = testbed.host(DUT) if testbed.switchable else None
+            before = guest.proc_stat() if guest is not None else None
             try:
                 result = executor.measure(ctx, point)
             except EngineError as exc:
@@ -739,10 +737,10 @@ class Runner:
                     record=record,
                 )
             self._observe_mechanisms(variant, keep)
-            after_stat = getattr(guest, "proc_stat", None)
-            if before is not None and callable(after_stat):
+            after = guest.proc_stat() if guest is not None else None
+            if before is not None and after is not None:
                 # The guest's own view of its CPU over the whole test (warm-up included).
-                keep({"type": "guest_cpu", "host": DUT, **guest_cpu_delta(before, after_stat())})
+                keep({"type": "guest_cpu", "host": DUT, **guest_cpu_delta(before, after)})
             return result
         assert last_error is not None
         raise EngineError(

@@ -39,7 +39,7 @@ from secperf.mechanisms.base import (
     backend_tools,
 )
 from secperf.scenario.fields import bounded, one_or_sweep, parse_count
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
 GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")

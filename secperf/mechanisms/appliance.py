@@ -41,8 +41,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.testbed.host import Host
-from secperf.testbed.netns import ManagedProcess
+from secperf.testbed.hosts import Host, ManagedProcess
 
 READY_TIMEOUT_S = 10.0
 

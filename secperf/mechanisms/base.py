@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 
 from secperf.errors import MechanismError
 from secperf.scenario.fields import StrictModel
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool
 
@@ -450,7 +450,7 @@ def flush_flow_state(host: Host) -> None:
     """Make the host's kernel forget every connection it tracks (NAT bindings,
     established and TIME_WAIT entries): `conntrack -F`, before every test. An
     external device's state is its own (its variant's commands reset it)."""
-    if not getattr(host, "runs_commands", True):
+    if not host.runs_commands:
         return
     host.run(["conntrack", "-F"])
 

@@ -28,7 +28,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
 

@@ -27,8 +27,8 @@ from secperf.mechanisms.base import (
     RenderedFile,
 )
 from secperf.scenario.fields import StrictModel
-from secperf.testbed.host import Host
-from secperf.testbed.ssh import SshSpec, connect, remote_run
+from secperf.testbed.hosts import Host
+from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run
 
 
 class ManagementHost(StrictModel):

@@ -29,7 +29,7 @@ from secperf.mechanisms.base import (
     RenderedFile,
     backend_tools,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 
 class FastpathSpec(MechanismSpec):

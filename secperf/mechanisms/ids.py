@@ -37,7 +37,7 @@ from secperf.mechanisms.base import (
     backend_tools,
 )
 from secperf.scenario.fields import rule_file_or_count
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 READY_TIMEOUT_S = 30.0
 SENSOR_ROLE = "ids"

@@ -45,8 +45,7 @@ from secperf.mechanisms.base import (
 )
 from secperf.scenario.fields import bounded, rule_file_or_count
 from secperf.scenario.units import parse_size
-from secperf.testbed.host import Host
-from secperf.testbed.netns import ManagedProcess
+from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.tools import Tool
 
 READY_TIMEOUT_S = 30.0

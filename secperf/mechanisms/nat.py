@@ -29,7 +29,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
 PUBLIC_V4 = ipaddress.ip_network("198.18.5.0/24")

@@ -22,20 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from secperf import ips_rules
-from secperf.engine import built_binary
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import CheckContext, Counts, MechanismContext, MechanismSpec
-from secperf.testbed.host import Host
-from secperf.testbed.netns import ManagedProcess
+from secperf.testbed.hosts import Host, ManagedProcess
+from secperf.tools import nfq_path
 
 LABEL = "secperf-nfq"
 STOP_TIMEOUT_S = 10.0
 SNAPSHOT_TIMEOUT_S = 5.0
-
-
-def nfq_path() -> str:
-    """The daemon binary: $SECPERF_NFQ, this checkout's release build, or PATH."""
-    return built_binary("secperf-nfq", "SECPERF_NFQ", "the NFQUEUE daemon")
 
 
 def built(spec: MechanismSpec, ctx: CheckContext) -> None:
@@ -101,7 +95,7 @@ class Matcher:
 
 def host_name(host: Host) -> str:
     """The host's name in the testbed graph ("dut", "ids"), not its namespace's."""
-    return str(getattr(host, "role", host.name))
+    return host.role
 
 
 def stats_paths(ctx: MechanismContext, host: Host) -> tuple[Path, Path, Path]:

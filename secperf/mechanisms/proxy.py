@@ -70,9 +70,8 @@ from secperf.services import dns
 from secperf.services.nginx import accepts
 from secperf.services.ports import FTP_PORT, HTTP_PORT
 from secperf.testbed import cgroups
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.netns import ManagedProcess
 from secperf.tools import find_program
 
 FORWARD_PORT = 3128
@@ -471,8 +470,8 @@ class Proxy(Mechanism):
                 f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
                 where=str(conf),
             )
-        ledger = getattr(dut, "ledger", None)
-        if isinstance(ledger, Ledger):
+        ledger = dut.ledger
+        if ledger is not None:
             for path in shm_paths(ctx):
                 ledger.add("file", path=str(path))
             self._shm = (ledger, shm_paths(ctx))
@@ -552,13 +551,12 @@ class Proxy(Mechanism):
 
 
 def _ledger(dut: Host) -> Ledger:
-    ledger = getattr(dut, "ledger", None)
+    ledger = dut.ledger
     if ledger is None:
         raise MechanismError(
             f"host {dut.name} keeps no ledger: the proxy's cpus/memory need cgroups it records",
             fix="remove cpus and memory from the proxy on this host",
         )
-    assert isinstance(ledger, Ledger)
     return ledger
 
 

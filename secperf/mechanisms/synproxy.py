@@ -42,7 +42,7 @@ from secperf.mechanisms.base import (
     backend_tools,
     run_tool,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 LOOSE_SYSCTL = "net.netfilter.nf_conntrack_tcp_loose"
 # Run after the filter-priority chains of other tables (the ACL's), before none.

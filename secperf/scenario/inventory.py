@@ -16,7 +16,7 @@ from pathlib import Path
 
 from secperf.errors import ScenarioError, SecperfError, TestbedError
 from secperf.scenario.schema import Scenario
-from secperf.testbed.ssh import SshSpec, connect, remote_run
+from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
 
 
@@ -128,14 +128,13 @@ def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
 def check_inventory(scenario: Scenario, topology: Topology) -> list[str]:
     """`secperf check`: every remote host reached, before any traffic; raises the
     first failure (a SecperfError naming the host and the fix)."""
-    from secperf.engine import engine_path
-    from secperf.testbed.ssh import _sha256
+    from secperf.tools import engine_path
 
     specs = ssh_specs(scenario, topology)
     if not specs:
         return []
     try:
-        sha: str | None = _sha256(engine_path())
+        sha: str | None = sha256_file(engine_path())
     except (SecperfError, OSError):
         sha = None
     from concurrent.futures import ThreadPoolExecutor

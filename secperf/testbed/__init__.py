@@ -1,8 +1,9 @@
-"""The namespace testbed: topology (the graph), ledger (what a run made), and the running thing."""
+"""The testbed: topology (the graph), ledger (what a run made), the hosts behind
+their backends (hosts/), and the running thing (testbed.py)."""
 
+from secperf.testbed.hosts.protocol import Host, ManagedProcess
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.netns import Host, ManagedProcess, NetnsHost, new_prefix
-from secperf.testbed.testbed import Testbed, clean, install_teardown_handlers
+from secperf.testbed.testbed import Testbed, clean, install_teardown_handlers, new_prefix
 from secperf.testbed.topology import HostSpec, LinkSpec, Topology, check_testbed_address
 
 __all__ = [
@@ -11,7 +12,6 @@ __all__ = [
     "Ledger",
     "LinkSpec",
     "ManagedProcess",
-    "NetnsHost",
     "Testbed",
     "Topology",
     "check_testbed_address",

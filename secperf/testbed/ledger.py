@@ -21,7 +21,8 @@ Entry types and their fields:
   ssh         name, host, user, port, key_file, known_hosts, host_key_checking,
               workdir, prefix                 (a remote host of the run: its own
                                                ledger, <workdir>/<prefix>.ledger.jsonl,
-                                               is emptied over SSH; secperf.testbed.ssh)
+                                               is emptied over SSH:
+                                               secperf.testbed.hosts.remote_teardown)
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from secperf.errors import TestbedError
-from secperf.testbed.host import Host
+from secperf.testbed.commands import run_command
+from secperf.testbed.hosts.protocol import Host
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.netns import run_command
 from secperf.testbed.topology import LinkSpec, Topology
 
 IFNAMSIZ = 15  # usable characters in a Linux interface name

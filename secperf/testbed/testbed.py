@@ -1,23 +1,31 @@
-"""The running testbed: a Topology built into namespaces, and taken down again.
+"""The running testbed: a Topology built into hosts, and taken down again.
 
-Build order (each item written to the ledger before it is made): namespaces
-with a cgroup each (secperf.testbed.cgroups: CPU per host, pinning) and their
-sysctls (forwarding on in forwarding hosts only, IPv6 DAD off), veth pairs born
-inside their namespaces, then per namespace one `ip -batch` with loopback,
-addresses, links up and the routes the graph gives (a switch gets a bridge with
-its ports instead), then tbf on each shaped link and each link's offloads.
+One map, host name -> its `Backend` (secperf.testbed.hosts), each made by its
+backend's factory in FACTORIES: a namespace here (the default), a namespace that
+can also be a VM (`vm_hosts`), a machine reached over SSH (`remotes`), or a device
+secperf runs nothing on (`external`, and the switches of a lab). Everything about
+a host (its interface names, where it lives, what it can do) is asked of the host.
 
-Teardown removes exactly what the ledger holds, newest first within each
-kind: processes (only while pid + starttime still match), whatever else still
-runs inside our namespaces, interfaces and nft tables not inside one of our
-namespaces, the namespaces (which takes their veths and tables with them),
-the hosts' cgroups (empty by then), then files. `clean()` does the same for
-the ledgers of runs that died.
+Build order (each item written to the ledger before it is made): every host opens
+(namespaces with their sysctls and a cgroup each, secperf.testbed.cgroups: CPU
+per host, pinning; SSH hosts log in, in parallel); in a namespace testbed the
+links follow: veth pairs born inside their namespaces, then per namespace one
+`ip -batch` with loopback, addresses, links up and the routes the graph gives (a
+switch gets a bridge with its ports instead), then tbf on each shaped link and
+each link's offloads; then every host starts (a VM boots on its links). A lab of
+real machines has its own links, addresses and routes.
+
+Teardown stops the processes the hosts started, closes every host (an SSH host
+empties its remote ledger), then removes exactly what the ledger holds
+(secperf.testbed.teardown, which `clean()` also runs for the ledgers of runs
+that died).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import signal
 import threading
@@ -29,71 +37,65 @@ from typing import Any
 
 from secperf.errors import TestbedError
 from secperf.testbed import cgroups, links
-from secperf.testbed.cgroups import HostCgroup
-from secperf.testbed.external import ExternalHost
-from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
-from secperf.testbed.netns import (
+from secperf.testbed.cgroups import HostCgroup, Layout
+from secperf.testbed.commands import run_command, run_ip_batch
+from secperf.testbed.hosts.external import ExternalHost
+from secperf.testbed.hosts.netns import NetnsHost
+from secperf.testbed.hosts.protocol import (
+    Backend,
+    BuildContext,
     Host,
+    HostFactory,
     ManagedProcess,
-    NetnsHost,
-    check_prefix,
-    create_netns,
-    delete_netns,
-    kill_netns_processes,
-    kill_recorded_process,
-    netns_exists,
-    netns_name,
-    new_prefix,
-    run_command,
-    run_ip_batch,
-    set_sysctls,
+    Switch,
 )
-from secperf.testbed.ssh import SshHost, SshSpec, clean_remote
+from secperf.testbed.hosts.ssh import SshHost
+from secperf.testbed.hosts.ssh_transport import SshSpec
+from secperf.testbed.hosts.vm import BACKENDS, NetnsOrVmHost
+from secperf.testbed.hosts.vmconfig import VmSettings
+from secperf.testbed.ledger import Ledger
+from secperf.testbed.teardown import clean, teardown_entries
 from secperf.testbed.topology import Topology
-from secperf.testbed.vm import BACKENDS, VmHost, VmSettings
 
-# Host, ManagedProcess and NetnsHost are re-exported: callers import them from here.
+# Host and ManagedProcess are re-exported (callers import them from here), and so are
+# clean and teardown_entries (teardown by ledger, secperf.testbed.teardown).
 __all__ = [
+    "FACTORIES",
     "Host",
     "ManagedProcess",
-    "NetnsHost",
     "Testbed",
+    "check_prefix",
     "clean",
     "install_teardown_handlers",
+    "new_prefix",
     "teardown_entries",
 ]
 
 REQUIRED_TOOLS = ("ip", "tc", "sysctl")
-# Ledger entries that live inside a namespace and vanish with it.
-IN_NETNS: tuple[EntryType, ...] = ("nft_table", "link", "veth")
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
 
-
-# Every host that opens TCP connections keeps a TIME_WAIT per connection it closes
-# first (crr's orderly close, RFC 3511's connections): 64k source ports, and
-# tcp_tw_reuse = 1 lets connect() take a port whose TIME_WAIT is over 1 s old (the
-# timestamps guard the old segments), so a 10k conn/s crr runs for minutes without
-# running out of ports. Per-namespace sysctls, recorded in run.json (testbed.hosts).
-CONNECTION_SYSCTLS: dict[str, str | int] = {
-    "net.ipv4.ip_local_port_range": "1024 65000",
-    "net.ipv4.tcp_tw_reuse": 1,
+# Each backend's factory: adding a backend is one module in hosts/ and one line here.
+FACTORIES: dict[str, HostFactory] = {
+    "namespace": NetnsHost.build,
+    "vm": NetnsOrVmHost.build,
+    "ssh": SshHost.build,
+    "external": ExternalHost.build,
 }
 
 
-def _sysctls(forwarding: bool) -> dict[str, str | int]:
-    on = int(forwarding)
-    return {
-        **CONNECTION_SYSCTLS,
-        # Explicit either way: a new namespace may inherit ip_forward from the root one.
-        "net.ipv4.ip_forward": on,
-        "net.ipv6.conf.all.forwarding": on,
-        # Set before the veths exist so they inherit it: addresses usable at once.
-        "net.ipv6.conf.all.accept_dad": 0,
-        "net.ipv6.conf.default.accept_dad": 0,
-    }
+def new_prefix() -> str:
+    """A fresh run prefix: 'sp' + 5 random hex digits, e.g. 'sp1a2b3'."""
+    return "sp" + secrets.token_hex(3)[:5]
 
 
-# The same sysctls inside a VM host's guest (secperf.testbed.vm).
-guest_sysctls = _sysctls
+def check_prefix(prefix: str) -> str:
+    """A prefix must be short and plain: it goes into interface names (≤ 15 chars)."""
+    if not PREFIX_RE.match(prefix):
+        raise TestbedError(
+            f"bad run prefix {prefix!r}",
+            fix="use 2-12 lowercase letters and digits, starting with a letter",
+        )
+    return prefix
 
 
 def _preflight() -> None:
@@ -110,61 +112,88 @@ def _preflight() -> None:
             )
 
 
+# A host's backend and that backend's own settings (None, VmSettings, SshSpec, interfaces).
+HostPlan = tuple[str, Any]
+
+
+def plan_backends(
+    topology: Topology,
+    *,
+    backends: Mapping[str, HostPlan] | None = None,
+    remotes: Mapping[str, SshSpec] | None = None,
+    external: Mapping[str, Mapping[str, str]] | None = None,
+    vm: VmSettings | None = None,
+    vm_hosts: Sequence[str] = (),
+) -> dict[str, HostPlan]:
+    """Host name -> (backend, its settings), in the topology's order: `backends` as
+    given (any name in FACTORIES), the inventory's SSH and external hosts, the
+    switches of a lab (real ones: external), the hosts that get a VM, and a namespace
+    for every other."""
+    backends, remotes, external = dict(backends or {}), dict(remotes or {}), dict(external or {})
+    for name, (backend, _settings) in backends.items():
+        if name not in topology.names or backend not in FACTORIES:
+            raise TestbedError(
+                f"host {name!r} as a {backend!r} host: "
+                + ("no such host" if name not in topology.names else "no such backend"),
+                fix=f"hosts: {', '.join(topology.names)}; backends: {', '.join(FACTORIES)}",
+            )
+    _check_remotes(topology, {**remotes, **dict.fromkeys(external)})
+    lab = bool(remotes or external)
+    plans: dict[str, HostPlan] = {}
+    for spec in topology.hosts:
+        name = spec.name
+        if name in backends:
+            plans[name] = backends[name]
+        elif name in remotes:
+            plans[name] = ("ssh", remotes[name])
+        elif name in external:
+            plans[name] = ("external", dict(external[name]))
+        elif lab and spec.is_switch:
+            plans[name] = ("external", {})
+        elif name in vm_hosts:
+            plans[name] = ("vm", vm or VmSettings())
+        else:
+            plans[name] = ("namespace", None)
+    for name in vm_hosts:
+        if plans.get(name, ("",))[0] != "vm":
+            raise TestbedError(
+                f"host {name!r} cannot have a VM here: "
+                + (
+                    "the testbed has no such host" if name not in plans else "it is not a namespace"
+                ),
+                fix=f"give a VM to a namespace host of the testbed: {', '.join(topology.names)}",
+            )
+    return plans
+
+
 class Testbed:
-    """A built topology: one namespace per host, veths, addresses, routes, shaping."""
+    """A built topology: one host per node of the graph, behind its backend; in a
+    namespace testbed, veths, addresses, routes and shaping between them."""
 
     __test__ = False  # not a pytest test class
 
-    def __init__(
-        self,
-        topology: Topology,
-        prefix: str,
-        ledger: Ledger,
-        pin: Mapping[str, list[int]] | None = None,
-        remotes: Mapping[str, SshSpec] | None = None,
-        stage_dirs: Sequence[Path] = (),
-        external: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> None:
-        self.topology = topology
-        self.prefix = prefix
-        self.ledger = ledger
-        self.pin = dict(pin or {})  # role -> the CPUs its processes may run on
-        # role -> its cgroup; shared with every host, filled by _build
-        self.cgroups: dict[str, HostCgroup] = {}
-        self.cgroup_layout: cgroups.Layout | None = None
-        self._processes: list[ManagedProcess] = []
-        self.remotes = dict(remotes or {})
-        # External devices (name -> its interfaces by peer): hosts secperf runs nothing on.
-        self.external = {name: dict(ifs) for name, ifs in (external or {}).items()}
-        _check_remotes(topology, {**self.remotes, **dict.fromkeys(self.external)})
-        # Hosts on other machines (the SSH backend); every other host is a namespace here.
-        self._remote: dict[str, SshHost] = {}
-        if self.remotes:
-            from secperf.engine import engine_path, remote_engine_file
-
-            engine, upload = engine_path(), remote_engine_file()
-            self._remote = {
-                name: SshHost(
-                    spec, prefix, ledger, engine=engine, upload=upload, stage_dirs=stage_dirs
-                )
-                for name, spec in self.remotes.items()
-            }
-        self._hosts = {
-            role: NetnsHost(role, netns_name(prefix, role), ledger, self._processes, self.cgroups)
-            for role in topology.roles
-            if role not in self.remotes and role not in self.external and not self._is_wire(role)
+    def __init__(self, bed: BuildContext, plans: Mapping[str, HostPlan]) -> None:
+        self.topology = bed.topology
+        self.prefix = bed.prefix
+        self.ledger = bed.ledger
+        self._bed = bed
+        self._hosts: dict[str, Backend] = {
+            name: FACTORIES[backend](name, bed, settings)
+            for name, (backend, settings) in plans.items()
         }
-        # External devices, and the switches of a lab of real machines (real switches:
-        # nothing for secperf to run there either).
-        self._external = {
-            name: ExternalHost(name)
-            for name in [*self.external, *(n for n in topology.names if self._is_wire(n))]
-        }
+        # A lab of real machines: nothing is built between them (their links are
+        # cables), and they open and close in parallel.
+        self.lab = not all(host.local_links for host in self._hosts.values())
+        if self.lab and any(host.local_links for host in self._hosts.values()):
+            local = [n for n, h in self._hosts.items() if h.local_links]
+            raise TestbedError(
+                f"hosts {', '.join(local)} are namespaces on this machine while the others "
+                "are real machines: a namespace cannot be wired to a real host",
+                where="[testbed.hosts]",
+                fix="put every host of the graph on real machines (or none of them)",
+            )
         self._torn_down = False
         self._lock = threading.RLock()
-        # Hosts that can also be a VM (the `vm` backend): role -> its VM; a VM that is
-        # `active` is the host the rest of secperf sees (host(role) returns it).
-        self.vms: dict[str, VmHost] = {}
 
     # -- building ------------------------------------------------------------
 
@@ -181,6 +210,7 @@ class Testbed:
         remotes: Mapping[str, SshSpec] | None = None,
         stage_dirs: Sequence[Path] = (),
         external: Mapping[str, Mapping[str, str]] | None = None,
+        backends: Mapping[str, HostPlan] | None = None,
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
@@ -190,20 +220,36 @@ class Testbed:
         `remotes` maps host names to SSH destinations (the inventory): those hosts are
         real machines, reached over SSH, not namespaces; `stage_dirs` are directories
         whose files are copied to them when a command names one (the run's files).
+        `external` maps host names to their interfaces by peer: devices secperf runs
+        nothing on. `backends` maps host names to (backend, its settings) for any
+        backend in FACTORIES, before all of the above.
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
         pinned = _check_pin(topology, pin or {})
         ledger = Ledger.open(prefix, state_dir)
         try:
-            tb = cls(topology, prefix, ledger, pinned, remotes, stage_dirs, external)
+            plans = plan_backends(
+                topology,
+                backends=backends,
+                remotes=remotes,
+                external=external,
+                vm=vm,
+                vm_hosts=vm_hosts,
+            )
+            bed = BuildContext(
+                topology=topology,
+                prefix=prefix,
+                ledger=ledger,
+                pin=pinned,
+                stage_dirs=tuple(stage_dirs),
+            )
+            tb = cls(bed, plans)
         except BaseException:
             teardown_entries(ledger)
             raise
         try:
             tb._build()
-            for role in vm_hosts:
-                tb._build_vm(role, vm or VmSettings())
         except BaseException as exc:
             try:
                 tb.teardown()
@@ -218,27 +264,25 @@ class Testbed:
             ) from exc
         return tb
 
-    def _is_wire(self, name: str) -> bool:
-        """A switch of a lab of real hosts: a real switch, nothing for secperf to build."""
-        return bool(self.remotes or self.external) and self.topology.host(name).is_switch
+    def _each_host(self, action: Callable[[Backend], object]) -> None:
+        """`action` on every host: at once in a lab (remote hosts are independent),
+        one after the other in a namespace testbed."""
+        hosts = list(self._hosts.values())
+        if self.lab:
+            _each(hosts, action)
+        else:
+            for host in hosts:
+                action(host)
 
     def _build(self) -> None:
+        self._each_host(lambda h: h.open())
+        if not self.lab:
+            self._wire()
+        self._each_host(lambda h: h.start())
+
+    def _wire(self) -> None:
+        """The links between namespaces: veths, addresses and routes, shaping, offloads."""
         topo = self.topology
-        _each(list(self._remote.values()), lambda r: r.open())
-        if self.remotes or self.external:
-            return  # a lab of real machines: their links, addresses and routes are theirs
-        self.cgroup_layout = cgroups.detect()
-        for spec in topo.hosts:
-            ns = self.netns(spec.name)
-            create_netns(self.ledger, ns)
-            set_sysctls(ns, _sysctls(spec.forwarding))
-            self.cgroups[spec.name] = cgroups.create(
-                self.ledger,
-                self.cgroup_layout,
-                self.prefix,
-                spec.name,
-                self.pin.get(spec.name),
-            )
         for link in topo.links:
             links.create_veth(
                 self.ledger,
@@ -267,69 +311,49 @@ class Testbed:
                 [(self.netns(r), self.ifname(link.name, r)) for r in link.ends()],
             )
 
-    def _build_vm(self, role: str, settings: VmSettings) -> None:
-        ns_host = self._host(role)
-        veths = {lk.name: self.ifname(lk.name, role) for lk in self.topology.links_of(role)}
-        self.vms[role] = VmHost.create(
-            role,
-            ns_host,
-            self.topology,
-            self.prefix,
-            self.ledger,
-            settings,
-            self.ledger.path.parent,
-            veths,
-        )
+    # -- backends that switch (a namespace or its VM) ----------------------------------
+
+    @property
+    def switchable(self) -> dict[str, Switch]:
+        """The hosts that can change backend between variants, by name (a view of the
+        one map: empty unless a host was built with a VM)."""
+        return {name: host.switch for name, host in self._hosts.items() if host.switch is not None}
 
     def select_backend(self, role: str, backend: str) -> bool:
         """Make `role` a namespace or its VM (`backend` "namespace" or "vm"); True if
         that changed anything. The other hosts forget the old neighbour addresses."""
         if backend not in BACKENDS:
             raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {BACKENDS}")
-        vm = self.vms.get(role)
-        if vm is None:
+        switch = self.host(role).switch
+        if switch is None:
             if backend == "vm":
                 raise TestbedError(
                     f"host {role} has no VM in this testbed",
                     fix="build the testbed with the host in vm_hosts",
                 )
             return False
-        if vm.active == (backend == "vm"):
-            if vm.active and not vm.running:
-                vm.boot()
+        if not switch.select(backend):
             return False
-        if backend == "vm":
-            vm.attach()
-        else:
-            vm.detach()
         for other in self.topology.roles:
             if other != role:
                 run_command(["ip", "-n", self.netns(other), "neigh", "flush", "all"], check=False)
         return True
 
     def backend(self, role: str) -> str:
-        vm = self.vms.get(role)
-        return "vm" if vm is not None and vm.active else "namespace"
+        switch = self.host(role).switch
+        return "namespace" if switch is None else switch.selected
 
     # -- access ----------------------------------------------------------------
 
     def host(self, role: str) -> Host:
-        vm = self.vms.get(role)
-        if vm is not None and vm.active:
-            return vm
-        remote = self._remote.get(role)
-        if remote is not None:
-            return remote
-        if role in self._external:
-            return self._external[role]
-        return self._host(role)
+        return self._backend(role)
 
     @property
-    def remote_hosts(self) -> dict[str, SshHost]:
-        """The hosts reached over SSH, by name (empty for a namespace testbed)."""
-        return dict(self._remote)
+    def hosts(self) -> Mapping[str, Host]:
+        """Every host, by name (read only)."""
+        return dict(self._hosts)
 
-    def _host(self, role: str) -> NetnsHost:
+    def _backend(self, role: str) -> Backend:
         try:
             return self._hosts[role]
         except KeyError:
@@ -338,29 +362,31 @@ class Testbed:
             ) from None
 
     def netns(self, role: str) -> str:
-        """The namespace name of `role`, e.g. 'sp1a2b3-dut' (a remote host: its SSH
-        destination)."""
-        if role in self._remote:
-            return f"ssh://{self._remote[role].spec.destination}"
-        if role in self._external:
-            return "external"
-        if role not in self._hosts:
-            raise KeyError(f"no host {role!r} in this testbed (have {self.topology.roles})")
-        return netns_name(self.prefix, role)
+        """Where `role` lives: its namespace's name, e.g. 'sp1a2b3-dut' (a remote host:
+        ssh://its destination; an external device: "external")."""
+        return self._backend(role).location
 
     def ifname(self, link: str, role: str) -> str:
         """`role`'s interface on `link`, e.g. ifname('client-dut', 'client') == 'sp1a2b3-cd'."""
-        spec = self.topology.link(link)
-        topo = self.topology
-        if role in self._remote:
-            return self._remote[role].ifname(spec.peer(role))
-        if role in self._external:
-            return self.external.get(role, {}).get(spec.peer(role), "")
-        return links.ifname(self.prefix, topo.tag(role), topo.tag(spec.peer(role)))
+        return self._backend(role).ifname(self.topology.link(link).peer(role))
 
     @property
     def processes(self) -> list[ManagedProcess]:
-        return list(self._processes)
+        return list(self._bed.processes)
+
+    @property
+    def pin(self) -> dict[str, list[int]]:
+        """Host -> the CPUs its processes may run on."""
+        return self._bed.pin
+
+    @property
+    def cgroups(self) -> dict[str, HostCgroup]:
+        """Host -> its cgroup (namespace hosts)."""
+        return self._bed.cgroups
+
+    @property
+    def cgroup_layout(self) -> Layout | None:
+        return self._bed.cgroup_layout
 
     # -- teardown ----------------------------------------------------------------
 
@@ -374,7 +400,7 @@ class Testbed:
             if self._torn_down:
                 return []
             removed: list[str] = []
-            for proc in reversed(self._processes):
+            for proc in reversed(self._bed.processes):
                 if proc.returncode is None:
                     removed.append(f"process {proc.pid} ({proc.label})")
                 proc.stop(timeout=2.0)
@@ -382,13 +408,13 @@ class Testbed:
                 group.close_counter()
             errors: list[str] = []
 
-            def close(remote: SshHost) -> None:
+            def close(host: Backend) -> None:
                 try:
-                    removed.extend(remote.close())
+                    removed.extend(host.close())
                 except TestbedError as exc:
                     errors.append(str(exc))  # its ledger entry stays: `secperf clean` retries
 
-            _each(list(self._remote.values()), close)
+            self._each_host(close)
             removed += teardown_entries(self.ledger)
             self._torn_down = True
             if errors:
@@ -411,109 +437,6 @@ class Testbed:
 
     def __repr__(self) -> str:
         return f"Testbed(prefix={self.prefix!r}, roles={self.topology.roles})"
-
-
-def teardown_entries(ledger: Ledger) -> list[str]:
-    """Remove the live entries of a ledger in the safe order; delete the ledger when empty.
-
-    Raises TestbedError listing what could not be removed (after trying all of it).
-    """
-    live = ledger.live_entries()
-    our_netns = {e["name"] for e in live if e["type"] == "netns"}
-    removed: list[str] = []
-    errors: list[str] = []
-
-    def attempt(what: str, action: Callable[[], object]) -> None:
-        try:
-            action()
-            removed.append(what)
-        except (TestbedError, OSError) as exc:
-            errors.append(f"{what}: {exc}")
-
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for entry in reversed(live):
-        by_type.setdefault(entry["type"], []).append(entry)
-
-    for e in by_type.get("process", []):
-
-        def stop(e: dict[str, Any] = e) -> None:
-            kill_recorded_process(int(e["pid"]), int(e["starttime"]), e.get("pgid"))
-            ledger.remove("process", pid=e["pid"], starttime=e["starttime"])
-
-        attempt(f"process {e['pid']} ({e.get('label', '')})", stop)
-
-    # Anything else running in our namespaces (a daemon that left its group) is ours too.
-    for ns in sorted(our_netns):
-        for pid in kill_netns_processes(ns):
-            removed.append(f"process {pid} (left in {ns})")
-
-    for kind in IN_NETNS:
-        for e in by_type.get(kind, []):
-            ns = e.get("netns")
-            if ns in our_netns:
-                # Goes with its namespace; recorded as removed when that is deleted.
-                continue
-            attempt(f"{kind} {e.get('name')} in {ns or 'root'}", _remover(ledger, kind, e))
-
-    for e in by_type.get("netns", []):
-        name = e["name"]
-
-        def drop(name: str = name) -> None:
-            delete_netns(name)
-            for kind in IN_NETNS:
-                for inner in by_type.get(kind, []):
-                    if inner.get("netns") == name:
-                        ledger.remove(kind, **_key(kind, inner))
-            ledger.remove("netns", name=name)
-
-        attempt(f"netns {name}", drop)
-
-    prefix = ledger.prefix
-    for e in by_type.get("cgroup", []):
-
-        def rmdir(path: str = e["path"]) -> None:
-            _check_cgroup_path(path, prefix)
-            cgroups.remove(Path(path))
-            ledger.remove("cgroup", path=path)
-
-        attempt(f"cgroup {e['path']}", rmdir)
-
-    for e in by_type.get("file", []):
-        attempt(f"file {e['path']}", _remover(ledger, "file", e))
-
-    for e in by_type.get("ssh", []):
-
-        def remote(e: dict[str, Any] = e) -> None:
-            removed.extend(clean_remote(e))
-            ledger.remove("ssh", name=e["name"], prefix=e["prefix"])
-
-        attempt(f"remote host {e['name']} ({e.get('user')}@{e.get('host')})", remote)
-
-    if errors:
-        raise TestbedError(
-            "teardown left things behind:\n  " + "\n  ".join(errors),
-            where=str(ledger.path),
-            fix="fix the cause above, then run `secperf clean`",
-        )
-    if not ledger.live_entries():
-        ledger.delete()
-    return removed
-
-
-def _check_cgroup_path(path: str, prefix: str | None) -> None:
-    """Only a group this run named: `<prefix>-<host>` right under a cgroup mount."""
-    p = Path(path)
-    if (
-        not prefix
-        or not p.is_absolute()
-        or ".." in p.parts
-        or not str(p).startswith("/sys/fs/cgroup/")
-        or not p.name.startswith(f"{prefix}-")
-    ):
-        raise TestbedError(
-            f"the ledger names cgroup {path}, which is not one of run {prefix}'s",
-            fix="the ledger was edited or corrupted: remove that line by hand",
-        )
 
 
 def _each(items: Sequence[Any], action: Callable[[Any], object]) -> None:
@@ -592,45 +515,6 @@ def _check_pin(topology: Topology, pin: Mapping[str, str]) -> dict[str, list[int
     return out
 
 
-def _key(kind: str, e: dict[str, Any]) -> dict[str, Any]:
-    keys = {"nft_table": ("netns", "family", "name"), "link": ("netns", "name")}
-    return {k: e.get(k) for k in keys.get(kind, ("netns", "name"))}
-
-
-def _remover(ledger: Ledger, kind: EntryType, e: dict[str, Any]) -> Callable[[], None]:
-    def remove() -> None:
-        ns = e.get("netns")
-        if kind == "file":
-            path = Path(e["path"])
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-            ledger.remove("file", path=e["path"])
-            return
-        if ns is not None and not netns_exists(ns):
-            ledger.remove(kind, **_key(kind, e))
-            return  # its namespace is gone, so is it
-        prefix = ["ip", "netns", "exec", ns] if ns else []
-        if kind == "nft_table":
-            argv = [*prefix, "nft", "delete", "table", e["family"], e["name"]]
-        else:
-            argv = ["ip", *(["-n", ns] if ns else []), "link", "del", e["name"]]
-        proc = run_command(argv, check=False)
-        if (
-            proc.returncode != 0
-            and "No such" not in proc.stderr
-            and "does not exist" not in (proc.stderr)
-        ):
-            raise TestbedError(
-                f"{' '.join(argv)}: {proc.stderr.strip()}",
-                fix="the ledger keeps the entry: run `secperf clean` to retry",
-            )
-        ledger.remove(kind, **_key(kind, e))
-
-    return remove
-
-
 # -- signals ---------------------------------------------------------------------
 
 
@@ -667,31 +551,3 @@ def install_teardown_handlers(testbed: Testbed) -> Iterator[Testbed]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-# -- clean -------------------------------------------------------------------------
-
-
-def clean(state_dir: Path | None = None) -> list[str]:
-    """Tear down what dead runs left behind, by their ledgers only; returns what was removed.
-
-    A ledger whose owner still runs is left alone. Nothing outside a ledger is touched.
-    """
-    removed: list[str] = []
-    errors: list[str] = []
-    for ledger in ledgers(resolve_state_dir(state_dir)):
-        if ledger.owner_alive():
-            continue
-        try:
-            removed.extend(teardown_entries(ledger))
-        except TestbedError as exc:
-            errors.append(str(exc))  # keep its ledger, go on with the others
-            continue
-        ledger.delete()
-        removed.append(f"ledger {ledger.path}")
-    if errors:
-        raise TestbedError(
-            "clean could not remove everything:\n" + "\n".join(errors),
-            fix="fix the cause above and run `secperf clean` again",
-        )
-    return removed

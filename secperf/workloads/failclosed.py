@@ -20,7 +20,7 @@ link; never a `direct` baseline's wire):
    variant without daemons has nothing to kill: the check is not applicable and
    fails if new connections still pass, since nothing in that path can close it
    when a security process dies (a plain forwarding DUT, a plain ACL).
-6. `vm-stopped` (only where the DUT host is a VM, secperf.testbed.vm): the VM is
+6. `vm-stopped` (only where the DUT host is a VM, secperf.testbed.hosts.vm): the VM is
    powered off (its qemu process ends); nothing passes either way; it boots again
    and the variant's mechanisms are loaded afresh.
 7. `restored`: after all that, the inside reaches the outside again.
@@ -43,6 +43,7 @@ from secperf.engine import Record
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.probe import EchoServer, Probe, ProbeResult, ProbeSet, start_echo
 from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed.hosts import Power
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import DUT, Topology
 from secperf.workloads.base import MeasureContext
@@ -194,8 +195,8 @@ def run_checks(ctx: MeasureContext, port: int, timeout: float) -> list[Check]:
         checks.append(_outside_in(hosts, echos, path))
         checks.append(_forwarding_off(dut, hosts, echos, path))
         checks.append(_daemon_killed(ctx, dut, hosts, echos, path))
-        if hasattr(dut, "power_off"):
-            checks.append(_vm_stopped(ctx, dut, hosts, echos, path))
+        if dut.power is not None:
+            checks.append(_vm_stopped(ctx, dut.power, hosts, echos, path))
         checks.append(_inside_out(hosts, path, "restored"))
         return checks
     finally:
@@ -305,7 +306,7 @@ def _daemon_killed(
 
 def _vm_stopped(
     ctx: MeasureContext,
-    dut: Host,
+    power: Power,
     hosts: dict[str, Host],
     echos: dict[str, EchoServer],
     path: DutPath,
@@ -313,14 +314,12 @@ def _vm_stopped(
     """The DUT is a VM: power it off (qemu ends), nothing may pass either way (its
     links are bridged to taps that nothing reads now); boot it again and load the
     variant's mechanisms afresh."""
-    power_off = getattr(dut, "power_off")  # noqa: B009 - only VM hosts have it
-    boot = getattr(dut, "boot")  # noqa: B009
     t0 = time.monotonic()
     try:
-        power_off()
+        power.off()
         ok, results, leaks = _nothing_passes(hosts, echos, path)
     finally:
-        boot()
+        power.on()
         for mech, mctx in ctx.mechanisms:
             for name in mctx.hosts:
                 mech.apply(ctx.testbed.host(name), mctx)

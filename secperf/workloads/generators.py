@@ -28,7 +28,7 @@ from typing import Any
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 
 SUMMED = (
     "bytes",

@@ -12,7 +12,8 @@ import pytest
 
 from secperf.engine import EngineServer, Record, run_test, start_server
 from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
-from secperf.testbed.testbed import CONNECTION_SYSCTLS, Testbed
+from secperf.testbed.hosts.netns import CONNECTION_SYSCTLS
+from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.crr import engine_spec
 

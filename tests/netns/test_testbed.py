@@ -17,9 +17,8 @@ import pytest
 
 from secperf.errors import TestbedError
 from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT
-from secperf.testbed import Testbed, Topology, clean
+from secperf.testbed import ManagedProcess, Testbed, Topology, clean, new_prefix
 from secperf.testbed.ledger import proc_state
-from secperf.testbed.netns import ManagedProcess, new_prefix
 
 pytestmark = pytest.mark.netns
 

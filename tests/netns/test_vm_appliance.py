@@ -1,4 +1,4 @@
-"""The DUT as a real VM (secperf.testbed.vm): traffic through the guest, its nftables
+"""The DUT as a real VM (secperf.testbed.hosts.vm): traffic through the guest, its nftables
 policy enforced, nothing passing while it is stopped, nothing left behind.
 
 One testbed with one VM (TCG: this machine's KVM cannot boot a stock kernel) for the
@@ -19,9 +19,12 @@ from secperf.errors import TestbedError
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.probe import EchoServer, probe, start_echo
+from secperf.testbed.hosts.netns import NetnsHost
+from secperf.testbed.hosts.vm import NetnsOrVmHost
+from secperf.testbed.hosts.vmconfig import VmSettings
+from secperf.testbed.hosts.vmguest import VmHost
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.testbed.vm import VmHost, VmSettings
 
 pytestmark = [
     pytest.mark.netns,
@@ -57,10 +60,22 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
         tb.teardown()
 
 
-def _vm(tb: Testbed) -> VmHost:
+def _dut(tb: Testbed) -> NetnsOrVmHost:
     host = tb.host("dut")
-    assert isinstance(host, VmHost)
+    assert isinstance(host, NetnsOrVmHost)
     return host
+
+
+def _vm(tb: Testbed) -> VmHost:
+    """The DUT's VM, which is the DUT now."""
+    dut = _dut(tb)
+    assert dut.selected == "vm" and dut.current is dut.vm
+    return dut.vm
+
+
+def _namespace(tb: Testbed) -> NetnsHost:
+    """The DUT's namespace, which holds the links' ends, the taps and qemu."""
+    return _dut(tb).namespace
 
 
 def _guest_rx(vm: VmHost) -> int:
@@ -79,7 +94,7 @@ def test_traffic_crosses_the_guest(bed: Bed) -> None:
     # the packets went through the guest's NICs, not the namespace's forwarding
     assert _guest_rx(vm) >= before + 4
     # the namespace has no address on its links now: it cannot be the one forwarding
-    addrs = tb._host("dut").run(["ip", "-4", "-o", "addr", "show"]).stdout
+    addrs = _namespace(tb).run(["ip", "-4", "-o", "addr", "show"]).stdout
     assert "198.18.1.1" not in addrs and "198.18.2.1" not in addrs
 
 
@@ -108,7 +123,7 @@ def test_the_guests_nftables_policy_is_enforced(
     tb, _, client_echo = bed
     _, ctx = appliance
     # the rules are the guest's: the namespace has none
-    assert tb._host("dut").run(["nft", "list", "ruleset"]).stdout.strip() == ""
+    assert _namespace(tb).run(["nft", "list", "ruleset"]).stdout.strip() == ""
     assert "masquerade" in tb.host("dut").run(["nft", "list", "ruleset"]).stdout
     # inside out passes, translated by the guest's PAT
     assert probe(tb.host("client"), SERVER, PORT, "tcp") == DUT_OUTSIDE
@@ -128,7 +143,10 @@ def test_stopping_the_vm_stops_the_traffic(bed: Bed) -> None:
     tb, server_echo, _ = bed
     vm = _vm(tb)
     assert probe(tb.host("client"), SERVER, PORT, "tcp") == CLIENT
-    vm.power_off()
+    # the DUT declares its power switch while it is the VM (failclosed's vm-stopped)
+    power = tb.host("dut").power
+    assert power is not None
+    power.off()
     try:
         assert not vm.running
         before = len(server_echo.seen())
@@ -136,8 +154,32 @@ def test_stopping_the_vm_stops_the_traffic(bed: Bed) -> None:
             assert probe(tb.host("client"), SERVER, PORT, proto, timeout=0.5) is None
         assert len(server_echo.seen()) == before
     finally:
-        vm.boot()
+        power.on()
     assert vm.state.boots == 2
+    assert probe(tb.host("client"), SERVER, PORT, "tcp") == CLIENT
+
+
+def test_the_dut_is_one_host_whose_capabilities_follow_its_backend(bed: Bed) -> None:
+    """One entry in the testbed's map: the namespace or the VM, as selected; what the
+    host can do (power, its guest's /proc/stat) is the selected backend's."""
+    tb = bed[0]
+    dut = tb.host("dut")
+    assert tb.switchable == {"dut": dut.switch} and dut.switch is not None
+    assert tb.backend("dut") == "vm" and dut.name == f"{tb.prefix}-dut-vm"
+    stat = dut.proc_stat()
+    assert stat is not None and stat["idle"] > 0
+    assert tb.netns("dut") == f"{tb.prefix}-dut"  # the links end in the namespace either way
+    assert tb.select_backend("dut", "namespace") is True
+    try:
+        assert tb.backend("dut") == "namespace" and dut.name == f"{tb.prefix}-dut"
+        assert dut.power is None and dut.proc_stat() is None
+        # the namespace forwards again, with its own addresses
+        assert probe(tb.host("client"), SERVER, PORT, "tcp") == CLIENT
+        assert "198.18.1.1" in dut.run(["ip", "-4", "-o", "addr", "show"]).stdout
+    finally:
+        assert tb.select_backend("dut", "vm") is True
+    assert tb.select_backend("dut", "vm") is False  # already the VM: nothing changes
+    assert dut.power is not None
     assert probe(tb.host("client"), SERVER, PORT, "tcp") == CLIENT
 
 

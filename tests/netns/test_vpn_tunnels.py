@@ -35,9 +35,8 @@ from secperf.mechanisms.vpn import (
 )
 from secperf.mechanisms.vpn.ipsec import kernel_has_esp
 from secperf.probe import EchoServer, probe, start_echo
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.testbed.ledger import proc_state
-from secperf.testbed.netns import ManagedProcess
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 

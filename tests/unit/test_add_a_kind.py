@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
+from secperf.testbed.hosts import Host
 from typer.testing import CliRunner
 
 from secperf.cli import app
@@ -23,7 +24,6 @@ from secperf.mechanisms.base import (
     run_tool,
 )
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.testbed.host import Host
 
 # -- the kind: one nft rule that counts the measured flow's packets ----------------------
 

@@ -12,7 +12,6 @@ from secperf.errors import ToolMissingError
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec, render_iptables, render_nft
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.daemons import DaemonMechanism
-from secperf.mechanisms.nfq import nfq_path
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.preflight import tools_for
 from secperf.report.checks import check_tables
@@ -22,6 +21,7 @@ from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.schema import FailclosedWorkload, Scenario
 from secperf.scenario.sweep import expand_scenario
+from secperf.tools import nfq_path
 from secperf.workloads import executor_for
 from secperf.workloads.failclosed import FailclosedExecutor
 

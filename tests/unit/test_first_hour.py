@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -119,6 +120,10 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     return r, runner_mod.Variant("baseline"), point
 
 
+# A testbed whose hosts have one backend each (no VM to read a guest's CPU from).
+NO_VM = SimpleNamespace(switchable={})
+
+
 def test_deterministic_engine_error_is_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,7 +131,7 @@ def test_deterministic_engine_error_is_not_retried(
     ex = _Executor(err)
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError):
-        r._one_test(None, v, point, 0)
+        r._one_test(NO_VM, v, point, 0)
     assert ex.calls == 1
 
 
@@ -136,7 +141,7 @@ def test_transient_engine_error_is_retried_once(
     ex = _Executor(EngineError("reset", record={"type": "error", "kind": "connect"}))
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError, match="failed twice"):
-        r._one_test(None, v, point, 0)
+        r._one_test(NO_VM, v, point, 0)
     assert ex.calls == 2
 
 
@@ -146,7 +151,7 @@ def test_zero_traffic_result_raises_and_is_recorded_as_error(
     ex = _Executor({"type": "result", "kind": "stream", "bytes": 0, "sender": {"messages": 0}})
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError, match="moved no traffic"):
-        r._one_test(None, v, point, 0)
+        r._one_test(NO_VM, v, point, 0)
     assert ex.calls == 1
     kinds = [line["record"]["type"] for line in r.run.iter_records()]
     assert kinds == ["error"]

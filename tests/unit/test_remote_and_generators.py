@@ -13,7 +13,7 @@ from secperf.scenario.inventory import ssh_specs
 from secperf.scenario.loader import parse_scenario
 from secperf.scenario.placement import generator_hosts
 from secperf.scenario.sweep import expand_scenario
-from secperf.testbed.ssh import _live
+from secperf.testbed.hosts.remote_teardown import live_entries
 from secperf.testbed.topology import Topology
 from secperf.workloads.generators import merge_latency, merge_results
 
@@ -98,7 +98,7 @@ def test_remote_ledger_live_entries_cancel_removes_and_skip_a_cut_line() -> None
         '{"op": "remove", "type": "process", "pid": 10, "starttime": 5}',
         '{"op": "add", "type": "pro',  # cut short by a lost connection
     ]
-    live = _live(lines)
+    live = live_entries(lines)
     assert [e.get("pid") or e.get("path") for e in live] == ["/w/spabc", 11]
 
 

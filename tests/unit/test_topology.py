@@ -8,7 +8,7 @@ import pytest
 
 from secperf.errors import TestbedError
 from secperf.testbed.links import host_ip_lines, ifname, tbf_params
-from secperf.testbed.netns import check_prefix, new_prefix
+from secperf.testbed.testbed import check_prefix, new_prefix
 from secperf.testbed.topology import (
     LinkSpec,
     Topology,

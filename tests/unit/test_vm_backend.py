@@ -9,8 +9,8 @@ import pytest
 
 from secperf.scenario.loader import parse_scenario
 from secperf.scenario.schema import Scenario
-from secperf.testbed import vmagent, vmimage
-from secperf.testbed.vm import (
+from secperf.testbed.hosts import vmagent, vmimage
+from secperf.testbed.hosts.vmconfig import (
     VmSettings,
     carried_files,
     data_mac,
@@ -19,7 +19,7 @@ from secperf.testbed.vm import (
     parse_proc_stat,
     qemu_argv,
 )
-from secperf.testbed.vmimage import Image, Recipe
+from secperf.testbed.hosts.vmimage import Image, Recipe
 
 
 def _recipe(**changes: object) -> Recipe:

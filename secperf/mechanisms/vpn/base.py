@@ -36,9 +36,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from secperf.errors import MechanismError
 from secperf.testbed import topology
-from secperf.testbed.host import Host, InterfaceCounters
+from secperf.testbed.hosts import Host, InterfaceCounters, ManagedProcess
 from secperf.testbed.ledger import proc_state
-from secperf.testbed.netns import ManagedProcess
 from secperf.tools import Tool
 
 TUNNEL_NET4 = topology.TUNNEL_NET4  # 198.18.240.0/20, which no link of the graph uses

@@ -38,7 +38,7 @@ from secperf.mechanisms.vpn.base import (
     wait_for,
     write_private,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
 CHARON = "/usr/lib/ipsec/charon"

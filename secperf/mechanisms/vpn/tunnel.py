@@ -43,7 +43,7 @@ from secperf.mechanisms.vpn.spec import VpnSpec
 from secperf.mechanisms.vpn.tinc import Tinc
 from secperf.mechanisms.vpn.vtun import Vtun
 from secperf.mechanisms.vpn.wireguard import Wireguard
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool
 

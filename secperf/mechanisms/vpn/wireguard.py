@@ -28,7 +28,7 @@ from secperf.mechanisms.vpn.base import (
     wait_for,
     write_private,
 )
-from secperf.testbed.host import Host
+from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
 PORT = 51820

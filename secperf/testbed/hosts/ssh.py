@@ -1,17 +1,14 @@
-"""The SSH backend of the host interface: a real machine reached over SSH.
+"""The SSH host backend: a real machine reached over SSH (hosts/ssh_transport.py).
 
-`SshHost` implements secperf.testbed.host.Host over one SSH connection (paramiko:
-a synchronous API like the rest of the control plane, channels that carry a
-process's stdin, stdout, stderr and exit status, and SFTP for copying the engine
-and rule files). Authentication is by key only: the user's agent, or the key file
-the inventory names; a scenario never holds a password. Host keys are checked
-against the inventory's known_hosts file (or ~/.ssh/known_hosts).
+`SshHost` implements the Host protocol over one SSH connection: one long-lived
+remote shell for commands, one exec channel per spawned process.
 
 What a run leaves on the remote host is written down there first, in a per-host
 ledger, `<workdir>/<prefix>.ledger.jsonl` (the same add/remove lines as the local
 ledger), and the run's own files live in `<workdir>/<prefix>/`. The local ledger
 records an `ssh` entry for each remote host before connecting to it, so `secperf
-clean` finds the remote ledgers of a run that died and empties them over SSH.
+clean` finds the remote ledgers of a run that died and empties them over SSH
+(hosts/remote_teardown.py).
 
 Every process `spawn` starts runs under a small POSIX sh watchdog (WRAPPER): the
 program is started with `setsid` (its own process group), its pid and
@@ -30,7 +27,6 @@ rendered rule files), is rewritten to the remote copy.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import posixpath
@@ -41,18 +37,34 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
 from secperf import verbose
 from secperf.errors import TestbedError
-from secperf.testbed.host import InterfaceCounters, Redirect
+from secperf.testbed.hosts.protocol import (
+    BuildContext,
+    InterfaceCounters,
+    ManagedProcess,
+    Power,
+    Redirect,
+    Switch,
+    parse_ip_stats,
+)
+from secperf.testbed.hosts.remote_teardown import remote_ledger, remote_rundir, remote_teardown
+from secperf.testbed.hosts.ssh_transport import (
+    CONNECT_TIMEOUT_S,
+    RemoteShell,
+    SshSpec,
+    connect,
+    remote_run,
+    sha256_file,
+    upload,
+)
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.netns import ManagedProcess, parse_ip_stats
+from secperf.tools import engine_path, remote_engine_file
 
 ENGINE_NAME = "secperf-engine"
-CONNECT_TIMEOUT_S = 10.0
 
 # argv: sh -c WRAPPER secperf-wrap LEDGER LABEL GRACE PROGRAM ARGS...
 WRAPPER = r"""
@@ -79,280 +91,6 @@ kill -s KILL -- "-$child" 2>/dev/null
 printf '{"op":"remove","type":"process","pid":%s,"starttime":%s}\n' "$child" "$st" >> "$ledger"
 exit $rc
 """
-
-# argv: sh -c KILL_GROUP kill PID STARTTIME: stop a group only while pid+starttime match.
-KILL_GROUP = r"""
-pid=$1; st=$2
-now=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)
-[ "$now" = "$st" ] || exit 0
-kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid" 2>/dev/null
-i=0; while [ $i -lt 30 ] && kill -s 0 "$pid" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
-kill -s KILL -- "-$pid" 2>/dev/null; kill -s KILL "$pid" 2>/dev/null
-exit 0
-"""
-
-
-@dataclass(frozen=True)
-class SshSpec:
-    """How to reach one remote host and what of it the test may use (the inventory)."""
-
-    name: str  # the host's name in the testbed graph
-    host: str  # ansible_host: address or DNS name of its management interface
-    user: str = "root"
-    port: int = 22
-    key_file: str | None = None  # None: the agent (and ~/.ssh's default keys)
-    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
-    host_key_checking: bool = True
-    workdir: str = "/var/tmp/secperf"
-    addresses: tuple[str, ...] = ()  # the test addresses this host may be sent traffic on
-    interfaces: dict[str, str] = field(default_factory=dict)  # peer host -> interface name
-    keep_engine: bool = True  # leave <workdir>/secperf-engine for the next run
-
-    @property
-    def destination(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
-
-    def as_entry(self) -> dict[str, Any]:
-        """The fields `secperf clean` needs to come back (no secret: a key's path only)."""
-        return {
-            "name": self.name,
-            "host": self.host,
-            "user": self.user,
-            "port": self.port,
-            "key_file": self.key_file,
-            "known_hosts": self.known_hosts,
-            "host_key_checking": self.host_key_checking,
-            "workdir": self.workdir,
-        }
-
-    @classmethod
-    def from_entry(cls, e: dict[str, Any]) -> SshSpec:
-        return cls(
-            name=str(e["name"]),
-            host=str(e["host"]),
-            user=str(e["user"]),
-            port=int(e["port"]),
-            key_file=e.get("key_file"),
-            known_hosts=e.get("known_hosts"),
-            host_key_checking=bool(e.get("host_key_checking", True)),
-            workdir=str(e["workdir"]),
-        )
-
-
-def connect(spec: SshSpec) -> Any:
-    """An authenticated paramiko SSHClient, or a TestbedError saying what failed."""
-    import paramiko  # type: ignore[import-untyped]
-
-    client = paramiko.SSHClient()
-    where = f"ssh {spec.destination} (host {spec.name})"
-    try:
-        if spec.known_hosts:
-            client.load_host_keys(os.path.expanduser(spec.known_hosts))
-        else:
-            client.load_system_host_keys()
-    except OSError as exc:
-        raise TestbedError(
-            f"cannot read known_hosts {spec.known_hosts}: {exc}",
-            where=where,
-            fix="point known_hosts at a readable file with the host's key "
-            "(ssh-keyscan HOST >> FILE)",
-        ) from None
-    client.set_missing_host_key_policy(
-        paramiko.RejectPolicy() if spec.host_key_checking else paramiko.AutoAddPolicy()
-    )
-    try:
-        client.connect(
-            spec.host,
-            port=spec.port,
-            username=spec.user,
-            key_filename=os.path.expanduser(spec.key_file) if spec.key_file else None,
-            allow_agent=True,
-            look_for_keys=spec.key_file is None,
-            timeout=CONNECT_TIMEOUT_S,
-            banner_timeout=CONNECT_TIMEOUT_S,
-            auth_timeout=CONNECT_TIMEOUT_S,
-        )
-    except paramiko.SSHException as exc:
-        client.close()
-        detail = str(exc) or type(exc).__name__
-        if "not found in known_hosts" in detail:
-            fix = (
-                f"add its host key: ssh-keyscan -p {spec.port} {spec.host} >> "
-                f"{spec.known_hosts or '~/.ssh/known_hosts'} (check the fingerprint)"
-            )
-        else:
-            fix = (
-                "check the key (ansible_ssh_private_key_file, or load it into ssh-agent) and "
-                "that the user may log in with it"
-            )
-        raise TestbedError(f"cannot log in: {detail}", where=where, fix=fix) from None
-    except (TimeoutError, OSError) as exc:
-        client.close()
-        raise TestbedError(
-            f"cannot reach the host: {exc}",
-            where=where,
-            fix="check ansible_host / ansible_port and that sshd runs there",
-        ) from None
-    transport = client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(5)  # a dead link is noticed in seconds, not hours
-    return client
-
-
-def remote_run(
-    client: Any,
-    argv: Sequence[str] | str,
-    *,
-    input: str | None = None,
-    timeout: float = 30.0,
-    where: str = "",
-) -> subprocess.CompletedProcess[str]:
-    """Run one command over an open connection; never raises on a non-zero exit."""
-    cmd = argv if isinstance(argv, str) else shlex.join(argv)
-    try:
-        chan = client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
-        chan.settimeout(timeout)
-        chan.exec_command(cmd)
-        if input is not None:
-            chan.sendall(input.encode())
-        chan.shutdown_write()
-        out, err = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout
-        while True:
-            if chan.recv_ready():
-                out += chan.recv(65536)
-            elif chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-            elif chan.exit_status_ready() and chan.eof_received:
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                break
-            elif time.monotonic() > deadline:
-                chan.close()
-                raise TestbedError(
-                    f"command timed out after {timeout} s: {cmd}",
-                    where=where,
-                    fix="the remote host may be overloaded; `secperf clean` removes leftovers",
-                )
-            else:
-                time.sleep(0.002)
-        rc = chan.recv_exit_status()
-        chan.close()
-    except (OSError, EOFError, AttributeError) as exc:
-        raise TestbedError(
-            f"lost the SSH connection running {cmd}: {exc!r}",
-            where=where,
-            fix="check the network to the host; `secperf clean` removes what the run left there",
-        ) from None
-    return subprocess.CompletedProcess(
-        cmd, rc, out.decode(errors="replace"), err.decode(errors="replace")
-    )
-
-
-def upload(client: Any, local: str, remote: str, *, where: str) -> None:
-    """Copy a file with `cat > REMOTE` on an exec channel: no SFTP subsystem needed."""
-    try:
-        chan = client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
-        chan.settimeout(120.0)
-        chan.exec_command(f"cat > {shlex.quote(remote)}")
-        with open(local, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 16), b""):
-                chan.sendall(chunk)
-        chan.shutdown_write()
-        rc = chan.recv_exit_status()
-        err = b""
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-        chan.close()
-    except (OSError, EOFError, AttributeError) as exc:
-        raise TestbedError(
-            f"lost the SSH connection copying {local}: {exc!r}", where=where
-        ) from None
-    if rc != 0:
-        raise TestbedError(
-            f"could not write {remote}: {err.decode(errors='replace').strip()}",
-            where=where,
-            fix="check that the work directory is writable there",
-        )
-
-
-class RemoteShell:
-    """One long-lived `sh` on an exec channel that runs command after command: an SSH
-    session costs a fork, a login and a shell on the far side (~0.3 s on a loaded
-    machine), a command here costs one subshell. Each command's stdout and stderr go
-    to files in `tmpdir`, then come back framed by a random marker with their lengths
-    and its exit status; its input comes as a here-document."""
-
-    def __init__(self, client: Any, tmpdir: str, where: str) -> None:
-        self._client = client
-        self._tmp = tmpdir
-        self._where = where
-        self._mark = "secperf-" + os.urandom(8).hex()
-        self._chan: Any = None
-        self._out: Any = None
-        self._lock = threading.Lock()
-
-    def _open(self) -> None:
-        self._chan = self._client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
-        self._chan.exec_command("exec sh -s")
-        self._out = self._chan.makefile("rb")
-
-    def close(self) -> None:
-        if self._chan is not None:
-            with contextlib.suppress(OSError, EOFError):
-                self._chan.close()
-        self._chan = self._out = None
-
-    def run(
-        self, cmd: str, *, input: str | None = None, timeout: float = 30.0
-    ) -> subprocess.CompletedProcess[str]:
-        q = shlex.quote
-        out, err = q(posixpath.join(self._tmp, ".out")), q(posixpath.join(self._tmp, ".err"))
-        if input is None:
-            script = f"( {cmd}\n) </dev/null >{out} 2>{err}\n"
-        else:
-            end = "END-" + os.urandom(8).hex()
-            body = input if input.endswith("\n") else input + "\n"
-            script = f"( {cmd}\n) >{out} 2>{err} <<'{end}'\n{body}{end}\n"
-        script += (
-            f"printf '\\n%s %s %s %s\\n' {self._mark} $? "
-            f"$(wc -c <{out}) $(wc -c <{err}); cat {out} {err}\n"
-        )
-        with self._lock:
-            try:
-                if self._chan is None:
-                    self._open()
-                self._chan.settimeout(timeout)
-                self._chan.sendall(script.encode())
-                while True:
-                    line = self._out.readline()
-                    if not line:
-                        raise EOFError("the remote shell ended")
-                    parts = line.split()
-                    if parts[:1] == [self._mark.encode()]:
-                        break
-                rc, n_out, n_err = (int(x) for x in parts[1:4])
-                stdout = self._out.read(n_out) if n_out else b""
-                stderr = self._out.read(n_err) if n_err else b""
-            except (OSError, EOFError, ValueError) as exc:
-                self.close()
-                if isinstance(exc, TimeoutError | socket.timeout):
-                    raise TestbedError(
-                        f"command timed out after {timeout} s: {cmd}",
-                        where=self._where,
-                        fix="the remote host may be overloaded; `secperf clean` removes leftovers",
-                    ) from None
-                raise TestbedError(
-                    f"lost the SSH connection running {cmd}: {exc!r}",
-                    where=self._where,
-                    fix="check the network to the host; `secperf clean` removes what the run "
-                    "left there",
-                ) from None
-        return subprocess.CompletedProcess(
-            cmd, rc, stdout.decode(errors="replace"), stderr.decode(errors="replace")
-        )
 
 
 class RemotePopen:
@@ -527,14 +265,6 @@ class RemoteProcess(ManagedProcess):
         return f"RemoteProcess(pid={self.pid}, label={self.label!r}, host={self.host!r})"
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class SshHost:
     """A host that is a remote machine reached over SSH."""
 
@@ -561,11 +291,24 @@ class SshHost:
         self._client: Any = None
         self._processes: list[RemoteProcess] = []
         self.engine_remote = posixpath.join(spec.workdir, ENGINE_NAME)
-        self.rundir = posixpath.join(spec.workdir, prefix)
-        self.remote_ledger = posixpath.join(spec.workdir, f"{prefix}.ledger.jsonl")
+        self.rundir = remote_rundir(spec, prefix)
+        self.remote_ledger = remote_ledger(spec, prefix)
         self.engine_version: str | None = None
         self._lock = threading.RLock()
         self._shell: RemoteShell | None = None
+
+    @classmethod
+    def build(cls, name: str, bed: BuildContext, spec: SshSpec) -> SshHost:
+        """The factory: settings are the inventory's SshSpec; the engine is copied there
+        (the static build where there is one)."""
+        return cls(
+            spec,
+            bed.prefix,
+            bed.ledger,
+            engine=engine_path(),
+            upload=remote_engine_file(),
+            stage_dirs=bed.stage_dirs,
+        )
 
     @property
     def name(self) -> str:
@@ -575,7 +318,15 @@ class SshHost:
     def where(self) -> str:
         return f"host {self.spec.name} (ssh {self.spec.destination})"
 
-    # -- life cycle -------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return f"ssh://{self.spec.destination}"
+
+    @property
+    def local_links(self) -> bool:
+        return False  # cabled in the lab
+
+    # -- life cycle (the Backend protocol) ----------------------------------------------
 
     def open(self) -> None:
         """Connect, write down the remote ledger and run dir, put the engine there."""
@@ -606,6 +357,9 @@ class SshHost:
                 self.track_file(self.engine_remote)  # removed with the run's files
             self.engine_version = self._put_engine(self._engine_upload)
 
+    def start(self) -> None:
+        """Nothing: a real machine's links are its own."""
+
     def _must(self, cmd: str, what: str, fix: str) -> str:
         proc = remote_run(self._client, cmd, where=self.where)
         if proc.returncode != 0:
@@ -616,7 +370,7 @@ class SshHost:
 
     def _put_engine(self, local: str) -> str:
         """Copy the engine if it is missing or differs; return the version it reports there."""
-        want = _sha256(local)
+        want = sha256_file(local)
         q = shlex.quote(self.engine_remote)
         have = remote_run(
             self._client, f"sha256sum {q} 2>/dev/null | cut -d' ' -f1", where=self.where
@@ -668,6 +422,25 @@ class SshHost:
     @property
     def cpu_groups(self) -> list[dict[str, Any]]:
         return []  # no cgroup is made on a remote host: CPU there is the engine's own
+
+    @property
+    def runs_commands(self) -> bool:
+        return True
+
+    @property
+    def ledger(self) -> Ledger | None:
+        return None  # nothing local is made for it (its own ledger is remote)
+
+    @property
+    def power(self) -> Power | None:
+        return None
+
+    @property
+    def switch(self) -> Switch | None:
+        return None
+
+    def proc_stat(self) -> dict[str, int] | None:
+        return None  # not read on a remote machine (docs/methodology.md)
 
     def translate(self, argv: Sequence[str]) -> list[str]:
         """This machine's engine and staged files -> their copies on the host."""
@@ -824,93 +597,3 @@ class SshHost:
 
     def __repr__(self) -> str:
         return f"SshHost({self.spec.name!r}, {self.spec.destination})"
-
-
-def _live(lines: list[str]) -> list[dict[str, Any]]:
-    """Entries added and not removed (the local ledger's rule, for a remote ledger)."""
-    live: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a lost connection
-        if entry.get("op") == "add":
-            live.append(entry)
-        elif entry.get("op") == "remove":
-            for i, cand in enumerate(live):
-                if cand.get("type") == entry.get("type") and all(
-                    cand.get(k) == v for k, v in entry.items() if k not in ("op", "type")
-                ):
-                    del live[i]
-                    break
-    return live
-
-
-def remote_teardown(client: Any, spec: SshSpec, prefix: str) -> list[str]:
-    """Empty a remote ledger: stop its live processes (pid + starttime checked), put
-    the firewall back as it was found, remove the run's files and the ledger."""
-    where = f"host {spec.name} (ssh {spec.destination})"
-    q = shlex.quote
-    ledger = posixpath.join(spec.workdir, f"{prefix}.ledger.jsonl")
-    rundir = posixpath.join(spec.workdir, prefix)
-    text = remote_run(client, f"cat {q(ledger)} 2>/dev/null", where=where).stdout
-    if not text:
-        return []
-    removed: list[str] = []
-    live = _live(text.splitlines())
-    # One session for all of it: an SSH session is the slow part on the far side.
-    kills = [
-        shlex.join(["sh", "-c", KILL_GROUP, "kill", str(e["pid"]), str(e["starttime"])])
-        for e in reversed(live)
-        if e.get("type") == "process"
-    ]
-    if kills:
-        remote_run(client, " ; ".join(kills), where=where, timeout=60.0)
-    removed += [
-        f"process {e['pid']} ({e.get('label', '')}) on {spec.name}"
-        for e in reversed(live)
-        if e.get("type") == "process"
-    ]
-    saved = posixpath.join(rundir, "nft-ruleset-before")
-    restore = (
-        f"[ -f {q(saved)} ] && command -v nft >/dev/null || exit 0; "
-        f'[ "$(nft list ruleset)" = "$(cat {q(saved)})" ] && exit 0; '
-        f"nft flush ruleset && nft -f {q(saved)} && echo restored"
-    )
-    got = remote_run(client, restore, where=where)
-    if got.returncode != 0:
-        raise TestbedError(
-            f"could not put the firewall of {spec.name} back: {got.stderr.strip()}",
-            where=where,
-            fix=f"its ruleset as found is in {saved}: load it with nft -f; the ledger is kept",
-        )
-    if "restored" in got.stdout:
-        removed.append(f"nft ruleset on {spec.name} (put back as found)")
-    paths = [
-        str(e["path"])
-        for e in reversed(live)
-        if e.get("type") == "file"
-        and isinstance(e.get("path"), str)
-        # only what lives in secperf's work directory
-        and str(e["path"]).startswith(spec.workdir.rstrip("/") + "/")
-    ]
-    gone = remote_run(client, shlex.join(["rm", "-rf", "--", *paths, ledger]), where=where)
-    if gone.returncode != 0:
-        raise TestbedError(
-            f"could not remove the run's files on {spec.name}: {gone.stderr.strip()}",
-            where=where,
-            fix="the local ledger keeps the host: fix the cause, then `secperf clean`",
-        )
-    removed += [f"file {p} on {spec.name}" for p in paths]
-    removed.append(f"ledger {ledger} on {spec.name}")
-    return removed
-
-
-def clean_remote(entry: dict[str, Any]) -> list[str]:
-    """`secperf clean` for one `ssh` entry of a dead run's ledger."""
-    spec = SshSpec.from_entry(entry)
-    client = connect(spec)
-    try:
-        return remote_teardown(client, spec, str(entry["prefix"]))
-    finally:
-        client.close()

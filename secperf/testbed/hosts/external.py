@@ -7,30 +7,92 @@ variants with the user's own commands, or by asking the user (secperf.mechanisms
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from secperf.errors import TestbedError
-from secperf.testbed.host import InterfaceCounters, Redirect
-from secperf.testbed.netns import ManagedProcess
+from secperf.testbed.hosts.protocol import (
+    BuildContext,
+    InterfaceCounters,
+    ManagedProcess,
+    Power,
+    Redirect,
+    Switch,
+)
+from secperf.testbed.ledger import Ledger
 
 
 class ExternalHost:
     """A host of the graph that secperf does not control (the host interface's
-    commands fail; counters, CPU and memory are not read)."""
+    commands fail; counters, CPU and memory are not read). Also the switches of a
+    lab of real machines: real switches, nothing for secperf to run there either."""
 
-    runs_commands = False  # its connections are its own: nothing to flush from here
-
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, interfaces: Mapping[str, str] | None = None) -> None:
         self._name = name
+        self._interfaces = dict(interfaces or {})  # peer host -> interface name
+
+    @classmethod
+    def build(
+        cls, name: str, bed: BuildContext, interfaces: Mapping[str, str] | None = None
+    ) -> ExternalHost:
+        """The factory: settings are its interfaces by peer, from the inventory."""
+        return cls(name, interfaces)
+
+    # -- life cycle (the Backend protocol): nothing to make, nothing to remove -----------
+
+    def open(self) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> list[str]:
+        return []
+
+    @property
+    def location(self) -> str:
+        return "external"
+
+    @property
+    def local_links(self) -> bool:
+        return False  # cabled in the lab
+
+    def ifname(self, peer: str) -> str:
+        """Its interface toward `peer` as the inventory names it ("" if it does not)."""
+        return self._interfaces.get(peer, "")
+
+    # -- capabilities: none -----------------------------------------------------------
 
     @property
     def name(self) -> str:
         return self._name
 
     @property
+    def role(self) -> str:
+        return self._name
+
+    @property
     def cpu_groups(self) -> list[dict[str, Any]]:
         return []
+
+    @property
+    def runs_commands(self) -> bool:
+        return False  # its connections are its own: nothing to flush from here
+
+    @property
+    def ledger(self) -> Ledger | None:
+        return None
+
+    @property
+    def power(self) -> Power | None:
+        return None
+
+    @property
+    def switch(self) -> Switch | None:
+        return None
+
+    def proc_stat(self) -> dict[str, int] | None:
+        return None
 
     def _refuse(self, argv: Sequence[str]) -> TestbedError:
         return TestbedError(

@@ -9,7 +9,7 @@ kernel that Debian's `linux-image-cloud-amd64` names) into the project's cache,
   loads the virtio and netfilter modules, brings up the management NIC (found by
   its MAC address, IPv6 link-local fe80::2 only: never routed), starts the agent;
 - the agent (`/etc/secperf/agent`, busybox `nc -ll -e`): one TCP connection per
-  command (secperf.testbed.vmagent describes the protocol);
+  command (secperf.testbed.hosts.vmagent describes the protocol);
 - `/sbin/modprobe`, a busybox-sh script that the kernel's module autoloader calls:
   it looks the requested name or alias up in tables computed here from every
   module's `.modinfo` and loads the module after its dependencies (insmod);
@@ -154,7 +154,7 @@ echo "{READY_LINE}" > /dev/console
 exec /usr/bin/ip netns exec mgmt nc -ll -p {AGENT_PORT} -e /etc/secperf/agent
 """
 
-# One TCP connection, one command: see secperf.testbed.vmagent for the host's side.
+# One TCP connection, one command: see secperf.testbed.hosts.vmagent for the host's side.
 AGENT = f"""\
 #!/bin/sh
 export PATH={GUEST_PATH}

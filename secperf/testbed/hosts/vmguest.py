@@ -1,6 +1,7 @@
-"""The `vm` host backend: a host that is a qemu virtual machine.
+"""A qemu guest in place of a namespace host (`VmHost`, the Host protocol), held by
+the `vm` backend (hosts/vm.py), which selects it or its namespace per variant.
 
-The guest (secperf.testbed.vmimage: a Debian cloud kernel, busybox, nftables,
+The guest (secperf.testbed.hosts.vmimage: a Debian cloud kernel, busybox, nftables,
 iptables, conntrack, iproute2, secperf-nfq) sits where a namespace host would:
 its virtio NICs attach to the testbed's links through tap devices that live in
 the host's own namespace (the one that holds the links' ends; never the root
@@ -11,7 +12,7 @@ from the guest, which carries the addresses and routes the topology gives the ho
 (the same `ip -batch` lines as the namespace). Switching back takes the veth out of
 the bridge and gives the namespace its addresses again; both sides' neighbours
 forget the old MAC addresses. A third tap, unbridged, is the management link: the
-guest's agent on IPv6 link-local fe80::2 (secperf.testbed.vmagent).
+guest's agent on IPv6 link-local fe80::2 (secperf.testbed.hosts.vmagent).
 
 qemu runs in the host's namespace and joins its cgroup (it is started with that
 namespace host's `spawn`, so it is in the ledger too): its threads are the host's
@@ -26,7 +27,6 @@ step is bounded and a time-out names it: image build, boot, agent, network up.
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import subprocess
 import sys
@@ -34,171 +34,44 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from secperf.errors import TestbedError
-from secperf.testbed import vmagent
-from secperf.testbed.host import InterfaceCounters, Redirect
-from secperf.testbed.ledger import Ledger
-from secperf.testbed.netns import ManagedProcess, NetnsHost, parse_ip_stats, run_command
-from secperf.testbed.topology import Topology
-from secperf.testbed.vmimage import (
+from secperf.testbed.commands import run_command
+from secperf.testbed.hosts import vmagent
+from secperf.testbed.hosts.netns import NetnsHost, host_sysctls
+from secperf.testbed.hosts.protocol import (
+    InterfaceCounters,
+    ManagedProcess,
+    Power,
+    Redirect,
+    Switch,
+    parse_ip_stats,
+)
+from secperf.testbed.hosts.vmconfig import (
+    VmSettings,
+    bridge_name,
+    carried_files,
+    data_mac,
+    guest_argv,
+    kvm_usable,
+    parse_proc_stat,
+    qemu_argv,
+    tap_name,
+)
+from secperf.testbed.hosts.vmimage import (
     AGENT_PORT,
     GUEST_MGMT_ADDR,
     HOST_MGMT_ADDR,
     MGMT_MAC,
-    NFQ_GUEST_PATH,
     READY_LINE,
     Image,
     ensure_image,
 )
-
-Accel = Literal["auto", "kvm", "tcg"]
-BACKENDS = ("namespace", "vm")
-# Paths a guest has of its own: never carried in from the host.
-SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/etc/", "/proc/", "/sys/", "/dev/", "/run/")
-
-
-@dataclass(frozen=True)
-class VmSettings:
-    """How the VM host is built (scenario [testbed.vm])."""
-
-    accel: Accel = "auto"
-    cpus: int = 1
-    memory_mb: int = 256
-    boot_timeout: float = 120.0
-    build_timeout: float = 600.0
-    kvm_timeout: float = 20.0
-
-
-def data_mac(n: int) -> str:
-    """The guest NIC on the host's n-th link (its MAC names it inside the guest)."""
-    return f"52:54:00:5e:c0:{n:02x}"
-
-
-def tap_name(prefix: str, n: int | str) -> str:
-    return f"{prefix}-V{n}"
-
-
-def bridge_name(prefix: str, n: int) -> str:
-    return f"{prefix}-B{n}"
-
-
-def qemu_argv(
-    *,
-    image: Image,
-    accel: str,
-    settings: VmSettings,
-    serial_log: Path,
-    taps: Sequence[tuple[str, str]],
-    name: str,
-) -> list[str]:
-    """The qemu command line: no default devices, serial console to a file, the
-    kernel and initramfs given directly, one virtio NIC per (tap, MAC)."""
-    argv = [
-        "qemu-system-x86_64",
-        "-name",
-        name,
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-monitor",
-        "none",
-        "-serial",
-        f"file:{serial_log}",
-        "-no-reboot",
-        "-machine",
-        "pc",
-        "-smp",
-        str(settings.cpus),
-        "-m",
-        str(settings.memory_mb),
-        "-kernel",
-        str(image.kernel),
-        "-initrd",
-        str(image.initrd),
-        "-append",
-        "console=ttyS0 panic=-1 quiet",
-    ]
-    if accel == "kvm":
-        argv += ["-accel", "kvm", "-cpu", "host"]
-    else:
-        argv += ["-accel", "tcg,thread=multi" if settings.cpus > 1 else "tcg"]
-    for i, (tap, mac) in enumerate(taps):
-        argv += [
-            "-netdev",
-            f"tap,id=n{i},ifname={tap},script=no,downscript=no",
-            "-device",
-            f"virtio-net-pci,netdev=n{i},mac={mac}",
-        ]
-    return argv
-
-
-def kvm_usable() -> str | None:
-    """None if /dev/kvm opens for read/write, else why not."""
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR)
-    except OSError as exc:
-        return f"/dev/kvm: {exc.strerror}"
-    os.close(fd)
-    return None
-
-
-def parse_proc_stat(text: str) -> dict[str, int]:
-    """The aggregate `cpu` line of /proc/stat, in USER_HZ ticks per field."""
-    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            return {n: int(v) for n, v in zip(names, parts[1:], strict=False)}
-    raise TestbedError("the guest's /proc/stat has no cpu line")
-
-
-def guest_cpu_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
-    """The guest's CPU between two /proc/stat readings: busy fraction and its parts."""
-    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    total = sum(delta.values())
-    busy = total - delta.get("idle", 0) - delta.get("iowait", 0)
-    return {
-        "ticks": delta,
-        "busy_fraction": (busy / total) if total > 0 else None,
-        "softirq_fraction": (delta.get("softirq", 0) / total) if total > 0 else None,
-    }
-
-
-def guest_argv(argv: Sequence[str], programs: dict[str, str] | None = None) -> list[str]:
-    """argv as the guest runs it: the appliance daemon from the image, a program by its
-    path in the image (`programs`, from the image's manifest: the guest's busybox sh
-    would run its own applet for a bare `ip`), else by name (a busybox applet)."""
-    out = list(argv)
-    if not out:
-        return out
-    base = Path(out[0]).name
-    if base == "secperf-nfq":
-        out[0] = NFQ_GUEST_PATH
-    elif programs and base in programs:
-        out[0] = programs[base]
-    elif out[0].startswith("/") and not out[0].startswith(SYSTEM_DIRS):
-        out[0] = base
-    return out
-
-
-def carried_files(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(host files to copy into the guest before the command, paths the command may
-    write that come back to the host after it): absolute arguments outside the
-    system dirs that exist as files / whose directory exists on the host."""
-    carry_in: list[str] = []
-    carry_out: list[str] = []
-    for arg in argv[1:]:
-        if not arg.startswith("/") or arg.startswith(SYSTEM_DIRS):
-            continue
-        path = Path(arg)
-        if path.is_file():
-            carry_in.append(arg)
-        elif path.parent.is_dir() and not path.exists():
-            carry_out.append(arg)
-    return carry_in, carry_out
+from secperf.testbed.ledger import Ledger
+from secperf.testbed.links import host_ip_lines
+from secperf.testbed.topology import Topology
+from secperf.tools import nfq_path
 
 
 @dataclass
@@ -214,7 +87,8 @@ class GuestState:
 
 
 class VmHost:
-    """A testbed host that is a VM (the `Host` protocol); made by `VmHost.create`."""
+    """A testbed host that is a VM (the `Host` protocol); made by `VmHost.create`, and
+    selected by its `NetnsOrVmHost`."""
 
     def __init__(
         self,
@@ -242,7 +116,6 @@ class VmHost:
         self._image: Image | None = None
         self._relays: list[ManagedProcess] = []
         self._from_guest: set[str] = set()
-        self.active = False
         self._forced_tcg = ""
 
     # -- building ------------------------------------------------------------------------
@@ -261,8 +134,6 @@ class VmHost:
     ) -> VmHost:
         """Image (cached or built), taps and bridges, boot, agent, guest network."""
         vm = cls(role, ns_host, topology, prefix, ledger, settings, state_dir, veths)
-        from secperf.mechanisms.nfq import nfq_path
-
         t0 = time.monotonic()
         vm._image = ensure_image(Path(nfq_path()), timeout=settings.build_timeout)
         vm.state.image = {
@@ -432,10 +303,7 @@ class VmHost:
                     raise TestbedError(f"the guest has no NIC with MAC {mac} (link {link})")
                 nics[link] = by_mac[mac]
             self.state.nics = nics
-            from secperf.testbed.links import host_ip_lines
-            from secperf.testbed.testbed import guest_sysctls
-
-            sysctls = guest_sysctls(self.topology.host(self.role).forwarding)
+            sysctls = host_sysctls(self.topology.host(self.role).forwarding)
             self.run(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in sysctls.items())])
             self.run(
                 ["ip", "-batch", "-"],
@@ -463,20 +331,16 @@ class VmHost:
                 f"link set {veth} master {bridge_name(self.prefix, i)}",
             ]
         self._ns_batch(lines)
-        self.active = True
 
     def detach(self) -> None:
         """Give the links back to the namespace: out of the bridges, addresses and routes
         as the topology has them (links down and up: IPv6 link-local addresses return)."""
-        from secperf.testbed.links import host_ip_lines
-
         lines = []
         for link in self.links:
             veth = self.veths[link]
             lines += [f"link set {veth} nomaster", f"link set {veth} down"]
         lines += host_ip_lines(self.topology, self.role, self.veths)
         self._ns_batch(lines)
-        self.active = False
 
     # -- the host interface ------------------------------------------------------------------
 
@@ -491,6 +355,18 @@ class VmHost:
     @property
     def ledger(self) -> Ledger:
         return self._ledger
+
+    @property
+    def runs_commands(self) -> bool:
+        return True
+
+    @property
+    def power(self) -> Power | None:
+        return VmPower(self)
+
+    @property
+    def switch(self) -> Switch | None:
+        return None  # the NetnsOrVmHost that holds it switches
 
     @property
     def programs(self) -> dict[str, str]:
@@ -672,6 +548,19 @@ class VmHost:
 
     def __repr__(self) -> str:
         return f"VmHost({self.role!r}, netns={self.ns.netns!r}, accel={self.state.accel!r})"
+
+
+class VmPower:
+    """A VM's power switch (the `Power` capability): qemu ends, then boots again."""
+
+    def __init__(self, vm: VmHost) -> None:
+        self._vm = vm
+
+    def off(self) -> None:
+        self._vm.power_off()
+
+    def on(self) -> None:
+        self._vm.boot()
 
 
 def _text(path: Path) -> str:

@@ -14,7 +14,7 @@ header line of space-separated words, base64 where a word could hold anything:
         connection the guest SIGKILLs it: a program never outlives its connection.
 
 `script` is `exec ARGV` shell-quoted. The guest side is busybox sh
-(secperf.testbed.vmimage.AGENT). A spawned program is relayed by a real process
+(secperf.testbed.hosts.vmimage.AGENT). A spawned program is relayed by a real process
 on the host (`python3 vmagent.py relay ...`, started with the DUT namespace host's
 spawn, so it is in the ledger and the cgroup): its stdout is the program's, a
 SIGTERM to it becomes "TERM", a SIGKILL closes the connection (the guest then
