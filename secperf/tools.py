@@ -4,9 +4,19 @@ shell's PATH does not always hold (daemons such as nginx, vsftpd, dnsmasq, squid
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from secperf.errors import ToolMissingError
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A program secperf needs: which Debian package brings it, and who needs it."""
+
+    program: str
+    package: str
+    needed_for: str
 
 
 def find_program(name: str, *, purpose: str, package: str) -> str:

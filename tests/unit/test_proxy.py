@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from secperf.mechanisms import from_schema
 from secperf.mechanisms.base import MechanismContext, traffic_plan
+from secperf.mechanisms.build import from_schema
 from secperf.mechanisms.proxy import Proxy, render_ftp_proxy, render_nft, render_squid
 from secperf.scenario.schema import Variant
 from secperf.testbed.topology import Topology

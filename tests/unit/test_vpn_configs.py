@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.errors import MechanismError
-from secperf.mechanisms import from_schema as mechanism_from_schema
+from secperf.mechanisms.build import from_schema as mechanism_from_schema
 from secperf.mechanisms.vpn import (
     TUNNEL_NET4,
     TUNNEL_NET6,
