@@ -296,13 +296,24 @@ class Executor(Protocol[S_contra]):
         ...
 
 
+def _tagged(keep: Callable[[Record], None], kind: str) -> Callable[[Record], None]:
+    """A record sink that files result records under the workload's kind."""
+
+    def tagged(rec: Record) -> None:
+        keep({**rec, "kind": kind} if rec.get("type") == "result" else rec)
+
+    return tagged
+
+
 @dataclass(frozen=True)
 class EngineExecutor:
     """One engine test from the client to the server (or from every generator at
     once, their results merged): the point's own engine spec (`engine_spec`).
 
     `extra`: what the kind sets beyond its fields (a fixed transfer's time limit);
-    `tried`: what a merged record's loss ratio divides by (default the messages sent)."""
+    `tried`: what a merged record's loss ratio divides by (default the messages sent).
+    A kind built on another engine kind (`engine_kind`) files its result records under
+    its own kind, so that its own metrics read them."""
 
     extra: Callable[[Any], Mapping[str, Any]] | None = None
     tried: Callable[[Record], int] = sent_messages
@@ -314,10 +325,14 @@ class EngineExecutor:
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[WorkloadSpec]) -> Record:
         spec = self.spec(point.spec, ctx.target)
+        own = spec["kind"] == point.kind
+        keep = ctx.keep if own else _tagged(ctx.keep, point.kind)
         if len(ctx.generators) > 1:
             hosts = [(name, ctx.testbed.host(name)) for name in ctx.generators]
-            return run_generators(hosts, spec, ctx.keep, tried=self.tried)
-        return run_test(ctx.testbed.host(ctx.client), spec, on_record=ctx.keep).result
+            result = run_generators(hosts, spec, keep, tried=self.tried)
+        else:
+            result = run_test(ctx.testbed.host(ctx.client), spec, on_record=keep).result
+        return result if own else {**result, "kind": point.kind}
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,13 @@ class ConnRateExecutor:
             try:
                 r = run_on_client(ctx, spec, keep_all=False)
             except EngineError as exc:
-                return kept_trial("crr", ctx, rate, Trial(False, None, {"error": exc.message}))
+                failed = Trial(False, None, {"error": exc.message})
+                return kept_trial(p.engine_kind, ctx, rate, failed)
             s = crr_summary(r)
             done, lost, achieved = s["completed"], s["failed"], s["rate"]
             ok = passes(lost, done + lost, p.max_ratio) and achieved >= ACHIEVED_SHARE * rate
             detail = {"completed": done, "failed": lost}
-            return kept_trial("crr", ctx, rate, Trial(ok, achieved, detail))
+            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, achieved, detail))
 
         return search(ctx, p, trial)
 

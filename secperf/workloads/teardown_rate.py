@@ -52,7 +52,7 @@ class TeardownRateExecutor:
                 r = run_on_client(ctx, spec, keep_all=False)
             except EngineError as exc:
                 failed = Trial(False, None, {"error": exc.message})
-                return kept_trial("connections", ctx, rate, failed)
+                return kept_trial(p.engine_kind, ctx, rate, failed)
             tear = r.get("teardown") or {}
             closed, missing = int(tear.get("closed") or 0), int(tear.get("missing") or 0)
             seen = float(r.get("teardown_rate") or 0.0)
@@ -62,7 +62,7 @@ class TeardownRateExecutor:
                 and seen >= ACHIEVED_SHARE * rate
             )
             detail = {"closed": closed, "missing": missing}
-            return kept_trial("connections", ctx, rate, Trial(ok, seen, detail))
+            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, seen, detail))
 
         return search(ctx, p, trial)
 
