@@ -37,6 +37,7 @@ from secperf.scenario.fields import (
     bounded,
     one_or_sweep,
     parse_count,
+    rule_file,
 )
 from secperf.scenario.registry import KindRegistry
 from secperf.scenario.testbed import (
@@ -429,26 +430,7 @@ def _ips_rules(value: object, info: ValidationInfo) -> Path | int:
         return value
     if not isinstance(value, str | Path):
         raise ValueError("rules must be a rule file or a number of rules to generate")
-    context = info.context if isinstance(info.context, dict) else {}
-    path = Path(value)
-    if not path.is_absolute():
-        base = context.get("base_dir")
-        path = Path(base or Path.cwd()) / path
-        if not path.is_file():
-            # The shipped rule files: relative to the checkout too.
-            shipped = Path(__file__).resolve().parents[2] / value
-            path = shipped if shipped.is_file() else path
-    if context.get("check_files", True):
-        if not path.is_file():
-            raise ValueError(f"rule file {str(value)!r} not found (looked for {path})")
-        from secperf import ips_rules
-        from secperf.errors import MechanismError
-
-        try:
-            ips_rules.parse_rules(path)
-        except MechanismError as e:
-            raise ValueError(str(e)) from None
-    return path
+    return rule_file(value, info)
 
 
 def _ips_rules_or_sweep(value: object, info: ValidationInfo) -> Path | int | list[int]:

@@ -12,7 +12,13 @@ from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.results.extractors import Metric, Search
 from secperf.search import Trial, passes
-from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
+from secperf.workloads.base import (
+    REQUEST_RESPONSE,
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    engine_spec,
+)
 from secperf.workloads.connections import run_on_client
 from secperf.workloads.rate_search import (
     ACHIEVED_SHARE,
@@ -37,10 +43,7 @@ class ConnRateWorkload(RateSearchSpec):
         "warmup",
         "close",
     )
-    engine_names: ClassVar[dict[str, str]] = {
-        "request": "request_size",
-        "response": "response_size",
-    }
+    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["conn_rate"]
     parallel: int = Field(default=16, ge=1, le=128)

@@ -42,6 +42,7 @@ from secperf.scenario.fields import PerSecond, Timeout
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
     ATTACKER,
+    REQUEST_RESPONSE,
     MeasureContext,
     Spec,
     WorkloadKind,
@@ -99,10 +100,7 @@ class DosWorkload(WorkloadSpec):
         "warmup",
         "close",
     )
-    engine_names: ClassVar[dict[str, str]] = {
-        "request": "request_size",
-        "response": "response_size",
-    }
+    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["dos"]
     rate: PerSecond = 2000.0
