@@ -109,11 +109,10 @@ class MixError(SecperfError):
     """The mix workload cannot run on this testbed as configured."""
 
 
-def _floats(value: object) -> list[float]:
-    return [float(str(v)) for v in value] if isinstance(value, list) else []
+Hits = list[float] | dict[str, list[float]]
 
 
-def hit_weights(topology: Topology, client: str, servers: list[str], hits: object) -> list[float]:
+def hit_weights(topology: Topology, client: str, servers: list[str], hits: Hits) -> list[float]:
     """The client's weight for each server: `hits` as a list for every client, a
     dict of lists by the client's zone, or absent: even odds over the servers
     outside the client's zone (all of them when that leaves none)."""
@@ -124,9 +123,9 @@ def hit_weights(topology: Topology, client: str, servers: list[str], hits: objec
                 f"mix workload: hits has no list for zone {zone!r} (client host {client})",
                 fix=f"add hits.{zone} = [one weight per server host], or give one list",
             )
-        return _per_server(_floats(hits[zone]), servers, f"hits.{zone}", [])
-    if isinstance(hits, list) and hits:
-        return _per_server(_floats(hits), servers, "hits", [])
+        return _per_server([float(v) for v in hits[zone]], servers, f"hits.{zone}", [])
+    if hits:
+        return _per_server([float(v) for v in hits], servers, "hits", [])
     other = [1.0 if topology.host(s).zone != zone else 0.0 for s in servers]
     return other if any(other) else [1.0] * len(servers)
 
