@@ -6,21 +6,21 @@ Debian package brings it, and who needs it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from secperf.errors import ScenarioError, SecperfError, ToolMissingError
+from secperf.errors import SecperfError, ToolMissingError
 from secperf.mechanisms.base import CheckContext, MechanismKind, MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.schema import (
-    MixWorkload,
-    Scenario,
-)
-from secperf.scenario.units import human_size
+from secperf.scenario.graph import build_topology
+from secperf.scenario.loader import _LineMap
+from secperf.scenario.schema import Scenario
 from secperf.tools import Tool, engine_path
+from secperf.workloads.base import CheckContext as WorkloadCheckContext
+from secperf.workloads.registry import WORKLOADS
 
 BASE_TOOLS = (
     Tool("ip", "iproute2", "the testbed (namespaces, veth, addresses, routes)"),
@@ -88,6 +88,8 @@ def tools_for(scenario: Scenario) -> list[Tool]:
         tools += VM_TOOLS
     for kind, mech, _ctx in mechanism_entries(scenario):
         tools += kind.tools_for(mech)
+    for workload in scenario.workloads:
+        tools += WORKLOADS.of(workload).tools(workload)
     return tools
 
 
@@ -107,100 +109,30 @@ def kernel_check_notes(scenario: Scenario) -> list[str]:
 
 def check_static(scenario: Scenario) -> None:
     """What `check` and `run` can refuse without root: each mechanism kind's own checks
-    (a rule file's targets, a tunnel this machine cannot run), socket buffers, mixes."""
+    (a rule file's targets, a tunnel this machine cannot run) and each workload kind's
+    (socket buffers against this machine, a mix's hit table against the graph)."""
     for kind, mech, ctx in mechanism_entries(scenario):
         if kind.check is not None:
             kind.check(mech, ctx)
-    check_socket_buffers(scenario)
-    check_mix(scenario)
+    check_workloads(scenario)
 
 
-def check_mix(scenario: Scenario) -> None:
-    """A mix workload's hit table and HTTP shares need one value per server host of
-    the scenario's graph (or a single value for all), and hit lists keyed by zone
-    need a list for every zone with clients: refused at check time, naming the key."""
-    from secperf.scenario.graph import build_topology
-    from secperf.scenario.loader import _LineMap
-
-    mixes = [(i, w) for i, w in enumerate(scenario.workloads) if isinstance(w, MixWorkload)]
-    if not mixes:
-        return
-    topo = build_topology(scenario)
-    servers = list(topo.hosts_with(role="server"))
-    zones = sorted({str(topo.host(c).zone) for c in topo.hosts_with(role="client")})
+def check_workloads(scenario: Scenario) -> None:
+    """Each workload's own static check (its kind's `preflight`): what the file alone
+    cannot say, against the scenario's graph or this machine."""
     source = scenario.source
     lines = _LineMap(source.read_text()) if source is not None and source.is_file() else None
+    topology = functools.cache(lambda: build_topology(scenario))
 
     def where(path: tuple[str | int, ...]) -> str:
         line = lines.line_of(path) if lines is not None else None
         file = str(source or "scenario")
         return f"{file}:{line}" if line else file
 
-    def refuse(path: tuple[str | int, ...], what: str, fix: str) -> None:
-        key = "workloads[{}].{}".format(path[1], ".".join(str(p) for p in path[2:]))
-        raise ScenarioError(f"{key}: {what}", where=where(path), fix=fix)
-
-    order = ", ".join(servers)
-    for i, w in mixes:
-        lists: list[tuple[tuple[str | int, ...], list[float]]] = []
-        if isinstance(w.hits, dict):
-            for zone in zones:
-                if zone not in w.hits:
-                    refuse(
-                        ("workloads", i, "hits"),
-                        f"no hit list for zone {zone!r}, which has client hosts",
-                        f"add {zone} = [one weight per server host: {order}]",
-                    )
-            for zone, values in w.hits.items():
-                if zone not in zones:
-                    refuse(
-                        ("workloads", i, "hits", zone),
-                        f"zone {zone!r} has no client hosts (zones with clients: "
-                        f"{', '.join(zones)})",
-                        "key each list by a zone that has clients",
-                    )
-                lists.append((("workloads", i, "hits", zone), [float(v) for v in values]))
-        elif w.hits:
-            lists.append((("workloads", i, "hits"), [float(v) for v in w.hits]))
-        if w.http_share:
-            lists.append((("workloads", i, "http_share"), [float(v) for v in w.http_share]))
-        for path, values in lists:
-            if len(values) not in (1, len(servers)):
-                refuse(
-                    path,
-                    f"has {len(values)} values but the graph has {len(servers)} server "
-                    f"hosts ({order})",
-                    "give one value per server host in that order, or a single value for all",
-                )
-
-
-def _sysctl(name: str) -> int | None:
-    try:
-        return int(Path("/proc/sys", *name.split(".")).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def check_socket_buffers(scenario: Scenario) -> None:
-    """A socket_buffer above net.core.rmem_max/wmem_max: the kernel would clamp it, so
-    the engine refuses the test; say so now, not after the testbed is built."""
-    limits = {k: _sysctl(f"net.core.{k}") for k in ("wmem_max", "rmem_max")}
-    for i, w in enumerate(scenario.workloads):
-        value = getattr(w, "socket_buffer", None)
-        sizes = value if isinstance(value, list) else [value]
-        for size in sizes:
-            if not isinstance(size, int):
-                continue
-            for name, limit in limits.items():
-                if limit is not None and size > limit:
-                    raise ScenarioError(
-                        f"workloads[{i}].socket_buffer = {human_size(size)} is above "
-                        f"net.core.{name} = {human_size(limit)} on this machine (the kernel "
-                        "would clamp it, so the engine refuses the test)",
-                        where=str(scenario.source or "scenario"),
-                        fix=f"give at most {human_size(limit)}, or raise the limit: "
-                        f"sysctl -w net.core.{name}={size}",
-                    )
+    for i, workload in enumerate(scenario.workloads):
+        check = WORKLOADS.of(workload).preflight
+        if check is not None:
+            check(workload, WorkloadCheckContext(i, source, topology, where))
 
 
 def preflight(scenario: Scenario, family: int) -> None:

@@ -34,7 +34,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from secperf import __version__, rfc2544, stats
+from secperf import __version__, stats
 from secperf.engine import EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
@@ -69,8 +69,8 @@ from secperf.testbed import links
 from secperf.testbed.hosts.vmconfig import VmSettings, guest_cpu_delta
 from secperf.testbed.testbed import Testbed, install_teardown_handlers, new_prefix
 from secperf.testbed.topology import DUT, LinkSpec, Topology
-from secperf.workloads import executor_for, hosts_for
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.registry import WORKLOADS
 
 BASELINE = "baseline"
 # Seconds a test costs beyond its duration and warm-up: connect, setup, teardown.
@@ -125,7 +125,7 @@ def topology_for(scenario: Scenario, points: list[WorkloadPoint]) -> Topology:
     """The graph a scenario needs: an attacker only if a workload kind asks for one,
     an ids host only if a mechanism kind does (a mirror's sensor)."""
     hosts = frozenset().union(
-        *(hosts_for(p) for p in points),
+        *(WORKLOADS.get(p.kind).hosts(p.spec) for p in points),
         *(MECHANISMS.of(m).hosts for v in scenario.variants.values() for m in v.mechanisms),
     )
     return build_topology(scenario, attacker="attacker" in hosts, ids="ids" in hosts)
@@ -188,17 +188,9 @@ def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> li
 def point_seconds(
     point: WorkloadPoint, rounds: int, tests_per_round: int, link_bps: int | None = None
 ) -> float:
-    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned.
-    A fixed transfer takes its bytes at the point's link rate (else `link_bps`, else
-    1 Gbit/s), at most its time limit."""
-    per_test = sum(float(str(point.params.get(k) or 0)) for k in ("duration", "warmup"))
-    nbytes = point.params.get("bytes")
-    if isinstance(nbytes, int):
-        rate = point.params.get("link_rate") or link_bps or 1_000_000_000
-        limit = float(str(point.params.get("time_limit") or 300.0))
-        per_test = min(limit, nbytes * 8 / float(str(rate)))
-    if point.kind == "rfc2544":  # many trials per measurement
-        per_test = rfc2544.estimate_seconds(point.params)
+    """The time `rounds` rounds of `tests_per_round` tests of this point take, planned:
+    one test as its kind plans it (`link_bps`: the scenario's slowest link rate)."""
+    per_test = WORKLOADS.get(point.kind).test_seconds(point.spec, link_bps)
     return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
 
 
@@ -318,8 +310,8 @@ class Runner:
     def _shape_links(self, testbed: Testbed, point: WorkloadPoint, restore: bool) -> None:
         """A point with `link_rate`: every link on its client-server path at that rate
         (0 = unshaped) for its tests; `restore` puts the links back as the graph has them."""
-        rate = point.params.get("link_rate")
-        if not isinstance(rate, int):
+        rate = point.spec.path_rate()
+        if rate is None:
             return
         for link in path_links(self.topology, *self.endpoints[point.point_id]):
             bps = link.rate_bps if restore else (rate or None)
@@ -678,7 +670,7 @@ class Runner:
             "variant": variant.name,
             "workload": point.name,
             "point_id": point.point_id,
-            "point": point.params,
+            "point": point.record(),
             "label": point.label,
             "rep": rep,
         }
@@ -703,7 +695,7 @@ class Runner:
             server=server,
             generators=list(self.generators[point.point_id]),
         )
-        executor = executor_for(point.kind)
+        executor = WORKLOADS.get(point.kind).executor
         last_error: EngineError | None = None
         for _attempt in range(2):
             guest = testbed.host(DUT) if testbed.switchable else None
@@ -750,16 +742,14 @@ class Runner:
         )
 
 
-# kind -> the result fields whose sum is the traffic the test moved.
-_MOVED = {"stream": ("bytes",), "rr": ("transactions",), "crr": ("transactions",)}
-
-
 def moved_nothing(result: Record) -> str | None:
     """Why a result record that moved no traffic cannot stand as a result (else None):
-    0 bit/s with 0 % loss is not a measurement of the path but of nothing."""
+    0 bit/s with 0 % loss is not a measurement of the path but of nothing. The record's
+    kind says which of its fields count the traffic it moved (`WorkloadKind.moved`)."""
     if result.get("type") != "result":
         return None
-    fields = _MOVED.get(str(result.get("kind", "")))
+    kind = str(result.get("kind", ""))
+    fields = WORKLOADS.get(kind).moved if kind in WORKLOADS else ()
     if not fields:
         return None
     got = [result.get(f) for f in fields]

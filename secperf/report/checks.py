@@ -1,4 +1,5 @@
-"""Pass/fail check tables (the `failclosed` kind): a row per check, a column per variant.
+"""Pass/fail check tables (kinds whose records carry checks, such as `failclosed`): a row
+per check, a column per variant.
 
 Cells read `pass 4/4`, `FAIL 0/4`, or `n/a · FAIL 0/4` for a check that does not
 apply to the variant (a baseline with no daemon to kill) yet says how its path
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from secperf.report.terminal import Cell, ReportTable
+from secperf.report.model import Cell, ReportTable
 
 
 def _cell(check: Mapping[str, Any] | None) -> Cell:

@@ -1,6 +1,7 @@
 """Delay distributions of latency workloads (document 004's Fig. 4 and 8).
 
-A latency `result` record carries, per direction, a linear histogram of its
+A `result` record with delay histograms (the latency kind's) carries, per direction,
+a linear histogram of its
 one-way delays (`{unit, bucket_us, first_us, counts, overflow}`, from the minimum
 to p99.9; `overflow` counts the rest). Each repetition has its own geometry, so the
 repetitions of one variant are merged (summed when the geometry is the same,
@@ -19,7 +20,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
-from secperf.report.plots import BASELINE, Chart, figure_bytes
+from secperf.report.model import BASELINE, Chart
+from secperf.report.plots import figure_bytes
 
 DIRECTIONS = (("c2s", "client → server"), ("s2c", "server → client"))
 CLIP_QUANTILE = 0.995  # the x axis ends where the slowest variant reaches this
@@ -134,15 +136,14 @@ class PointDelays:
 
 
 def collect(lines: Iterable[Mapping[str, object]]) -> list[PointDelays]:
-    """Latency result records grouped by point and variant, repetitions merged."""
+    """Result records with delay histograms grouped by point and variant, repetitions
+    merged."""
     # (workload, point_id) -> label, and (point, variant, direction) -> rep -> record part
     labels: dict[tuple[str, str], str] = {}
     parts: dict[tuple[str, str, str, str], dict[object, Mapping[str, object]]] = {}
     for n, line in enumerate(lines):
         record = line.get("record")
         if not isinstance(record, Mapping) or record.get("type") != "result":
-            continue
-        if record.get("kind") != "latency":
             continue
         workload, pid = str(line.get("workload", "")), str(line.get("point_id", ""))
         variant = str(line.get("variant") or BASELINE)

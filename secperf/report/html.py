@@ -14,8 +14,9 @@ from typing import Any
 
 from secperf.report.checks import check_tables
 from secperf.report.distributions import delay_charts
-from secperf.report.plots import Chart, charts, variant_sweep_charts
-from secperf.report.terminal import ReportTable, build_tables, header_lines, paper_layouts
+from secperf.report.model import Chart, ReportTable
+from secperf.report.plots import charts, variant_sweep_charts
+from secperf.report.terminal import build_tables, header_lines, paper_layouts
 from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary

@@ -14,7 +14,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
@@ -24,19 +23,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import Formatter
 
-BASELINE = "baseline"
+from secperf.report.layouts import layout_of
+from secperf.report.model import BASELINE, Chart
+
+__all__ = ["BASELINE", "DRAWING", "Chart", "PlainTicks", "charts", "figure_bytes"]
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)(it)?\s*$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-
-
-@dataclass(frozen=True)
-class Chart:
-    title: str
-    image: bytes  # an SVG document or PNG bytes: see `mime`
-
-    @property
-    def mime(self) -> str:
-        return "image/png" if self.image[:4] == b"\x89PNG" else "image/svg+xml"
 
 
 class PlainTicks(Formatter):
@@ -82,6 +75,60 @@ def figure_bytes(fig: Figure) -> bytes:
 def outside_legend(ax: Any, *args: Any, **kwargs: Any) -> None:
     """A legend beside the plot, never over bars or lines."""
     ax.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def bound_marks(
+    ax: Any, marks: Sequence[tuple[float, float]], marker: str, color: str, label: str | None
+) -> None:
+    """Open triangles at searches' bounds (x, bound): "^" the value is at least there,
+    "v" below it."""
+    ax.plot(
+        [m[0] for m in marks],
+        [m[1] for m in marks],
+        linestyle="none",
+        marker=marker,
+        markerfacecolor="none",
+        markersize=9,
+        color=color,
+        label=label,
+    )
+
+
+def bound_key(ax: Any, label: str) -> None:
+    """The legend's entry for bound_marks."""
+    ax.plot([], [], linestyle="none", marker="^", markerfacecolor="none", color="0.4", label=label)
+
+
+class _Drawing:
+    """What a kind's layout draws its charts with (secperf.report.model.Drawing)."""
+
+    def figure(self, width: float, height: float) -> Figure:
+        return Figure(figsize=(width, height))
+
+    def plain_ticks(self) -> Formatter:
+        return PlainTicks()
+
+    def legend(self, ax: Any, **kwargs: Any) -> None:
+        outside_legend(ax, **kwargs)
+
+    def image(self, fig: Figure) -> bytes:
+        return figure_bytes(fig)
+
+    def bound_marks(
+        self,
+        ax: Any,
+        marks: Sequence[tuple[float, float]],
+        marker: str,
+        color: str,
+        label: str | None,
+    ) -> None:
+        bound_marks(ax, marks, marker, color, label)
+
+    def bound_key(self, ax: Any, label: str) -> None:
+        bound_key(ax, label)
+
+
+DRAWING = _Drawing()
 
 
 def numeric(value: Any) -> float | None:
@@ -249,16 +296,7 @@ def sweep_chart(
             if not bounds[sign]:
                 continue
             any_censored = True
-            ax.plot(
-                [b[0] for b in bounds[sign]],
-                [b[1] for b in bounds[sign]],
-                linestyle="none",
-                marker=marker,
-                markerfacecolor="none",
-                markersize=9,
-                color=color,
-                label=None if labelled else variant,
-            )
+            bound_marks(ax, bounds[sign], marker, color, None if labelled else variant)
             labelled = True
     for k, (label, value) in enumerate(_merge_references(references)):
         color = f"C{(len(variants) + k) % 10}"
@@ -273,15 +311,7 @@ def sweep_chart(
     if any_censored:
         # from 0: a bound alone would otherwise zoom the axis onto one value
         ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.15)
-        ax.plot(
-            [],
-            [],
-            linestyle="none",
-            marker="^",
-            markerfacecolor="none",
-            color="0.4",
-            label="search found no value: at least here (△) / below here (▽)",
-        )
+        bound_key(ax, "search found no value: at least here (△) / below here (▽)")
     ax.yaxis.set_major_formatter(PlainTicks())
     ax.set_xlabel(parameter)
     ax.set_ylabel(unit)
@@ -305,10 +335,9 @@ def charts(summary: Mapping[str, Any]) -> list[Chart]:
     out: list[Chart] = []
     for workload in dict.fromkeys(str(r["workload"]) for r in rows):
         wrows = [r for r in rows if r["workload"] == workload]
-        if any(r.get("kind") == "rfc2544" for r in wrows):
-            from secperf.report import rfc2544  # it builds on this module's helpers
-
-            out += rfc2544.charts(workload, wrows)
+        layout = layout_of(wrows)
+        if layout is not None:  # the kind's own report: its charts (if any), not per metric
+            out += layout.charts(workload, wrows, DRAWING) if layout.charts else []
             continue
         for metric in _chart_metrics(wrows):
             mrows = [r for r in wrows if r["metric"] == metric]

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from secperf.report.html import write_html
 from secperf.results.rundir import RunDir, RunDirError
 from secperf.results.summary import build_summary
 
@@ -41,8 +42,6 @@ def rebuild(run: RunDir, confidence: float | None = None, *, force: bool = False
     Refuses (NothingToReport, files untouched) when records.jsonl is missing or holds
     no record, or when the new summary has fewer rows or repetitions than the
     summary.json it would replace (unless `force`)."""
-    from secperf.report.html import write_html
-
     where = str(run.records_path)
     if not run.records_path.is_file():
         raise NothingToReport(

@@ -9,20 +9,28 @@ terminal (rich) and the HTML report render.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from secperf.results.metrics import CENSORED_WORDS, DEFAULT_CENSORED_WORDS
-
-BASELINE = "baseline"
-MISSED = "*"  # marks a value whose CI target was not met
-SIGNIFICANT = "†"  # marks a degradation whose CI excludes 0
+from secperf.report.checks import check_tables
+from secperf.report.layouts import layout_of
+from secperf.report.model import (
+    BASELINE,
+    MISSED,
+    SIGNIFICANT,
+    Cell,
+    ReportTable,
+    Row,
+    degradation_cell,
+    fmt_value,
+    reps,
+    value_cell,
+)
+from secperf.results.metrics import censored_words
 
 _STOP_WORDS = {
     "max_reached": "repetition cap reached",
@@ -34,49 +42,6 @@ _STOP_WORDS = {
 }
 
 
-@dataclass
-class Cell:
-    text: str
-    significant: bool = False
-    missed: bool = False
-    numeric: bool = True
-
-
-@dataclass
-class ReportTable:
-    """One workload x metric table, independent of how it is drawn."""
-
-    workload: str
-    metric: str
-    title: str
-    columns: list[str]
-    rows: list[list[Cell]]
-    footnotes: list[str] = field(default_factory=list)
-
-
-def fmt_value(x: float | None) -> str:
-    """A number with about four significant digits and no exponent."""
-    if x is None or not math.isfinite(x):
-        return "–"
-    a = abs(x)
-    if a >= 1000:
-        return f"{x:,.0f}"
-    if a >= 100:
-        return f"{x:.1f}"
-    if a >= 10:
-        return f"{x:.2f}"
-    if a >= 1 or a == 0:
-        return f"{x:.3f}"
-    return f"{x:.3g}"
-
-
-def fmt_pct(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "–"
-    text = f"{x:+.1f}"
-    return "0.0" if text in ("+0.0", "-0.0") else text
-
-
 def _metric_rank(row: Mapping[str, Any]) -> int:
     """Primary first, service demand beside it, then latency, loss and the rest."""
     if row.get("primary"):
@@ -86,96 +51,9 @@ def _metric_rank(row: Mapping[str, Any]) -> int:
     return 2
 
 
-def _fmt_rate(x: Any) -> str:
-    """A search's rate: a whole one without decimals ("500", not "500.0")."""
-    if isinstance(x, int | float) and math.isfinite(x) and float(x).is_integer():
-        return f"{x:,.0f}"
-    return fmt_value(x if isinstance(x, int | float) else None)
-
-
-def _bound_text(row: Mapping[str, Any], outcome: str) -> str:
-    """How a censored search reads: "< 500", "≥ 20,000", "not denied up to 149,000
-    achieved (200,000 asked)" (the asked rate beside a bound placed by the achieved one)."""
-    search: Mapping[str, Any] = row.get("search") or {}
-    bound, asked = search.get(f"{outcome}_bound"), search.get(f"{outcome}_asked")
-    words = CENSORED_WORDS.get(str(row.get("metric")), DEFAULT_CENSORED_WORDS)[outcome]
-    text = words.format(bound=_fmt_rate(bound))
-    # placed by what the load achieved, and it fell short of its ask: say both
-    short = (
-        search.get("measure") == "achieved"
-        and isinstance(asked, int | float)
-        and isinstance(bound, int | float)
-        and abs(bound - asked) > 0.005 * asked
-    )
-    if short:
-        text += f" achieved ({_fmt_rate(asked)} asked)"
-    return text
-
-
-def censored_text(row: Mapping[str, Any]) -> str:
-    """Every censored outcome of a search row, e.g. "< 500" or "< 500 ×2 · ≥ 20,000 ×1"."""
-    search: Mapping[str, Any] = row.get("search") or {}
-    parts = [
-        (_bound_text(row, outcome), int(search.get(f"{outcome}_n") or 0))
-        for outcome in ("below", "at_least")
-    ]
-    parts = [(text, k) for text, k in parts if k]
-    if len(parts) == 1:
-        return parts[0][0]
-    return " · ".join(f"{text} ×{k}" for text, k in parts)
-
-
-def _interval_text(row: Mapping[str, Any]) -> str:
-    """ "1,250 [1,100–1,400]": a search's mean and its interval (the t interval widened
-    by the brackets; with one repetition, that search's own bracket)."""
-    search: Mapping[str, Any] = row.get("search") or {}
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None or hi is None:
-        lo, hi = search.get("bracket_low"), search.get("bracket_high")
-    text = _fmt_rate(row.get("mean"))
-    if lo is not None and hi is not None:
-        text += f" [{_fmt_rate(lo)}–{_fmt_rate(hi)}]"
-    return text
-
-
-def _value_cell(row: Mapping[str, Any] | None) -> Cell:
-    if row is None:
-        return Cell("–")
-    censored = int(row.get("censored_n") or 0)
-    if censored and not row.get("n"):
-        return Cell(censored_text(row))  # no number to show: say what was found
-    search = row.get("search") is not None
-    text = _interval_text(row) if search else fmt_value(row.get("mean"))
-    if censored:
-        total = censored + int(row.get("n") or 0)
-        return Cell(f"{text} ({censored} of {total}: {censored_text(row)})", missed=True)
-    hw = row.get("halfwidth_pct")
-    if hw is not None and not search:
-        text += f" ±{hw:.1f}%"
-    missed = not row.get("ci_target_met", False)
-    if missed:
-        text += MISSED
-    return Cell(text, missed=missed)
-
-
-def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:
-    if row is None or row.get("degradation_pct") is None:
-        return Cell("–")
-    text = fmt_pct(row["degradation_pct"])
-    lo, hi = row.get("degradation_ci_low"), row.get("degradation_ci_high")
-    if lo is not None and hi is not None:
-        text += f" [{fmt_pct(lo)}, {fmt_pct(hi)}]"
-    significant = bool(row.get("significant"))
-    if significant:
-        text += SIGNIFICANT
-    return Cell(text, significant=significant)
-
-
-def _reps(row: Mapping[str, Any] | None) -> str:
-    """Repetitions measured, a search that found nothing included."""
-    if row is None:
-        return "0"
-    return str(int(row.get("n") or 0) + int(row.get("censored_n") or 0))
+def _value_cell(row: Row | None) -> Cell:
+    """A value cell, a search's censored outcome worded as its metric says."""
+    return value_cell(row, censored_words(str(row.get("metric"))) if row is not None else None)
 
 
 def _ordered_unique(items: Sequence[str]) -> list[str]:
@@ -208,10 +86,9 @@ def build_tables(
     names = [str(r["workload"]) for r in rows] + [str(c.get("workload")) for c in cpu_rows]
     for workload in _ordered_unique(names):
         wrows = [r for r in rows if r["workload"] == workload]
-        if any(r.get("kind") == "rfc2544" for r in wrows):
-            from secperf.report import rfc2544  # it builds on this module's cells
-
-            tables += rfc2544.tables(workload, wrows)  # the RFC's layout, not per metric
+        layout = layout_of(wrows)
+        if layout is not None:
+            tables += layout.tables(workload, wrows)  # the kind's own, not per metric
             continue
         metrics = _ordered_unique([str(r["metric"]) for r in wrows])
         metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
@@ -384,11 +261,11 @@ def _table(
         base = by_key.get((pid, BASELINE))
         some = base or next(r for r in mrows if r["point_id"] == pid)
         cells = [Cell(str(some.get("label") or pid), numeric=False), _value_cell(base)]
-        counts = [_reps(base)]
+        counts = [reps(base)]
         for v in variants:
             row = by_key.get((pid, v))
-            cells += [_value_cell(row), _degradation_cell(row)]
-            counts.append(_reps(row))
+            cells += [_value_cell(row), degradation_cell(row)]
+            counts.append(reps(row))
         cells.append(Cell("/".join(counts)))
         body.append(cells)
         for row in [base] + [by_key.get((pid, v)) for v in variants]:
@@ -404,8 +281,8 @@ def _table(
             if row.get("significant"):
                 any_significant = True
             if row.get("outliers"):
-                reps = ", ".join(str(x) for x in row["outliers"])
-                outliers.append(f"{row['variant']} @ {some.get('label') or pid}: rep {reps}")
+                which = ", ".join(str(x) for x in row["outliers"])
+                outliers.append(f"{row['variant']} @ {some.get('label') or pid}: rep {which}")
     pct = f"{confidence * 100:g} %"
     notes = [
         f"Δ% = cost against the baseline, positive = worse; [CI] at {pct} (paired by repetition)"
@@ -637,8 +514,6 @@ def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping
     for table in tables:
         console.print()
         console.print(table)
-    from secperf.report.checks import check_tables  # it builds on this module's tables
-
     for check in check_tables(summary):
         console.print()
         console.print(to_rich(check))

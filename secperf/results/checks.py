@@ -1,6 +1,7 @@
-"""Pass/fail checks in a run (the `failclosed` kind): which check held, per variant.
+"""Pass/fail checks in a run: which check held, per variant.
 
-A check record (`{"kind": "failclosed", "checks": [{"name", "passed",
+A check record (a result of a kind whose declaration says `checks`, such as
+`failclosed`: `{"kind": ..., "passed": bool, "checks": [{"name", "passed",
 "applicable", "detail"}, ...]}`) has no number worth a confidence interval: the
 summary keeps, per workload point and variant, how many rounds each check passed
 and the detail of its first failure (or of its last round when it never failed).
@@ -12,8 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from secperf.results.rundir import RunDir
+from secperf.workloads.registry import WORKLOADS
 
-CHECK_KINDS = frozenset({"failclosed", "illegal"})
+
+def is_check_record(record: Mapping[str, Any]) -> bool:
+    """A result of a kind whose records carry pass/fail checks."""
+    kind = str(record.get("kind", ""))
+    return record.get("type") == "result" and kind in WORKLOADS and WORKLOADS.get(kind).checks
 
 
 def collect_checks(run: RunDir) -> list[dict[str, Any]]:
@@ -21,9 +27,7 @@ def collect_checks(run: RunDir) -> list[dict[str, Any]]:
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for line in run.iter_records():
         record = line.get("record")
-        if not isinstance(record, Mapping) or record.get("type") != "result":
-            continue
-        if record.get("kind") not in CHECK_KINDS:
+        if not isinstance(record, Mapping) or not is_check_record(record):
             continue
         key = (str(line.get("workload", "")), str(line.get("point_id", "")), str(line["variant"]))
         entry = entries.setdefault(

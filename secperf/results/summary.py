@@ -16,12 +16,12 @@ from secperf import stats
 from secperf.results.checks import collect_checks
 from secperf.results.metrics import (
     METRICS,
-    SEARCH_METRICS,
     CpuBreakdown,
     Metric,
     SearchReading,
     cpu_breakdown,
     extract,
+    is_search_metric,
     metrics_for_kind,
     searches,
 )
@@ -245,7 +245,7 @@ def _degradation_bounds(
 
 def _search_fields(group: Group, metric: str) -> dict[str, Any] | None:
     """The row's `search` object: how its repetitions' searches ended."""
-    if metric not in SEARCH_METRICS:
+    if not is_search_metric(metric):
         return None
     readings = group.searches.get(metric, {})
     found = group.intervals(metric)

@@ -17,6 +17,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Field,
     PlainValidator,
     ValidationInfo,
 )
@@ -254,3 +255,50 @@ def _variant_name(value: str) -> str:
 
 
 VariantName = Annotated[str, AfterValidator(_variant_name)]
+
+
+# ---------------------------------------------------------------- rates, times, file sets
+
+
+def _file_sizes(value: object) -> list[int]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError('files is a list of sizes, e.g. ["1KiB", "80KiB"]')
+    check = bounded(parse_size, 1, 1024**3, "a file size")
+    sizes = [check(v) for v in value]
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"files repeats a size: {toml_repr(list(value))}")
+    return sizes
+
+
+FileSizes = Annotated[list[int], PlainValidator(_file_sizes)]
+PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
+# Durations everywhere: 5, "5s" and "500ms" alike.
+Timeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 120, "a timeout"))]
+HoldTime = Annotated[float, PlainValidator(bounded(parse_duration, 0, 600, "a hold time"))]
+
+
+# ---------------------------------------------------------------- rule files
+
+SHIPPED = Path(__file__).resolve().parents[2]  # the checkout: rules/ ships with secperf
+
+
+def rule_file(value: str | Path, info: ValidationInfo) -> Path:
+    """A Snort-subset rule file (secperf.ips_rules), relative to the scenario file (the
+    loader passes its directory as `base_dir`), else to the checkout for the shipped
+    ones; parsed now, so that a bad rule is reported as file:line before any run."""
+    context = info.context if isinstance(info.context, dict) else {}
+    path = Path(value)
+    if not path.is_absolute():
+        base = context.get("base_dir")
+        path = Path(base or Path.cwd()) / path
+        if not path.is_file():
+            shipped = SHIPPED / value
+            path = shipped if shipped.is_file() else path
+    if context.get("check_files", True):
+        if not path.is_file():
+            raise ValueError(f"rule file {str(value)!r} not found (looked for {path})")
+        try:
+            ips_rules.parse_rules(path)
+        except MechanismError as e:
+            raise ValueError(str(e)) from None
+    return path

@@ -1,4 +1,4 @@
-"""Detection under load (kind `attack_mix`): normal traffic with attacks mixed in.
+"""Kind `attack_mix`: detection under load, normal traffic with attacks mixed in.
 
 The client sends UDP datagrams to the server at `rate` messages/s (the load level;
 a list is a sweep) for the workload's duration; a share `attack_share` of them
@@ -37,15 +37,24 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PlainValidator, ValidationInfo
 
 from secperf import ips_rules
 from secperf.engine import Record
 from secperf.errors import SecperfError
 from secperf.mechanisms.base import Counts, Detector
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.results.extractors import Metric, MetricRow, busy_us_per, field, path
+from secperf.scenario.fields import bounded, one_or_sweep, parse_count, rule_file
 from secperf.testbed.testbed import Host
-from secperf.workloads.base import MeasureContext
+from secperf.workloads.base import (
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    scalar,
+)
 
 DEFAULT_PORT = 5390
 SETTLE_S = 3.0  # at most this long for the last datagrams to land and counters to settle
@@ -54,6 +63,44 @@ TAG = b"|SPMX"
 
 class AttackMixError(SecperfError):
     """The attack mix could not be measured."""
+
+
+def _attack_rules(value: object, info: ValidationInfo) -> str:
+    if isinstance(value, int):
+        raise ValueError("an attack mix takes its attacks from a rule file, not a count")
+    if not isinstance(value, str | Path):
+        raise ValueError("rules must be a rule file")
+    return str(rule_file(value, info))
+
+
+AttackRules = Annotated[str, PlainValidator(_attack_rules)]
+
+AttackRate = Annotated[
+    int | list[int],
+    PlainValidator(one_or_sweep(bounded(parse_count, 10, 200_000, "an attack-mix rate"))),
+]
+
+
+class AttackMixWorkload(WorkloadSpec):
+    """Detection under load (issue 13): UDP datagrams at `rate` messages/s (the load
+    level; a list sweeps it), `attack_share` of them carrying an attack string built
+    from the rule file's content rules. The record gives detected / blocked / missed /
+    leaked attacks from the sender's, the server's and the IPS/IDS's own counts, and
+    the clean traffic's delivery beside them."""
+
+    sweepable: ClassVar[dict[str, str]] = {"rate": "count"}
+
+    kind: Literal["attack_mix"]
+    protocol: Literal["udp"] = "udp"
+    rate: AttackRate = 1000
+    attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
+    size: int = Field(default=512, ge=64, le=1400)
+    port: int = Field(default=DEFAULT_PORT, ge=1024, le=65535)
+    # A string (the resolved path), so that the point's record stays plain JSON.
+    rules: AttackRules = "rules/secperf-attacks.rules"
+
+    def default_name(self) -> str:
+        return "attack-mix"
 
 
 @dataclass(frozen=True)
@@ -258,19 +305,17 @@ def summarize(
 
 @dataclass(frozen=True)
 class AttackMixExecutor:
-    hosts: frozenset[str] = frozenset()
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = point.params
-        rules_path = Path(str(p.get("rules") or "rules/secperf-attacks.rules"))
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[AttackMixWorkload]) -> Record:
+        p = point.spec
+        rules_path = Path(p.rules)
         if not rules_path.is_absolute() and not rules_path.is_file():
             rules_path = Path(__file__).resolve().parents[2] / rules_path  # the shipped file
-        protocol = str(p.get("protocol", "udp"))
-        port = int(str(p.get("port") or DEFAULT_PORT))
-        rate = float(str(p["rate"]))
-        share = float(str(p["attack_share"]))
-        size = int(str(p.get("size") or 512))
-        duration = float(str(p.get("duration", 5.0)))
+        protocol = p.protocol
+        port = p.port
+        rate = float(scalar(p.rate))
+        share = p.attack_share
+        size = p.size
+        duration = p.duration
         attacks = attacks_from(ips_rules.parse_rules(rules_path), protocol, port)
         if not attacks:
             raise AttackMixError(
@@ -301,7 +346,7 @@ class AttackMixExecutor:
         record.update(
             {
                 "type": "result",
-                "kind": "attack_mix",
+                "kind": p.kind,
                 "variant": ctx.variant,
                 "family": ctx.family,
                 "protocol": protocol,
@@ -388,3 +433,39 @@ class AttackMixExecutor:
     def _ask(receiver: Any) -> dict[str, Any]:
         receiver.popen.send_signal(signal.SIGUSR1)
         return _read_json(receiver, time.monotonic() + 5.0)
+
+
+# The clean traffic's delivery is the cost; the attack figures beside it.
+CLEAN_DELIVERED = Metric("clean_delivered_pct", "Clean traffic delivered", "%", True, True)
+ATTACK_DETECTED = Metric("attacks_detected_pct", "Attacks detected", "%", True, False)
+ATTACK_BLOCKED = Metric("attacks_blocked_pct", "Drop-rule attacks blocked", "%", True, False)
+ATTACK_MISSED = Metric("attacks_missed_pct", "Attacks missed", "%", False, False)
+ATTACK_LEAKED = Metric(
+    "attacks_leaked", "Drop-rule attacks reaching the server", "msgs", False, False
+)
+ATTACK_SENT = Metric("attacks_sent", "Attacks sent", "msgs", True, False)
+MIX_RATE = Metric("attack_mix_rate", "Load sent", "msgs/s", True, False)
+SD_MSG = Metric("sd_cpu_us_per_message", "Service demand", "CPU µs/msg", False, False)
+
+METRICS: tuple[MetricRow, ...] = (
+    (CLEAN_DELIVERED, field("clean_delivered_pct")),
+    (ATTACK_DETECTED, field("detected_pct")),
+    (ATTACK_BLOCKED, field("blocked_pct")),
+    (ATTACK_MISSED, field("missed_pct")),
+    (ATTACK_LEAKED, field("leaked")),
+    (ATTACK_SENT, field("attacks_sent")),
+    (MIX_RATE, field("achieved_rate")),
+    (
+        SD_MSG,
+        lambda r: busy_us_per(
+            r, (path(r, "clean_sent") or 0) + (path(r, "attacks_sent") or 0) or None
+        ),
+    ),
+)
+
+KIND = WorkloadKind(
+    name="attack_mix",
+    model=AttackMixWorkload,
+    executor=AttackMixExecutor(),
+    metrics=METRICS,
+)

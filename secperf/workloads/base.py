@@ -1,23 +1,246 @@
-"""How a workload point is measured once: the executor interface.
+"""What a workload kind is: its scenario model's base, its one declaration, and how a
+point is measured once.
 
+A kind is one module (or package) holding its scenario model (a `WorkloadSpec`
+whose `kind` is `Literal["<name>"]`), its executor and one `KIND = WorkloadKind(...)`
+that says everything the rest of secperf needs to know about it: how a point is
+measured, how long one test takes, the hosts it needs, its metrics and searches,
+its report layout, its checks. `secperf.workloads.registry.WORKLOADS` lists the
+kinds; nothing else names one (secperf/workloads/README-kind.md).
+
+A point (`WorkloadPoint`) carries the workload's own model with one value of every
+swept key (`secperf.scenario.sweep.expand`); executors read its typed attributes.
 Most kinds are one secperf-engine test from the client to the server
-(`EngineExecutor`). A kind that needs more (a flood beside the measured flow, a
-check that stops the DUT, a service started in the server) brings its own
-executor; the runner only asks it for one result record per round.
+(`EngineExecutor`): its spec is the model's engine fields under their own names
+(`engine_spec`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from secperf.engine import Record, run_test
 from secperf.mechanisms.base import Mechanism, MechanismContext, TrafficPlan, traffic_plan
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.report.model import ReportLayout
+from secperf.results.extractors import MetricRow, Search, WorkUnit
+from secperf.scenario.fields import (
+    MAX_POINTS_PER_WORKLOAD,
+    Name,
+    NonNegativeDuration,
+    PositiveDuration,
+    StrictModel,
+    VariantName,
+)
+from secperf.scenario.testbed import HostName, TopologySection
+from secperf.scenario.testbed import Testbed as TestbedSection
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads.common import Spec
+from secperf.tools import Tool
+from secperf.workloads.generators import run_generators, sent_messages
+
+Spec = dict[str, Any]  # an engine spec (docs/engine-protocol.md)
+ATTACKER = "attacker"  # the host floods come from
+
+# Keys that describe the workload rather than parametrize one test: not in a point's record.
+NOT_PARAMS = frozenset(
+    {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants"}
+)
+
+# The engine's own names for two scenario keys, until it takes the scenario's (issue
+# 20): the models whose engine fields hold them list these in `engine_names`.
+REQUEST_RESPONSE = {"request": "request_size", "response": "response_size"}
+
+T = TypeVar("T")
+
+
+def scalar(value: T | list[Any]) -> T:
+    """A swept key's value at one point: a point's model holds one value of every key."""
+    if isinstance(value, list):
+        raise ValueError(f"a point holds one value, not the sweep {value!r}: expand it first")
+    return value
+
+
+class WorkloadSpec(StrictModel):
+    """Keys every workload has. `sweepable` names the keys that take a list.
+
+    The engine fields: `engine_fields` names the keys that an engine-driven kind
+    passes to the engine as they are (set ones only); `engine_names` the ones the
+    engine still calls otherwise (until it takes the scenario's names); `engine_kind`
+    the engine's kind when it is not the workload's."""
+
+    sweepable: ClassVar[dict[str, str]] = {}  # key -> unit: size | rate | count | name
+    engine_kind: ClassVar[str] = ""
+    engine_fields: ClassVar[tuple[str, ...]] = ()
+    engine_names: ClassVar[dict[str, str]] = {}
+
+    kind: str  # each kind's model narrows it to its Literal; declared here to come first
+    name: Name = ""
+    duration: PositiveDuration = 5.0
+    warmup: NonNegativeDuration = 1.0
+    sweep: Literal["product", "zip"] = "product"
+    # Where the workload runs from and to: a host name or a zone of [topology]
+    # (a zone means its first client / server host). Empty: the testbed's
+    # "client" and "server" (or its first host of that role).
+    clients: list[HostName] = Field(default_factory=list)
+    servers: list[HostName] = Field(default_factory=list)
+    # How many client hosts drive the workload at once: the first N client hosts of
+    # `clients` (a zone; empty: the testbed's client hosts), started together, their
+    # records merged (rates summed; docs/scenario-format.md "Several generators").
+    generators: int = Field(default=1, ge=1, le=16)
+    # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
+    # the source paper does, workload points as columns and variants as rows.
+    table: str = ""
+    # The variants this workload measures beside the baseline (names of [variants];
+    # a swept variant by its own name, all its values); empty = every variant.
+    variants: list[VariantName] = Field(default_factory=list)
+    _derived_name: bool = PrivateAttr(default=False)
+
+    @property
+    def derived_name(self) -> bool:
+        """True when the file gave no name and it was made from kind and protocol."""
+        return self._derived_name
+
+    def default_name(self) -> str:
+        raise NotImplementedError
+
+    def swept_values(self) -> dict[str, list[object]]:
+        """Every sweepable key whose value is a list, in field order."""
+        return {
+            key: list(value)
+            for key in self.sweepable
+            if isinstance(value := getattr(self, key), list)
+        }
+
+    def unrecorded(self) -> frozenset[str]:
+        """Keys left out of a point's record beyond NOT_PARAMS (a mixin's unused ones)."""
+        return frozenset()
+
+    def point_record(self) -> dict[str, Any]:
+        """The point as records.jsonl carries it (`point`, docs/data-format.md): every
+        key that parametrizes a test, in the model's field order."""
+        left_out = NOT_PARAMS | self.unrecorded()
+        return {k: v for k, v in self.model_dump().items() if k not in left_out}
+
+    def path_rate(self) -> int | None:
+        """The rate every link of the client-server path is shaped to for this point's
+        tests (0: unshaped); None leaves the links as the graph made them."""
+        return None
+
+    @field_validator("clients", "servers")
+    @classmethod
+    def _one_endpoint(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if len(value) > 1:
+            raise ValueError(
+                f"{info.field_name} names {len(value)} hosts; a workload runs between one "
+                f"client and one server host for now: name one (a host or a zone), and "
+                "write one workload per pair"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _fill_name_and_check_sweep(self) -> WorkloadSpec:
+        if not self.name:
+            self.name = self.default_name()
+            self._derived_name = True
+        swept = self.swept_values()
+        if self.sweep == "zip" and swept:
+            lengths = {key: len(values) for key, values in swept.items()}
+            if len(set(lengths.values())) > 1:
+                detail = ", ".join(f"{key} has {n}" for key, n in lengths.items())
+                raise ValueError(f"sweep = 'zip' needs lists of equal length: {detail}")
+            points = next(iter(lengths.values()))
+            combos = list(zip(*swept.values(), strict=True))
+            if len(set(map(repr, combos))) != len(combos):
+                raise ValueError("sweep = 'zip' lists give the same point twice")
+        else:
+            points = 1
+            for values in swept.values():
+                points *= len(values)
+        if points > MAX_POINTS_PER_WORKLOAD:
+            raise ValueError(
+                f"this workload sweeps {points} points, more than {MAX_POINTS_PER_WORKLOAD}; "
+                "split it or shorten the lists"
+            )
+        return self
+
+
+S = TypeVar("S", bound=WorkloadSpec)
+S_co = TypeVar("S_co", bound=WorkloadSpec, covariant=True)
+S_contra = TypeVar("S_contra", bound=WorkloadSpec, contravariant=True)
+
+
+def engine_spec(spec: WorkloadSpec, **extra: Any) -> Spec:
+    """The engine spec of one point: the model's `engine_fields` that are set, under
+    the engine's names (`engine_names`; a field absent from it keeps its own name),
+    then `extra` (the server, what the kind computes)."""
+    model = type(spec)
+    out: Spec = {"kind": model.engine_kind or spec.kind}
+    for key in model.engine_fields:
+        value = getattr(spec, key)
+        if value is not None:
+            out[model.engine_names.get(key, key)] = scalar(value)
+    out.update(extra)
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadPoint(Generic[S_co]):
+    """One fully specified test: the workload's model with one value of every key.
+
+    Sizes are int bytes, rates int bits/s (None = unpaced), durations float seconds."""
+
+    workload_index: int
+    index: int  # position among this workload's points
+    spec: S_co
+    label: str = ""  # "message=16KiB", "request=32 response=1KiB"; "" when nothing is swept
+    swept: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The workload's name."""
+        return self.spec.name
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def clients(self) -> tuple[str, ...]:
+        """The hosts or zones the workload names to run from ([] = the defaults)."""
+        return tuple(self.spec.clients)
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return tuple(self.spec.servers)
+
+    @property
+    def generators(self) -> int:
+        """Client hosts driving it at once."""
+        return self.spec.generators
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The variants measured at this point beside the baseline (their names in
+        [variants]; a swept one covers all its values); () = every variant."""
+        return tuple(self.spec.variants)
+
+    def measures(self, variant: str) -> bool:
+        """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]')."""
+        return not self.variants or variant.split("[", 1)[0] in self.variants
+
+    @property
+    def point_id(self) -> str:
+        """Stable id within a run: "tcp-rr#0"."""
+        return f"{self.name}#{self.index}"
+
+    def record(self) -> dict[str, Any]:
+        """The point as every record of its tests carries it (docs/data-format.md)."""
+        return self.spec.point_record()
 
 
 @dataclass
@@ -71,39 +294,133 @@ class MeasureContext:
         )
 
 
-class Executor(Protocol):
-    @property
-    def hosts(self) -> frozenset[str]:
-        """Hosts beyond client, dut and server that this kind needs (e.g. "attacker")."""
-        ...
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+class Executor(Protocol[S_contra]):
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[S_contra]) -> Record:
         """Measure the point once; return its `result` record (also passed to ctx.keep)."""
         ...
 
 
+def _tagged(keep: Callable[[Record], None], kind: str) -> Callable[[Record], None]:
+    """A record sink that files result records under the workload's kind."""
+
+    def tagged(rec: Record) -> None:
+        keep({**rec, "kind": kind} if rec.get("type") == "result" else rec)
+
+    return tagged
+
+
 @dataclass(frozen=True)
 class EngineExecutor:
-    """One engine test from the client to the server."""
+    """One engine test from the client to the server (or from every generator at
+    once, their results merged): the point's own engine spec (`engine_spec`).
 
-    build: Callable[[dict[str, Any]], Spec]
-    hosts: frozenset[str] = frozenset()
+    `extra`: what the kind sets beyond its fields (a fixed transfer's time limit);
+    `tried`: what a merged record's loss ratio divides by (default the messages sent).
+    A kind built on another engine kind (`engine_kind`) files its result records under
+    its own kind, so that its own metrics read them."""
 
-    def spec(self, params: dict[str, Any], server: str) -> Spec:
-        """The engine spec for one point's parameters, aimed at `server` (ADDR:PORT)."""
-        spec = self.build(params)
-        spec["server"] = server
-        for key in ("duration", "warmup"):
-            value = params.get(key)
-            if value is not None and key not in spec:  # a fixed transfer sets its own
-                spec[key] = float(str(value))
-        return spec
+    extra: Callable[[Any], Mapping[str, Any]] | None = None
+    tried: Callable[[Record], int] = sent_messages
 
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        spec = self.spec(dict(point.params), ctx.target)
+    def spec(self, model: WorkloadSpec, server: str) -> Spec:
+        """The engine spec for one point, aimed at `server` (ADDR:PORT)."""
+        more = dict(self.extra(model)) if self.extra is not None else {}
+        return engine_spec(model, server=server, **more)
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[WorkloadSpec]) -> Record:
+        spec = self.spec(point.spec, ctx.target)
+        own = spec["kind"] == point.kind
+        keep = ctx.keep if own else _tagged(ctx.keep, point.kind)
         if len(ctx.generators) > 1:
-            from secperf.workloads.generators import run_generators
-
             hosts = [(name, ctx.testbed.host(name)) for name in ctx.generators]
-            return run_generators(hosts, spec, ctx.keep)
-        return run_test(ctx.testbed.host(ctx.client), spec, on_record=ctx.keep).result
+            result = run_generators(hosts, spec, keep, tried=self.tried)
+        else:
+            result = run_test(ctx.testbed.host(ctx.client), spec, on_record=keep).result
+        return result if own else {**result, "kind": point.kind}
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What a kind's scenario-level check (`WorkloadKind.validate`) refuses: a message,
+    and the workload's key it is about ("" for the workload as a whole), so that the
+    error points at that key's line."""
+
+    message: str
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a kind's static check may use (`secperf check` and `secperf run`, before
+    any testbed exists): the workload's index in [[workloads]], the scenario's graph
+    (built on first use) and where a key path sits in the scenario file."""
+
+    index: int
+    source: Path | None
+    topology: Callable[[], Topology]
+    where: Callable[[tuple[str | int, ...]], str]
+
+
+def no_hosts(_spec: WorkloadSpec) -> frozenset[str]:
+    return frozenset()
+
+
+def attacker(_spec: WorkloadSpec) -> frozenset[str]:
+    """The attacker host: a kind that floods from it at every point."""
+    return frozenset({ATTACKER})
+
+
+def never(_spec: WorkloadSpec) -> bool:
+    return False
+
+
+def always(_spec: WorkloadSpec) -> bool:
+    return True
+
+
+def timed(spec: WorkloadSpec, _link_bps: int | None) -> float:
+    """One test's length: its warm-up and its duration."""
+    return spec.duration + spec.warmup
+
+
+def no_tools(_spec: WorkloadSpec) -> Sequence[Tool]:
+    return ()
+
+
+@dataclass(frozen=True)
+class WorkloadKind(Generic[S]):
+    """Everything secperf needs to know about one workload kind.
+
+    - `executor` measures one point once; `test_seconds(spec, link_bps)` plans how
+      long one test of a point takes (the estimate and the progress bar; `link_bps`
+      is the scenario's slowest link rate, None when unshaped);
+    - `moved`: the result fields whose sum is the traffic a test moved (all 0: the test
+      measured nothing, an error); empty: the kind has no such check;
+    - `hosts(point spec)`: testbed hosts beyond client, dut and server a point needs;
+      `floods(spec)`: the workload floods from the attacker (IPv4 only);
+    - `generators`: several client hosts may drive a point at once (their records merge);
+    - `metrics`: (metric, extractor) rows of its result record, in report order;
+      `searches`: the searches the record holds; `work_unit`: what CPU per host divides
+      by; `checks`: its records carry pass/fail checks (the report's check tables);
+      `layout`: its own report tables (and charts) instead of a table per metric;
+    - `validate(spec, testbed, topology)`: a scenario-level check (Refused, or None);
+      `preflight(spec, ctx)`: a static check before any testbed (raises ScenarioError);
+      `tools(spec)`: the programs it needs.
+    """
+
+    name: str
+    model: type[S]
+    executor: Executor[S]
+    metrics: tuple[MetricRow, ...] = ()
+    searches: tuple[Search, ...] = ()
+    work_unit: WorkUnit | None = None
+    moved: tuple[str, ...] = ()
+    hosts: Callable[[S], frozenset[str]] = no_hosts
+    floods: Callable[[S], bool] = never
+    generators: bool = False
+    test_seconds: Callable[[S, int | None], float] = timed
+    validate: Callable[[S, TestbedSection, TopologySection | None], Refused | None] | None = None
+    preflight: Callable[[S, CheckContext], None] | None = None
+    tools: Callable[[S], Sequence[Tool]] = no_tools
+    checks: bool = False
+    layout: ReportLayout | None = None

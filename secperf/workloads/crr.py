@@ -1,23 +1,85 @@
-"""Connect, request, response, close: connections per second (netperf TCP_CRR)."""
+"""Kind `crr`: connect, request, response, close: connections per second (netperf TCP_CRR)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import ClassVar, Literal
 
-from secperf.workloads.common import copy_if_set
+from secperf.results.extractors import (
+    LAT_MEAN,
+    LAT_P99,
+    SD_CONN,
+    Metric,
+    MetricRow,
+    field,
+    latency,
+    service_demand,
+)
+from secperf.scenario.fields import Parallel, Payload, TransactionSize
+from secperf.workloads import flood_beside
+from secperf.workloads.base import REQUEST_RESPONSE, EngineExecutor, WorkloadKind, WorkloadSpec
+from secperf.workloads.flood_beside import Beside, FloodBeside
+
+# How crr-style workloads end each connection: "fin" an orderly close (FINs both
+# ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
+Close = Literal["fin", "reset"]
 
 
-def engine_spec(params: Mapping[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"kind": "crr", "protocol": "tcp"}
-    return copy_if_set(
-        spec,
-        params,
-        {
-            "request": "request_size",
-            "response": "response_size",
-            "parallel": "parallel",
-            "payload": "payload",
-            "close": "close",
-        },
+class CrrWorkload(FloodBeside, WorkloadSpec):
+    """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
+
+    `close = "fin"` (default) closes each connection in order (FIN both ways);
+    `close = "reset"` with an RST (SO_LINGER 0), which a stateful DUT never sees
+    as a teardown."""
+
+    sweepable: ClassVar[dict[str, str]] = {
+        "request": "size",
+        "response": "size",
+        "parallel": "count",
+        "flood_rate": "count",
+    }
+    engine_fields: ClassVar[tuple[str, ...]] = (
+        "protocol",
+        "request",
+        "response",
+        "parallel",
+        "payload",
+        "close",
+        "duration",
+        "warmup",
     )
+    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
+
+    kind: Literal["crr"]
+    protocol: Literal["tcp"] = "tcp"
+    request: TransactionSize = 1
+    response: TransactionSize = 1
+    parallel: Parallel = 1
+    payload: Payload = "random"
+    close: Close = "fin"
+
+    def default_name(self) -> str:
+        return "tcp-crr"
+
+
+CPS = Metric("cps", "Connection rate", "conn/s", True, True)
+
+METRICS: tuple[MetricRow, ...] = (
+    # each crr transaction is one connection: connect, request, response, close
+    (CPS, field("transactions_per_second")),
+    (SD_CONN, service_demand(field("transactions"))),
+    (LAT_MEAN, latency("mean")),
+    (LAT_P99, latency("p99")),
+    *flood_beside.METRICS,
+)
+
+KIND = WorkloadKind(
+    name="crr",
+    model=CrrWorkload,
+    executor=Beside(EngineExecutor()),
+    metrics=METRICS,
+    work_unit=("conn", field("transactions")),
+    moved=("transactions",),
+    hosts=flood_beside.hosts,
+    floods=flood_beside.floods,
+    generators=True,
+)

@@ -38,10 +38,8 @@ from typing import Any
 
 from secperf.engine import Record
 from secperf.errors import EngineError
-from secperf.workloads.base import MeasureContext
-from secperf.workloads.common import Spec
+from secperf.workloads.base import ATTACKER, MeasureContext, Spec
 
-ATTACKER = "attacker"
 ATTACKER_LINK = "attacker-dut"
 SERVER_LINK = "dut-server"
 SETTLE_S = 2.0  # at most this long for the last flood packets to land at the target

@@ -22,14 +22,40 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
 
 from secperf.engine import Record
 from secperf.errors import EngineError
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.results.extractors import (
+    FAILURES,
+    SD_CONN,
+    Metric,
+    MetricRow,
+    busy_us_per,
+    field,
+    path,
+    ratio_pct,
+)
+from secperf.scenario.fields import PerSecond, Timeout
 from secperf.testbed.topology import Topology
-from secperf.workloads.base import MeasureContext
-from secperf.workloads.connections import crr_spec, crr_summary, run_on_client
+from secperf.workloads.base import (
+    ATTACKER,
+    REQUEST_RESPONSE,
+    MeasureContext,
+    Spec,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    always,
+    attacker,
+    engine_spec,
+    scalar,
+)
+from secperf.workloads.conn_rate import crr_summary
+from secperf.workloads.connections import run_on_client
+from secperf.workloads.crr import Close
 from secperf.workloads.delivery import (
     DeliveryCount,
     coverage,
@@ -38,9 +64,10 @@ from secperf.workloads.delivery import (
     require_covered,
 )
 from secperf.workloads.flood import (
-    ATTACKER,
     FLOOD_MARGIN_S,
+    FloodKind,
     Measured,
+    SweptFloodPps,
     flood_spec,
     keep_side,
     started_flood,
@@ -51,6 +78,51 @@ from secperf.workloads.flood import (
 # the engine's data range, which ACLs and the synproxy cover; failclosed uses 5399).
 DOS_DATA_PORT = 5390
 ATTACKER_LINK = "attacker-dut"
+
+
+class DosWorkload(WorkloadSpec):
+    """RFC 3511 §5.5: connections/s (crr paced at `rate`, failures counted) while a
+    flood from the attacker runs; `reference` first measures the same without it.
+
+    `flood_target = "measured"` aims the flood at the crr's own server port, from
+    spoofed sources (`spoof`) no ACL lists; "allowed"/"denied" at ports 9/19."""
+
+    sweepable: ClassVar[dict[str, str]] = {"flood_rate": "count"}
+    # the measured part: a crr paced at `rate`
+    engine_kind: ClassVar[str] = "crr"
+    engine_fields: ClassVar[tuple[str, ...]] = (
+        "rate",
+        "parallel",
+        "timeout",
+        "request",
+        "response",
+        "duration",
+        "warmup",
+        "close",
+    )
+    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
+
+    kind: Literal["dos"]
+    rate: PerSecond = 2000.0
+    parallel: int = Field(default=16, ge=1, le=128)
+    timeout: Timeout = 1.0
+    request: int = Field(default=1, ge=1, le=65536)
+    response: int = Field(default=1, ge=1, le=65536)
+    close: Close = "fin"
+    flood: FloodKind = "syn"
+    flood_rate: SweptFloodPps = 20_000
+    flood_target: Literal["measured", "allowed", "denied"] = "measured"
+    spoof: bool = True
+    reference: bool = True
+
+    @model_validator(mode="after")
+    def _icmp_has_no_port(self) -> DosWorkload:
+        if self.flood == "icmp" and self.flood_target != "allowed":
+            raise ValueError('an icmp flood has no port: set flood_target = "allowed"')
+        return self
+
+    def default_name(self) -> str:
+        return f"dos-{self.flood}"
 
 
 def unlisted_sources(topology: Topology) -> str:
@@ -68,17 +140,16 @@ def half_open(ctx: MeasureContext) -> int:
     return sum(1 for line in out.splitlines() if line.strip())
 
 
-def dos_flood_spec(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> dict[str, Any]:
-    target = str(p.get("flood_target") or "measured")
-    flood = str(p.get("flood") or "syn")
+def dos_flood_spec(ctx: MeasureContext, p: DosWorkload, seconds: float) -> Spec:
+    target = p.flood_target
     return flood_spec(
         ctx,
-        flood=flood,
-        rate_pps=int(str(p.get("flood_rate") or 20000)),
+        flood=p.flood,
+        rate_pps=scalar(p.flood_rate),
         duration=seconds,
         target="allowed" if target == "measured" else target,
         ports=str(DOS_DATA_PORT) if target == "measured" else None,
-        sources=unlisted_sources(ctx.topology) if p.get("spoof", True) else None,
+        sources=unlisted_sources(ctx.topology) if p.spoof else None,
     )
 
 
@@ -86,14 +157,11 @@ def dos_flood_spec(ctx: MeasureContext, p: dict[str, Any], seconds: float) -> di
 class DosExecutor:
     """Kind `dos`: paced crr while a (SYN) flood runs from the attacker."""
 
-    hosts: frozenset[str] = frozenset({ATTACKER})
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = dict(point.params)
-        rate = 2000.0 if p.get("rate") is None else float(str(p["rate"]))
-        spec = crr_spec(ctx.target, p, rate, data_port=DOS_DATA_PORT)
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[DosWorkload]) -> Record:
+        p = point.spec
+        spec = engine_spec(p, server=ctx.target, interval=0, data_port=DOS_DATA_PORT)
         reference: dict[str, Any] | None = None
-        if p.get("reference", True):
+        if p.reference:
             ref = run_on_client(ctx, spec, keep_all=False)
             ctx.keep({"type": "side", "role": "unflooded", "record": ref})
             reference = crr_summary(ref)
@@ -132,7 +200,7 @@ class DosExecutor:
             "unflooded": reference,
             "flood": {
                 "flood": fspec["flood"],
-                "target": str(p.get("flood_target") or "measured"),
+                "target": p.flood_target,
                 "ports": fspec.get("ports"),
                 "sources": fspec.get("sources"),
                 "asked_pps": fspec["rate_pps"],
@@ -152,3 +220,35 @@ class DosExecutor:
             )
         ctx.keep(rec)
         return rec
+
+
+DOS_CPS = Metric("dos_cps", "Connection rate under flood", "conn/s", True, True)
+DOS_REF_CPS = Metric("dos_cps_unflooded", "Connection rate without flood", "conn/s", True, False)
+DOS_HALF_OPEN = Metric("server_half_open", "Half-open at the server", "conn", False, False)
+DOS_FLOOD_PPS = Metric("dos_flood_pps", "Flood rate sent", "packets/s", True, False)
+# What of the SYN flood reached the server; fewer is better (the DUT shields it).
+DOS_FLOOD_RX = Metric(
+    "dos_flood_received_pps", "Flood rate reaching the server", "packets/s", False, False
+)
+DOS_FLOOD_DROP = Metric("dos_flood_drop_pct", "Flood stopped at the DUT", "%", True, False)
+
+METRICS: tuple[MetricRow, ...] = (
+    (DOS_CPS, field("rate")),
+    (FAILURES, ratio_pct),
+    (DOS_REF_CPS, field("unflooded", "rate")),
+    (DOS_HALF_OPEN, field("server_half_open")),
+    (DOS_FLOOD_PPS, field("flood", "rate_pps")),
+    (DOS_FLOOD_RX, field("flood", "delivered", "received_pps")),
+    (DOS_FLOOD_DROP, field("flood", "delivered", "dut_drop_pct")),
+    (SD_CONN, lambda r: busy_us_per(r, path(r, "completed"))),
+)
+
+KIND = WorkloadKind(
+    name="dos",
+    model=DosWorkload,
+    executor=DosExecutor(),
+    metrics=METRICS,
+    work_unit=("conn", field("completed")),
+    hosts=attacker,
+    floods=always,
+)

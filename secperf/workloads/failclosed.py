@@ -1,4 +1,5 @@
-"""Does the DUT fail closed? Document 000's design claim, checked with real traffic.
+"""Kind `failclosed`: does the DUT fail closed? Document 000's design claim, checked
+with real traffic.
 
 With the variant applied, probes open new TCP connections and UDP flows across
 the DUT path only (the client's address on its DUT link, the server's on its DUT
@@ -37,16 +38,44 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PlainValidator, field_validator
 
 from secperf.engine import Record
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.probe import EchoServer, Probe, ProbeResult, ProbeSet, start_echo
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.results.extractors import Metric, MetricRow
+from secperf.scenario.fields import bounded
+from secperf.scenario.units import parse_duration
 from secperf.testbed.hosts import Power
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import DUT, Topology
-from secperf.workloads.base import MeasureContext
+from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
+
+ProbeTimeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.05, 10, "a timeout"))]
+
+
+class FailclosedWorkload(WorkloadSpec):
+    """Does the DUT fail closed? Real probes across the DUT path: the inside reaches
+    the outside, the outside cannot open a connection to the inside, and nothing
+    passes with forwarding off or with the mechanism's daemons killed.
+    `duration` and `warmup` do not apply (each probe waits `timeout`)."""
+
+    kind: Literal["failclosed"]
+    # The engine's last data port: an ACL that permits the measured traffic permits it too.
+    port: int = Field(default=5399, ge=1, le=65535)
+    timeout: ProbeTimeout = 0.5
+
+    @field_validator("port")
+    @classmethod
+    def _not_control(cls, value: int) -> int:
+        if value == 5201:
+            raise ValueError("port 5201 is the engine server's control port; pick another")
+        return value
+
+    def default_name(self) -> str:
+        return "failclosed"
 
 
 @dataclass
@@ -352,11 +381,24 @@ def result_record(ctx: MeasureContext, checks: list[Check], port: int) -> Record
 class FailclosedExecutor:
     """Runs the checks above as one measurement of a `failclosed` point."""
 
-    hosts: frozenset[str] = frozenset()
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        port = int(str(point.params.get("port", 5399)))
-        timeout = float(str(point.params.get("timeout", 0.5)))
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[FailclosedWorkload]) -> Record:
+        port, timeout = point.spec.port, point.spec.timeout
         record = result_record(ctx, run_checks(ctx, port, timeout), port)
         ctx.keep(record)
         return record
+
+
+FAILCLOSED = Metric("passed", "Fail-closed checks passed", "1/0", True, True)
+
+METRICS: tuple[MetricRow, ...] = (
+    # 1 when every check of the record passed
+    (FAILCLOSED, lambda r: 1.0 if r.get("passed") is True else 0.0),
+)
+
+KIND = WorkloadKind(
+    name="failclosed",
+    model=FailclosedWorkload,
+    executor=FailclosedExecutor(),
+    metrics=METRICS,
+    checks=True,
+)

@@ -4,9 +4,9 @@ A flood is one engine `run` of kind `flood` in the attacker, aimed at the server
 through the DUT (docs/engine-protocol.md). It is one-way: nothing serves it. An
 "allowed" flood goes to FLOOD_ALLOWED_PORT, which secperf's ACL permits from the
 attacker; a "denied" one to FLOOD_DENIED_PORT, which no permit covers
-(secperf/mechanisms/acl.py). `FloodBeside` wraps any executor so that a flood runs
-while it measures (document 002's "bandwidth during a flood"); later kinds (RFC 3511
-DoS and illegal traffic) reuse `start_flood`.
+(secperf/mechanisms/acl.py). `run_beside` runs a flood while another executor
+measures (document 002's "bandwidth during a flood", secperf.workloads.flood_beside);
+later kinds (RFC 3511 DoS and illegal traffic) reuse `start_flood`.
 
 The sender's count is only what was sent: every flood is also counted at the target
 and at the DUT over its own window (secperf.workloads.delivery), and its result
@@ -16,16 +16,32 @@ window or the point fails.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PlainValidator, field_validator
 
 from secperf.engine import EngineRun, EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
-from secperf.scenario.sweep import WorkloadPoint
-from secperf.workloads.base import Executor, MeasureContext
-from secperf.workloads.common import Spec
+from secperf.results.extractors import Metric, MetricRow, busy_us_per, field, path
+from secperf.results.extractors import Record as RecordView
+from secperf.scenario.fields import bounded, one_or_sweep, parse_count
+from secperf.scenario.units import parse_size, toml_repr
+from secperf.workloads.base import (
+    ATTACKER,
+    Executor,
+    MeasureContext,
+    Spec,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    always,
+    attacker,
+    scalar,
+)
 from secperf.workloads.delivery import (
     DeliveryCount,
     coverage,
@@ -37,7 +53,6 @@ from secperf.workloads.delivery import (
 
 # discard (9): the ACL's flood permit covers it; chargen (19): no permit covers it
 FLOOD_DENIED_PORT = 19
-ATTACKER = "attacker"
 # A flood beside a measured test starts before the measured test is launched and
 # is stopped (SIGINT: it writes its result) as soon as the measured test is done; it
 # is sized to outlast the measured test's warm-up and duration by this much, room for
@@ -46,6 +61,82 @@ ATTACKER = "attacker"
 FLOOD_MARGIN_S = 30.0
 # A measured test's warm-up below which the flood is running before it is launched.
 FLOOD_RAMP_S = 0.2
+
+# ---- the scenario's flood keys (docs/engine-protocol.md, kind flood): rates in packets/s
+
+FLOOD_RATE_MIN = 1000
+FLOOD_RATE_MAX = 10_000_000
+FloodKind = Literal["udp", "syn", "icmp"]
+FloodTarget = Literal["allowed", "denied"]
+
+
+def _flood_payload(value: object) -> int | None:
+    return None if value is None else bounded(parse_size, 0, 1472, "a flood payload")(value)
+
+
+def _flood_rate(value: object) -> int:
+    rate = parse_count(value)
+    if rate != 0 and not FLOOD_RATE_MIN <= rate <= FLOOD_RATE_MAX:
+        raise ValueError(
+            f"a flood rate is 0 (no flood) or {FLOOD_RATE_MIN}..{FLOOD_RATE_MAX} packets/s "
+            f"(got {toml_repr(value)})"
+        )
+    return rate
+
+
+# A flood rate beside a measured test: 0 (no flood) or a rate; a list sweeps it.
+FloodRate = Annotated[int | list[int], PlainValidator(one_or_sweep(_flood_rate))]
+FloodPps = Annotated[
+    int, PlainValidator(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+]
+SweptFloodPps = Annotated[
+    int | list[int],
+    PlainValidator(
+        one_or_sweep(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+    ),
+]
+FloodPayload = Annotated[
+    int | None,
+    PlainValidator(_flood_payload),
+]
+
+
+class FloodWorkload(WorkloadSpec):
+    """A flood alone, from the attacker towards the server: how exactly it is paced."""
+
+    sweepable: ClassVar[dict[str, str]] = {"rate": "count", "payload_size": "size"}
+
+    kind: Literal["flood"]
+    flood: FloodKind = "udp"
+    rate: SweptFloodPps = 10_000
+    count: int | None = Field(default=None, ge=1)
+    payload_size: Annotated[
+        int | list[int] | None,
+        PlainValidator(one_or_sweep(_flood_payload)),
+    ] = None
+    flood_target: FloodTarget = "allowed"
+    sources: str | None = None  # an IPv4 CIDR in 198.18.0.0/15; default the attacker's address
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_in_testbed(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            net = ipaddress.IPv4Network(value, strict=False)
+        except ValueError as exc:
+            raise ValueError(
+                f"sources must be an IPv4 CIDR such as 198.18.4.0/24 ({exc})"
+            ) from None
+        if not net.subnet_of(ipaddress.IPv4Network("198.18.0.0/15")):
+            raise ValueError(f"sources {value} is outside the testbed range 198.18.0.0/15")
+        return str(net)
+
+    def default_name(self) -> str:
+        return f"{self.flood}-flood"
+
+
+# ---- the engine side
 
 
 def flood_port(target: str) -> int:
@@ -177,19 +268,17 @@ class FloodExecutor:
     """Kind `flood`: a flood alone, measured at its sender (achieved rate, error) and
     where it landed (`delivered`: reached the target, dropped by the DUT)."""
 
-    hosts: frozenset[str] = frozenset({ATTACKER})
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = point.params
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[FloodWorkload]) -> Record:
+        p = point.spec
         spec = flood_spec(
             ctx,
-            flood=str(p.get("flood") or "udp"),
-            rate_pps=int(str(p["rate"])),
-            duration=float(str(p["duration"])),
-            target=str(p.get("flood_target") or "allowed"),
-            payload_size=_opt_int(p.get("payload_size")),
-            count=_opt_int(p.get("count")),
-            sources=None if p.get("sources") is None else str(p["sources"]),
+            flood=p.flood,
+            rate_pps=scalar(p.rate),
+            duration=p.duration,
+            target=p.flood_target,
+            payload_size=scalar(p.payload_size),
+            count=p.count,
+            sources=p.sources,
         )
         count = DeliveryCount(ctx, [spec])
         count.start()
@@ -201,31 +290,10 @@ class FloodExecutor:
         return {**run.result, "delivered": delivered}
 
 
-def _opt_int(value: object) -> int | None:
-    return None if value is None else int(str(value))
-
-
-def flood_params(params: Mapping[str, object]) -> tuple[str | None, int, str, int | None]:
-    """(flood kind, rate, target, payload) of a workload point with flood keys."""
-    flood = params.get("flood")
-    rate = int(str(params.get("flood_rate") or 0))
-    target = str(params.get("flood_target") or "allowed")
-    return (
-        (None if flood is None else str(flood)),
-        rate,
-        target,
-        _opt_int(params.get("flood_payload")),
-    )
-
-
-def measured_seconds(params: Mapping[str, object]) -> float:
-    return float(str(params.get("duration") or 0)) + float(str(params.get("warmup") or 0))
-
-
 def run_beside(
     ctx: MeasureContext,
-    inner: Executor,
-    point: WorkloadPoint,
+    inner: Executor[Any],
+    point: WorkloadPoint[WorkloadSpec],
     *,
     flood: str,
     rate: int,
@@ -244,14 +312,14 @@ def run_beside(
         ctx,
         flood=flood,
         rate_pps=rate,
-        duration=measured_seconds(point.params) + FLOOD_MARGIN_S,
+        duration=point.spec.duration + point.spec.warmup + FLOOD_MARGIN_S,
         target=target,
         payload_size=payload,
     )
     count = DeliveryCount(ctx, [spec])
     count.start()
     measured = Measured(ctx.keep)
-    test = flood_beside(ctx, spec, float(str(point.params.get("warmup") or 0)))
+    test = flood_beside(ctx, spec, point.spec.warmup)
     try:
         result = inner.measure(replace(ctx, keep=measured), point)
     except BaseException:
@@ -270,30 +338,54 @@ def run_beside(
     return {**result, "flood": summary}, {**run.result, "delivered": delivered, "coverage": cov}
 
 
-@dataclass(frozen=True)
-class FloodBeside:
-    """Wraps an executor: with `flood` and a non-zero `flood_rate`, a flood from the
-    attacker runs while `inner` measures. The measured result is returned (and kept);
-    the flood's records are kept nested (`{"type": "side", "role": "flood", ...}`)."""
+# ---- what a flood's record yields
 
-    inner: Executor
+# A flood's primary figure is what reached the target (an nft counter in the server),
+# not what the sender sent: a paced sender sends the asked rate whatever the DUT does.
+FLOOD_RX = Metric("flood_received_pps", "Flood rate reaching the target", "packets/s", True, True)
+FLOOD_PPS = Metric("flood_pps", "Flood rate sent", "packets/s", True, False)
+FLOOD_DROP = Metric("flood_dut_drop_pct", "Flood dropped by the DUT", "%", False, False)
+FLOOD_ERR = Metric("flood_rate_error_pct", "Flood rate error", "%", False, False)
+FLOOD_SD = Metric("sd_cpu_us_per_packet", "Service demand", "CPU µs/packet", False, False)
+# A SYN flood: what the target answered its sources with (document 002's explanation).
+TARGET_RST = Metric("target_rst_pps", "Target's RSTs back to the flood", "packets/s", False, False)
+TARGET_SYNACK = Metric(
+    "target_synack_pps", "Target's SYN-ACKs back to the flood", "packets/s", False, False
+)
 
-    @property
-    def hosts(self) -> frozenset[str]:
-        return self.inner.hosts
 
-    def hosts_for(self, point: WorkloadPoint) -> frozenset[str]:
-        flood, rate, _, _ = flood_params(point.params)
-        needs = flood is not None and rate > 0
-        return self.inner.hosts | (frozenset({ATTACKER}) if needs else frozenset())
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        flood, rate, target, payload = flood_params(point.params)
-        if flood is None or rate <= 0:
-            return self.inner.measure(ctx, point)
-        # The measured record says what it was measured under: run_beside keeps it
-        # with a `flood` summary (asked, sent and delivered rates, DUT drops).
-        result, _ = run_beside(
-            ctx, self.inner, point, flood=flood, rate=rate, target=target, payload=payload
+def _answers_pps(which: str) -> Callable[[RecordView], float | None]:
+    def get(r: RecordView) -> float | None:
+        n, window = (
+            path(r, "delivered", "target_answers", which),
+            path(r, "delivered", "window_s"),
         )
-        return result
+        return None if n is None or not window else n / window
+
+    return get
+
+
+def _abs_error(r: RecordView) -> float | None:
+    err = path(r, "rate_error_pct")
+    return None if err is None else abs(err)
+
+
+METRICS: tuple[MetricRow, ...] = (
+    (FLOOD_RX, field("delivered", "received_pps")),
+    (FLOOD_PPS, field("rate_pps")),
+    (FLOOD_DROP, field("delivered", "dut_drop_pct")),
+    (FLOOD_ERR, _abs_error),
+    (FLOOD_SD, lambda r: busy_us_per(r, path(r, "packets"))),
+    (TARGET_RST, _answers_pps("rst")),
+    (TARGET_SYNACK, _answers_pps("synack")),
+)
+
+KIND = WorkloadKind(
+    name="flood",
+    model=FloodWorkload,
+    executor=FloodExecutor(),
+    metrics=METRICS,
+    work_unit=("packet", field("packets")),
+    hosts=attacker,
+    floods=always,
+)

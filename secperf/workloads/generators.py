@@ -9,7 +9,8 @@ role `generator-HOST`), and one merged `result` stands for the point
 
 - counts and rates are summed: bytes, bits_per_second, messages, transactions,
   transactions_per_second, window_bytes, retransmits, sender / receiver, totals;
-- loss is the lost sum over the sent (stream) or tried (rr) sum;
+- loss is the lost sum over the sent (stream) or tried (rr) sum: the kind's executor
+  says which (`EngineExecutor.tried`);
 - latency_us: count, min, max, the count-weighted mean and the pooled standard
   deviation are exact; the percentiles are null, since percentiles of several
   histograms cannot be rebuilt from their summaries (each generator's are in
@@ -80,8 +81,24 @@ def merge_latency(parts: Sequence[Any]) -> Any:
     return out
 
 
-def merge_results(results: Sequence[tuple[str, Record]], starts: Sequence[Record]) -> Record:
-    """One result for N generators' results (host, record), in host order."""
+def sent_messages(merged: Record) -> int:
+    """What a stream's loss ratio divides by: the messages its senders sent."""
+    return int(_path(merged, "sender", "messages") or 0)
+
+
+def lost_or_done(merged: Record) -> int:
+    """What a request/response loss ratio divides by: transactions tried, those that
+    timed out (the merged `loss.lost`) and those that completed."""
+    return int(_path(merged, "loss", "lost") or 0) + int(merged.get("transactions") or 0)
+
+
+def merge_results(
+    results: Sequence[tuple[str, Record]],
+    starts: Sequence[Record],
+    tried: Callable[[Record], int] = sent_messages,
+) -> Record:
+    """One result for N generators' results (host, record), in host order; `tried`
+    counts, in the merged record, what its loss ratio divides by."""
     records = [r for _, r in results]
     merged: Record = dict(records[0])
     for key in SUMMED:
@@ -97,11 +114,9 @@ def merge_results(results: Sequence[tuple[str, Record]], starts: Sequence[Record
     loss = [x for r in records if isinstance(x := r.get("loss"), dict)]
     if len(loss) == len(records):
         lost = sum(int(x.get("lost") or 0) for x in loss)
-        if merged.get("kind") == "rr":
-            tried = lost + int(merged.get("transactions") or 0)
-        else:
-            tried = int(_path(merged, "sender", "messages") or 0)
-        merged["loss"] = {"lost": lost, "ratio": lost / tried if tried else None}
+        merged["loss"] = {"lost": lost}
+        n = tried(merged)
+        merged["loss"]["ratio"] = lost / n if n else None
     cpus = [r.get("cpu") for r in records]
     if all(isinstance(c, dict) for c in cpus):
         merged["cpu"] = _sum_dicts(cpus)
@@ -151,6 +166,7 @@ def run_generators(
     hosts: Sequence[tuple[str, Host]],
     spec: dict[str, Any],
     keep: Callable[[Record], None],
+    tried: Callable[[Record], int] = sent_messages,
 ) -> Record:
     """Run `spec` from every (name, host) at once; keep each one's records nested
     and the merged result at top level; return the merged result."""
@@ -170,6 +186,6 @@ def run_generators(
         for _, test in tests:
             test.stop()
         raise
-    merged = merge_results(results, starts)
+    merged = merge_results(results, starts, tried)
     keep(merged)
     return merged

@@ -1,4 +1,5 @@
-"""http_load against nginx in the server host: fetches/s, bytes/s, latencies, errors.
+"""Kind `http`: http_load against nginx in the server host: fetches/s, bytes/s,
+latencies, errors.
 
 nginx starts once per testbed (on the first measurement) and stays up; it is
 spawned through the server host, so the testbed's ledger owns it and teardown
@@ -10,12 +11,70 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, PlainValidator
 
 from secperf.engine import Record, run_test
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.results.extractors import (
+    FAILURES,
+    Metric,
+    MetricRow,
+    field,
+    ratio_pct,
+    service_demand,
+    sub_latency,
+    throughput,
+)
+from secperf.scenario.fields import (
+    FileSizes,
+    PerSecond,
+    Timeout,
+    bounded,
+    one_or_sweep,
+    parse_count,
+)
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
-from secperf.workloads.base import MeasureContext
+from secperf.workloads.base import (
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    engine_spec,
+)
+
+HttpParallel = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 1024, "parallel")))
+]
+
+
+class HttpWorkload(WorkloadSpec):
+    """HTTP/1.1 GETs against nginx in the server host (http_load): fetches/s, bytes/s.
+
+    The files (one per size) are fetched round-robin. `parallel` fetches in flight
+    as fast as they go, or with `rate` that many new fetches a second (parallel is
+    then the most in flight)."""
+
+    sweepable: ClassVar[dict[str, str]] = {"parallel": "count"}
+    engine_fields: ClassVar[tuple[str, ...]] = (
+        "parallel",
+        "keepalive",
+        "timeout",
+        "duration",
+        "warmup",
+        "rate",
+    )
+
+    kind: Literal["http"]
+    files: FileSizes = Field(default_factory=lambda: [10240])
+    parallel: HttpParallel = 1
+    rate: PerSecond | None = None
+    keepalive: bool = False
+    timeout: Timeout = 5.0
+
+    def default_name(self) -> str:
+        return "http"
+
 
 # One nginx per testbed, keyed by the testbed's prefix (unique per run).
 _NGINX: dict[str, Nginx] = {}
@@ -56,34 +115,42 @@ def forget(prefix: str) -> None:
         server.stop()
 
 
-def engine_spec(params: dict[str, Any], urls: list[str], server: str) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "kind": "http",
-        "server": server,
-        "urls": urls,
-        "parallel": params.get("parallel", 1),
-        "keepalive": bool(params.get("keepalive", False)),
-        "timeout": float(params.get("timeout") or 5.0),
-        "duration": float(str(params.get("duration", 5.0))),
-        "warmup": float(str(params.get("warmup", 1.0))),
-        "interval": 0,
-    }
-    if params.get("rate") is not None:
-        spec["rate"] = float(str(params["rate"]))
-    return spec
-
-
 @dataclass(frozen=True)
 class HttpExecutor:
-    hosts: frozenset[str] = frozenset()
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[HttpWorkload]) -> Record:
+        p = point.spec
         server = nginx_for(ctx)
-        files = point.params.get("files")
-        sizes = [int(str(s)) for s in files] if isinstance(files, list) else [10240]
-        urls = server.serve(sizes)
-        spec = engine_spec(dict(point.params), urls, hostport(target_address(ctx), HTTP_PORT))
-        budget = spec["duration"] + spec["warmup"] + 2 * spec["timeout"] + 15
+        urls = server.serve(list(p.files))
+        spec = engine_spec(
+            p, server=hostport(target_address(ctx), HTTP_PORT), urls=urls, interval=0
+        )
+        budget = p.duration + p.warmup + 2 * p.timeout + 15
         return run_test(
             ctx.testbed.host(ctx.client), spec, on_record=ctx.keep, timeout=budget
         ).result
+
+
+FETCH_RATE = Metric("fetch_rate", "Fetch rate", "fetches/s", True, True)
+HTTP_THROUGHPUT = Metric("http_throughput", "Transfer rate", "Mbit/s", True, False)
+FIRST_BYTE = Metric("first_byte_mean_us", "First byte mean", "µs", False, False)
+FETCH_P99 = Metric("fetch_p99_us", "Fetch p99", "µs", False, False)
+CONNECT_MEAN = Metric("connect_mean_us", "Connect mean", "µs", False, False)
+SD_FETCH = Metric("sd_cpu_us_per_fetch", "Service demand", "CPU µs/fetch", False, False)
+
+METRICS: tuple[MetricRow, ...] = (
+    (FETCH_RATE, field("fetches_per_second")),
+    (HTTP_THROUGHPUT, throughput),
+    (SD_FETCH, service_demand(field("fetches"))),
+    (CONNECT_MEAN, sub_latency("connect", "mean")),
+    (FIRST_BYTE, sub_latency("first_byte", "mean")),
+    (FETCH_P99, sub_latency("total", "p99")),
+    (FAILURES, ratio_pct),
+)
+
+KIND = WorkloadKind(
+    name="http",
+    model=HttpWorkload,
+    executor=HttpExecutor(),
+    metrics=METRICS,
+    work_unit=("fetch", field("fetches")),
+)

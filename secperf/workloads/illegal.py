@@ -18,16 +18,31 @@ variants that filter).
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import PlainValidator, model_validator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.sweep import WorkloadPoint
-from secperf.workloads import rr, stream
-from secperf.workloads.base import MeasureContext
+from secperf.results.extractors import Metric, MetricRow, field, path, throughput
+from secperf.results.extractors import Record as RecordView
+from secperf.scenario.fields import Rate, bounded
+from secperf.scenario.units import parse_size, toml_repr
+from secperf.workloads.base import (
+    ATTACKER,
+    MeasureContext,
+    Spec,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    always,
+    attacker,
+    engine_spec,
+)
 from secperf.workloads.delivery import (
     DeliveryCount,
     coverage,
@@ -37,18 +52,65 @@ from secperf.workloads.delivery import (
 )
 from secperf.workloads.dos import ATTACKER_LINK, unlisted_sources
 from secperf.workloads.flood import (
-    ATTACKER,
     FLOOD_MARGIN_S,
+    FloodPps,
     flood_beside,
     flood_spec,
     keep_side,
     with_delivered,
 )
+from secperf.workloads.rr import RrWorkload
+from secperf.workloads.stream import StreamWorkload
 
 DEFAULT_DENIED_PORTS = "10-1023"
 FLOWS = ("udp", "tcp")
 # The ports each testbed's counter table counts now (one table per server).
 _INSTALLED: dict[str, str] = {}
+
+
+def _denied_ports(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"\d{1,5}(-\d{1,5})?", value):
+        raise ValueError(
+            f'denied_ports is a port or a range such as "10-1023" (got {toml_repr(value)})'
+        )
+    lo, _, hi = value.partition("-")
+    first, last = int(lo), int(hi or lo)
+    if not 1 <= first <= last <= 65535:
+        raise ValueError(f"denied_ports {toml_repr(value)} is not a range of ports 1..65535")
+    # 9 is the attacker's permitted flood port; 5201 and 5300-5399 the measured flow's.
+    for taken, what in (
+        (range(9, 10), "the permitted flood port 9"),
+        (range(5201, 5202), "the engine's control port 5201"),
+        (range(5300, 5400), "the engine's data ports 5300-5399"),
+    ):
+        if first <= taken[-1] and taken[0] <= last:
+            raise ValueError(
+                f"denied_ports {toml_repr(value)} includes {what}, which an ACL permits"
+            )
+    return value
+
+
+class IllegalWorkload(WorkloadSpec):
+    """RFC 3511 §5.8: the allowed flow (TCP stream, paced by `rate`, or rr) while denied
+    flows run from the attacker (UDP from it, SYNs from unlisted sources, each at
+    `denied_rate` packets/s to `denied_ports`); counts the denied packets that reached
+    the server (`illegal_reached`, which through an ACL must be 0)."""
+
+    kind: Literal["illegal"]
+    measure: Literal["stream", "rr"] = "stream"
+    rate: Rate = None
+    message: Annotated[int, PlainValidator(bounded(parse_size, 1, 64 * 1024**2, "a size"))] = 131072
+    denied_rate: FloodPps = 5000
+    denied_ports: Annotated[str, PlainValidator(_denied_ports)] = DEFAULT_DENIED_PORTS
+
+    @model_validator(mode="after")
+    def _rate_for_stream(self) -> IllegalWorkload:
+        if self.measure == "rr" and self.rate is not None:
+            raise ValueError('rate paces the stream; remove it with measure = "rr"')
+        return self
+
+    def default_name(self) -> str:
+        return f"illegal-{self.measure}"
 
 
 def counter_table(ctx: MeasureContext) -> str:
@@ -114,25 +176,31 @@ def settled_counters(ctx: MeasureContext, deadline_s: float = 2.0) -> dict[str, 
     return last
 
 
-def allowed_spec(ctx: MeasureContext, p: dict[str, Any]) -> dict[str, Any]:
-    measure = str(p.get("measure") or "stream")
-    if measure == "rr":
-        spec = rr.engine_spec({"protocol": "tcp"})
-    else:
-        spec = stream.engine_spec(
-            {"protocol": "tcp", "message": p.get("message"), "rate": p.get("rate")}
+def allowed_spec(ctx: MeasureContext, p: IllegalWorkload) -> Spec:
+    """The allowed flow: a TCP stream (of `message`, paced by `rate`) or a TCP rr,
+    as those kinds build their engine specs."""
+    flow: WorkloadSpec
+    if p.measure == "rr":
+        flow = RrWorkload.model_construct(
+            kind="rr", protocol="tcp", duration=p.duration, warmup=p.warmup
         )
-    spec["server"] = ctx.target
-    spec["duration"] = float(str(p.get("duration") or 2.0))
-    spec["warmup"] = float(str(p.get("warmup") or 0.5))
-    return spec
+    else:
+        flow = StreamWorkload.model_construct(
+            kind="stream",
+            protocol="tcp",
+            message=p.message,
+            rate=p.rate,
+            duration=p.duration,
+            warmup=p.warmup,
+        )
+    return engine_spec(flow, server=ctx.target)
 
 
 def denied_specs(
-    ctx: MeasureContext, p: dict[str, Any], ports: str, seconds: float
+    ctx: MeasureContext, p: IllegalWorkload, ports: str, seconds: float
 ) -> dict[str, Any]:
     """The two denied floods: UDP from the attacker itself, SYNs from unlisted sources."""
-    rate = int(str(p.get("denied_rate") or 5000))
+    rate = p.denied_rate
     return {
         "udp": flood_spec(ctx, flood="udp", rate_pps=rate, duration=seconds, ports=ports),
         "tcp": flood_spec(
@@ -187,17 +255,15 @@ def filters(ctx: MeasureContext) -> bool:
 class IllegalExecutor:
     """Kind `illegal`: the allowed flow, denied floods beside it, counted at the server."""
 
-    hosts: frozenset[str] = frozenset({ATTACKER})
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[IllegalWorkload]) -> Record:
         if ctx.family != 4:
             raise EngineError(
                 "the illegal workload's denied floods are IPv4 only",
                 where="testbed.family",
                 fix='set family = "ipv4" in [testbed]',
             )
-        p = dict(point.params)
-        ports = str(p.get("denied_ports") or DEFAULT_DENIED_PORTS)
+        p = point.spec
+        ports = p.denied_ports
         install_counters(ctx, ports)
         spec = allowed_spec(ctx, p)
         seconds = spec["duration"] + spec["warmup"] + FLOOD_MARGIN_S
@@ -266,3 +332,38 @@ class IllegalExecutor:
         }
         ctx.keep(rec)
         return rec
+
+
+ILLEGAL_REACHED = Metric(
+    "illegal_reached", "Denied packets that reached the server", "packets", False, True
+)
+ILLEGAL_SENT = Metric("illegal_sent", "Denied packets sent", "packets", True, False)
+ALLOWED_THROUGHPUT = Metric("allowed_throughput", "Allowed flow", "Mbit/s", True, False)
+ALLOWED_TPS = Metric("allowed_tps", "Allowed flow", "trans/s", True, False)
+
+
+def _allowed_tps(r: RecordView) -> float | None:
+    return path(r, "transactions_per_second") if r.get("measure") == "rr" else None
+
+
+def _allowed_mbps(r: RecordView) -> float | None:
+    return throughput(r) if r.get("measure") == "stream" else None
+
+
+METRICS: tuple[MetricRow, ...] = (
+    # illegal_reached must be 0 through a filter; its check says so in the report
+    (ILLEGAL_REACHED, field("illegal_reached")),
+    (ALLOWED_THROUGHPUT, _allowed_mbps),
+    (ALLOWED_TPS, _allowed_tps),
+    (ILLEGAL_SENT, field("illegal_sent")),
+)
+
+KIND = WorkloadKind(
+    name="illegal",
+    model=IllegalWorkload,
+    executor=IllegalExecutor(),
+    metrics=METRICS,
+    hosts=attacker,
+    floods=always,
+    checks=True,
+)

@@ -1,4 +1,5 @@
-"""One-way delay with timestamped UDP probes (document 004's router delay study).
+"""Kind `latency`: one-way delay with timestamped UDP probes (document 004's router
+delay study).
 
 The engine sends probes at a fixed rate per direction, full duplex (both ways at
 once) or half (the server answers each probe), from the client's emulated hosts to
@@ -19,15 +20,27 @@ received, achieved frames/s).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, PlainValidator, model_validator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import SecperfError
-from secperf.scenario.sweep import WorkloadPoint
-from secperf.workloads.base import MeasureContext
-from secperf.workloads.common import Spec
+from secperf.results.extractors import LOSS, Metric, MetricRow, field, latency, loss_pct
+from secperf.scenario.fields import bounded, one_or_sweep
+from secperf.scenario.testbed import Testbed, TopologySection
+from secperf.scenario.units import parse_size
+from secperf.workloads.base import (
+    MeasureContext,
+    Refused,
+    Spec,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    engine_spec,
+    scalar,
+)
 
 PREAMBLE_IFG = 20  # bytes on the wire around each Ethernet frame
 # Under load (sender = "packet"): one frame in this many is a timestamped probe.
@@ -38,55 +51,99 @@ class LatencyWorkloadError(SecperfError):
     """A latency workload that cannot run on this testbed."""
 
 
+FrameSize = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 64, 1518, "a frame size")))
+]
+
+
+class LatencyWorkload(WorkloadSpec):
+    """Timestamped UDP probes at a fixed rate: one-way delay per direction (document 004).
+
+    `load` is a fraction of `testbed.link_rate` counted on the wire (frame + 20 B
+    preamble and inter-frame gap); `rate_pps` gives probes/s per direction instead.
+    `hosts = "all"` sends from every emulated host on the client side to its peer on
+    the server side; an int uses that many. `rejected_stream` runs a second stream at
+    the same rate from the ACL's excluded address concurrently (the ACL must have
+    `exclude_one = true`); its received count is reported and must be 0.
+    `sender = "packet"` sends the whole stream (`load` or `rate_pps` frames/s each
+    way) as frames on a packet socket, spread over the emulated hosts, with one frame
+    in `probe_every` (default 100) a timestamped probe: the delay under the load
+    itself, and the achieved load in the record (IPv4, full duplex only).
+    """
+
+    sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
+    engine_fields: ClassVar[tuple[str, ...]] = ("frame", "duplex", "duration", "warmup")
+    engine_names: ClassVar[dict[str, str]] = {"frame": "frame_size"}
+
+    kind: Literal["latency"]
+    frame: FrameSize = 64
+    load: float | None = Field(default=None, gt=0, le=1)
+    rate_pps: float | None = Field(default=None, gt=0, le=10_000_000)
+    duplex: Literal["full", "half"] = "full"
+    hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
+    rejected_stream: bool = False
+    sender: Literal["socket", "packet"] = "socket"
+    probe_every: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> LatencyWorkload:
+        if self.load is not None and self.rate_pps is not None:
+            raise ValueError("give either load (a fraction of the link rate) or rate_pps, not both")
+        if self.probe_every is not None and self.sender != "packet":
+            raise ValueError(
+                'probe_every applies to sender = "packet" only: set sender or remove it'
+            )
+        if self.sender == "packet" and self.duplex == "half":
+            raise ValueError('sender = "packet" runs full duplex: set duplex = "full" or remove it')
+        return self
+
+    def default_name(self) -> str:
+        return f"latency-{self.duplex}"
+
+
 def pps_for_load(load: float, link_rate_bps: int, frame: int) -> float:
     """Frames/s per direction that fill `load` of the link, counting preamble and gap."""
     return load * link_rate_bps / ((frame + PREAMBLE_IFG) * 8)
 
 
-def engine_spec(params: Mapping[str, Any], *, link_rate_bps: int | None = None) -> Spec:
+def probe_rate(spec: LatencyWorkload, link_rate_bps: int | None) -> float | None:
+    """Probes (or frames) per second per direction: `rate_pps`, or `load` of the link;
+    None: the engine's default."""
+    if spec.rate_pps is not None:
+        return float(spec.rate_pps)
+    if spec.load is None:
+        return None
+    if not link_rate_bps:
+        raise LatencyWorkloadError(
+            "load is a fraction of the link rate, but the testbed has no link_rate",
+            where="testbed.link_rate",
+            fix='set testbed.link_rate (e.g. "1gbit") or give the workload rate_pps',
+        )
+    return pps_for_load(spec.load, link_rate_bps, scalar(spec.frame))
+
+
+def latency_spec(spec: LatencyWorkload, *, link_rate_bps: int | None = None) -> Spec:
     """The engine spec for one point (without server, sources and destinations)."""
-    frame = int(str(params.get("frame") or 64))
-    spec: Spec = {"kind": "latency", "frame_size": frame}
-    load, rate = params.get("load"), params.get("rate_pps")
+    extra: Spec = {}
+    rate = probe_rate(spec, link_rate_bps)
     if rate is not None:
-        spec["rate_pps"] = float(str(rate))
-    elif load is not None:
-        if not link_rate_bps:
-            raise LatencyWorkloadError(
-                "load is a fraction of the link rate, but the testbed has no link_rate",
-                where="testbed.link_rate",
-                fix='set testbed.link_rate (e.g. "1gbit") or give the workload rate_pps',
-            )
-        spec["rate_pps"] = pps_for_load(float(str(load)), link_rate_bps, frame)
-    if params.get("duplex") is not None:
-        spec["duplex"] = params["duplex"]
-    if params.get("sender") == "packet":
-        spec["probe_every"] = int(str(params.get("probe_every") or PROBE_EVERY))
-    return spec
-
-
-def _hosts(params: Mapping[str, Any], available: int) -> int:
-    hosts = params.get("hosts", "all")
-    return available if hosts in (None, "all") else min(int(str(hosts)), available)
+        extra["rate_pps"] = rate
+    if spec.sender == "packet":
+        extra["probe_every"] = spec.probe_every or PROBE_EVERY
+    return engine_spec(spec, interval=0, **extra)
 
 
 @dataclass(frozen=True)
 class LatencyExecutor:
-    hosts: frozenset[str] = frozenset()
-
-    def specs(self, ctx: MeasureContext, params: Mapping[str, Any]) -> tuple[Spec, Spec | None]:
+    def specs(self, ctx: MeasureContext, p: LatencyWorkload) -> tuple[Spec, Spec | None]:
         """The measured stream's spec and, if asked, the rejected stream's."""
         link_rate = ctx.topology.links[0].rate_bps if ctx.topology.links else None
-        spec = engine_spec(params, link_rate_bps=link_rate)
+        spec = latency_spec(p, link_rate_bps=link_rate)
         spec["server"] = ctx.target
-        for key in ("duration", "warmup"):
-            if params.get(key) is not None:
-                spec[key] = float(str(params[key]))
-        spec["interval"] = 0
         sources = list(ctx.topology.emulated_addresses("client", ctx.family))
         dests = list(ctx.topology.emulated_addresses("server", ctx.family))
-        rejected = ctx.plan.excluded_host if params.get("rejected_stream") else None
-        if params.get("rejected_stream") and rejected is None:
+        rejected = ctx.plan.excluded_host if p.rejected_stream else None
+        if p.rejected_stream and rejected is None:
             raise LatencyWorkloadError(
                 "rejected_stream needs emulated hosts on the client side",
                 where="testbed.emulated_hosts",
@@ -96,7 +153,8 @@ class LatencyExecutor:
             sources.remove(rejected)
         # A direct baseline has no emulated hosts on its link: client to server as is.
         if sources and dests and not ctx.direct:
-            n = _hosts(params, min(len(sources), len(dests)))
+            available = min(len(sources), len(dests))
+            n = available if p.hosts == "all" else min(p.hosts, available)
             spec["sources"] = sources[:n]
             spec["destinations"] = dests[:n]
         if rejected is None or ctx.direct:
@@ -108,8 +166,8 @@ class LatencyExecutor:
             del other["destinations"]
         return spec, other
 
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        spec, other = self.specs(ctx, dict(point.params))
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[LatencyWorkload]) -> Record:
+        spec, other = self.specs(ctx, point.spec)
         client = ctx.testbed.host(ctx.client)
         side = EngineTest(client, other) if other is not None else None
 
@@ -137,3 +195,46 @@ class LatencyExecutor:
         # Kept once, with the rejected stream's counts when there is one.
         ctx.keep(result)
         return result
+
+
+def needs_a_link_rate(
+    spec: LatencyWorkload, testbed: Testbed, _topology: TopologySection | None
+) -> Refused | None:
+    if spec.load is not None and not testbed.link_rate:
+        return Refused(
+            "is a fraction of testbed.link_rate, which is not set: "
+            'set testbed.link_rate (e.g. "1gbit") or give rate_pps instead',
+            key="load",
+        )
+    return None
+
+
+DELAY_MEAN = Metric("delay_mean_us", "One-way delay mean", "µs", False, True)
+DELAY_STD = Metric("delay_stddev_us", "One-way delay stddev", "µs", False, False)
+DELAY_P99 = Metric("delay_p99_us", "One-way delay p99", "µs", False, False)
+ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, False)
+# Latency under load (sender = "packet"): the whole stream, both ways together.
+# The ask beside what was sent: a machine that cannot offer the ask shows it.
+LOAD_ASKED = Metric("load_asked_pps", "Load asked (both ways)", "frames/s", True, False)
+LOAD_SENT = Metric("load_sent_pps", "Load sent (both ways)", "frames/s", True, False)
+LOAD_RECEIVED = Metric("load_received_pps", "Load received (both ways)", "frames/s", True, False)
+
+METRICS: tuple[MetricRow, ...] = (
+    # one-way delay of both directions together (the record's `combined`)
+    (DELAY_MEAN, latency("mean")),
+    (DELAY_STD, latency("stddev")),
+    (DELAY_P99, latency("p99")),
+    (LOSS, loss_pct),
+    (ACHIEVED_PPS, field("combined", "achieved_pps")),
+    (LOAD_ASKED, field("combined", "load", "asked_pps")),
+    (LOAD_SENT, field("combined", "load", "achieved_pps")),
+    (LOAD_RECEIVED, field("combined", "load", "received_pps")),
+)
+
+KIND = WorkloadKind(
+    name="latency",
+    model=LatencyWorkload,
+    executor=LatencyExecutor(),
+    metrics=METRICS,
+    validate=needs_a_link_rate,
+)

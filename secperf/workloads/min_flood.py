@@ -1,4 +1,5 @@
-"""Kind `min_flood_rate`: the lowest flood rate that denies a TCP stream (document 002).
+"""Kind `min_flood_rate`: the lowest flood rate that denies a TCP stream (document 002,
+Fig. 3b).
 
 One measurement is one search (secperf/search.py, the same bisection and bracket
 as every search): the stream without a flood, then with floods at `hi` and `lo`
@@ -14,14 +15,66 @@ kept nested (`{"type": "side", ...}`); the search's own record is the result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from secperf.engine import Record, run_test
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.results.extractors import Metric, Search, SearchReading, legacy_bracket, num
+from secperf.results.extractors import Record as RecordView
+from secperf.scenario.fields import MessageSize
 from secperf.search import Trial, bisect_rate
-from secperf.workloads import stream
-from secperf.workloads.base import EngineExecutor, MeasureContext
-from secperf.workloads.flood import ATTACKER, keep_side, run_beside
+from secperf.workloads.base import (
+    EngineExecutor,
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    always,
+    attacker,
+    scalar,
+)
+from secperf.workloads.flood import (
+    FloodKind,
+    FloodPayload,
+    FloodPps,
+    FloodTarget,
+    keep_side,
+    run_beside,
+)
+from secperf.workloads.stream import StreamWorkload
+
+
+class MinFloodRateWorkload(WorkloadSpec):
+    """Search for the lowest flood rate that denies a TCP stream (document 002, Fig. 3b).
+
+    Each measurement bisects the flood rate within [lo, hi] packets/s for the lowest
+    rate at which the stream falls to at most `threshold_pct` % of its unflooded rate
+    (measured first, in the same search)."""
+
+    kind: Literal["min_flood_rate"]
+    flood: FloodKind = "udp"
+    flood_target: FloodTarget = "allowed"
+    flood_payload: FloodPayload = None
+    lo: FloodPps = 1000
+    hi: FloodPps = 200_000
+    threshold_pct: float = Field(default=1.0, gt=0, lt=100)
+    max_probes: int = Field(default=8, ge=2, le=30)
+    resolution_pct: float = Field(default=10.0, gt=0, le=100)
+    message: MessageSize = 131072
+
+    @model_validator(mode="after")
+    def _lo_below_hi(self) -> MinFloodRateWorkload:
+        if self.lo >= self.hi:
+            raise ValueError(f"lo ({self.lo}) must be below hi ({self.hi})")
+        if self.flood == "icmp" and self.flood_target == "denied":
+            raise ValueError('flood_target = "denied" needs a udp or syn flood')
+        return self
+
+    def default_name(self) -> str:
+        return f"min-{self.flood}-flood-{self.flood_target}"
 
 
 def _achieved_pps(flood_result: Record) -> float | None:
@@ -34,28 +87,22 @@ def _achieved_pps(flood_result: Record) -> float | None:
 
 @dataclass(frozen=True)
 class MinFloodRateExecutor:
-    hosts: frozenset[str] = frozenset({ATTACKER})
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = point.params
-        flood = str(p.get("flood") or "udp")
-        target = str(p.get("flood_target") or "allowed")
-        payload = None if p.get("flood_payload") is None else int(str(p["flood_payload"]))
-        lo, hi = int(str(p["lo"])), int(str(p["hi"]))
-        threshold = float(str(p["threshold_pct"]))
-        max_probes = int(str(p["max_probes"]))
-        resolution = float(str(p["resolution_pct"]))
-        stream_params: dict[str, object] = {
-            "protocol": "tcp",
-            "message": p.get("message"),
-            "duration": p.get("duration"),
-            "warmup": p.get("warmup"),
-        }
-        inner = EngineExecutor(stream.engine_spec)
-        stream_point = WorkloadPoint(
-            point.workload_index, point.index, point.name, "stream", stream_params, "", ()
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[MinFloodRateWorkload]) -> Record:
+        p = point.spec
+        flood, target, payload = p.flood, p.flood_target, p.flood_payload
+        threshold = p.threshold_pct
+        # The measured stream: a TCP stream of `message`, as the stream kind runs it.
+        measured = StreamWorkload.model_construct(
+            kind="stream",
+            name=p.name,
+            protocol="tcp",
+            message=scalar(p.message),
+            duration=p.duration,
+            warmup=p.warmup,
         )
-        spec = inner.spec(stream_params, ctx.target)
+        inner = EngineExecutor()
+        stream_point = WorkloadPoint(point.workload_index, point.index, measured)
+        spec = inner.spec(measured, ctx.target)
         unflooded = run_test(
             ctx.testbed.host(ctx.client), spec, on_record=keep_side(ctx, "unflooded")
         ).result
@@ -74,17 +121,17 @@ class MinFloodRateExecutor:
 
         found = bisect_rate(
             probe,
-            low=lo,
-            high=hi,
-            resolution_pct=resolution,
-            max_steps=max_probes,
+            low=p.lo,
+            high=p.hi,
+            resolution_pct=p.resolution_pct,
+            max_steps=p.max_probes,
             measure="achieved",
             reports="failed",
             integer=True,
         )
         record: Record = {
             "type": "result",
-            "kind": "min_flood_rate",
+            "kind": p.kind,
             "flood": flood,
             "flood_target": target,
             "threshold_pct": threshold,
@@ -94,3 +141,37 @@ class MinFloodRateExecutor:
         }
         ctx.keep(record)
         return record
+
+
+def legacy_search(record: RecordView) -> SearchReading | None:
+    """Records from before the `search` object: a `bracket` of asked flood rates
+    whose probes kept the rate each flood achieved; the lowest that denied the value."""
+    sent = {
+        num(p.get("rate_pps")): num(p.get("flood_pps"))
+        for p in record.get("probes") or []
+        if isinstance(p, Mapping)
+    }
+    return legacy_bracket(record, reports="failed", achieved=sent)
+
+
+# Lower is worse: a DUT that a slower flood denies is more fragile.
+MIN_FLOOD = Metric(
+    "min_flood_rate",
+    "Minimum flood rate that denies",
+    "packets/s",
+    True,
+    True,
+    censored=("denied already at {bound}", "not denied up to {bound}"),
+)
+# the lowest flood rate (achieved) probed that denied the stream
+SEARCH = Search(MIN_FLOOD, legacy=legacy_search)
+
+KIND = WorkloadKind(
+    name="min_flood_rate",
+    model=MinFloodRateWorkload,
+    executor=MinFloodRateExecutor(),
+    metrics=(SEARCH.row(),),
+    searches=(SEARCH,),
+    hosts=attacker,
+    floods=always,
+)

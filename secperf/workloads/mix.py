@@ -27,17 +27,76 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PlainValidator
 
 from secperf.engine import EngineTest, Record
-from secperf.errors import EngineError, SecperfError
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.errors import EngineError, ScenarioError, SecperfError
+from secperf.results.extractors import (
+    Metric,
+    MetricRow,
+    field,
+    path,
+    ratio_pct,
+    service_demand,
+    throughput,
+)
+from secperf.results.extractors import Record as RecordView
+from secperf.scenario.fields import FileSizes, Timeout, bounded, one_or_sweep, parse_count
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
 from secperf.testbed.topology import Topology
-from secperf.workloads.base import MeasureContext
+from secperf.workloads.base import (
+    CheckContext,
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    WorkloadSpec,
+    scalar,
+)
+
+VirtualClients = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 512, "virtual clients")))
+]
+Share = Annotated[float, Field(ge=0, le=1)]
+Weight = Annotated[float, Field(ge=0)]
+
+
+class MixWorkload(WorkloadSpec):
+    """Document 001's NSTL load: virtual clients over the client hosts, each doing
+    `requests` HTTP or FTP fetches from the server hosts (a server by the hit table,
+    a protocol by that server's HTTP share, a file from the size sets), no think
+    time: transactions per minute, failures by kind, Mbit/s. `duration` and
+    `warmup` do not apply: a point lasts until every request is answered."""
+
+    sweepable: ClassVar[dict[str, str]] = {"virtual_clients": "count"}
+
+    kind: Literal["mix"]
+    virtual_clients: VirtualClients = 1
+    requests: int = Field(default=100, ge=1, le=100_000)
+    # One weight per server host (graph order) for every client, or a list per client
+    # zone (the paper's Table 2); empty: even odds over the servers of other zones.
+    hits: list[Weight] | dict[str, list[Weight]] = Field(default_factory=list)
+    http_share: list[Share] = Field(default_factory=list)
+    # The paper's file sets (KiB): HTML 1-80, GIF 0.5-208, FTP (ZIP) 32-256.
+    html_files: FileSizes = Field(
+        default_factory=lambda: [k * 1024 for k in (1, 2, 4, 8, 10, 20, 40, 80)]
+    )
+    gif_files: FileSizes = Field(
+        default_factory=lambda: [512] + [k * 1024 for k in (1, 2, 4, 10, 26, 52, 104, 208)]
+    )
+    ftp_files: FileSizes = Field(default_factory=lambda: [k * 1024 for k in (32, 64, 128, 256)])
+    timeout: Timeout = 10.0  # idle timeout of every step of a fetch (connect, each read)
+    think: float = Field(default=0.0, ge=0, le=3600)  # seconds between a client's requests
+    ftp_mode: Literal["passive", "active"] = "passive"  # who opens FTP's data connection
+
+    def default_name(self) -> str:
+        return "mix"
+
 
 FAILURE_KINDS = ("connect", "timeout", "short", "refused")
 # Table 1 of the paper: servers alternate a 90/10 and a 10/90 HTTP/FTP mix.
@@ -50,15 +109,10 @@ class MixError(SecperfError):
     """The mix workload cannot run on this testbed as configured."""
 
 
-def _ints(value: object) -> list[int]:
-    return [int(str(v)) for v in value] if isinstance(value, list) else []
+Hits = list[float] | dict[str, list[float]]
 
 
-def _floats(value: object) -> list[float]:
-    return [float(str(v)) for v in value] if isinstance(value, list) else []
-
-
-def hit_weights(topology: Topology, client: str, servers: list[str], hits: object) -> list[float]:
+def hit_weights(topology: Topology, client: str, servers: list[str], hits: Hits) -> list[float]:
     """The client's weight for each server: `hits` as a list for every client, a
     dict of lists by the client's zone, or absent: even odds over the servers
     outside the client's zone (all of them when that leaves none)."""
@@ -69,9 +123,9 @@ def hit_weights(topology: Topology, client: str, servers: list[str], hits: objec
                 f"mix workload: hits has no list for zone {zone!r} (client host {client})",
                 fix=f"add hits.{zone} = [one weight per server host], or give one list",
             )
-        return _per_server(_floats(hits[zone]), servers, f"hits.{zone}", [])
-    if isinstance(hits, list) and hits:
-        return _per_server(_floats(hits), servers, "hits", [])
+        return _per_server([float(v) for v in hits[zone]], servers, f"hits.{zone}", [])
+    if hits:
+        return _per_server([float(v) for v in hits], servers, "hits", [])
     other = [1.0 if topology.host(s).zone != zone else 0.0 for s in servers]
     return other if any(other) else [1.0] * len(servers)
 
@@ -196,8 +250,8 @@ def summarize(rows: list[list[Any]], virtual_clients: int) -> Record:
 class MixExecutor:
     hosts: frozenset[str] = frozenset()
 
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = point.params
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[MixWorkload]) -> Record:
+        p = point.spec
         topo = ctx.topology
         clients = list(topo.hosts_with(role="client"))
         servers = list(topo.hosts_with(role="server"))
@@ -206,15 +260,15 @@ class MixExecutor:
                 "the mix workload needs client and server hosts in [topology]",
                 fix="give [topology.zones.NAME] clients and servers",
             )
-        html, gif, ftp = (_ints(p.get(k)) for k in ("html_files", "gif_files", "ftp_files"))
-        hits = p.get("hits")
+        html, gif, ftp = p.html_files, p.gif_files, p.ftp_files
+        hits = p.hits
         default_shares = [DEFAULT_SHARES[i % 2] for i in range(len(servers))]
-        shares = _per_server(_floats(p.get("http_share")), servers, "http_share", default_shares)
+        shares = _per_server(list(p.http_share), servers, "http_share", default_shares)
         servers_for(ctx, sorted(set(html + gif + ftp)))
-        n = int(str(p["virtual_clients"]))
-        requests = int(str(p["requests"]))
-        timeout = float(str(p["timeout"]))
-        think = float(str(p.get("think") or 0))
+        n = scalar(p.virtual_clients)
+        requests = p.requests
+        timeout = p.timeout
+        think = p.think
         seed = f"{ctx.variant}/{point.point_id}/{time.monotonic_ns()}"
         cpu_before = {
             name: ctx.testbed.host(name).cpu_seconds()
@@ -242,7 +296,7 @@ class MixExecutor:
                         "seed": seed,
                         "timeout": timeout,
                         "think": think,
-                        "ftp_mode": str(p.get("ftp_mode") or "passive"),
+                        "ftp_mode": p.ftp_mode,
                         "http_port": HTTP_PORT,
                         "ftp_port": FTP_PORT,
                         "html_files": html,
@@ -282,7 +336,7 @@ class MixExecutor:
             }
         record = summarize(rows, n)
         record["client_hosts"] = per_host
-        record["ftp_mode"] = str(p.get("ftp_mode") or "passive")
+        record["ftp_mode"] = p.ftp_mode
         if socks:
             record["socks"] = socks
         host_cpu: dict[str, float] = {}
@@ -297,3 +351,89 @@ class MixExecutor:
             )
         ctx.keep(record)
         return record
+
+
+def check_hits(spec: MixWorkload, ctx: CheckContext) -> None:
+    """The hit table and HTTP shares need one value per server host of the scenario's
+    graph (or a single value for all), and hit lists keyed by zone need a list for
+    every zone with clients: refused at check time, naming the key."""
+    topo = ctx.topology()
+    servers = list(topo.hosts_with(role="server"))
+    zones = sorted({str(topo.host(c).zone) for c in topo.hosts_with(role="client")})
+    i = ctx.index
+
+    def refuse(path: tuple[str | int, ...], what: str, fix: str) -> None:
+        key = "workloads[{}].{}".format(path[1], ".".join(str(p) for p in path[2:]))
+        raise ScenarioError(f"{key}: {what}", where=ctx.where(path), fix=fix)
+
+    order = ", ".join(servers)
+    lists: list[tuple[tuple[str | int, ...], list[float]]] = []
+    if isinstance(spec.hits, dict):
+        for zone in zones:
+            if zone not in spec.hits:
+                refuse(
+                    ("workloads", i, "hits"),
+                    f"no hit list for zone {zone!r}, which has client hosts",
+                    f"add {zone} = [one weight per server host: {order}]",
+                )
+        for zone, values in spec.hits.items():
+            if zone not in zones:
+                refuse(
+                    ("workloads", i, "hits", zone),
+                    f"zone {zone!r} has no client hosts (zones with clients: {', '.join(zones)})",
+                    "key each list by a zone that has clients",
+                )
+            lists.append((("workloads", i, "hits", zone), [float(v) for v in values]))
+    elif spec.hits:
+        lists.append((("workloads", i, "hits"), [float(v) for v in spec.hits]))
+    if spec.http_share:
+        lists.append((("workloads", i, "http_share"), [float(v) for v in spec.http_share]))
+    for path_, values in lists:
+        if len(values) not in (1, len(servers)):
+            refuse(
+                path_,
+                f"has {len(values)} values but the graph has {len(servers)} server hosts ({order})",
+                "give one value per server host in that order, or a single value for all",
+            )
+
+
+TPM = Metric("tpm", "Transactions per minute", "TPM", True, True)
+MIX_MBPS = Metric("mix_throughput", "Transfer rate", "Mbit/s", True, False)
+MIX_FAILURES = Metric("mix_failure_pct", "Failures", "%", False, False)
+MIX_FAIL_KIND = {
+    kind: Metric(f"mix_failure_{kind}_pct", f"Failures: {kind}", "%", False, False)
+    for kind in FAILURE_KINDS
+}
+MIX_P95 = {
+    proto: Metric(f"{proto}_fetch_p95_ms", f"{proto.upper()} fetch p95", "ms", False, False)
+    for proto in ("http", "ftp")
+}
+SD_TRANSACTION = Metric("sd_cpu_us_per_transaction", "Service demand", "CPU µs/trans", False, False)
+
+
+def _failure_pct(kind: str) -> Callable[[RecordView], float | None]:
+    def get(r: RecordView) -> float | None:
+        n, attempted = path(r, "failures", kind), path(r, "attempted")
+        return None if n is None or not attempted else n / attempted * 100.0
+
+    return get
+
+
+METRICS: tuple[MetricRow, ...] = (
+    (TPM, field("tpm")),
+    (MIX_FAILURES, ratio_pct),
+    (MIX_MBPS, throughput),
+    *((MIX_FAIL_KIND[k], _failure_pct(k)) for k in MIX_FAIL_KIND),
+    # None when none of the protocol's fetches succeeded
+    *((MIX_P95[p], field("protocols", p, "fetch_ms", "p95")) for p in MIX_P95),
+    (SD_TRANSACTION, service_demand(field("transactions"))),
+)
+
+KIND = WorkloadKind(
+    name="mix",
+    model=MixWorkload,
+    executor=MixExecutor(),
+    metrics=METRICS,
+    work_unit=("trans", field("transactions")),
+    preflight=check_hits,
+)

@@ -1,34 +1,249 @@
-"""Bulk transfer (netperf TCP_STREAM / UDP_STREAM, iperf3)."""
+"""Kind `stream`: bulk transfer (netperf TCP_STREAM / UDP_STREAM, iperf3), or with
+`bytes` a fixed transfer timed to its last byte (ttcp, document 003)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
-from secperf.workloads.common import copy_if_set
+from pydantic import ValidationInfo, field_validator, model_validator
 
-TIME_LIMIT_S = 300.0  # the schema's default time_limit of a fixed transfer
+from secperf.errors import ScenarioError
+from secperf.results.extractors import (
+    LOSS,
+    Metric,
+    MetricRow,
+    Record,
+    field,
+    loss_pct,
+    path,
+    service_demand,
+    throughput,
+)
+from secperf.scenario.fields import (
+    LinkRate,
+    MessageSize,
+    Parallel,
+    PositiveDuration,
+    ReceiveLowat,
+    SocketBuffer,
+    SweepPayload,
+    SweepRate,
+    TransferBytes,
+    udp_fits,
+)
+from secperf.scenario.units import human_size
+from secperf.workloads import flood_beside
+from secperf.workloads.base import (
+    CheckContext,
+    EngineExecutor,
+    WorkloadKind,
+    WorkloadSpec,
+    scalar,
+)
+from secperf.workloads.flood_beside import Beside, FloodBeside
+
+TIME_LIMIT_S = 300.0  # the default time_limit of a fixed transfer
 
 
-def engine_spec(params: Mapping[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"kind": "stream"}
-    spec = copy_if_set(
-        spec,
-        params,
-        {
-            "protocol": "protocol",
-            "direction": "direction",
-            "message": "message_size",
-            "socket_buffer": "socket_buffer",
-            "parallel": "parallel",
-            "payload": "payload",
-            "rate": "rate_bps",
-            "rcvlowat": "rcvlowat",
-            "bytes": "bytes",
-        },
+class StreamWorkload(FloodBeside, WorkloadSpec):
+    """Bulk transfer (netperf TCP_STREAM / UDP_STREAM), or with `bytes` a fixed
+    transfer timed to its last byte (ttcp, document 003)."""
+
+    sweepable: ClassVar[dict[str, str]] = {
+        "message": "size",
+        "socket_buffer": "size",
+        "parallel": "count",
+        "rate": "rate",
+        "flood_rate": "count",
+        "payload": "name",
+        "bytes": "size",
+        "link_rate": "link_rate",
+    }
+    engine_fields: ClassVar[tuple[str, ...]] = (
+        "protocol",
+        "direction",
+        "message",
+        "socket_buffer",
+        "parallel",
+        "payload",
+        "rate",
+        "rcvlowat",
+        "bytes",
+        "duration",
+        "warmup",
     )
-    if params.get("bytes") is not None:
-        # A fixed transfer: timed from its start to its last byte, within its limit.
-        spec["duration"] = float(str(params.get("time_limit") or TIME_LIMIT_S))
-        spec["warmup"] = 0.0
-    return spec
+    engine_names: ClassVar[dict[str, str]] = {"message": "message_size", "rate": "rate_bps"}
+
+    kind: Literal["stream"]
+    protocol: Literal["tcp", "udp"] = "tcp"
+    direction: Literal["send", "receive", "both"] = "send"
+    message: MessageSize = 131072  # the engine's default; udp: 1024 (set below)
+    socket_buffer: SocketBuffer = None
+    parallel: Parallel = 1
+    payload: SweepPayload = "random"
+    rate: SweepRate = None
+    rcvlowat: ReceiveLowat = None  # the engine's default (see docs/scenario-format.md)
+    # A ttcp-style fixed transfer: move exactly this many bytes and time it (then
+    # `duration` and `warmup` do not apply; `time_limit` bounds the transfer).
+    bytes: TransferBytes = None
+    time_limit: PositiveDuration = TIME_LIMIT_S
+    # Every link on the client-server path shaped to this rate for this workload's
+    # tests ("unlimited" = no shaping); unset = the links as [testbed]/[topology] made them.
+    link_rate: LinkRate = None
+
+    def path_rate(self) -> int | None:
+        return scalar(self.link_rate)
+
+    @model_validator(mode="after")
+    def _fixed_transfer_fits(self) -> StreamWorkload:
+        if self.bytes is None:
+            return self
+        if self.protocol != "tcp":
+            raise ValueError(
+                "bytes (a fixed transfer) is TCP only (UDP loses what it loses): "
+                'use protocol = "tcp"'
+            )
+        if self.direction == "both":
+            raise ValueError(
+                "bytes (a fixed transfer) goes one way, as ttcp's: "
+                'use direction "send" or "receive"'
+            )
+        if self.parallel != 1:
+            raise ValueError("bytes (a fixed transfer) is one connection, as ttcp's: parallel = 1")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _udp_message_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "message" not in data and data.get("protocol") == "udp":
+            return {**data, "message": 1024}
+        return data
+
+    @field_validator("message")
+    @classmethod
+    def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
+        return udp_fits(value, info, "message")
+
+    @model_validator(mode="after")
+    def _udp_message_fits_socket_buffer(self) -> StreamWorkload:
+        """A UDP datagram larger than the socket buffer is refused by the kernel (once
+        fragmented, every fragment is charged to the buffer): the sender moves nothing."""
+        if self.protocol != "udp":
+            return self
+        messages = self.message if isinstance(self.message, list) else [self.message]
+        buffers = (
+            self.socket_buffer if isinstance(self.socket_buffer, list) else [self.socket_buffer]
+        )
+        if self.sweep == "zip" and len(messages) == len(buffers) > 1:
+            pairs = list(zip(messages, buffers, strict=True))
+        else:
+            pairs = list(itertools.product(messages, buffers))
+        for message, buffer in pairs:
+            if buffer is not None and message > buffer:
+                raise ValueError(
+                    f"a UDP message of {human_size(message)} does not fit a socket_buffer of "
+                    f"{human_size(buffer)}: the kernel refuses every such send and the stream "
+                    f"would move nothing; give socket_buffer at least {human_size(2 * message)} "
+                    "(twice the message) or a smaller message"
+                )
+        return self
+
+    @field_validator("rcvlowat")
+    @classmethod
+    def _tcp_only(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("protocol") == "udp":
+            raise ValueError(
+                'rcvlowat applies to TCP streams only: remove it or use protocol = "tcp"'
+            )
+        return value
+
+    def default_name(self) -> str:
+        return f"{self.protocol}-stream"
+
+
+def fixed_transfer(spec: StreamWorkload) -> Mapping[str, Any]:
+    """A fixed transfer is timed from its start to its last byte, within its limit:
+    the engine's `duration` is the limit and there is no warm-up."""
+    if spec.bytes is None:
+        return {}
+    return {"duration": spec.time_limit, "warmup": 0.0}
+
+
+def planned_seconds(spec: StreamWorkload, link_bps: int | None) -> float:
+    """A fixed transfer takes its bytes at the point's link rate (else `link_bps`, else
+    1 Gbit/s), at most its time limit; a timed stream its warm-up and duration."""
+    nbytes = scalar(spec.bytes)
+    if nbytes is None:
+        return spec.duration + spec.warmup
+    rate = scalar(spec.link_rate) or link_bps or 1_000_000_000
+    return min(spec.time_limit, nbytes * 8 / rate)
+
+
+def _sysctl(name: str) -> int | None:
+    try:
+        return int(Path("/proc/sys", *name.split(".")).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def check_socket_buffers(spec: StreamWorkload, ctx: CheckContext) -> None:
+    """A socket_buffer above net.core.rmem_max/wmem_max: the kernel would clamp it, so
+    the engine refuses the test; say so now, not after the testbed is built."""
+    limits = {k: _sysctl(f"net.core.{k}") for k in ("wmem_max", "rmem_max")}
+    sizes = spec.socket_buffer if isinstance(spec.socket_buffer, list) else [spec.socket_buffer]
+    for size in sizes:
+        if size is None:
+            continue
+        for name, limit in limits.items():
+            if limit is not None and size > limit:
+                raise ScenarioError(
+                    f"workloads[{ctx.index}].socket_buffer = {human_size(size)} is above "
+                    f"net.core.{name} = {human_size(limit)} on this machine (the kernel "
+                    "would clamp it, so the engine refuses the test)",
+                    where=str(ctx.source or "scenario"),
+                    fix=f"give at most {human_size(limit)}, or raise the limit: "
+                    f"sysctl -w net.core.{name}={size}",
+                )
+
+
+def kb_moved(r: Record) -> float | None:
+    """kB (1000 bytes) received inside the CPU window (older records: all bytes)."""
+    nbytes = path(r, "window_bytes")
+    if nbytes is None:
+        nbytes = path(r, "bytes")
+    return None if nbytes is None else nbytes / 1000.0
+
+
+THROUGHPUT = Metric("throughput", "Throughput", "Mbit/s", True, True)
+# kB = 1000 bytes, as netperf's KB and every rate here (Mbit/s = 10^6 bit/s)
+SD_KB = Metric("sd_cpu_us_per_kb", "Service demand", "CPU µs/kB (1 kB = 1000 B)", False, False)
+# A fixed transfer's rate as ttcp prints it ("KB/sec", 1 KB = 1024 B) and its time.
+TRANSFER_KIB = Metric("transfer_kib_s", "Fixed transfer", "kB/s (ttcp: 1 kB = 1024 B)", True, False)
+TRANSFER_S = Metric("transfer_s", "Transfer time", "s", False, False)
+
+METRICS: tuple[MetricRow, ...] = (
+    (THROUGHPUT, throughput),
+    (SD_KB, service_demand(kb_moved)),
+    (LOSS, loss_pct),
+    # a fixed transfer (`bytes`) only: the paper's ttcp figures
+    (TRANSFER_KIB, field("transfer", "kib_per_second")),
+    (TRANSFER_S, field("transfer", "seconds")),
+    *flood_beside.METRICS,
+)
+
+KIND = WorkloadKind(
+    name="stream",
+    model=StreamWorkload,
+    executor=Beside(EngineExecutor(extra=fixed_transfer)),
+    metrics=METRICS,
+    work_unit=("kB", kb_moved),
+    moved=("bytes",),
+    hosts=flood_beside.hosts,
+    floods=flood_beside.floods,
+    generators=True,
+    test_seconds=planned_seconds,
+    preflight=check_socket_buffers,
+)

@@ -14,7 +14,7 @@ from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
 from secperf.probe import EchoServer, probe, start_echo
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
@@ -165,9 +165,7 @@ def _measure(
     ctx_m = MeasureContext.on(
         tb, f"{SERVER}:5201", family=family, variant=variant, mechanisms=mechs, keep=kept.append
     )
-    point = WorkloadPoint(
-        0, 0, "failclosed", "failclosed", {"port": PROBE_PORT, "timeout": 0.5}, "", ()
-    )
+    point = one_point({"kind": "failclosed", "port": PROBE_PORT, "timeout": 0.5})
     try:
         for mech, ctx in mechs:
             mech.apply(dut, ctx)

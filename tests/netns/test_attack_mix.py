@@ -14,7 +14,7 @@ import pytest
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.ids import Ids, IdsSpec
 from secperf.mechanisms.ips import Ips, IpsSpec
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import WorkloadPoint, one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.attack_mix import AttackMixExecutor
@@ -40,15 +40,7 @@ def _point() -> WorkloadPoint:
         "duration": 1.0,
         "rules": str(RULES),
     }
-    return WorkloadPoint(
-        workload_index=0,
-        index=0,
-        name="attack-mix",
-        kind="attack_mix",
-        params=params,
-        label="",
-        swept=(),
-    )
+    return one_point(params)
 
 
 def _measure(bed: Testbed, tmp_path: Path, variant: str) -> dict[str, Any]:

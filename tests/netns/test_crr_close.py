@@ -12,10 +12,11 @@ import pytest
 
 from secperf.engine import EngineServer, Record, run_test, start_server
 from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.scenario.sweep import one_point
 from secperf.testbed.hosts.netns import CONNECTION_SYSCTLS
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads.crr import engine_spec
+from secperf.workloads.base import engine_spec
 
 pytestmark = pytest.mark.netns
 
@@ -76,7 +77,7 @@ def _conntrack_states(tb: Testbed) -> dict[str, int]:
 
 def _crr(tb: Testbed, **params: Any) -> Record:
     spec = {
-        **engine_spec({"parallel": 2, **params}),
+        **engine_spec(one_point({"kind": "crr", "parallel": 2, **params}).spec),
         "server": f"{SERVER}:{CONTROL_PORT}",
         "data_port": DATA_PORT,
         "rate": 400,

@@ -21,7 +21,7 @@ from secperf.mechanisms.base import (
     traffic_plan,
 )
 from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy, SynproxySpec
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
@@ -79,6 +79,7 @@ def context(
 
 def illegal(tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]]) -> dict[str, object]:
     params: dict[str, object] = {
+        "kind": "illegal",
         "measure": "stream",
         "rate": 200_000_000,
         "message": 131072,
@@ -87,7 +88,7 @@ def illegal(tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]]) -> d
         "duration": 1.0,
         "warmup": 0.3,
     }
-    point = WorkloadPoint(0, 0, "illegal", "illegal", params, "", ())
+    point = one_point(params)
     return dict(IllegalExecutor().measure(context(tb, applied, []), point))
 
 
@@ -213,7 +214,7 @@ def test_dos_record_has_both_rates_and_the_flood(bed: tuple[Testbed, EngineServe
         "duration": 1.0,
         "warmup": 0.3,
     }
-    point = WorkloadPoint(0, 0, "dos", "dos", params, "", ())
+    point = one_point({"kind": "dos", **params})
     rec = DosExecutor().measure(context(tb, [], kept), point)
     assert rec["kind"] == "dos" and rec["type"] == "result"
     # both rates: within 10 % of the offered 500/s (a flood of 5 kpps does not stop it)

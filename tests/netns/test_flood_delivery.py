@@ -22,12 +22,12 @@ from secperf.mechanisms.base import (
     traffic_plan,
 )
 from secperf.results.metrics import extract, metric
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import WorkloadPoint, one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import executor_for
 from secperf.workloads import flood as flood_mod
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns
 
@@ -40,8 +40,8 @@ def context(tb: Testbed, kept: list[dict[str, Any]]) -> MeasureContext:
 
 def flood_alone(tb: Testbed, kept: list[dict[str, Any]], **params: object) -> dict[str, Any]:
     p: dict[str, object] = {"flood": "udp", "rate": 10_000, "duration": 1.0, **params}
-    point = WorkloadPoint(0, 0, "flood", "flood", p, "", ())
-    return dict(executor_for("flood").measure(context(tb, kept), point))
+    point = one_point({"kind": "flood", **p})
+    return dict(WORKLOADS.get("flood").executor.measure(context(tb, kept), point))
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,8 @@ def test_denied_flood_is_sent_whole_and_reaches_nothing(
 
 def stream_point(**extra: object) -> WorkloadPoint:
     params: dict[str, object] = {
+        "kind": "stream",
+        "name": "s",
         "protocol": "tcp",
         "message": 16384,
         "duration": 1.0,
@@ -125,7 +127,7 @@ def stream_point(**extra: object) -> WorkloadPoint:
         "flood_target": "allowed",
         **extra,
     }
-    return WorkloadPoint(0, 0, "s", "stream", params, "", ())
+    return one_point(params)
 
 
 def test_flood_beside_a_stream_covers_its_window_and_says_what_reached(
@@ -134,7 +136,7 @@ def test_flood_beside_a_stream_covers_its_window_and_says_what_reached(
     tb, _ = bed
     reset_dut(tb.host("dut"), {"nft"})
     kept: list[dict[str, Any]] = []
-    rec = executor_for("stream").measure(context(tb, kept), stream_point())
+    rec = WORKLOADS.get("stream").executor.measure(context(tb, kept), stream_point())
     results = [k for k in kept if k.get("type") == "result"]
     assert len(results) == 1 and results[0]["kind"] == "stream"
     summary = results[0]["flood"]
@@ -161,7 +163,7 @@ def test_a_flood_that_ends_inside_the_measured_window_fails_the_point(
     monkeypatch.setattr(flood_mod, "FLOOD_MARGIN_S", -1.0)
     kept: list[dict[str, Any]] = []
     with pytest.raises(EngineError, match="did not cover"):
-        executor_for("stream").measure(context(tb, kept), stream_point(duration=1.5))
+        WORKLOADS.get("stream").executor.measure(context(tb, kept), stream_point(duration=1.5))
     assert not [k for k in kept if k.get("type") == "result"], "no figure for the summary"
     uncovered = [k for k in kept if k.get("role") == "uncovered"]
     assert len(uncovered) == 1 and uncovered[0]["record"]["kind"] == "stream"

@@ -19,7 +19,7 @@ from secperf.mechanisms.base import (
     reset_dut,
     traffic_plan,
 )
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
@@ -144,7 +144,7 @@ def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> Non
                 "duration": 1.0,
                 "warmup": 0.5,
             }
-            point = WorkloadPoint(0, 0, "min", "min_flood_rate", params, "", ())
+            point = one_point({"kind": "min_flood_rate", "name": "min", **params})
             rec = MinFloodRateExecutor().measure(context(tb, kept), point)
         finally:
             server.stop()

@@ -16,8 +16,8 @@ from secperf.scenario.placement import endpoints, generator_hosts
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import executor_for
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns
 
@@ -62,7 +62,7 @@ def test_two_generators_report_the_summed_rate(tmp_path: Path, state_dir: Path) 
             ctx.generators = list(gens)
             dev = tb.ifname(topo.links_of(server)[0].name, server)
             before = tb.host(server).interface_counters()[dev]
-            result = executor_for("stream").measure(ctx, point)
+            result = WORKLOADS.get("stream").executor.measure(ctx, point)
             after = tb.host(server).interface_counters()[dev]
         finally:
             srv.stop()

@@ -14,11 +14,11 @@ import pytest
 
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import CONTROL_PORT, MechanismContext, reset_dut, traffic_plan
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import executor_for
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns
 
@@ -31,9 +31,9 @@ def bed() -> Iterator[Testbed]:
 
 def syn_flood(tb: Testbed, target: str) -> dict[str, Any]:
     p: dict[str, object] = {"flood": "syn", "rate": 3_000, "duration": 0.5, "flood_target": target}
-    point = WorkloadPoint(0, 0, "flood", "flood", p, "", ())
+    point = one_point({"kind": "flood", **p})
     ctx = MeasureContext.on(tb, f"198.18.2.2:{CONTROL_PORT}")
-    return dict(executor_for("flood").measure(ctx, point))["delivered"]
+    return dict(WORKLOADS.get("flood").executor.measure(ctx, point))["delivered"]
 
 
 def test_host_firewall_answers_allowed_syns_and_not_denied_ones(

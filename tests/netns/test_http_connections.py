@@ -17,12 +17,12 @@ from secperf.mechanisms.base import (
     reset_dut,
     traffic_plan,
 )
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
-from secperf.workloads.connections import ConnRateExecutor
+from secperf.workloads.conn_rate import ConnRateExecutor
 
 pytestmark = pytest.mark.netns
 
@@ -121,7 +121,7 @@ def test_setup_rate_search_ends_with_a_bracket(bed: tuple[Testbed, Nginx, Engine
         "warmup": 0.1,
         "timeout": 1.0,
     }
-    point = WorkloadPoint(0, 0, "conn-rate", "conn_rate", params, "", ())
+    point = one_point({"kind": "conn_rate", **params})
     rec = ConnRateExecutor().measure(ctx, point)
     search = rec["search"]
     assert search["outcome"] == "found", search
@@ -140,7 +140,7 @@ def search_once(bed: tuple[Testbed, Nginx, EngineServer], **params: object) -> d
     tb, _, _ = bed
     ctx = MeasureContext.on(tb, f"{SERVER}:{CONTROL_PORT}", variant="baseline")
     base: dict[str, object] = {"max_steps": 4, "duration": 0.5, "warmup": 0.1, "timeout": 1.0}
-    point = WorkloadPoint(0, 0, "conn-rate", "conn_rate", {**base, **params}, "", ())
+    point = one_point({"kind": "conn_rate", **base, **params})
     search: dict[str, Any] = ConnRateExecutor().measure(ctx, point)["search"]
     return search
 

@@ -12,8 +12,7 @@ import pytest
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.proxy import Proxy, ProxySpec
 from secperf.results.metrics import extract
-from secperf.scenario.schema import MixWorkload
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import WorkloadPoint, one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads import mix
@@ -34,9 +33,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 def point(**keys: object) -> WorkloadPoint:
-    w = MixWorkload.model_validate({"kind": "mix", **keys})
-    params = w.model_dump()
-    return WorkloadPoint(0, 0, w.name, "mix", params, "", ())
+    return one_point({"kind": "mix", **keys})
 
 
 def measure(tb: Testbed, tmp_path: Path, p: WorkloadPoint) -> dict[str, object]:

@@ -11,7 +11,8 @@ from secperf.engine import EngineServer, run_test, start_server
 from secperf.errors import EngineError
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import stream
+from secperf.workloads.base import engine_spec
+from secperf.workloads.stream import StreamWorkload
 
 pytestmark = pytest.mark.netns
 
@@ -29,9 +30,12 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Eng
 
 
 def udp_spec(message: int, socket_buffer: int) -> dict[str, object]:
-    spec = stream.engine_spec(
-        {"protocol": "udp", "message": message, "socket_buffer": socket_buffer}
+    # built past the schema, which refuses a datagram above its buffer: the engine's
+    # own refusal is what this tests
+    udp = StreamWorkload.model_construct(
+        kind="stream", protocol="udp", message=message, socket_buffer=socket_buffer
     )
+    spec = engine_spec(udp)
     return {**spec, "server": f"{SERVER}:{CONTROL}", "duration": 0.5, "warmup": 0.2}
 
 

@@ -12,10 +12,11 @@ import pytest
 from secperf import hostinfo
 from secperf.engine import run_test, start_server
 from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.scenario.sweep import one_point
 from secperf.testbed.links import OFFLOAD_FEATURES, offload_state
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import engine_spec
+from secperf.workloads.base import engine_spec
 
 pytestmark = pytest.mark.netns
 
@@ -41,11 +42,8 @@ def forwarded_client_to_server(tb: Testbed, seconds: float) -> tuple[int, int]:
     )
     server = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
     try:
-        spec = engine_spec(
-            "stream",
-            {"protocol": "tcp", "duration": seconds, "warmup": 0.2},
-            server=f"{SERVER}:{CONTROL_PORT}",
-        )
+        point = one_point({"kind": "stream", "duration": seconds, "warmup": 0.2})
+        spec = engine_spec(point.spec, server=f"{SERVER}:{CONTROL_PORT}")
         res = run_test(tb.host("client"), spec).result
         assert float(res["bits_per_second"]) > 0
     finally:

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from secperf import rfc2544
+import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.engine import Record
 from secperf.mechanisms.base import CONTROL_PORT
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import one_point
 from secperf.testbed.ledger import ledgers
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
-from secperf.workloads.rfc2544 import Rfc2544Executor
+from secperf.workloads.rfc2544.executor import Rfc2544Executor
 
 pytestmark = pytest.mark.netns
 
@@ -64,14 +64,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 def measure(tb: Testbed, **params: object) -> Record:
     ctx = MeasureContext.on(tb, f"198.18.2.2:{CONTROL_PORT}")
-    point = WorkloadPoint(
-        0,
-        0,
-        "rfc2544",
-        "rfc2544",
-        {"frame": FRAME, "line_rate": LINE_BPS, "settle": 0.3, **params},
-        "",
-        (),
+    point = one_point(
+        {"kind": "rfc2544", "frame": FRAME, "line_rate": LINE_BPS, "settle": 0.3, **params}
     )
     return Rfc2544Executor().measure(ctx, point)
 

@@ -19,11 +19,11 @@ from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.schema import FailclosedWorkload, Scenario
+from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.tools import nfq_path
-from secperf.workloads import executor_for
-from secperf.workloads.failclosed import FailclosedExecutor
+from secperf.workloads.failclosed import FailclosedExecutor, FailclosedWorkload
+from secperf.workloads.registry import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 V4 = TrafficPlan(4, "198.18.1.2/32", "198.18.2.2/32", "198.18.1.2", "198.18.2.2")
@@ -100,7 +100,7 @@ def test_failclosed_metric_is_one_only_when_every_check_passed() -> None:
     assert extract({"type": "result", "kind": "failclosed", "passed": True}) == {"passed": 1.0}
     assert extract({"type": "result", "kind": "failclosed", "passed": False}) == {"passed": 0.0}
     assert extract({"type": "result", "kind": "failclosed"}) == {"passed": 0.0}
-    assert isinstance(executor_for("failclosed"), FailclosedExecutor)
+    assert isinstance(WORKLOADS.get("failclosed").executor, FailclosedExecutor)
 
 
 def test_seed000_scenario_is_the_papers_tables() -> None:
@@ -109,7 +109,7 @@ def test_seed000_scenario_is_the_papers_tables() -> None:
     assert sc.testbed.link_rate == 100_000_000 and sc.testbed.baseline == "direct"
     assert sc.repeat.confidence == 0.99 and sc.repeat.halfwidth_pct == 0.5
     points = expand_scenario(sc)
-    by = {p.point_id: p.params for p in points}
+    by = {p.point_id: p.record() for p in points}
     kib = 1024
     assert [
         (by[f"tcp-stream#{i}"]["socket_buffer"], by[f"tcp-stream#{i}"]["message"]) for i in range(3)

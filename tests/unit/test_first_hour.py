@@ -4,6 +4,7 @@ before the issue was fixed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -103,20 +104,23 @@ class _Executor:
 
 def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Executor) -> Any:
     import secperf.runner as runner_mod
-    from secperf.scenario.sweep import WorkloadPoint
+    from secperf.scenario.registry import KindRegistry
+    from secperf.workloads import stream
+    from secperf.workloads.base import WorkloadPoint
 
     r = runner_mod.Runner.__new__(runner_mod.Runner)
     r.run = RunDir.create(tmp_path, "t")
     r.seq = 0
     r.topology = r.plan = None  # type: ignore[assignment]
     r.family = 4
-    monkeypatch.setattr(runner_mod, "executor_for", lambda kind: executor)
+    # the stream kind as declared, measured by the fake executor
+    kinds = KindRegistry("workload", [dataclasses.replace(stream.KIND, executor=executor)])
+    monkeypatch.setattr(runner_mod, "WORKLOADS", kinds)
     monkeypatch.setattr(runner_mod.Runner, "_target", lambda self, *a: "198.18.1.2:5201")
     r.endpoints = {"udp-stream#0": ("client", "server")}
     r.generators = {"udp-stream#0": ("client",)}
-    point = WorkloadPoint(
-        workload_index=0, name="udp-stream", kind="stream", params={}, index=0, label="", swept={}
-    )
+    spec = stream.StreamWorkload.model_validate({"kind": "stream", "protocol": "udp"})
+    point = WorkloadPoint(workload_index=0, index=0, spec=spec)
     return r, runner_mod.Variant("baseline"), point
 
 
@@ -219,9 +223,9 @@ def test_compare_names_runs_and_warns_on_other_scenario(tmp_path: Path) -> None:
 def test_socket_buffer_above_rmem_max_is_refused_by_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import secperf.preflight as pf
+    from secperf.workloads import stream
 
-    monkeypatch.setattr(pf, "_sysctl", lambda name: 212992)
+    monkeypatch.setattr(stream, "_sysctl", lambda name: 212992)
     path = tmp_path / "s.toml"
     path.write_text(HEAD + '[[workloads]]\nkind = "stream"\nsocket_buffer = "1MiB"\n')
     result = cli.invoke(app, ["check", str(path)])

@@ -13,7 +13,7 @@ from secperf.mechanisms.acl import AclSpec, render_iptables, render_nft
 from secperf.mechanisms.base import TrafficPlan
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
-from secperf.workloads import hosts_for
+from secperf.workloads.registry import WORKLOADS
 
 PLAN = TrafficPlan(
     family=4,
@@ -37,8 +37,9 @@ def test_flood_rate_sweep_and_attacker_only_when_flooding() -> None:
         {"kind": "rr"},
     )
     points = expand_scenario(sc)
-    assert [p.params.get("flood_rate") for p in points] == [0, 1000, 20000, None]
-    assert [("attacker" in hosts_for(p)) for p in points] == [False, True, True, False]
+    assert [p.record().get("flood_rate") for p in points] == [0, 1000, 20000, None]
+    hosts = [WORKLOADS.get(p.kind).hosts(p.spec) for p in points]
+    assert [("attacker" in h) for h in hosts] == [False, True, True, False]
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.results.metrics import extract
-from secperf.scenario.schema import LatencyWorkload, Scenario
-from secperf.workloads.latency import PROBE_EVERY, engine_spec
+from secperf.scenario.schema import Scenario
+from secperf.workloads.latency import PROBE_EVERY, LatencyWorkload, latency_spec
 
 
 def scenario(workload: dict[str, Any], **variants: Any) -> Scenario:
@@ -28,13 +28,19 @@ def test_packet_sender_reaches_the_engine_spec_at_the_papers_rate() -> None:
     sc = scenario({"load": 0.10, "sender": "packet"})
     w = sc.workloads[0]
     assert isinstance(w, LatencyWorkload)
-    spec = engine_spec(w.model_dump(), link_rate_bps=1_000_000_000)
+    spec = latency_spec(w, link_rate_bps=1_000_000_000)
     assert spec["probe_every"] == PROBE_EVERY == 100
     assert spec["rate_pps"] == pytest.approx(148_809.5, abs=1)
-    custom = engine_spec({"rate_pps": 5000, "sender": "packet", "probe_every": 10})
+    assert spec["frame_size"] == 64 and "frame" not in spec and "load" not in spec
+    custom = latency_spec(
+        LatencyWorkload.model_validate(
+            {"kind": "latency", "rate_pps": 5000, "sender": "packet", "probe_every": 10}
+        )
+    )
     assert custom["probe_every"] == 10 and custom["rate_pps"] == 5000
     # The socket sender (the default) sends no probe_every: every frame a probe.
-    assert "probe_every" not in engine_spec({"rate_pps": 5000})
+    plain = LatencyWorkload.model_validate({"kind": "latency", "rate_pps": 5000})
+    assert "probe_every" not in latency_spec(plain)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from typing import Any, Literal, get_args
 
 import pytest
 from pydantic import ValidationError
-from secperf.testbed.hosts import Host
 
 from secperf.errors import MechanismError, ScenarioError
 from secperf.mechanisms.acl import AclSpec
@@ -24,6 +23,7 @@ from secperf.scenario.graph import build_topology
 from secperf.scenario.placement import placement_hook
 from secperf.scenario.registry import KindRegistry
 from secperf.scenario.schema import Scenario, Variant
+from secperf.testbed.hosts import Host
 
 
 def scenario(*mechanisms: dict[str, Any]) -> Scenario:

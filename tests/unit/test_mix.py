@@ -11,8 +11,7 @@ from secperf.errors import ScenarioError
 from secperf.preflight import check_static
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.schema import MixWorkload
-from secperf.workloads.mix import MixError, _per_server, summarize
+from secperf.workloads.mix import MixError, MixWorkload, _per_server, summarize
 
 
 def test_summary_counts_tpm_failures_and_rates() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from secperf import rfc2544
-from secperf.report import rfc2544 as report
+import secperf.workloads.rfc2544.layout as report
+import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.report.terminal import build_tables
 from secperf.results.metrics import extract, searches
-from secperf.scenario.schema import Rfc2544Workload
+from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand
+from secperf.workloads.rfc2544 import Rfc2544Workload
 
 
 def fake_dut(capacity_fps: float, *, sender_max: float = 1e9, seconds: float = 1.0):  # type: ignore[no-untyped-def]
@@ -234,8 +235,9 @@ def test_report_words_a_bound_and_never_prints_it_as_a_value() -> None:
 def test_schema_sweeps_the_seven_frame_sizes() -> None:
     w = Rfc2544Workload.model_validate({"kind": "rfc2544"})
     points = expand(w)
-    assert [p.params["frame"] for p in points] == list(rfc2544.FRAME_SIZES)
-    assert points[0].params["tests"] == list(rfc2544.TESTS)
+    assert [p.record()["frame"] for p in points] == list(rfc2544.FRAME_SIZES)
+    assert points[0].record()["tests"] == list(rfc2544.TESTS)
+    assert all(isinstance(p.spec, Rfc2544Workload) for p in points)
     with pytest.raises(ValueError, match="frame size must be at least 64"):
         Rfc2544Workload.model_validate({"kind": "rfc2544", "frame": 60})
     with pytest.raises(ValueError, match="names a test twice"):
@@ -243,8 +245,6 @@ def test_schema_sweeps_the_seven_frame_sizes() -> None:
 
 
 def test_scenario_refuses_ipv6_and_a_missing_line_rate() -> None:
-    from secperf.scenario.schema import Scenario
-
     base = {"name": "x", "variants": {"v": {"mechanisms": [{"kind": "acl", "rules": 1}]}}}
     work = [{"kind": "rfc2544", "frame": 64}]
     with pytest.raises(ValueError, match="no link has a rate"):

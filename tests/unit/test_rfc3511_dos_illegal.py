@@ -12,7 +12,9 @@ from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.mechanisms.synproxy import Synproxy
 from secperf.results.metrics import extract
-from secperf.scenario.schema import DosWorkload, IllegalWorkload, Mechanism, Workload
+from secperf.scenario.schema import Mechanism, Workload
+from secperf.workloads.dos import DosWorkload
+from secperf.workloads.illegal import IllegalWorkload
 
 WORKLOAD: TypeAdapter[object] = TypeAdapter(Workload)
 MECHANISM: TypeAdapter[object] = TypeAdapter(Mechanism)
@@ -165,7 +167,7 @@ def _illegal_round(
         client="client",
         server="server",
     )
-    point = WorkloadPoint(0, 0, "illegal", "illegal", {"duration": 1.0}, "", ())
+    point = WorkloadPoint(0, 0, IllegalWorkload.model_validate({"kind": "illegal", "duration": 1}))
     return illegal.IllegalExecutor().measure(ctx, point)  # type: ignore[arg-type]
 
 

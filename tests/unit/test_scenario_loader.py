@@ -17,8 +17,8 @@ from secperf.scenario.loader import (
     load_scenario,
     parse_scenario,
 )
-from secperf.scenario.schema import StreamWorkload
 from secperf.scenario.sweep import expand_scenario
+from secperf.workloads.stream import StreamWorkload
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 SHIPPED = Path(__file__).resolve().parents[2] / "scenarios"

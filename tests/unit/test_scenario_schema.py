@@ -11,11 +11,13 @@ from pydantic import ValidationError
 from secperf.mechanisms.acl import AclSpec
 from secperf.mechanisms.custom import CustomSpec
 from secperf.scenario.schema import (
-    CrrWorkload,
-    RrWorkload,
     Scenario,
-    StreamWorkload,
 )
+from secperf.scenario.sweep import expand
+from secperf.workloads.base import engine_spec
+from secperf.workloads.crr import CrrWorkload
+from secperf.workloads.rr import RrWorkload
+from secperf.workloads.stream import StreamWorkload
 
 
 def minimal(**extra: Any) -> dict[str, Any]:
@@ -109,20 +111,45 @@ def test_stream_defaults_depend_on_protocol() -> None:
 
 
 def test_stream_rcvlowat_reaches_the_engine_spec_only_when_given() -> None:
-    from secperf.workloads.stream import engine_spec
-
     sc = Scenario.model_validate(
         minimal(workloads=[{"kind": "stream"}, {"kind": "stream", "rcvlowat": "1B"}])
     )
-    default, given = (engine_spec(w.model_dump()) for w in sc.workloads)
+    default, given = (engine_spec(w) for w in sc.workloads)
     assert "rcvlowat" not in default
     assert given["rcvlowat"] == 1
 
 
-def test_crr_close_defaults_to_fin_and_reaches_every_connection_workload() -> None:
-    from secperf.workloads.connections import connections_spec, crr_spec
-    from secperf.workloads.crr import engine_spec
+def test_engine_spec_is_the_models_engine_fields_under_the_engines_names() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            workloads=[
+                {"kind": "stream", "message": ["4KiB", "8KiB"], "rate": "10mbit"},
+                {"kind": "rr", "request": 32, "response": "1KiB"},
+            ]
+        )
+    )
+    first = expand(sc.workloads[0])[0]
+    spec = engine_spec(first.spec, server="198.18.2.2:5201")
+    assert spec == {
+        "kind": "stream",
+        "protocol": "tcp",
+        "direction": "send",
+        "message_size": 4096,  # the engine's name for `message` (engine_names)
+        "parallel": 1,
+        "payload": "random",
+        "rate_bps": 10_000_000,
+        "duration": 5.0,
+        "warmup": 1.0,
+        "server": "198.18.2.2:5201",
+    }
+    rr = engine_spec(sc.workloads[1])
+    assert (rr["request_size"], rr["response_size"]) == (32, 1024)
+    assert "request" not in rr and "name" not in rr and "variants" not in rr
+    with pytest.raises(ValueError, match="expand it first"):
+        engine_spec(sc.workloads[0])  # a sweep is not one engine test
 
+
+def test_crr_close_defaults_to_fin_and_reaches_every_connection_workload() -> None:
     sc = Scenario.model_validate(
         minimal(
             workloads=[
@@ -133,11 +160,12 @@ def test_crr_close_defaults_to_fin_and_reaches_every_connection_workload() -> No
             ]
         )
     )
-    crr, reset, rate, conns = (w.model_dump() for w in sc.workloads)
+    crr, reset, rate, conns = sc.workloads
     assert engine_spec(crr)["close"] == "fin"
     assert engine_spec(reset)["close"] == "reset"
-    assert crr_spec("198.18.2.2:5201", rate, 100.0)["close"] == "reset"
-    assert connections_spec(conns, "198.18.2.2:5201")["close"] == "fin"
+    paced = engine_spec(rate, server="198.18.2.2:5201", rate=100.0)  # one conn_rate trial
+    assert (paced["kind"], paced["close"], paced["rate"]) == ("crr", "reset", 100.0)
+    assert engine_spec(conns, server="198.18.2.2:5201")["close"] == "fin"
     (e,) = errors(minimal(workloads=[{"kind": "crr", "close": "linger"}]))
     assert e["loc"][-1] == "close" and "fin" in e["msg"]
 

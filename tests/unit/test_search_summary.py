@@ -17,14 +17,14 @@ from typing import Any, cast
 
 import pytest
 
-from secperf.report.terminal import build_tables, fmt_value
+from secperf.report.model import fmt_value
+from secperf.report.terminal import build_tables
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
-from secperf.scenario.sweep import WorkloadPoint
-from secperf.workloads import connections, min_flood
-from secperf.workloads.base import Executor, MeasureContext
-from secperf.workloads.connections import ConnRateExecutor
-from secperf.workloads.min_flood import MinFloodRateExecutor
+from secperf.workloads import conn_rate, min_flood
+from secperf.workloads.base import Executor, MeasureContext, WorkloadPoint
+from secperf.workloads.conn_rate import ConnRateExecutor, ConnRateWorkload
+from secperf.workloads.min_flood import MinFloodRateExecutor, MinFloodRateWorkload
 
 
 class _Bed:
@@ -51,8 +51,8 @@ def context(variant: str, keep: Callable[[dict[str, Any]], None]) -> MeasureCont
 
 def run_searches(
     root: Path,
-    executor: Executor,
-    point: WorkloadPoint,
+    executor: Executor[Any],
+    point: WorkloadPoint[Any],
     per_rep: Mapping[str, list[Callable[[], None]]],
 ) -> RunDir:
     """Measure `point` once per rep and variant, after that rep's setup (which sets the
@@ -103,11 +103,16 @@ def fake_crr(dut: FakeDut) -> Callable[..., dict[str, Any]]:
 CONN_RATE = WorkloadPoint(
     0,
     0,
-    "conn-rate",
-    "conn_rate",
-    {"low": 500.0, "high": 20000.0, "resolution_pct": 25.0, "max_steps": 10, "duration": 1.0},
-    "",
-    (),
+    ConnRateWorkload.model_validate(
+        {
+            "kind": "conn_rate",
+            "low": 500.0,
+            "high": 20000.0,
+            "resolution_pct": 25.0,
+            "max_steps": 10,
+            "duration": 1.0,
+        }
+    ),
 )
 
 
@@ -131,7 +136,7 @@ def test_a_search_below_its_range_is_not_averaged_in_as_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dut = FakeDut()
-    monkeypatch.setattr(connections, "run_on_client", fake_crr(dut))
+    monkeypatch.setattr(conn_rate, "run_on_client", fake_crr(dut))
     # two searches find ~1000/s; the third fails even at its lowest rate, 500/s
     setups = [capacity(dut, 1000), capacity(dut, 1000), capacity(dut, 300)]
     run = run_searches(tmp_path, ConnRateExecutor(), CONN_RATE, {"baseline": setups})
@@ -148,7 +153,7 @@ def test_a_search_above_its_range_is_a_bound_not_a_number(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dut = FakeDut()
-    monkeypatch.setattr(connections, "run_on_client", fake_crr(dut))
+    monkeypatch.setattr(conn_rate, "run_on_client", fake_crr(dut))
     setups = [capacity(dut, 50_000), capacity(dut, 50_000)]
     run = run_searches(tmp_path, ConnRateExecutor(), CONN_RATE, {"baseline": setups})
     row = rows_of(run)["baseline"]
@@ -161,7 +166,7 @@ def test_identical_bisections_keep_their_resolution_and_earn_no_dagger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dut = FakeDut()
-    monkeypatch.setattr(connections, "run_on_client", fake_crr(dut))
+    monkeypatch.setattr(conn_rate, "run_on_client", fake_crr(dut))
     # a 5 % difference that a 25 % search cannot resolve; every rep bisects alike
     run = run_searches(
         tmp_path,
@@ -215,6 +220,8 @@ def test_min_flood_bounds_a_fruitless_search_by_the_rate_the_flood_reached(
     monkeypatch.setattr(min_flood, "run_test", run_test)
     monkeypatch.setattr(min_flood, "run_beside", run_beside)
     params = {
+        "kind": "min_flood_rate",
+        "name": "min-flood",
         "flood": "udp",
         "flood_target": "allowed",
         "flood_payload": None,
@@ -227,7 +234,7 @@ def test_min_flood_bounds_a_fruitless_search_by_the_rate_the_flood_reached(
         "duration": 1.0,
         "warmup": 0.5,
     }
-    point = WorkloadPoint(0, 0, "min-flood", "min_flood_rate", params, "", ())
+    point = WorkloadPoint(0, 0, MinFloodRateWorkload.model_validate(params))
     nothing = [lambda: None, lambda: None]
     run = run_searches(tmp_path, MinFloodRateExecutor(), point, {"baseline": nothing})
     assert cells_of(run)[1] == "not denied up to 149,000 achieved (200,000 asked)"
@@ -265,7 +272,7 @@ def test_charts_draw_a_below_only_row_without_a_number(
     from secperf.report import plots
 
     dut = FakeDut()
-    monkeypatch.setattr(connections, "run_on_client", fake_crr(dut))
+    monkeypatch.setattr(conn_rate, "run_on_client", fake_crr(dut))
     setups = [capacity(dut, 100), capacity(dut, 100)]
     run = run_searches(tmp_path, ConnRateExecutor(), CONN_RATE, {"baseline": setups})
     assert cells_of(run)[1] == "< 500"

@@ -1,4 +1,4 @@
-"""Sweeps expand into points: counts, order, params and labels."""
+"""Sweeps expand into typed points: counts, order, values, records and labels."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from typing import Any
 
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand, expand_scenario
+from secperf.workloads.rr import RrWorkload
+from secperf.workloads.stream import StreamWorkload
 
 
 def scenario(*workloads: dict[str, Any]) -> Scenario:
@@ -19,7 +21,9 @@ def test_nothing_swept_is_one_point_with_empty_label() -> None:
     assert point.point_id == "tcp-rr#0"
     assert point.label == "" and point.swept == ()
     assert point.kind == "rr" and point.name == "tcp-rr"
-    assert point.params == {
+    assert isinstance(point.spec, RrWorkload) and point.spec.request == 32
+    # what every record of its tests carries as `point` (docs/data-format.md)
+    assert point.record() == {
         "duration": 5.0,
         "warmup": 1.0,
         "protocol": "tcp",
@@ -41,7 +45,8 @@ def test_product_first_list_varies_slowest() -> None:
     )
     points = expand(sc.workloads[0], 3)
     assert len(points) == 6
-    assert [(p.params["message"], p.params["socket_buffer"]) for p in points] == [
+    assert all(isinstance(p.spec, StreamWorkload) for p in points)
+    assert [(p.record()["message"], p.record()["socket_buffer"]) for p in points] == [
         (4096, 57344),
         (4096, 32768),
         (4096, None),
@@ -56,7 +61,14 @@ def test_product_first_list_varies_slowest() -> None:
     ]
     assert [p.point_id for p in points] == [f"tcp-stream#{i}" for i in range(6)]
     assert all(p.workload_index == 3 and p.swept == ("message", "socket_buffer") for p in points)
-    assert all(p.params["rate"] == 10_000_000 for p in points)
+    assert all(p.record()["rate"] == 10_000_000 for p in points)
+    # the typed point holds the same values as its record; the workload keeps its lists
+    streams = [p.spec for p in points if isinstance(p.spec, StreamWorkload)]
+    assert [(s.message, s.socket_buffer) for s in streams] == [
+        (p.record()["message"], p.record()["socket_buffer"]) for p in points
+    ]
+    workload = sc.workloads[0]
+    assert isinstance(workload, StreamWorkload) and workload.message == [4096, 1048576]
 
 
 def test_zip_pairs_lists() -> None:
@@ -69,7 +81,7 @@ def test_zip_pairs_lists() -> None:
         }
     )
     points = expand(sc.workloads[0])
-    assert [(p.params["request"], p.params["response"]) for p in points] == [
+    assert [(p.record()["request"], p.record()["response"]) for p in points] == [
         (1, 1),
         (32, 256),
         (32, 512),
@@ -101,7 +113,15 @@ def test_expand_scenario_numbers_workloads_in_file_order() -> None:
     ]
 
 
-def test_params_are_scalars() -> None:
+def test_points_are_scalars() -> None:
     sc = scenario({"kind": "stream", "message": ["1KiB", "2KiB"], "parallel": [1, 2]})
     for point in expand(sc.workloads[0]):
-        assert not any(isinstance(v, list) for v in point.params.values())
+        assert not any(isinstance(v, list) for v in point.record().values())
+        assert not any(isinstance(getattr(point.spec, k), list) for k in point.spec.sweepable)
+
+
+def test_no_flood_no_flood_keys_in_the_record() -> None:
+    sc = scenario({"kind": "rr"}, {"kind": "rr", "flood": "udp", "flood_rate": 1000})
+    quiet, flooded = expand_scenario(sc)
+    assert not {"flood", "flood_rate", "flood_target", "flood_payload"} & set(quiet.record())
+    assert flooded.record()["flood"] == "udp" and flooded.record()["flood_rate"] == 1000

@@ -15,6 +15,15 @@ from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
 from secperf.workloads import stream
+from secperf.workloads.base import EngineExecutor
+from secperf.workloads.flood_beside import Beside
+
+
+def stream_engine() -> EngineExecutor:
+    """The stream kind's engine test (inside its flood-beside wrapper)."""
+    beside = stream.KIND.executor
+    assert isinstance(beside, Beside) and isinstance(beside.inner, EngineExecutor)
+    return beside.inner
 
 
 def scenario(workload: dict[str, Any], **variants: Any) -> Scenario:
@@ -30,18 +39,16 @@ def scenario(workload: dict[str, Any], **variants: Any) -> Scenario:
 def test_fixed_transfer_spec_sets_its_own_limit_and_no_warmup() -> None:
     sc = scenario({"bytes": "64MiB", "payload": "text", "duration": "3s", "warmup": "1s"})
     (point,) = expand_scenario(sc)
-    assert point.params["bytes"] == 64 * 2**20
-    from secperf.workloads.base import EngineExecutor
-
-    spec = EngineExecutor(stream.engine_spec).spec(dict(point.params), "198.18.2.2:5201")
+    assert point.record()["bytes"] == 64 * 2**20
+    spec = stream_engine().spec(point.spec, "198.18.2.2:5201")
     assert spec["bytes"] == 64 * 2**20 and spec["payload"] == "text"
     assert spec["duration"] == 300.0 and spec["warmup"] == 0.0  # the limit, not [timing]'s
     sc = scenario({"bytes": "1MiB", "time_limit": "20s"})
-    spec = stream.engine_spec(expand_scenario(sc)[0].params)
+    spec = stream_engine().spec(expand_scenario(sc)[0].spec, "198.18.2.2:5201")
     assert spec["duration"] == 20.0
     # a timed stream is as before: no bytes key, duration from the workload
-    timed = EngineExecutor(stream.engine_spec).spec(
-        dict(expand_scenario(scenario({"duration": "3s"}))[0].params), "198.18.2.2:5201"
+    timed = stream_engine().spec(
+        expand_scenario(scenario({"duration": "3s"}))[0].spec, "198.18.2.2:5201"
     )
     assert "bytes" not in timed and timed["duration"] == 3.0
 
@@ -71,14 +78,14 @@ def test_payload_and_link_rate_sweep_into_labelled_points() -> None:
     labels = [p.label for p in points]
     assert labels[0] == "payload=random link_rate=100mbit"
     assert labels[-1] == "payload=text link_rate=33.6kbit"
-    assert points[-1].params["link_rate"] == 33_600
+    assert points[-1].record()["link_rate"] == 33_600
     unl = expand_scenario(scenario({"link_rate": ["unlimited", "10mbit"]}))
-    assert unl[0].params["link_rate"] == 0 and unl[0].label == "link_rate=unlimited"
+    assert unl[0].record()["link_rate"] == 0 and unl[0].label == "link_rate=unlimited"
     # unset stays unset (the links as built) and survives a JSON round trip
     plain = scenario({})
-    assert expand_scenario(plain)[0].params["link_rate"] is None
+    assert expand_scenario(plain)[0].record()["link_rate"] is None
     again = Scenario.model_validate(plain.to_json_dict())
-    assert expand_scenario(again)[0].params["link_rate"] is None
+    assert expand_scenario(again)[0].record()["link_rate"] is None
 
 
 def test_vpn_cipher_and_compression_sweep_into_variants() -> None:

@@ -8,8 +8,8 @@ writes the frame without its FCS (the NIC, here the veth, has none): F − 4 byt
 of which F − 46 are UDP payload over IPv4 (`udp_payload`).
 
 The tests, each against a `trial` callable that offers frames and counts them at
-the receiver (secperf.workloads.rfc2544 runs them on the packet sender; the unit
-tests give a fake), so the search logic is tested without a network:
+the receiver (secperf.workloads.rfc2544.executor runs them on the packet sender;
+the unit tests give a fake), so the search logic is tested without a network:
 
 - `throughput`: §26.1, the highest rate at which no offered frame is lost, by
   binary search (secperf.search.bisect_rate: the line rate, then the lowest rate,
@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf.search import Bracket, Trial, bisect_rate
+from secperf.workloads.rfc2544.spec import FRAME_SIZES, TESTS, Rfc2544Workload
 
-FRAME_SIZES = (64, 128, 256, 512, 1024, 1280, 1518)
+__all__ = ["FRAME_SIZES", "TESTS"]
+
 ETH_HEADER = 14
 FCS = 4
 PREAMBLE_IFG = 20  # 7 B preamble + 1 B start-of-frame delimiter + 12 B inter-frame gap
 IPV4_UDP = 28
-TESTS = ("throughput", "latency", "loss", "back_to_back")
 LOSS_STEPS_PCT = (100, 90, 80, 70, 60, 50, 40, 30, 20, 10)
 # §26.3: stop after this many successive steps without loss.
 CLEAN_STEPS_TO_STOP = 2
@@ -213,26 +214,20 @@ def back_to_back(
 TRIAL_OVERHEAD_S = 0.5
 
 
-def estimate_seconds(params: dict[str, object]) -> float:
+def estimate_seconds(spec: Rfc2544Workload, _link_bps: int | None = None) -> float:
     """A planned measurement's length (for `secperf check` and the progress bar): a
     third of `max_trials` per search, three loss steps, the latency test; a guess
     (a configuration at line rate ends each search in one trial), not a bound."""
-
-    def num(key: str, default: float) -> float:
-        value = params.get(key)
-        return float(str(value)) if value is not None else default
-
-    trial = num("duration", 1.0) + num("settle", 0.5) + TRIAL_OVERHEAD_S
-    searches = num("max_trials", 12) / 3
-    given = params.get("tests")
-    tests = [str(t) for t in given] if isinstance(given, list) else list(TESTS)
+    trial = spec.duration + spec.settle + TRIAL_OVERHEAD_S
+    searches = spec.max_trials / 3
+    tests = spec.tests
     total = 0.0
     if "throughput" in tests or "latency" in tests:
         total += searches * trial
     if "latency" in tests:
-        total += num("latency_duration", 2.0) + 0.5 + TRIAL_OVERHEAD_S
+        total += spec.latency_duration + 0.5 + TRIAL_OVERHEAD_S
     if "loss" in tests:
-        total += (len(LOSS_STEPS_PCT) if params.get("loss_every_step") else 3) * trial
+        total += (len(LOSS_STEPS_PCT) if spec.loss_every_step else 3) * trial
     if "back_to_back" in tests:
-        total += searches * (num("burst_max", 1.0) / 2 + num("settle", 0.5) + TRIAL_OVERHEAD_S)
+        total += searches * (spec.burst_max / 2 + spec.settle + TRIAL_OVERHEAD_S)
     return total

@@ -1,4 +1,4 @@
-"""RFC 2544's report, in the RFC's layout (section 26): a row per frame size.
+"""RFC 2544's report layout, as the RFC lays it out (section 26): a row per frame size.
 
 - Throughput (26.1): the line rate beside each configuration's throughput in
   frames/s and % of the line rate, and the degradation against the baseline; and a
@@ -14,29 +14,27 @@ A search that found no value prints its bound in words ("at least 148,810",
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from matplotlib.figure import Figure
-
-from secperf.report.plots import Chart, PlainTicks, figure_bytes, outside_legend
-from secperf.report.terminal import (
+import secperf.workloads.rfc2544.metrics as m
+from secperf.report.model import (
     BASELINE,
     Cell,
+    Chart,
+    Drawing,
+    ReportLayout,
     ReportTable,
-    _degradation_cell,
-    _reps,
-    _value_cell,
+    Row,
+    degradation_cell,
     fmt_value,
+    reps,
+    value_cell,
 )
+from secperf.workloads.rfc2544.logic import LOSS_STEPS_PCT
 
-KIND = "rfc2544"
-LOSS_STEPS = (100, 90, 80, 70, 60, 50, 40, 30, 20, 10)
 SHORT = "‡"  # the sender reached less than SHORT_RATIO of the step's rate
 SHORT_RATIO = 0.98
-
-Row = Mapping[str, Any]
 
 
 def _frame(row: Row) -> int | None:
@@ -69,7 +67,7 @@ class _Rows:
 
     def line_rate(self, point: str) -> float | None:
         for v in self.variants:
-            found = self.mean(point, v, "rfc2544_line_rate_fps")
+            found = self.mean(point, v, m.LINE_RATE.name)
             if found is not None:
                 return found
         return None
@@ -93,27 +91,50 @@ def _pct_of_line(row: Row | None, line: float | None) -> Cell:
     return Cell("–")
 
 
-def throughput_table(workload: str, rows: _Rows) -> ReportTable:
-    metric = "rfc2544_throughput_fps"
-    columns = ["frame (B)", "line rate (frames/s)"]
+def _by_frame(
+    rows: _Rows,
+    metric: str,
+    lead: Sequence[str],
+    lead_cells: Callable[[str], list[Cell]],
+    heads: Sequence[str],
+    cells: Callable[[str, str, Row | None], list[Cell]],
+    delta: str = "Δ% [CI]",
+) -> tuple[list[str], list[list[Cell]]]:
+    """The columns and rows of a table with a row per frame size: the `lead` columns,
+    then per configuration its `heads` ("{v}" is its name) and, beside the baseline's,
+    its degradation of `metric`; last the repetitions of `metric` per configuration."""
+    columns = list(lead)
     for v in rows.variants:
-        columns += [f"{v} (frames/s)", f"{v} % of line"]
+        columns += [head.format(v=v) for head in heads]
         if v != BASELINE:
-            columns.append(f"{v} Δ% [CI]")
+            columns.append(f"{v} {delta}")
     columns.append("n")
     body: list[list[Cell]] = []
     for p in rows.points:
-        line = rows.line_rate(p)
-        cells = [rows.frame_cell(p), Cell(fmt_value(line))]
+        line = lead_cells(p)
         counts = []
         for v in rows.variants:
             row = rows.get(p, v, metric)
-            cells += [_value_cell(row), _pct_of_line(row, line)]
+            line += cells(p, v, row)
             if v != BASELINE:
-                cells.append(_degradation_cell(row))
-            counts.append(_reps(row))
-        cells.append(Cell("/".join(counts)))
-        body.append(cells)
+                line.append(degradation_cell(row))
+            counts.append(reps(row))
+        line.append(Cell("/".join(counts)))
+        body.append(line)
+    return columns, body
+
+
+def throughput_table(workload: str, rows: _Rows) -> ReportTable:
+    metric = m.THROUGHPUT.name
+    words = m.THROUGHPUT.censored_words
+    columns, body = _by_frame(
+        rows,
+        metric,
+        ["frame (B)", "line rate (frames/s)"],
+        lambda p: [rows.frame_cell(p), Cell(fmt_value(rows.line_rate(p)))],
+        ["{v} (frames/s)", "{v} % of line"],
+        lambda p, _v, row: [value_cell(row, words), _pct_of_line(row, rows.line_rate(p))],
+    )
     notes = [
         "throughput = the highest rate at which every offered frame arrived (RFC 2544 26.1), "
         "found by binary search per repetition; value [interval] = mean of the searches "
@@ -132,32 +153,23 @@ def throughput_table(workload: str, rows: _Rows) -> ReportTable:
 
 
 def latency_table(workload: str, rows: _Rows) -> ReportTable | None:
-    mean_m, p99_m = "rfc2544_latency_mean_us", "rfc2544_latency_p99_us"
+    mean_m, p99_m = m.LAT_MEAN.name, m.LAT_P99.name
     if not any(rows.get(p, v, mean_m) for p in rows.points for v in rows.variants):
         return None
-    columns = ["frame (B)"]
-    for v in rows.variants:
-        columns += [f"{v} rate (frames/s)", f"{v} mean (µs)", f"{v} p99 (µs)", f"{v} lost %"]
-        if v != BASELINE:
-            columns.append(f"{v} mean Δ% [CI]")
-    columns.append("n")
-    body: list[list[Cell]] = []
-    for p in rows.points:
-        cells = [rows.frame_cell(p)]
-        counts = []
-        for v in rows.variants:
-            mean_row = rows.get(p, v, mean_m)
-            cells += [
-                Cell(fmt_value(rows.mean(p, v, "rfc2544_latency_fps"))),
-                _value_cell(mean_row),
-                Cell(fmt_value(rows.mean(p, v, p99_m))),
-                Cell(fmt_value(rows.mean(p, v, "rfc2544_latency_loss_pct"))),
-            ]
-            if v != BASELINE:
-                cells.append(_degradation_cell(mean_row))
-            counts.append(_reps(mean_row))
-        cells.append(Cell("/".join(counts)))
-        body.append(cells)
+    columns, body = _by_frame(
+        rows,
+        mean_m,
+        ["frame (B)"],
+        lambda p: [rows.frame_cell(p)],
+        ["{v} rate (frames/s)", "{v} mean (µs)", "{v} p99 (µs)", "{v} lost %"],
+        lambda p, v, row: [
+            Cell(fmt_value(rows.mean(p, v, m.LAT_RATE.name))),
+            value_cell(row),
+            Cell(fmt_value(rows.mean(p, v, p99_m))),
+            Cell(fmt_value(rows.mean(p, v, m.LAT_LOSS.name))),
+        ],
+        delta="mean Δ% [CI]",
+    )
     notes = [
         "one-way delay of the latency kind's timestamped probes (kernel software "
         "timestamps, one clock for every host), client to server, sent at the throughput "
@@ -174,26 +186,29 @@ def latency_table(workload: str, rows: _Rows) -> ReportTable | None:
 
 
 def loss_table(workload: str, rows: _Rows) -> ReportTable | None:
-    metrics = {pct: f"rfc2544_loss_{pct}_pct" for pct in LOSS_STEPS}
+    metrics = {pct: metric.name for pct, metric in m.LOSS.items()}
     if not any(
-        rows.get(p, v, m) for p in rows.points for v in rows.variants for m in metrics.values()
+        rows.get(p, v, name)
+        for p in rows.points
+        for v in rows.variants
+        for name in metrics.values()
     ):
         return None
-    columns = ["frame (B)", "configuration", *(f"{pct} %" for pct in LOSS_STEPS), "n"]
+    columns = ["frame (B)", "configuration", *(f"{pct} %" for pct in LOSS_STEPS_PCT), "n"]
     body: list[list[Cell]] = []
     any_short = False
     for p in rows.points:
         for v in rows.variants:
             cells = [rows.frame_cell(p), Cell(v, numeric=False)]
             n = 0
-            for pct, m in metrics.items():
-                row = rows.get(p, v, m)
+            for pct, name in metrics.items():
+                row = rows.get(p, v, name)
                 if row is None or row.get("mean") is None:
                     cells.append(Cell("–"))
                     continue
                 n = max(n, int(row.get("n") or 0))
                 text = f"{float(row['mean']):.2f}"
-                offered = rows.mean(p, v, f"rfc2544_offered_{pct}_pct")
+                offered = rows.mean(p, v, m.LOSS_OFFERED[pct].name)
                 if offered is not None and offered < pct * SHORT_RATIO:
                     text += f" {SHORT}{offered:.0f}"
                     any_short = True
@@ -222,27 +237,18 @@ def loss_table(workload: str, rows: _Rows) -> ReportTable | None:
 
 
 def back_to_back_table(workload: str, rows: _Rows) -> ReportTable | None:
-    metric = "rfc2544_back_to_back_frames"
+    metric = m.BACK_TO_BACK.name
     if not any(rows.get(p, v, metric) for p in rows.points for v in rows.variants):
         return None
-    columns = ["frame (B)"]
-    for v in rows.variants:
-        columns.append(f"{v} (frames)")
-        if v != BASELINE:
-            columns.append(f"{v} Δ% [CI]")
-    columns.append("n")
-    body: list[list[Cell]] = []
-    for p in rows.points:
-        cells = [rows.frame_cell(p)]
-        counts = []
-        for v in rows.variants:
-            row = rows.get(p, v, metric)
-            cells.append(_value_cell(row))
-            if v != BASELINE:
-                cells.append(_degradation_cell(row))
-            counts.append(_reps(row))
-        cells.append(Cell("/".join(counts)))
-        body.append(cells)
+    words = m.BACK_TO_BACK.censored_words
+    columns, body = _by_frame(
+        rows,
+        metric,
+        ["frame (B)"],
+        lambda p: [rows.frame_cell(p)],
+        ["{v} (frames)"],
+        lambda _p, _v, row: [value_cell(row, words)],
+    )
     notes = [
         "the longest burst at line rate that arrived whole (RFC 2544 26.4), by binary "
         "search on the burst length per repetition; 'at least x': the longest burst "
@@ -260,7 +266,7 @@ def tables(workload: str, wrows: Sequence[Row]) -> list[ReportTable]:
     rows = _Rows(wrows)
     out: list[ReportTable | None] = [
         throughput_table(workload, rows)
-        if any(r["metric"] == "rfc2544_throughput_fps" for r in wrows)
+        if any(r["metric"] == m.THROUGHPUT.name for r in wrows)
         else None,
         latency_table(workload, rows),
         loss_table(workload, rows),
@@ -272,10 +278,10 @@ def tables(workload: str, wrows: Sequence[Row]) -> list[ReportTable]:
 # -- charts ---------------------------------------------------------------------
 
 
-def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
+def throughput_chart(workload: str, rows: _Rows, draw: Drawing) -> Chart | None:
     """Throughput against frame size, a line per configuration, and the line rate."""
-    metric = "rfc2544_throughput_fps"
-    fig = Figure(figsize=(6.4, 3.8))
+    metric = m.THROUGHPUT.name
+    fig = draw.figure(6.4, 3.8)
     ax = fig.add_subplot()
     drawn = False
     values: list[float] = []  # every y drawn, for the axis' scale
@@ -308,7 +314,7 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
                 bound = search.get(f"{outcome}_bound")
                 if search.get(f"{outcome}_n") and isinstance(bound, int | float):
                     into.append((float(f), float(bound)))
-        values += ys + [m[1] for m in ups + downs]
+        values += ys + [mark[1] for mark in ups + downs]
         label: str | None = v
         if xs:
             ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=color, label=label)
@@ -316,58 +322,41 @@ def throughput_chart(workload: str, rows: _Rows) -> Chart | None:
             drawn = True
         for marks, marker in ((ups, "^"), (downs, "v")):
             if marks:
-                ax.plot(
-                    [m[0] for m in marks],
-                    [m[1] for m in marks],
-                    linestyle="none",
-                    marker=marker,
-                    markerfacecolor="none",
-                    markersize=9,
-                    color=color,
-                    label=label,
-                )
+                draw.bound_marks(ax, marks, marker, color, label)
                 label = None
                 drawn = True
     if not drawn:
         return None
-    ax.plot(
-        [],
-        [],
-        linestyle="none",
-        marker="^",
-        markerfacecolor="none",
-        color="0.4",
-        label="no value found: at least (△) / below (▽)",
-    )
+    draw.bound_key(ax, "no value found: at least (△) / below (▽)")
     ticks = sorted({f for f, _ in pts})
     ax.set_xticks(ticks, [str(t) for t in ticks], rotation=45, ha="right")
     if values and min(values) > 0 and max(values) / min(values) >= 10:
         ax.set_yscale("log")  # frame rates span decades across frame sizes
     else:
         ax.set_ylim(bottom=0)
-        ax.yaxis.set_major_formatter(PlainTicks())
+        ax.yaxis.set_major_formatter(draw.plain_ticks())
     ax.set_xlabel("frame size (B)")
     ax.set_ylabel("frames/s")
     title = f"{workload}: RFC 2544 throughput against frame size"
     ax.set_title(title, fontsize=10)
-    outside_legend(ax, fontsize=8)
+    draw.legend(ax, fontsize=8)
     fig.tight_layout()
-    return Chart(title, figure_bytes(fig))
+    return Chart(title, draw.image(fig))
 
 
-def loss_charts(workload: str, rows: _Rows) -> list[Chart]:
+def loss_charts(workload: str, rows: _Rows, draw: Drawing) -> list[Chart]:
     """Frame loss % against the offered % of line rate: a chart per configuration
     (RFC 2544 26.3's graph), a line per frame size; steps not run are not drawn."""
     out: list[Chart] = []
     for v in rows.variants:
-        fig = Figure(figsize=(6.4, 3.8))
+        fig = draw.figure(6.4, 3.8)
         ax = fig.add_subplot()
         drawn = False
         for j, p in enumerate(rows.points):
             xy = [
-                (pct, m)
-                for pct in LOSS_STEPS
-                if (m := rows.mean(p, v, f"rfc2544_loss_{pct}_pct")) is not None
+                (pct, mean)
+                for pct, metric in m.LOSS.items()
+                if (mean := rows.mean(p, v, metric.name)) is not None
             ]
             if not xy:
                 continue
@@ -384,26 +373,21 @@ def loss_charts(workload: str, rows: _Rows) -> list[Chart]:
             continue
         ax.set_xlim(0, 100)
         ax.set_ylim(0, 100)
-        ax.yaxis.set_major_formatter(PlainTicks())
+        ax.yaxis.set_major_formatter(draw.plain_ticks())
         ax.set_xlabel("offered load (% of line rate)")
         ax.set_ylabel("frames lost (%)")
         title = f"{workload}: RFC 2544 frame loss rate, {v}"
         ax.set_title(title, fontsize=10)
-        outside_legend(ax, fontsize=8)
+        draw.legend(ax, fontsize=8)
         fig.tight_layout()
-        out.append(Chart(title, figure_bytes(fig)))
+        out.append(Chart(title, draw.image(fig)))
     return out
 
 
-def charts(workload: str, wrows: Sequence[Row]) -> list[Chart]:
+def charts(workload: str, wrows: Sequence[Row], draw: Drawing) -> list[Chart]:
     rows = _Rows(wrows)
-    first = throughput_chart(workload, rows)
-    return ([first] if first else []) + loss_charts(workload, rows)
+    first = throughput_chart(workload, rows, draw)
+    return ([first] if first else []) + loss_charts(workload, rows, draw)
 
 
-def is_rfc2544(wrows: Sequence[Row]) -> bool:
-    return any(r.get("kind") == KIND for r in wrows)
-
-
-def finite(x: Any) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
+LAYOUT = ReportLayout(tables=tables, charts=charts)

@@ -1,6 +1,6 @@
 """Adding a kind is one module and one registry line: here a mechanism kind defined in
 this file alone, registered for the test's duration, checked by `secperf check` as any
-shipped kind is (tests/netns/test_add_a_kind.py runs it through `secperf run`)."""
+shipped kind is (tests/netns/test_add_a_mechanism_kind.py runs it through `secperf run`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
-from secperf.testbed.hosts import Host
 from typer.testing import CliRunner
 
 from secperf.cli import app
@@ -24,6 +23,7 @@ from secperf.mechanisms.base import (
     run_tool,
 )
 from secperf.mechanisms.registry import MECHANISMS
+from secperf.testbed.hosts import Host
 
 # -- the kind: one nft rule that counts the measured flow's packets ----------------------
 

@@ -1,5 +1,5 @@
 """A kind added in a test runs end to end: the counter mechanism of
-tests/unit/test_add_a_kind.py, registered for the test alone, through `secperf run`."""
+tests/unit/test_add_a_mechanism_kind.py, registered for the test alone, through `secperf run`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from secperf.cli import app
 from secperf.mechanisms.registry import MECHANISMS
-from tests.unit.test_add_a_kind import KIND, SCENARIO
+from tests.unit.test_add_a_mechanism_kind import KIND, SCENARIO
 
 pytestmark = pytest.mark.netns
 

@@ -1,5 +1,6 @@
-"""Kind `rfc2544`: RFC 2544's throughput, latency, frame loss rate and back-to-back
-tests for one frame size, on the packet sender (secperf/rfc2544.py has the logic).
+"""How a `rfc2544` point is measured: RFC 2544's throughput, latency, frame loss rate
+and back-to-back tests for one frame size, on the packet sender (`logic` has the
+RFC's searches and arithmetic).
 
 Every trial is one engine `flood` run of kind udp, `sender = "packet"` (whole
 Ethernet frames on an AF_PACKET socket in the client host, past its IP stack and
@@ -25,19 +26,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from secperf import rfc2544
+import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError, SecperfError
-from secperf.scenario.sweep import WorkloadPoint
 from secperf.search import Bracket
-from secperf.workloads.base import MeasureContext
-from secperf.workloads.common import Spec
+from secperf.workloads.base import MeasureContext, Spec, WorkloadPoint, scalar
 from secperf.workloads.flood import keep_side
-from secperf.workloads.latency import LatencyExecutor
+from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
+from secperf.workloads.rfc2544.spec import Rfc2544Workload
 
 POLL_S = 0.05
 SETTLE_MAX_S = 5.0  # the counter must be still within this long after the settle time
@@ -47,11 +46,10 @@ class Rfc2544Error(SecperfError):
     """An RFC 2544 workload that cannot run on this testbed."""
 
 
-def line_rate_bps(ctx: MeasureContext, params: Mapping[str, Any]) -> int:
+def line_rate_bps(ctx: MeasureContext, spec: Rfc2544Workload) -> int:
     """The line rate: the workload's `line_rate`, else the rate of the client's link."""
-    given = params.get("line_rate")
-    if given:
-        return int(str(given))
+    if spec.line_rate:
+        return spec.line_rate
     for link in ctx.topology.links_of(ctx.client):
         if link.rate_bps:
             return int(link.rate_bps)
@@ -254,28 +252,34 @@ class Trials:
 
 
 def _latency(
-    ctx: MeasureContext, point: WorkloadPoint, frame: int, rate: float, params: Mapping[str, Any]
+    ctx: MeasureContext,
+    point: WorkloadPoint[Rfc2544Workload],
+    frame: int,
+    rate: float,
 ) -> dict[str, Any]:
     """The latency kind at `rate` frames/s of `frame` bytes; its records kept nested."""
-    lat_params: dict[str, Any] = {
-        "frame": frame,
-        "rate_pps": rate,
-        "duplex": params.get("latency_duplex") or "half",
-        "duration": params.get("latency_duration") or 2.0,
-        "warmup": params.get("latency_warmup") if params.get("latency_warmup") is not None else 0.5,
-        "hosts": 1,
-    }
-    lat_point = replace(point, kind="latency", params=lat_params)
+    # Built here, not read from a file: the rate is whatever the search found.
+    probes = LatencyWorkload.model_construct(
+        kind="latency",
+        name=point.spec.name,
+        frame=frame,
+        rate_pps=rate,
+        duplex=point.spec.latency_duplex,
+        duration=point.spec.latency_duration,
+        warmup=0.5,
+        hosts=1,
+    )
     side = replace(ctx, keep=keep_side(ctx, "latency"))
     try:
-        result = LatencyExecutor().measure(side, lat_point)
+        at = WorkloadPoint(point.workload_index, point.index, probes, point.label, point.swept)
+        result = LatencyExecutor().measure(side, at)
     except EngineError as exc:
         return {"asked_fps": rate, "error": exc.message}
     c2s = result.get("c2s") or {}
     return {
         "asked_fps": rate,
-        "duplex": lat_params["duplex"],
-        "duration_s": lat_params["duration"],
+        "duplex": probes.duplex,
+        "duration_s": probes.duration,
         "achieved_fps": c2s.get("achieved_pps"),
         "sent": c2s.get("sent"),
         "received": c2s.get("received"),
@@ -291,38 +295,35 @@ def _search_out(bracket: Bracket) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Rfc2544Executor:
-    hosts: frozenset[str] = frozenset()
-
-    def measure(self, ctx: MeasureContext, point: WorkloadPoint) -> Record:
-        p = point.params
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[Rfc2544Workload]) -> Record:
+        p = point.spec
         if ctx.family != 4:
             raise Rfc2544Error(
                 "RFC 2544 trials run on the packet sender, which sends IPv4 frames only",
                 where="testbed.family",
                 fix='set family = "ipv4" in [testbed]',
             )
-        frame = int(str(p["frame"]))
-        given = p.get("tests")
-        tests = [str(t) for t in given] if isinstance(given, list) else list(rfc2544.TESTS)
+        frame = scalar(p.frame)
+        tests = list(p.tests)
         link_bps = line_rate_bps(ctx, p)
         line_fps = rfc2544.line_rate_fps(link_bps, frame)
         via = "direct" if ctx.direct else "dut"
         target = ctx.topology.server_address(4, via, ctx.server)
-        receiver = Receiver(ctx, int(str(p.get("port") or 5201)))
+        receiver = Receiver(ctx, p.port)
         trials = Trials(
             ctx,
             frame,
-            trial_s=float(str(p["duration"])),
-            settle_s=float(str(p.get("settle") if p.get("settle") is not None else 0.5)),
+            trial_s=p.duration,
+            settle_s=p.settle,
             receiver=receiver,
             target=target,
             line_fps=line_fps,
         )
-        resolution = float(str(p.get("resolution_pct") or 2.0))
-        max_trials = int(str(p.get("max_trials") or 12))
+        resolution = p.resolution_pct
+        max_trials = p.max_trials
         record: Record = {
             "type": "result",
-            "kind": "rfc2544",
+            "kind": p.kind,
             "frame": frame,
             "sent_bytes": rfc2544.sent_bytes(frame),
             "line_rate_bps": link_bps,
@@ -334,14 +335,14 @@ class Rfc2544Executor:
             "sender": "packet",
             "tests": tests,
         }
-        steering = Steering(ctx, str(p["dut_cpus"])) if p.get("dut_cpus") else None
+        steering = Steering(ctx, p.dut_cpus) if p.dut_cpus else None
         if steering is not None:
             record["steering"] = steering.apply()
         receiver.install()
         try:
             if "throughput" in tests or "latency" in tests:
-                low = max(float(str(p.get("low_pct") or 1.0)) / 100.0 * line_fps, 100.0)
-                tolerance = float(str(p.get("loss_tolerance_pct") or 0.0))
+                low = max(p.low_pct / 100.0 * line_fps, 100.0)
+                tolerance = p.loss_tolerance_pct
                 found = rfc2544.throughput(
                     trials.at_rate,
                     line_fps=line_fps,
@@ -372,16 +373,16 @@ class Rfc2544Executor:
                             "throughput rate to measure latency at"
                         }
                     else:
-                        record["latency"] = _latency(ctx, point, frame, rate, p)
+                        record["latency"] = _latency(ctx, point, frame, rate)
                     receiver.install()
             if "loss" in tests:
-                every = bool(p.get("loss_every_step"))
+                every = p.loss_every_step
                 record["loss"] = rfc2544.loss_rates(
                     trials.at_rate, line_fps=line_fps, every_step=every
                 ).as_dict()
             if "back_to_back" in tests:
-                longest = int(line_fps * float(str(p.get("burst_max") or 1.0)))
-                shortest = max(int(str(p.get("burst_min") or 100)), 1)
+                longest = int(line_fps * p.burst_max)
+                shortest = max(p.burst_min, 1)
                 b2b = rfc2544.back_to_back(
                     trials.burst,
                     low_frames=min(shortest, max(longest // 2, 1)),

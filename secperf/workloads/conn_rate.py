@@ -1,0 +1,104 @@
+"""Kind `conn_rate`: RFC 3511 §5.3, the highest connection setup rate (crr at a
+paced rate) with at most `max_failure_pct` failed connections, by search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from secperf.engine import Record
+from secperf.errors import EngineError
+from secperf.results.extractors import Metric, Search
+from secperf.search import Trial, passes
+from secperf.workloads.base import (
+    REQUEST_RESPONSE,
+    MeasureContext,
+    WorkloadKind,
+    WorkloadPoint,
+    engine_spec,
+)
+from secperf.workloads.connections import run_on_client
+from secperf.workloads.rate_search import (
+    ACHIEVED_SHARE,
+    RateSearchSpec,
+    fresh_dut,
+    kept_trial,
+    legacy_search,
+    search,
+)
+
+
+class ConnRateWorkload(RateSearchSpec):
+    """RFC 3511 §5.3: the highest connection setup rate (crr at a paced rate)."""
+
+    engine_kind: ClassVar[str] = "crr"  # each trial: a crr paced at the trial's rate
+    engine_fields: ClassVar[tuple[str, ...]] = (
+        "parallel",
+        "timeout",
+        "request",
+        "response",
+        "duration",
+        "warmup",
+        "close",
+    )
+    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
+
+    kind: Literal["conn_rate"]
+    parallel: int = Field(default=16, ge=1, le=128)
+    request: int = Field(default=1, ge=1, le=65536)
+    response: int = Field(default=1, ge=1, le=65536)
+
+    def default_name(self) -> str:
+        return "conn-rate"
+
+
+def crr_summary(r: Record) -> dict[str, Any]:
+    """Rate, completed, failed, failure ratio and latency of a paced crr result."""
+    done = int(r.get("transactions") or 0)
+    lost = int((r.get("loss") or {}).get("lost") or 0)
+    return {
+        "rate": float(r.get("transactions_per_second") or 0.0),
+        "completed": done,
+        "failed": lost,
+        "failure_ratio": (lost / (done + lost)) if done + lost else None,
+        "latency_us": r.get("latency_us"),
+    }
+
+
+@dataclass(frozen=True)
+class ConnRateExecutor:
+    """§5.3: the highest crr rate with at most max_failure_pct failed connections."""
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[ConnRateWorkload]) -> Record:
+        p = point.spec
+
+        def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
+            spec = engine_spec(p, server=ctx.target, rate=rate, interval=0)
+            try:
+                r = run_on_client(ctx, spec, keep_all=False)
+            except EngineError as exc:
+                failed = Trial(False, None, {"error": exc.message})
+                return kept_trial(p.engine_kind, ctx, rate, failed)
+            s = crr_summary(r)
+            done, lost, achieved = s["completed"], s["failed"], s["rate"]
+            ok = passes(lost, done + lost, p.max_ratio) and achieved >= ACHIEVED_SHARE * rate
+            detail = {"completed": done, "failed": lost}
+            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, achieved, detail))
+
+        return search(ctx, p, trial)
+
+
+# searches: the found value only; a censored search has no number
+MAX_CPS = Metric("max_conn_rate", "Max setup rate (≤0.1 % failed)", "conn/s", True, True)
+SEARCH = Search(MAX_CPS, legacy=legacy_search)
+
+KIND = WorkloadKind(
+    name="conn_rate",
+    model=ConnRateWorkload,
+    executor=ConnRateExecutor(),
+    metrics=(SEARCH.row(),),
+    searches=(SEARCH,),
+)

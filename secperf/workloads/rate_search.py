@@ -1,0 +1,111 @@
+"""What RFC 3511's rate searches share (kinds `conn_rate` §5.3 and `teardown_rate`
+§5.4): their keys, a fresh DUT before each trial, a trial's record, the search.
+
+Each measurement bisects the workload's [low, high] (secperf/search.py) for the
+highest rate with at most `max_failure_pct` failures; its result record carries
+the bracket (`search`: found with its resolution, or below / at least a bound,
+never a number standing in for one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import Field, model_validator
+
+from secperf.engine import Record
+from secperf.mechanisms.base import flush_flow_state
+from secperf.results.extractors import Record as RecordView
+from secperf.results.extractors import SearchReading, legacy_bracket
+from secperf.scenario.fields import PerSecond, Timeout
+from secperf.search import Trial, bisect_rate
+from secperf.testbed.topology import DUT
+from secperf.workloads.base import MeasureContext, WorkloadSpec
+from secperf.workloads.crr import Close
+
+# Below this share of the offered rate, the rate was not achieved: a failure too.
+ACHIEVED_SHARE = 0.95
+
+
+class RateSearchSpec(WorkloadSpec):
+    """A search for the highest rate with at most `max_failure_pct` failures (RFC 3511)."""
+
+    low: PerSecond = 500.0
+    high: PerSecond = 20_000.0
+    resolution_pct: float = Field(default=10.0, gt=0, le=50)
+    max_failure_pct: float = Field(default=0.1, ge=0, le=100)
+    max_steps: int = Field(default=8, ge=1, le=30)
+    timeout: Timeout = 1.0
+    close: Close = "fin"
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> RateSearchSpec:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        return self
+
+    @property
+    def max_ratio(self) -> float:
+        return self.max_failure_pct / 100.0
+
+
+def fresh_dut(ctx: MeasureContext) -> None:
+    """Before each trial of a search: the DUT (and every host carrying a mechanism)
+    forgets the connections of the trial before (TIME_WAIT entries of an orderly
+    close, NAT bindings), so a trial's result does not depend on which rates the
+    search tried first."""
+    names = {h for _mech, mctx in ctx.mechanisms for h in mctx.hosts}
+    if DUT in ctx.topology.names:
+        names.add(DUT)
+    for name in sorted(names):
+        flush_flow_state(ctx.testbed.host(name))
+
+
+def kept_trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
+    """Keep the trial as a `trial` record (not a "result": the summary reads one
+    result per round, the search's) and hand it back to the search."""
+    ctx.keep(
+        {
+            "type": "trial",
+            "kind": kind,
+            "asked": rate,
+            "achieved": t.achieved,
+            "passed": t.passed,
+            **t.detail,
+        }
+    )
+    return t
+
+
+def search(
+    ctx: MeasureContext,
+    spec: RateSearchSpec,
+    trial: Callable[[float], Trial],
+) -> Record:
+    """Bisect with the workload's bounds; the result record carries the bracket. A
+    trial passes only with ≥ 95 % of its asked rate achieved, so the asked rates
+    place the bracket; the achieved ones are beside."""
+    found = bisect_rate(
+        trial,
+        low=spec.low,
+        high=spec.high,
+        resolution_pct=spec.resolution_pct,
+        max_steps=spec.max_steps,
+        measure="asked",
+        reports="passed",
+    )
+    rec: Record = {
+        "type": "result",
+        "kind": spec.kind,
+        "max_failure_pct": spec.max_ratio * 100,
+        "search": found.as_dict(),
+        "close": spec.close,
+    }
+    ctx.keep(rec)
+    return rec
+
+
+def legacy_search(record: RecordView) -> SearchReading | None:
+    """Records from before the `search` object: a `bracket` of asked rates, the
+    highest that passed the value."""
+    return legacy_bracket(record, reports="passed")

@@ -1,0 +1,65 @@
+"""The `rfc2544` workload's scenario keys (docs/scenario-format.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, PlainValidator, field_validator
+
+from secperf.scenario.fields import Rate, bounded, one_or_sweep
+from secperf.scenario.units import parse_duration, parse_size, toml_repr
+from secperf.workloads.base import WorkloadSpec
+
+Rfc2544Test = Literal["throughput", "latency", "loss", "back_to_back"]
+TESTS: tuple[Rfc2544Test, ...] = ("throughput", "latency", "loss", "back_to_back")
+FRAME_SIZES = (64, 128, 256, 512, 1024, 1280, 1518)
+
+FrameSize = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 64, 1518, "a frame size")))
+]
+SettleDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0, 60, "a settle time"))]
+BurstDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 60, "a burst"))]
+LatencyDuration = Annotated[
+    float, PlainValidator(bounded(parse_duration, 0.05, 600, "a latency duration"))
+]
+
+
+class Rfc2544Workload(WorkloadSpec):
+    """RFC 2544's throughput, latency, frame loss rate and back-to-back tests on the
+    packet sender, per frame size (Ethernet bytes with FCS; `frame` is swept).
+
+    `duration` is each trial's length (the RFC's is 60 s; `warmup` does not apply);
+    `settle` the wait after each trial before the receiver's count is read (RFC: 2 s);
+    rates are fractions of `line_rate` (default: the client's link rate), counted as
+    frames on an Ethernet wire (frame + 20 B preamble and gap)."""
+
+    # "count": labels read frame=1024 (bytes as the RFC writes them), not 1KiB
+    sweepable: ClassVar[dict[str, str]] = {"frame": "count"}
+
+    kind: Literal["rfc2544"]
+    frame: FrameSize = Field(default_factory=lambda: list(FRAME_SIZES))
+    tests: list[Rfc2544Test] = Field(default_factory=lambda: list(TESTS), min_length=1)
+    line_rate: Rate = None
+    settle: SettleDuration = 0.5
+    resolution_pct: float = Field(default=2.0, gt=0, le=50)
+    max_trials: int = Field(default=12, ge=2, le=40)
+    low_pct: float = Field(default=1.0, gt=0, lt=100)
+    loss_tolerance_pct: float = Field(default=0.0, ge=0, lt=100)
+    loss_every_step: bool = False
+    burst_min: int = Field(default=100, ge=1, le=10_000_000)
+    burst_max: BurstDuration = 1.0
+    latency_duration: LatencyDuration = 2.0
+    latency_duplex: Literal["full", "half"] = "half"
+    port: int = Field(default=5201, ge=1, le=65535)
+    # CPUs the DUT's receive processing runs on (RPS on its interfaces), e.g. "1".
+    dut_cpus: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+    @field_validator("tests")
+    @classmethod
+    def _tests_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"tests names a test twice: {toml_repr(value)}")
+        return value
+
+    def default_name(self) -> str:
+        return "rfc2544"

@@ -1,0 +1,79 @@
+"""Kind `teardown_rate`: RFC 3511 §5.4, the highest teardown rate (FINs the server
+sees a second) of held connections, by search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from secperf.engine import Record
+from secperf.errors import EngineError
+from secperf.results.extractors import Metric, Search
+from secperf.search import Trial, passes
+from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
+from secperf.workloads.connections import run_on_client
+from secperf.workloads.rate_search import (
+    ACHIEVED_SHARE,
+    RateSearchSpec,
+    fresh_dut,
+    kept_trial,
+    legacy_search,
+    search,
+)
+
+
+class TeardownRateWorkload(RateSearchSpec):
+    """RFC 3511 §5.4: the highest teardown rate (FINs the server sees a second)."""
+
+    # each trial: `connections` opened, then closed at the trial's rate
+    engine_kind: ClassVar[str] = "connections"
+    engine_fields: ClassVar[tuple[str, ...]] = ("connections", "timeout", "duration", "close")
+
+    kind: Literal["teardown_rate"]
+    connections: int = Field(default=2000, ge=2, le=1_000_000)
+
+    def default_name(self) -> str:
+        return "teardown-rate"
+
+
+@dataclass(frozen=True)
+class TeardownRateExecutor:
+    """§5.4: the highest close rate whose FINs the server all sees, at that rate."""
+
+    def measure(self, ctx: MeasureContext, point: WorkloadPoint[TeardownRateWorkload]) -> Record:
+        p = point.spec
+
+        def trial(rate: float) -> Trial:
+            fresh_dut(ctx)
+            spec = engine_spec(p, server=ctx.target, hold=0.0, close_rate=float(rate))
+            try:
+                r = run_on_client(ctx, spec, keep_all=False)
+            except EngineError as exc:
+                failed = Trial(False, None, {"error": exc.message})
+                return kept_trial(p.engine_kind, ctx, rate, failed)
+            tear = r.get("teardown") or {}
+            closed, missing = int(tear.get("closed") or 0), int(tear.get("missing") or 0)
+            seen = float(r.get("teardown_rate") or 0.0)
+            ok = (
+                int(r.get("established") or 0) == p.connections
+                and passes(missing, closed, p.max_ratio)
+                and seen >= ACHIEVED_SHARE * rate
+            )
+            detail = {"closed": closed, "missing": missing}
+            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, seen, detail))
+
+        return search(ctx, p, trial)
+
+
+MAX_TEARDOWN = Metric("max_teardown_rate", "Max teardown rate", "conn/s", True, True)
+SEARCH = Search(MAX_TEARDOWN, legacy=legacy_search)
+
+KIND = WorkloadKind(
+    name="teardown_rate",
+    model=TeardownRateWorkload,
+    executor=TeardownRateExecutor(),
+    metrics=(SEARCH.row(),),
+    searches=(SEARCH,),
+)
