@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,11 @@ from typing import Any
 from rich.console import Console
 
 from secperf.errors import SecperfError
+from secperf.report.html import write_html
 from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+from secperf.run.runner import run_scenario
+from secperf.scenario.loader import load_scenario, validate_dict
 from secperf.scenario.schema import Scenario
 
 __all__ = [
@@ -67,21 +72,36 @@ def load(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None 
 
     A dict's relative rule files resolve against `base_dir` (default: the current
     directory). Problems raise ScenarioError, every one of them at once."""
-    from secperf.scenario.loader import load_scenario, validate_dict
-
     if isinstance(source, Mapping):
         return validate_dict(dict(source), Path(base_dir) if base_dir else Path.cwd())
     return load_scenario(Path(source))
+
+
+def check_out_dir(out: Path) -> None:
+    """`--out` must be a directory secperf may write (or one it may create)."""
+
+    if out.exists() and not out.is_dir():
+        raise SecperfError(
+            "--out is a file, not a directory",
+            where=str(out),
+            fix="give a directory for run directories, e.g. --out results",
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise SecperfError(
+            f"cannot write run directories under {out}: {exc.strerror or exc}",
+            where=str(out),
+            fix="give a directory you may write, e.g. --out results",
+        ) from None
 
 
 def run(
     scenario: Scenario | str | Path, out: str | Path = "results", *, quiet: bool = True
 ) -> RunDir:
     """Run a scenario (root needed) and return its run directory, summary written."""
-    from secperf.cli import check_out_dir
-    from secperf.report.html import write_html
-    from secperf.runner import run_scenario
-
     sc = scenario if isinstance(scenario, Scenario) else load(scenario)
     check_out_dir(Path(out))
     console = Console(quiet=quiet)
@@ -97,8 +117,6 @@ def open_run(run_dir: RunDir | str | Path) -> RunDir:
 
 def summary(run_dir: RunDir | str | Path) -> dict[str, Any]:
     """The run's summary (summary.json, or built from the records when absent)."""
-    from secperf.results.summary import build_summary
-
     rd = open_run(run_dir)
     return rd.read_summary() if rd.has_summary() else build_summary(rd)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +13,32 @@ from rich.console import Console
 from rich.markup import escape
 
 from secperf import __version__
+from secperf import verbose as verbose_mod
+from secperf.api import check_out_dir, records, to_csv
 from secperf.errors import ScenarioError, SecperfError
+from secperf.ips_rules import parse_rules
+from secperf.plan import topology_for
+from secperf.report.compare import compare_runs, differences, print_comparison
+from secperf.report.html import write_html
+from secperf.report.rebuild import rebuild
+from secperf.report.terminal import print_report
+from secperf.results.rundir import RunDir
+from secperf.run.estimate import estimate_seconds, fmt_eta
+from secperf.run.preflight import (
+    all_tools,
+    check_kernel,
+    check_static,
+    install_hint,
+    kernel_check_notes,
+    missing,
+    tools_for,
+)
+from secperf.run.runner import run_scenario
+from secperf.scenario.inventory import check_inventory
+from secperf.scenario.loader import load_scenario
+from secperf.scenario.sweep import expand, expand_scenario
+from secperf.testbed.testbed import clean as clean_ledgers
+from secperf.tools import engine_path
 
 # Exit codes (README.md): 0 ok, 2 usage (a bad command line), 3 invalid scenario,
 # 4 a run, report or comparison failed, 130 interrupted (Ctrl-C).
@@ -83,31 +107,7 @@ def main(
     if quiet:
         console.quiet = True
     if verbose:
-        from secperf import verbose as verbose_mod
-
         verbose_mod.enable(err_console)
-
-
-def check_out_dir(out: Path) -> None:
-    """`--out` must be a directory secperf may write (or one it may create)."""
-    from secperf.errors import SecperfError as Err
-
-    if out.exists() and not out.is_dir():
-        raise Err(
-            "--out is a file, not a directory",
-            where=str(out),
-            fix="give a directory for run directories, e.g. --out results",
-        )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise Err(
-            f"cannot write run directories under {out}: {exc.strerror or exc}",
-            where=str(out),
-            fix="give a directory you may write, e.g. --out results",
-        ) from None
 
 
 @app.command()
@@ -121,11 +121,6 @@ def run(
     ] = False,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report."""
-    from secperf.report.html import write_html
-    from secperf.report.terminal import print_report
-    from secperf.results.rundir import RunDir
-    from secperf.runner import run_scenario
-    from secperf.scenario.loader import load_scenario
 
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
@@ -155,24 +150,11 @@ def check(
 ) -> None:
     """Validate scenarios and everything they reference, or IPS rule files (*.rules);
     runs no traffic, builds no testbed."""
-    from secperf.preflight import (
-        check_kernel,
-        check_static,
-        install_hint,
-        kernel_check_notes,
-        missing,
-        tools_for,
-    )
-    from secperf.runner import estimate_seconds, fmt_eta
-    from secperf.scenario.loader import load_scenario
-    from secperf.scenario.sweep import expand
 
     failed = 0
     for path in scenarios:
         try:
             if path.suffix == ".rules":  # an IPS rule file (docs/methodology.md)
-                from secperf.ips_rules import parse_rules
-
                 rules = parse_rules(path)
                 drops = sum(r.action == "drop" for r in rules)
                 console.print(
@@ -195,9 +177,6 @@ def check(
             gone = missing(tools_for(sc))
             if any(h.backend == "ssh" for h in sc.testbed.hosts.values()):
                 # Remote hosts: reach each one (log in, engine, addresses) before any traffic.
-                from secperf.runner import topology_for
-                from secperf.scenario.inventory import check_inventory
-                from secperf.scenario.sweep import expand_scenario
 
                 for line in check_inventory(sc, topology_for(sc, expand_scenario(sc))):
                     console.print(f"[green]ok[/] {escape(line)}", highlight=False)
@@ -238,10 +217,6 @@ def report(
 
     It never replaces a report with less than it had: with records.jsonl missing,
     empty or shorter than what the summary was built from, it stops (exit 4)."""
-    from secperf.api import records, to_csv
-    from secperf.report.rebuild import rebuild
-    from secperf.report.terminal import print_report
-    from secperf.results.rundir import RunDir
 
     try:
         rd = RunDir.open(run_dir)
@@ -275,8 +250,6 @@ def compare(
     ] = False,
 ) -> None:
     """Compare two runs row by row: both values and the difference with its CI."""
-    from secperf.report.compare import compare_runs, differences, print_comparison
-    from secperf.results.rundir import RunDir
 
     try:
         a, b = RunDir.open(run_a), RunDir.open(run_b)
@@ -295,7 +268,6 @@ def compare(
 @app.command()
 def clean() -> None:
     """Tear down what dead runs left behind (by their ledgers; nothing else is touched)."""
-    from secperf.testbed.testbed import clean as clean_ledgers
 
     try:
         removed = clean_ledgers()
@@ -311,8 +283,6 @@ def clean() -> None:
 @app.command()
 def doctor() -> None:
     """Check every tool the scenarios and benches need, and say how to install what is missing."""
-    from secperf.preflight import all_tools, install_hint, missing
-    from secperf.tools import engine_path
 
     tools = all_tools()
     gone = missing(tools)

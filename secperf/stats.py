@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 INF = math.inf
 
@@ -36,6 +35,9 @@ def _check_confidence(confidence: float) -> None:
 
 def _t(confidence: float, df: float) -> float:
     """Two-sided Student-t quantile."""
+    # scipy.stats takes half a second to import: only when an interval is computed.
+    from scipy import stats as sps
+
     return float(sps.t.ppf((1 + confidence) / 2, df))
 
 

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
 from secperf.report.model import BASELINE, Chart
-from secperf.report.plots import figure_bytes
+from secperf.report.plots import figure_bytes, new_figure
 
 DIRECTIONS = (("c2s", "client → server"), ("s2c", "server → client"))
 CLIP_QUANTILE = 0.995  # the x axis ends where the slowest variant reaches this
@@ -227,7 +225,9 @@ def distribution_chart(point: PointDelays) -> Chart:
     """A panel per direction, a step line per variant: fraction of probes against delay."""
     title = f"{point.label}: one-way delay distribution"
     panels = [(d, name) for d, name in DIRECTIONS if d in point.directions]
-    fig = Figure(figsize=(5.0 * len(panels) + 1.0, 3.8))
+    from matplotlib.ticker import FuncFormatter, ScalarFormatter
+
+    fig = new_figure(5.0 * len(panels) + 1.0, 3.8)
     for i, (direction, name) in enumerate(panels):
         dists = list(point.directions[direction].values())
         edges = display_edges(dists)

@@ -14,17 +14,17 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.backends.backend_svg import FigureCanvasSVG
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.ticker import Formatter
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from secperf.report.layouts import layout_of
 from secperf.report.model import BASELINE, Chart
+
+# matplotlib takes a few tenths of a second to import: it is imported where a chart
+# is drawn, so that `secperf --version` or `check` do not pay for it.
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import Formatter
 
 __all__ = ["BASELINE", "DRAWING", "Chart", "PlainTicks", "charts", "figure_bytes"]
 
@@ -32,28 +32,40 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)(it)?\s*$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
-class PlainTicks(Formatter):
+@cache
+def _plain_ticks_class() -> type[Formatter]:
+    from matplotlib.ticker import Formatter
+
+    class PlainTicks(Formatter):
+        """Tick labels with as many decimals as the tick spacing needs (0.25, 0.5, 0.75 —
+        not 0, 0, 1), thousands grouped, never an exponent or an offset."""
+
+        def __init__(self) -> None:
+            self.decimals = 0
+
+        def set_locs(self, locs: list[float]) -> None:
+            super().set_locs(locs)
+            finite = sorted(float(x) for x in locs if math.isfinite(x))
+            steps = [b - a for a, b in itertools.pairwise(finite) if b - a > 0]
+            step = min(steps) if steps else (abs(finite[0]) if finite and finite[0] else 1.0)
+            self.decimals = max(0, min(9, -math.floor(math.log10(step) + 1e-9)))
+            # a step like 0.25 needs one more digit than its order of magnitude says
+            while self.decimals < 9 and any(
+                abs(round(x, self.decimals) - x) > step * 1e-6 for x in finite
+            ):
+                self.decimals += 1
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            text = f"{x:,.{self.decimals}f}"
+            return "0" if text.strip("-0.,") == "" else text
+
+    return PlainTicks
+
+
+def PlainTicks() -> Formatter:
     """Tick labels with as many decimals as the tick spacing needs (0.25, 0.5, 0.75 —
     not 0, 0, 1), thousands grouped, never an exponent or an offset."""
-
-    def __init__(self) -> None:
-        self.decimals = 0
-
-    def set_locs(self, locs: list[float]) -> None:
-        super().set_locs(locs)
-        finite = sorted(float(x) for x in locs if math.isfinite(x))
-        steps = [b - a for a, b in itertools.pairwise(finite) if b - a > 0]
-        step = min(steps) if steps else (abs(finite[0]) if finite and finite[0] else 1.0)
-        self.decimals = max(0, min(9, -math.floor(math.log10(step) + 1e-9)))
-        # a step like 0.25 needs one more digit than its order of magnitude says
-        while self.decimals < 9 and any(
-            abs(round(x, self.decimals) - x) > step * 1e-6 for x in finite
-        ):
-            self.decimals += 1
-
-    def __call__(self, x: float, pos: int | None = None) -> str:
-        text = f"{x:,.{self.decimals}f}"
-        return "0" if text.strip("-0.,") == "" else text
+    return _plain_ticks_class()()
 
 
 _SALT = itertools.count()
@@ -62,6 +74,9 @@ _SALT = itertools.count()
 def figure_bytes(fig: Figure) -> bytes:
     """The figure as SVG (text as text: crisp, searchable), or as PNG when that is
     smaller; legends outside the axes are kept (tight bounding box)."""
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
     salt = f"secperf-{next(_SALT)}"  # unique ids when several SVGs share one page
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         FigureCanvasSVG(fig)
@@ -103,7 +118,7 @@ class _Drawing:
     """What a kind's layout draws its charts with (secperf.report.model.Drawing)."""
 
     def figure(self, width: float, height: float) -> Figure:
-        return Figure(figsize=(width, height))
+        return new_figure(width, height)
 
     def plain_ticks(self) -> Formatter:
         return PlainTicks()
@@ -157,7 +172,15 @@ def swept_parameter(points: Sequence[Mapping[str, Any]]) -> str | None:
     return key if all(numeric(p[key]) is not None for p in points) else None
 
 
+def new_figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
 def png_bytes(fig: Figure) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     # no Software metadata: keeps the file free of URLs
@@ -197,7 +220,7 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     labels = {str(r["point_id"]): str(r.get("label") or r["point_id"]) for r in rows}
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
     by_key = {(str(r["point_id"]), str(r["variant"])): r for r in rows}
-    fig = Figure(figsize=(min(14.0, max(5.0, 1.5 + 0.5 * len(points) * len(variants))), 3.6))
+    fig = new_figure(min(14.0, max(5.0, 1.5 + 0.5 * len(points) * len(variants))), 3.6)
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(variants))
     any_censored = False
@@ -240,6 +263,8 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     ax.set_title(title, fontsize=10)
     handles, names = ax.get_legend_handles_labels()
     if any_censored:
+        from matplotlib.patches import Patch
+
         handles.append(Patch(fill=False, hatch="//", edgecolor="0.4"))
         names.append("search found no value: ≥ or < the bar's top")
     ax.yaxis.set_major_formatter(PlainTicks())
@@ -262,7 +287,7 @@ def sweep_chart(
     found nothing is an open triangle at its bound, pointing to where the value lies.
     """
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
-    fig = Figure(figsize=(6.4, 3.8))
+    fig = new_figure(6.4, 3.8)
     ax = fig.add_subplot()
     all_x: list[float] = []
     any_censored = False

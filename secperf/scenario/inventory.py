@@ -12,12 +12,14 @@ addresses: every address the plan gives a remote host must be declared for it
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from secperf.errors import ScenarioError, SecperfError, TestbedError
 from secperf.scenario.schema import Scenario
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
+from secperf.tools import engine_path
 
 
 def _path(scenario: Scenario, value: str | None) -> str | None:
@@ -128,8 +130,6 @@ def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
 def check_inventory(scenario: Scenario, topology: Topology) -> list[str]:
     """`secperf check`: every remote host reached, before any traffic; raises the
     first failure (a SecperfError naming the host and the fix)."""
-    from secperf.tools import engine_path
-
     specs = ssh_specs(scenario, topology)
     if not specs:
         return []
@@ -137,7 +137,6 @@ def check_inventory(scenario: Scenario, topology: Topology) -> list[str]:
         sha: str | None = sha256_file(engine_path())
     except (SecperfError, OSError):
         sha = None
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(8, len(specs))) as pool:
         return list(pool.map(lambda spec: reach(spec, sha), specs.values()))

@@ -9,9 +9,10 @@ import pytest
 from rich.console import Console
 
 from secperf.mechanisms.base import conntrack_entries
+from secperf.plan import Plan, Variant, prepare_variants
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.results.rundir import RunDir
-from secperf.runner import Runner, Variant, prepare_variants
+from secperf.run.runner import Runner
 from secperf.scenario.schema import Scenario
 from secperf.testbed.testbed import Testbed
 
@@ -32,9 +33,10 @@ def setup(
             "workloads": [{"kind": "rr"}],
         }
     )
-    runner = Runner(sc, RunDir.create(tmp / "results", "flow"), Console(quiet=True))
-    with Testbed.build(runner.topology, state_dir=tmp / "state") as tb:
-        variants = prepare_variants(sc, runner.plan, tmp, f"secperf_{tb.prefix}", runner.topology)
+    plan = Plan.of(sc)
+    runner = Runner(plan, RunDir.create(tmp / "results", "flow"), Console(quiet=True))
+    with Testbed.build(plan.topology, state_dir=tmp / "state") as tb:
+        variants = prepare_variants(sc, plan.traffic, tmp, f"secperf_{tb.prefix}", plan.topology)
         runner.mechanism_hosts = ["dut"]
         echo = start_echo(tb.host("server"), "0.0.0.0", [PORT])
         try:
@@ -53,7 +55,7 @@ def test_switching_variants_leaves_the_dut_conntrack_table_empty(
 ) -> None:
     runner, tb, (baseline, pat), _ = setup
     dut = tb.host("dut")
-    server = runner.plan.server_addr
+    server = runner.plan.traffic.server_addr
     runner._apply(tb, pat)
     connect_through_dut(tb, server)
     # PAT tracked both connections (TIME_WAIT and the UDP binding outlive the probes)
@@ -71,7 +73,7 @@ def test_the_same_variant_again_starts_empty_too(
     runner, tb, (_, pat), _ = setup
     dut = tb.host("dut")
     runner._apply(tb, pat)
-    connect_through_dut(tb, runner.plan.server_addr)
+    connect_through_dut(tb, runner.plan.traffic.server_addr)
     assert conntrack_entries(dut) >= 2
     runner._apply(tb, pat)  # a shuffled order may run one variant twice in a row
     assert conntrack_entries(dut) == 0

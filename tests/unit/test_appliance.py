@@ -13,11 +13,11 @@ from secperf.mechanisms.appliance import Appliance, ApplianceSpec, render_iptabl
 from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.preflight import tools_for
 from secperf.report.checks import check_tables
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.run.preflight import tools_for
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario

@@ -73,7 +73,7 @@ def test_two_acls_in_one_variant_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_test_that_moved_nothing_is_an_error_not_zero() -> None:
-    from secperf.runner import moved_nothing
+    from secperf.run.validity import moved_nothing
 
     udp = {
         "type": "result",
@@ -103,7 +103,7 @@ class _Executor:
 
 
 def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Executor) -> Any:
-    import secperf.runner as runner_mod
+    import secperf.run.runner as runner_mod
     from secperf.scenario.registry import KindRegistry
     from secperf.workloads import stream
     from secperf.workloads.base import WorkloadPoint
@@ -111,14 +111,18 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     r = runner_mod.Runner.__new__(runner_mod.Runner)
     r.run = RunDir.create(tmp_path, "t")
     r.seq = 0
-    r.topology = r.plan = None  # type: ignore[assignment]
-    r.family = 4
+    # a plan with just what one test reads: the point's hosts and the server's address
+    r.plan = SimpleNamespace(
+        topology=None,
+        traffic=None,
+        family=4,
+        endpoints={"udp-stream#0": ("client", "server")},
+        generators={"udp-stream#0": ("client",)},
+        target=lambda variant, server: "198.18.1.2:5201",
+    )
     # the stream kind as declared, measured by the fake executor
     kinds = KindRegistry("workload", [dataclasses.replace(stream.KIND, executor=executor)])
     monkeypatch.setattr(runner_mod, "WORKLOADS", kinds)
-    monkeypatch.setattr(runner_mod.Runner, "_target", lambda self, *a: "198.18.1.2:5201")
-    r.endpoints = {"udp-stream#0": ("client", "server")}
-    r.generators = {"udp-stream#0": ("client",)}
     spec = stream.StreamWorkload.model_validate({"kind": "stream", "protocol": "udp"})
     point = WorkloadPoint(workload_index=0, index=0, spec=spec)
     return r, runner_mod.Variant("baseline"), point
@@ -255,7 +259,7 @@ def _custom(tmp_path: Path, rules: str) -> Path:
 
 
 def test_iptables_bad_jump_target_is_refused(tmp_path: Path) -> None:
-    from secperf.preflight import check_static
+    from secperf.run.preflight import check_static
 
     path = _custom(
         tmp_path,
@@ -376,7 +380,7 @@ def test_check_prints_the_estimated_run_time() -> None:
 
 
 def test_progress_counter_and_estimate() -> None:
-    from secperf.runner import estimate_seconds, fmt_eta
+    from secperf.run.estimate import estimate_seconds, fmt_eta
 
     sc = load_scenario(ROOT / "scenarios" / "quick.toml")
     lo, hi = estimate_seconds(sc)
@@ -484,7 +488,7 @@ def test_failure_before_any_measurement_leaves_no_run_directory(
     from rich.console import Console
 
     from secperf.errors import SecperfError
-    from secperf.runner import run_scenario
+    from secperf.run.runner import run_scenario
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # preflight refuses: not root
     sc = load_scenario(ROOT / "scenarios" / "quick.toml")
@@ -525,7 +529,7 @@ def test_run_out_in_an_unwritable_place_is_a_clear_error(where: str) -> None:
 
 
 def test_which_engine_errors_fail_again() -> None:
-    from secperf.runner import fails_again
+    from secperf.run.validity import fails_again
 
     assert fails_again({"type": "error", "kind": "spec", "message": "socket_buffer …"})
     assert fails_again({"type": "error", "kind": "measurement", "message": "moved no traffic"})

@@ -18,7 +18,7 @@ from secperf.mechanisms.base import (
     RenderedFile,
 )
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.runner import topology_for
+from secperf.plan import topology_for
 from secperf.scenario.graph import build_topology
 from secperf.scenario.placement import placement_hook
 from secperf.scenario.registry import KindRegistry

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.errors import ScenarioError
-from secperf.preflight import check_static
 from secperf.results.metrics import extract, metrics_for_kind
+from secperf.run.preflight import check_static
 from secperf.scenario.loader import load_scenario
 from secperf.workloads.mix import MixError, MixWorkload, _per_server, summarize
 

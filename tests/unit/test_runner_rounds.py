@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from rich.progress import Progress
 
 from secperf.engine import Record
+from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.rundir import RunDir
-from secperf.runner import BASELINE, Runner, Variant, round_order
+from secperf.run.progress import RunProgress
+from secperf.run.runner import Runner, round_order
 from secperf.scenario.schema import Scenario
 
 NAMES = [BASELINE, "a", "b", "c"]
@@ -44,7 +45,11 @@ class FakeRunner(Runner):
     """Measures nothing: each test returns the rr rate `rates(variant, round)`."""
 
     def __init__(self, sc: Scenario, run: RunDir, rates: Any) -> None:
-        super().__init__(sc, run, Console(quiet=True))
+        plan = Plan.of(sc)
+        # two configurations, not rendered (nothing is applied): the baseline and acl
+        pairs = set(plan.endpoints.values())
+        plan.variant_sets = {pair: [Variant(BASELINE), Variant("acl")] for pair in pairs}
+        super().__init__(plan, run, Console(quiet=True))
         self.rates = rates
         self.tests: list[tuple[str, int]] = []
         self.loaded: list[str] = []
@@ -65,12 +70,10 @@ class FakeTestbed:
 def measure(tmp_path: Path, sc: Scenario, rates: Any) -> tuple[FakeRunner, dict[str, Any]]:
     run = RunDir.create(tmp_path, "t")
     runner = FakeRunner(sc, run, rates)
-    variants = [Variant(BASELINE), Variant("acl")]
     runner._write_meta(order_seed=runner.seed)
-    with Progress(console=Console(quiet=True)) as progress:
-        task = progress.add_task("t", total=1.0)
-        for point in runner.points:
-            runner._measure_point(FakeTestbed(), variants, point, progress, task)  # type: ignore[arg-type]
+    with RunProgress(Console(quiet=True), 1.0) as progress:
+        for point in runner.plan.points:
+            runner._measure_point(FakeTestbed(), point, progress)  # type: ignore[arg-type]
     return runner, json.loads((run.path / "run.json").read_text())
 
 

@@ -58,8 +58,8 @@ def test_defaults() -> None:
 
 
 def test_offloads_default_on_and_off_reaches_the_topology_and_preflight() -> None:
-    from secperf.preflight import tools_for
-    from secperf.runner import topology_for
+    from secperf.plan import topology_for
+    from secperf.run.preflight import tools_for
 
     on = Scenario.model_validate(minimal())
     assert on.testbed.offloads == "on"

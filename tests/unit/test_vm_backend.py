@@ -272,7 +272,7 @@ def test_schema_vm_settings_and_variant_backend() -> None:
 
 def test_prepare_variants_carries_the_backend(tmp_path: Path) -> None:
     from secperf.mechanisms.base import traffic_plan
-    from secperf.runner import prepare_variants, vm_settings
+    from secperf.plan import prepare_variants, vm_settings
     from secperf.testbed.topology import Topology
 
     sc = load_scenario_text(SCENARIO)

@@ -375,7 +375,7 @@ def test_check_refuses_vpn_before_any_testbed(monkeypatch: pytest.MonkeyPatch) -
     """`secperf check` and `run` refuse IPsec transport mode without kernel ESP before
     any testbed is built; a plain vpn variant passes."""
     from secperf.errors import ScenarioError
-    from secperf.preflight import check_static
+    from secperf.run.preflight import check_static
 
     def scenario(**m: Any) -> Scenario:
         return Scenario.model_validate(

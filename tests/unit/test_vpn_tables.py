@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from secperf.plan import expanded_variants, path_links
 from secperf.results.metrics import extract
-from secperf.runner import expanded_variants, path_links, point_seconds
+from secperf.run.estimate import point_seconds
 from secperf.scenario.schema import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
@@ -187,7 +188,7 @@ def test_a_workload_measures_only_the_variants_it_names() -> None:
         "ovpn[cipher=none]",
         "ovpn[cipher=aes-128-gcm]",
     ]
-    from secperf.runner import estimate_seconds
+    from secperf.run.estimate import estimate_seconds
 
     lo, _hi = estimate_seconds(sc)  # 4 tests of "all" and 3 of "some", 3 rounds, 1.3 s each
     assert lo == pytest.approx(3 * (4 + 3) * 1.3)
@@ -216,7 +217,7 @@ def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
 
 
 def test_the_estimate_takes_the_slowest_link_of_a_topology() -> None:
-    from secperf.runner import slowest_link
+    from secperf.run.estimate import slowest_link
 
     sc = Scenario.model_validate(
         {
