@@ -30,6 +30,7 @@ lint: setup
 	$(VENV)/ruff format --check secperf tests bench
 	$(VENV)/ruff check secperf tests bench
 	$(VENV)/mypy secperf
+	$(VENV)/lint-imports --no-cache
 	$(CARGO) fmt --manifest-path $(ENGINE_MANIFEST) --all -- --check
 	$(CARGO) clippy --release --quiet --manifest-path $(ENGINE_MANIFEST) --all-targets -- -D warnings
 

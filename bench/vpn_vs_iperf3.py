@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without an installed secper
 
 from secperf.engine import run_test, start_server  # noqa: E402
 from secperf.mechanisms.vpn import TunnelEnd, make, tunnel_addresses, tunnel_name  # noqa: E402
-from secperf.scenario.units import fmt_rate, parse_rate  # noqa: E402
+from secperf.schema.units import fmt_rate, parse_rate  # noqa: E402
 from secperf.testbed.hosts import Host  # noqa: E402
 from secperf.testbed.testbed import Testbed, install_teardown_handlers  # noqa: E402
 from secperf.testbed.topology import Topology  # noqa: E402

@@ -28,7 +28,7 @@ from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario, validate_dict
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 
 __all__ = [
     "CSV_COLUMNS",

@@ -18,6 +18,7 @@ from secperf.api import check_out_dir, records, to_csv
 from secperf.errors import ScenarioError, SecperfError
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
+from secperf.plan.inventory import check_inventory
 from secperf.report.compare import compare_runs, differences, print_comparison
 from secperf.report.html import write_html
 from secperf.report.rebuild import rebuild
@@ -34,7 +35,6 @@ from secperf.run.preflight import (
     tools_for,
 )
 from secperf.run.runner import run_scenario
-from secperf.scenario.inventory import check_inventory
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.sweep import expand, expand_scenario
 from secperf.testbed.testbed import clean as clean_ledgers

@@ -22,6 +22,11 @@ from secperf.errors import EngineError, ToolMissingError
 from secperf.testbed.testbed import Host, ManagedProcess
 from secperf.tools import engine_path
 
+# The engine server's control port and the data port range it allocates from:
+# a firewall that matches ports must know them.
+CONTROL_PORT = 5201
+DATA_PORTS = (5300, 5399)
+
 Record = dict[str, Any]
 
 

@@ -38,7 +38,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.scenario.fields import bounded, one_or_sweep, parse_count
+from secperf.schema.fields import bounded, one_or_sweep, parse_count
 from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 

@@ -27,16 +27,14 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
+from secperf.engine import CONTROL_PORT, DATA_PORTS
 from secperf.errors import MechanismError
-from secperf.scenario.fields import StrictModel
+from secperf.metric import MetricRow
+from secperf.schema.fields import StrictModel
 from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool
 
-# The engine server's control port and the data port range it allocates from:
-# a firewall that matches ports must know them.
-CONTROL_PORT = 5201
-DATA_PORTS = (5300, 5399)
 # The attacker's "allowed" flood port (secperf.workloads.flood aims floods there): a
 # filter permits it from the attacker, so an allowed flood reaches the server.
 FLOOD_ALLOWED_PORT = 9
@@ -338,6 +336,9 @@ class MechanismKind(Generic[S]):
     kernel_check: Check[S] | None = None
     kernel_check_note: str = ""
     run_check: Check[S] | None = None
+    # The metrics of the `mechanism` records its runtime's `observe` writes after each
+    # test (a tunnel's daemons' memory), read as a workload's result records are.
+    metrics: tuple[MetricRow, ...] = ()
 
     def tools_for(self, spec: S) -> list[Tool]:
         """The programs this entry needs (preflight refuses a run without them)."""

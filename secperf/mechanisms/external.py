@@ -26,7 +26,7 @@ from secperf.mechanisms.base import (
     MechanismSpec,
     RenderedFile,
 )
-from secperf.scenario.fields import StrictModel
+from secperf.schema.fields import StrictModel
 from secperf.testbed.hosts import Host
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run
 

@@ -36,7 +36,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.scenario.fields import rule_file_or_count
+from secperf.schema.fields import rule_file_or_count
 from secperf.testbed.hosts import Host
 
 READY_TIMEOUT_S = 30.0

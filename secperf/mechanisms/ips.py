@@ -43,8 +43,8 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
-from secperf.scenario.fields import bounded, rule_file_or_count
-from secperf.scenario.units import parse_size
+from secperf.schema.fields import bounded, rule_file_or_count
+from secperf.schema.units import parse_size
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.tools import Tool
 

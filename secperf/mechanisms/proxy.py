@@ -54,9 +54,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PlainValidator, field_validator, model_validator
 
+from secperf.engine import DATA_PORTS
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import (
-    DATA_PORTS,
     Mechanism,
     MechanismContext,
     MechanismKind,
@@ -64,8 +64,8 @@ from secperf.mechanisms.base import (
     RenderedFile,
     apply_files,
 )
-from secperf.scenario.fields import bounded
-from secperf.scenario.units import parse_size
+from secperf.schema.fields import bounded
+from secperf.schema.units import parse_size
 from secperf.services import dns
 from secperf.services.nginx import accepts
 from secperf.services.ports import FTP_PORT, HTTP_PORT

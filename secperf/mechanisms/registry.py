@@ -2,7 +2,7 @@
 
 A kind is one module (or package) that declares itself once (`KIND`, a
 `secperf.mechanisms.base.MechanismKind`); adding one is a new module and a line
-here (secperf/mechanisms/README-kind.md). Nothing else names a kind: the scenario
+here (docs/architecture.md). Nothing else names a kind: the scenario
 schema validates entries through `MECHANISMS`, and the runner, the preflight and
 the workloads read the declarations.
 """
@@ -25,7 +25,7 @@ from secperf.mechanisms import (
     vpn,
 )
 from secperf.mechanisms.base import MechanismKind
-from secperf.scenario.registry import KindRegistry
+from secperf.schema.registry import KindRegistry
 
 MECHANISMS: KindRegistry[MechanismKind[Any]] = KindRegistry(
     "mechanism",

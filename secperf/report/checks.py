@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from secperf.report.model import Cell, ReportTable
+from secperf.tables import Cell, ReportTable
 
 
 def _cell(check: Mapping[str, Any] | None) -> Cell:

@@ -16,10 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from secperf import stats
-from secperf.report.model import fmt_pct, fmt_value
 from secperf.results.metrics import METRICS
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect, scenario_settings
+from secperf.tables import fmt_pct, fmt_value
 
 Key = tuple[str, str, str, str]  # (workload, point_id, variant, metric)
 

@@ -18,8 +18,8 @@ from typing import cast
 
 import numpy as np
 
-from secperf.report.model import BASELINE, Chart
 from secperf.report.plots import figure_bytes, new_figure
+from secperf.tables import BASELINE, Chart
 
 DIRECTIONS = (("c2s", "client → server"), ("s2c", "server → client"))
 CLIP_QUANTILE = 0.995  # the x axis ends where the slowest variant reaches this

@@ -14,12 +14,12 @@ from typing import Any
 
 from secperf.report.checks import check_tables
 from secperf.report.distributions import delay_charts
-from secperf.report.model import Chart, ReportTable
 from secperf.report.plots import charts, variant_sweep_charts
 from secperf.report.terminal import build_tables, header_lines, paper_layouts
 from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.tables import Chart, ReportTable
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from secperf.report.model import ReportLayout, Row
+from secperf.tables import ReportLayout, Row
 from secperf.workloads.registry import WORKLOADS
 
 

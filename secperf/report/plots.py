@@ -18,7 +18,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from secperf.report.layouts import layout_of
-from secperf.report.model import BASELINE, Chart
+from secperf.tables import BASELINE, Chart
 
 # matplotlib takes a few tenths of a second to import: it is imported where a chart
 # is drawn, so that `secperf --version` or `check` do not pay for it.
@@ -115,7 +115,7 @@ def bound_key(ax: Any, label: str) -> None:
 
 
 class _Drawing:
-    """What a kind's layout draws its charts with (secperf.report.model.Drawing)."""
+    """What a kind's layout draws its charts with (secperf.tables.Drawing)."""
 
     def figure(self, width: float, height: float) -> Figure:
         return new_figure(width, height)

@@ -18,7 +18,8 @@ from rich.text import Text
 
 from secperf.report.checks import check_tables
 from secperf.report.layouts import layout_of
-from secperf.report.model import (
+from secperf.results.metrics import censored_words
+from secperf.tables import (
     BASELINE,
     MISSED,
     SIGNIFICANT,
@@ -30,7 +31,6 @@ from secperf.report.model import (
     reps,
     value_cell,
 )
-from secperf.results.metrics import censored_words
 
 _STOP_WORDS = {
     "max_reached": "repetition cap reached",

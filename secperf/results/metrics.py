@@ -3,7 +3,7 @@
 Each workload kind declares its metrics (rows of Metric and extractor, in report
 order), its searches and its unit of work on its declaration
 (secperf.workloads.base.WorkloadKind); the Metric type and the extractors they
-share are in secperf.results.extractors. This module reads a record through the
+share are in secperf.metric. This module reads a record through the
 kind its `kind` names; nothing here branches on a kind.
 """
 
@@ -13,13 +13,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from secperf.results.extractors import (
+from secperf.mechanisms.registry import MECHANISMS
+from secperf.metric import (
     DEFAULT_CENSORED_WORDS,
     TESTBED_CPU,
-    Extractor,
     Metric,
     MetricRow,
-    Record,
     SearchReading,
     WorkUnit,
     num,
@@ -43,51 +42,20 @@ __all__ = [
 ]
 
 
-def _tunnel_rss(end: int) -> Extractor:
-    """A tunnel mechanism record's daemon memory at one end (0: the end on the client's
-    side, 1: the server's), in MiB."""
-
-    def get(r: Record) -> float | None:
-        hosts, mem = r.get("hosts"), r.get("memory_bytes")
-        if not isinstance(hosts, list) or len(hosts) != 2 or not isinstance(mem, Mapping):
-            return None
-        value = num(mem.get(hosts[end]))
-        return None if value is None else value / 2**20
-
-    return get
-
-
-# A tunnel's daemons (document 003, Figs. 2-3 give memory beside CPU), each end's RSS.
-TUNNEL_RSS_CLIENT = Metric(
-    "tunnel_rss_client_mib", "Tunnel daemon memory, client end", "MiB (RSS)", False, False
-)
-TUNNEL_RSS_SERVER = Metric(
-    "tunnel_rss_server_mib", "Tunnel daemon memory, server end", "MiB (RSS)", False, False
-)
-# `mechanism` records (the runner writes one per mechanism after each test) by the
-# mechanism's kind: a tunnel's daemons' resident memory, reported beside the
-# throughput and CPU of the test. (To move onto the mechanism kind's declaration.)
-MECHANISM_RECORDS: dict[str, tuple[MetricRow, ...]] = {
-    "vpn": (
-        (TUNNEL_RSS_CLIENT, _tunnel_rss(0)),
-        (TUNNEL_RSS_SERVER, _tunnel_rss(1)),
-    ),
-}
-
-
 def rows_for(kind: str) -> tuple[MetricRow, ...]:
     """The (metric, extractor) rows of a record of this kind, in report order; () for
     a kind not registered (a record of an older secperf, say)."""
     if kind in WORKLOADS:
         return WORKLOADS.get(kind).metrics
-    return MECHANISM_RECORDS.get(kind, ())
+    # a `mechanism` record (one per mechanism after each test), by the mechanism's kind
+    return MECHANISMS.get(kind).metrics if kind in MECHANISMS else ()
 
 
 def _all_rows() -> Iterator[MetricRow]:
     for k in WORKLOADS:
         yield from k.metrics
-    for rows in MECHANISM_RECORDS.values():
-        yield from rows
+    for m in MECHANISMS:
+        yield from m.metrics
 
 
 class _Metrics(Mapping[str, Metric]):

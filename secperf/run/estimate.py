@@ -4,7 +4,7 @@ workload kind plans them, times the configurations measured at it, times the rou
 from __future__ import annotations
 
 from secperf.plan import expanded_variants
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.workloads.registry import WORKLOADS
 

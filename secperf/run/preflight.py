@@ -15,9 +15,9 @@ from typing import Any
 from secperf.errors import SecperfError, ToolMissingError
 from secperf.mechanisms.base import CheckContext, MechanismKind, MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.graph import build_topology
+from secperf.plan.graph import build_topology
 from secperf.scenario.loader import _LineMap
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.tools import Tool, engine_path
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
 from secperf.workloads.registry import WORKLOADS

@@ -29,16 +29,10 @@ from typing import Any
 from rich.console import Console
 
 from secperf import __version__, stats, verbose
-from secperf.engine import EngineServer, Record, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
-from secperf.mechanisms.base import (
-    CONTROL_PORT,
-    DATA_PORTS,
-    check_flowtables_gone,
-    flush_flow_state,
-    reset_dut,
-)
+from secperf.mechanisms.base import check_flowtables_gone, flush_flow_state, reset_dut
 from secperf.plan import BASELINE, Plan, Variant, hostport, vm_settings
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.results.rundir import RunDir
@@ -47,7 +41,7 @@ from secperf.run.estimate import fmt_eta, point_seconds, slowest_link
 from secperf.run.preflight import preflight
 from secperf.run.progress import RunProgress
 from secperf.run.validity import fails_again, moved_nothing
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed import links
 from secperf.testbed.hosts.vmconfig import guest_cpu_delta

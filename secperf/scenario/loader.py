@@ -22,9 +22,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from secperf.errors import ScenarioError
-from secperf.scenario.registry import KindRegistry
-from secperf.scenario.schema import Scenario
-from secperf.scenario.units import toml_repr
+from secperf.scenario.scenario import Scenario
+from secperf.schema.registry import KindRegistry
+from secperf.schema.units import toml_repr
 
 Key = str | int
 KeyPath = tuple[Key, ...]

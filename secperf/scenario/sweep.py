@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from secperf.scenario.schema import Scenario
-from secperf.scenario.units import fmt_rate, fmt_size
+from secperf.scenario.scenario import Scenario
+from secperf.schema.units import fmt_rate, fmt_size
 from secperf.workloads import base
 from secperf.workloads.base import WorkloadSpec
 from secperf.workloads.registry import WORKLOADS

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from secperf.engine import DATA_PORTS
 from secperf.errors import SecperfError
-from secperf.mechanisms.base import DATA_PORTS
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
 from secperf.tools import find_program

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from secperf.engine import DATA_PORTS
 from secperf.errors import SecperfError
-from secperf.mechanisms.base import DATA_PORTS
 from secperf.services.nginx import accepts, write_files
 from secperf.services.ports import FTP_PASV_PORTS
 from secperf.services.ports import FTP_PORT as FTP_PORT  # re-exported

@@ -28,12 +28,13 @@ its rules run once for, every wire-size packet. "on" leaves the kernel's default
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from secperf.errors import TestbedError
 from secperf.testbed.commands import run_command
-from secperf.testbed.hosts.protocol import Host
 from secperf.testbed.ledger import Ledger
 from secperf.testbed.topology import LinkSpec, Topology
 
@@ -102,7 +103,20 @@ def shape(netns: str, dev: str, rate_bps: int, queue_s: float | None = None) -> 
     run_command(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
 
 
-def reshape(host: Host, dev: str, rate_bps: int | None, queue_s: float | None = None) -> None:
+class Runs(Protocol):
+    """What reshape needs of a host: to run a command in it (a testbed host does)."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def reshape(host: Runs, dev: str, rate_bps: int | None, queue_s: float | None = None) -> None:
     """Change the egress rate of `dev` in a built testbed (a workload's `link_rate`):
     tbf at `rate_bps`, or no qdisc at all for None (unlimited)."""
     if rate_bps is None:

@@ -45,8 +45,8 @@ from secperf import ips_rules
 from secperf.engine import Record
 from secperf.errors import SecperfError
 from secperf.mechanisms.base import Counts, Detector
-from secperf.results.extractors import Metric, MetricRow, busy_us_per, field, path
-from secperf.scenario.fields import bounded, one_or_sweep, parse_count, rule_file
+from secperf.metric import Metric, MetricRow, busy_us_per, field, path
+from secperf.schema.fields import bounded, one_or_sweep, parse_count, rule_file
 from secperf.testbed.testbed import Host
 from secperf.workloads.base import (
     MeasureContext,

@@ -6,7 +6,7 @@ whose `kind` is `Literal["<name>"]`), its executor and one `KIND = WorkloadKind(
 that says everything the rest of secperf needs to know about it: how a point is
 measured, how long one test takes, the hosts it needs, its metrics and searches,
 its report layout, its checks. `secperf.workloads.registry.WORKLOADS` lists the
-kinds; nothing else names one (secperf/workloads/README-kind.md).
+kinds; nothing else names one (docs/architecture.md, "Adding a workload kind").
 
 A point (`WorkloadPoint`) carries the workload's own model with one value of every
 swept key (`secperf.scenario.sweep.expand`); executors read its typed attributes.
@@ -26,9 +26,8 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 
 from secperf.engine import Record, run_test
 from secperf.mechanisms.base import Mechanism, MechanismContext, TrafficPlan, traffic_plan
-from secperf.report.model import ReportLayout
-from secperf.results.extractors import MetricRow, Search, WorkUnit
-from secperf.scenario.fields import (
+from secperf.metric import MetricRow, Search, WorkUnit
+from secperf.schema.fields import (
     MAX_POINTS_PER_WORKLOAD,
     Name,
     NonNegativeDuration,
@@ -36,8 +35,9 @@ from secperf.scenario.fields import (
     StrictModel,
     VariantName,
 )
-from secperf.scenario.testbed import HostName, TopologySection
-from secperf.scenario.testbed import Testbed as TestbedSection
+from secperf.schema.sections import HostName, TopologySection
+from secperf.schema.sections import Testbed as TestbedSection
+from secperf.tables import ReportLayout
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool

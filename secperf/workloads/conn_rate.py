@@ -10,7 +10,7 @@ from pydantic import Field
 
 from secperf.engine import Record
 from secperf.errors import EngineError
-from secperf.results.extractors import Metric, Search
+from secperf.metric import Metric, Search
 from secperf.search import Trial, passes
 from secperf.workloads.base import (
     REQUEST_RESPONSE,

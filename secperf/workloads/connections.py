@@ -14,8 +14,8 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from secperf.engine import Record, run_test
-from secperf.results.extractors import FAILURES, Metric, MetricRow, field, ratio_pct
-from secperf.scenario.fields import HoldTime, PerSecond, Timeout
+from secperf.metric import FAILURES, Metric, MetricRow, field, ratio_pct
+from secperf.schema.fields import HoldTime, PerSecond, Timeout
 from secperf.workloads.base import (
     MeasureContext,
     Spec,

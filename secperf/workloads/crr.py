@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from secperf.results.extractors import (
+from secperf.metric import (
     LAT_MEAN,
     LAT_P99,
     SD_CONN,
@@ -14,7 +14,7 @@ from secperf.results.extractors import (
     latency,
     service_demand,
 )
-from secperf.scenario.fields import Parallel, Payload, TransactionSize
+from secperf.schema.fields import Parallel, Payload, TransactionSize
 from secperf.workloads import flood_beside
 from secperf.workloads.base import REQUEST_RESPONSE, EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from secperf.engine import Record
 from secperf.errors import EngineError
-from secperf.results.extractors import (
+from secperf.metric import (
     FAILURES,
     SD_CONN,
     Metric,
@@ -38,7 +38,7 @@ from secperf.results.extractors import (
     path,
     ratio_pct,
 )
-from secperf.scenario.fields import PerSecond, Timeout
+from secperf.schema.fields import PerSecond, Timeout
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
     ATTACKER,

@@ -44,10 +44,10 @@ from pydantic import Field, PlainValidator, field_validator
 
 from secperf.engine import Record
 from secperf.mechanisms.daemons import DaemonMechanism
+from secperf.metric import Metric, MetricRow
 from secperf.probe import EchoServer, Probe, ProbeResult, ProbeSet, start_echo
-from secperf.results.extractors import Metric, MetricRow
-from secperf.scenario.fields import bounded
-from secperf.scenario.units import parse_duration
+from secperf.schema.fields import bounded
+from secperf.schema.units import parse_duration
 from secperf.testbed.hosts import Power
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import DUT, Topology

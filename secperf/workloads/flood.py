@@ -26,10 +26,10 @@ from pydantic import Field, PlainValidator, field_validator
 from secperf.engine import EngineRun, EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
-from secperf.results.extractors import Metric, MetricRow, busy_us_per, field, path
-from secperf.results.extractors import Record as RecordView
-from secperf.scenario.fields import bounded, one_or_sweep, parse_count
-from secperf.scenario.units import parse_size, toml_repr
+from secperf.metric import Metric, MetricRow, busy_us_per, field, path
+from secperf.metric import Record as RecordView
+from secperf.schema.fields import bounded, one_or_sweep, parse_count
+from secperf.schema.units import parse_size, toml_repr
 from secperf.workloads.base import (
     ATTACKER,
     Executor,

@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import model_validator
 
 from secperf.engine import Record
-from secperf.results.extractors import Metric, MetricRow, field
-from secperf.scenario.fields import StrictModel
+from secperf.metric import Metric, MetricRow, field
+from secperf.schema.fields import StrictModel
 from secperf.workloads.base import (
     ATTACKER,
     Executor,

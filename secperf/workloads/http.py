@@ -16,7 +16,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, PlainValidator
 
 from secperf.engine import Record, run_test
-from secperf.results.extractors import (
+from secperf.metric import (
     FAILURES,
     Metric,
     MetricRow,
@@ -26,7 +26,7 @@ from secperf.results.extractors import (
     sub_latency,
     throughput,
 )
-from secperf.scenario.fields import (
+from secperf.schema.fields import (
     FileSizes,
     PerSecond,
     Timeout,

@@ -28,10 +28,10 @@ from pydantic import PlainValidator, model_validator
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.results.extractors import Metric, MetricRow, field, path, throughput
-from secperf.results.extractors import Record as RecordView
-from secperf.scenario.fields import Rate, bounded
-from secperf.scenario.units import parse_size, toml_repr
+from secperf.metric import Metric, MetricRow, field, path, throughput
+from secperf.metric import Record as RecordView
+from secperf.schema.fields import Rate, bounded
+from secperf.schema.units import parse_size, toml_repr
 from secperf.workloads.base import (
     ATTACKER,
     MeasureContext,

@@ -27,10 +27,10 @@ from pydantic import Field, PlainValidator, model_validator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import SecperfError
-from secperf.results.extractors import LOSS, Metric, MetricRow, field, latency, loss_pct
-from secperf.scenario.fields import bounded, one_or_sweep
-from secperf.scenario.testbed import Testbed, TopologySection
-from secperf.scenario.units import parse_size
+from secperf.metric import LOSS, Metric, MetricRow, field, latency, loss_pct
+from secperf.schema.fields import bounded, one_or_sweep
+from secperf.schema.sections import Testbed, TopologySection
+from secperf.schema.units import parse_size
 from secperf.workloads.base import (
     MeasureContext,
     Refused,

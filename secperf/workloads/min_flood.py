@@ -22,9 +22,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from secperf.engine import Record, run_test
-from secperf.results.extractors import Metric, Search, SearchReading, legacy_bracket, num
-from secperf.results.extractors import Record as RecordView
-from secperf.scenario.fields import MessageSize
+from secperf.metric import Metric, Search, SearchReading, legacy_bracket, num
+from secperf.metric import Record as RecordView
+from secperf.schema.fields import MessageSize
 from secperf.search import Trial, bisect_rate
 from secperf.workloads.base import (
     EngineExecutor,

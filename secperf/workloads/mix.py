@@ -36,7 +36,7 @@ from pydantic import Field, PlainValidator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError, ScenarioError, SecperfError
-from secperf.results.extractors import (
+from secperf.metric import (
     Metric,
     MetricRow,
     field,
@@ -45,8 +45,8 @@ from secperf.results.extractors import (
     service_demand,
     throughput,
 )
-from secperf.results.extractors import Record as RecordView
-from secperf.scenario.fields import FileSizes, Timeout, bounded, one_or_sweep, parse_count
+from secperf.metric import Record as RecordView
+from secperf.schema.fields import FileSizes, Timeout, bounded, one_or_sweep, parse_count
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
 from secperf.testbed.topology import Topology

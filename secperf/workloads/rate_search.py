@@ -15,9 +15,9 @@ from pydantic import Field, model_validator
 
 from secperf.engine import Record
 from secperf.mechanisms.base import flush_flow_state
-from secperf.results.extractors import Record as RecordView
-from secperf.results.extractors import SearchReading, legacy_bracket
-from secperf.scenario.fields import PerSecond, Timeout
+from secperf.metric import Record as RecordView
+from secperf.metric import SearchReading, legacy_bracket
+from secperf.schema.fields import PerSecond, Timeout
 from secperf.search import Trial, bisect_rate
 from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext, WorkloadSpec

@@ -1,13 +1,13 @@
 """Every workload kind, by its `kind = "..."` name: one line a kind.
 
-Adding a kind: its module (secperf/workloads/README-kind.md) and a line here.
+Adding a kind: its module (docs/architecture.md, "Adding a workload kind") and a line here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from secperf.scenario.registry import KindRegistry
+from secperf.schema.registry import KindRegistry
 from secperf.workloads import (
     attack_mix,
     conn_rate,

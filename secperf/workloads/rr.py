@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from secperf.results.extractors import (
+from secperf.metric import (
     LAT_MEAN,
     LAT_P99,
     Metric,
@@ -15,7 +15,7 @@ from secperf.results.extractors import (
     latency,
     service_demand,
 )
-from secperf.scenario.fields import Inflight, Payload, TransactionSize, udp_fits
+from secperf.schema.fields import Inflight, Payload, TransactionSize, udp_fits
 from secperf.workloads import flood_beside
 from secperf.workloads.base import REQUEST_RESPONSE, EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside

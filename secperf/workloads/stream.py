@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from secperf.errors import ScenarioError
-from secperf.results.extractors import (
+from secperf.metric import (
     LOSS,
     Metric,
     MetricRow,
@@ -22,7 +22,7 @@ from secperf.results.extractors import (
     service_demand,
     throughput,
 )
-from secperf.scenario.fields import (
+from secperf.schema.fields import (
     LinkRate,
     MessageSize,
     Parallel,
@@ -34,7 +34,7 @@ from secperf.scenario.fields import (
     TransferBytes,
     udp_fits,
 )
-from secperf.scenario.units import human_size
+from secperf.schema.units import human_size
 from secperf.workloads import flood_beside
 from secperf.workloads.base import (
     CheckContext,

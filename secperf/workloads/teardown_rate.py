@@ -10,7 +10,7 @@ from pydantic import Field
 
 from secperf.engine import Record
 from secperf.errors import EngineError
-from secperf.results.extractors import Metric, Search
+from secperf.metric import Metric, Search
 from secperf.search import Trial, passes
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
 from secperf.workloads.connections import run_on_client

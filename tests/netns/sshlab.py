@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secperf.scenario.inventory import plan_addresses
+from secperf.plan.inventory import plan_addresses
 from secperf.testbed.commands import run_ip_batch
 from secperf.testbed.links import bridge_lines, host_ip_lines
 from secperf.testbed.topology import Topology

@@ -13,7 +13,7 @@ from pydantic import Field
 from typer.testing import CliRunner
 
 from secperf.cli import app
-from secperf.results.extractors import Metric, field
+from secperf.metric import Metric, field
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.registry import WORKLOADS
 

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from secperf.engine import EngineServer, run_test, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, run_test, start_server
 from secperf.errors import TestbedError
-from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
 from secperf.testbed import Testbed, Topology
 from secperf.testbed.cgroups import CGROUP_ENV, detect
 

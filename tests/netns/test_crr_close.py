@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, Record, run_test, start_server
-from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, run_test, start_server
 from secperf.scenario.sweep import one_point
 from secperf.testbed.hosts.netns import CONNECTION_SYSCTLS
 from secperf.testbed.testbed import Testbed

@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from secperf.engine import EngineServer, run_test, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, run_test, start_server
 from secperf.mechanisms.acl import Acl, AclSpec
-from secperf.mechanisms.base import (
-    CONTROL_PORT,
-    DATA_PORTS,
-    Mechanism,
-    MechanismContext,
-    reset_dut,
-    traffic_plan,
-)
+from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy, SynproxySpec
 from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed

@@ -11,16 +11,10 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, start_server
 from secperf.errors import EngineError
 from secperf.mechanisms.acl import Acl, AclSpec
-from secperf.mechanisms.base import (
-    CONTROL_PORT,
-    DATA_PORTS,
-    MechanismContext,
-    reset_dut,
-    traffic_plan,
-)
+from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.results.metrics import extract, metric
 from secperf.scenario.sweep import WorkloadPoint, one_point
 from secperf.testbed.testbed import Testbed

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from secperf.engine import run_test
-from secperf.mechanisms.base import CONTROL_PORT
+from secperf.engine import CONTROL_PORT, run_test
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from secperf.engine import start_server
-from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.engine import CONTROL_PORT, DATA_PORTS, start_server
+from secperf.plan.placement import endpoints, generator_hosts
 from secperf.scenario.loader import parse_scenario
-from secperf.scenario.placement import endpoints, generator_hosts
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology

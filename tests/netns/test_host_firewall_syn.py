@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from secperf.engine import CONTROL_PORT
 from secperf.mechanisms.acl import Acl, AclSpec
-from secperf.mechanisms.base import CONTROL_PORT, MechanismContext, reset_dut, traffic_plan
+from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology

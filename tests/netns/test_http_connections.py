@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, Record, run_test, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, run_test, start_server
 from secperf.mechanisms.acl import Acl, AclSpec
-from secperf.mechanisms.base import (
-    CONTROL_PORT,
-    DATA_PORTS,
-    MechanismContext,
-    reset_dut,
-    traffic_plan,
-)
+from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.scenario.sweep import one_point
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.testbed.testbed import Testbed

@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, Record, run_test, start_server
+from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, run_test, start_server
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import (
-    CONTROL_PORT,
-    DATA_PORTS,
     Mechanism,
     MechanismContext,
     flush_flow_state,

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from secperf import hostinfo
-from secperf.engine import run_test, start_server
-from secperf.mechanisms.base import CONTROL_PORT, DATA_PORTS
+from secperf.engine import CONTROL_PORT, DATA_PORTS, run_test, start_server
 from secperf.scenario.sweep import one_point
 from secperf.testbed.links import OFFLOAD_FEATURES, offload_state
 from secperf.testbed.testbed import Testbed

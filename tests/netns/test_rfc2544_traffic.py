@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 import secperf.workloads.rfc2544.logic as rfc2544
-from secperf.engine import Record
-from secperf.mechanisms.base import CONTROL_PORT
+from secperf.engine import CONTROL_PORT, Record
 from secperf.scenario.sweep import one_point
 from secperf.testbed.ledger import ledgers
 from secperf.testbed.testbed import Testbed

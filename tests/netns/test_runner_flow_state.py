@@ -13,7 +13,7 @@ from secperf.plan import Plan, Variant, prepare_variants
 from secperf.probe import EchoServer, probe, start_echo
 from secperf.results.rundir import RunDir
 from secperf.run.runner import Runner
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.testbed.testbed import Testbed
 
 pytestmark = pytest.mark.netns

@@ -1,5 +1,5 @@
-"""Adding a workload kind is its module and one registry line (secperf/workloads/
-README-kind.md): a kind defined here, registered for the test only, is a kind like any
+"""Adding a workload kind is its module and one registry line (docs/architecture.md):
+a kind defined here, registered for the test only, is a kind like any
 other to `secperf check`, the schema, the estimate, preflight and the summary."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import Field
 from typer.testing import CliRunner
 
 from secperf.cli import app
-from secperf.results.extractors import Metric, field
+from secperf.metric import Metric, field
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.sweep import expand_scenario

@@ -19,7 +19,7 @@ from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.run.preflight import tools_for
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.tools import nfq_path
 from secperf.workloads.failclosed import FailclosedExecutor, FailclosedWorkload

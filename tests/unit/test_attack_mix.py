@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from secperf import ips_rules
 from secperf.mechanisms.base import Detector
 from secperf.mechanisms.fastpath import render_flowtable
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.workloads.attack_mix import (
     Attack,
     attack_payload,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from secperf.cli import app
 from secperf.scenario.loader import parse_scenario
-from secperf.scenario.schema import Mechanism, Scenario, Workload
+from secperf.scenario.scenario import Mechanism, Scenario, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scenario-format.md"

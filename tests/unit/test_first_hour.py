@@ -104,7 +104,7 @@ class _Executor:
 
 def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Executor) -> Any:
     import secperf.run.runner as runner_mod
-    from secperf.scenario.registry import KindRegistry
+    from secperf.schema.registry import KindRegistry
     from secperf.workloads import stream
     from secperf.workloads.base import WorkloadPoint
 

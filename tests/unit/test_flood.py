@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from secperf.mechanisms.acl import AclSpec, render_iptables, render_nft
 from secperf.mechanisms.base import TrafficPlan
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.workloads.registry import WORKLOADS
 

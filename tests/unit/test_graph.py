@@ -9,10 +9,10 @@ import pytest
 
 from secperf.errors import ScenarioError, TestbedError
 from secperf.mechanisms.registry import MECHANISMS
+from secperf.plan.graph import build_topology
+from secperf.plan.placement import endpoints, placement_hook, resolve_placement
 from secperf.report.topology_svg import render_topology_svg
-from secperf.scenario.graph import build_topology
-from secperf.scenario.placement import endpoints, placement_hook, resolve_placement
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.links import host_ip_lines
 from secperf.testbed.topology import GraphHost, GraphLink, Topology

@@ -5,7 +5,6 @@ cycles and of imports hidden in functions."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 import subprocess
@@ -232,74 +231,6 @@ def test_a_namespace_is_never_wired_to_a_real_host(
 
 
 # -- the shape of the code ------------------------------------------------------------------
-
-LAYER = ("secperf.testbed", "secperf.engine", "secperf.hostinfo", "secperf.tools")
-
-
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for path in (REPO / "secperf").rglob("*.py"):
-        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-        mods[name] = path
-    return mods
-
-
-def _imports(path: Path, mods: dict[str, Path]) -> Iterator[tuple[str, ast.AST, bool]]:
-    """(secperf module imported, the node, whether it is at module level)."""
-    tree = ast.parse(path.read_text())
-    top = {id(n) for n in tree.body}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [
-                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
-                for a in node.names
-            ]
-        else:
-            continue
-        for name in names:
-            while name and name not in mods:
-                name = name.rpartition(".")[0]
-            if name.startswith("secperf"):
-                yield name, node, id(node) in top
-
-
-def _in_layer(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in LAYER)
-
-
-def test_no_import_cycle_runs_through_the_testbed_and_no_import_hides_in_a_function() -> None:
-    mods = _modules()
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    hidden = []
-    for module, path in mods.items():
-        for target, node, at_top in _imports(path, mods):
-            if target != module:
-                graph[module].add(target)
-            if not at_top and _in_layer(module):
-                hidden.append(f"{module}:{getattr(node, 'lineno', '?')} imports {target}")
-    assert hidden == []
-    # every module the layer reaches must not reach back into the layer's module
-    for start in (m for m in mods if _in_layer(m)):
-        seen, todo = set(), list(graph[start])
-        while todo:
-            here = todo.pop()
-            if here in seen:
-                continue
-            seen.add(here)
-            todo.extend(graph[here])
-        assert start not in seen, f"{start} imports itself back through {sorted(seen)}"
-    # the layer imports nothing above it (mechanisms, workloads, the runner, ...)
-    above = {
-        f"{m} -> {t}"
-        for m in mods
-        if _in_layer(m)
-        for t in graph[m]
-        if not _in_layer(t) and t not in ("secperf", "secperf.errors", "secperf.verbose")
-    }
-    assert above == set()
-
 
 # What a host may or may not be able to do, and the names the Testbed asks it for.
 CAPABILITIES = {

@@ -117,7 +117,7 @@ def test_mirror_duplicates_every_interface_but_the_sensors() -> None:
 def test_ids_variant_adds_an_ids_host_and_fwsnort_is_a_required_tool() -> None:
     from secperf.plan import topology_for
     from secperf.run.preflight import tools_for
-    from secperf.scenario.schema import Scenario
+    from secperf.scenario.scenario import Scenario
 
     def scenario(mechanisms: list[dict[str, object]]) -> Scenario:
         return Scenario.model_validate(

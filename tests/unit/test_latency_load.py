@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from secperf.results.metrics import extract
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.workloads.latency import PROBE_EVERY, LatencyWorkload, latency_spec
 
 

@@ -19,10 +19,10 @@ from secperf.mechanisms.base import (
 )
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan import topology_for
-from secperf.scenario.graph import build_topology
-from secperf.scenario.placement import placement_hook
-from secperf.scenario.registry import KindRegistry
-from secperf.scenario.schema import Scenario, Variant
+from secperf.plan.graph import build_topology
+from secperf.plan.placement import placement_hook
+from secperf.scenario.scenario import Scenario, Variant
+from secperf.schema.registry import KindRegistry
 from secperf.testbed.hosts import Host
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from secperf.mechanisms.base import Mechanism, MechanismContext, MechanismSpec, traffic_plan
 from secperf.mechanisms.proxy import Proxy, ProxySpec, render_ftp_proxy, render_nft, render_squid
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.schema import Variant
+from secperf.scenario.scenario import Variant
 from secperf.testbed.topology import Topology
 
 

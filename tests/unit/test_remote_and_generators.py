@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from secperf.errors import ScenarioError, SecperfError
+from secperf.plan.inventory import ssh_specs
+from secperf.plan.placement import generator_hosts
 from secperf.report.terminal import header_lines
-from secperf.scenario.inventory import ssh_specs
 from secperf.scenario.loader import parse_scenario
-from secperf.scenario.placement import generator_hosts
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.hosts.remote_teardown import live_entries
 from secperf.testbed.topology import Topology

@@ -9,7 +9,7 @@ import secperf.workloads.rfc2544.layout as report
 import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.report.terminal import build_tables
 from secperf.results.metrics import extract, searches
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand
 from secperf.workloads.rfc2544 import Rfc2544Workload
 

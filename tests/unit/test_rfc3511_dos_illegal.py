@@ -12,7 +12,7 @@ from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.mechanisms.synproxy import Synproxy
 from secperf.results.metrics import extract
-from secperf.scenario.schema import Mechanism, Workload
+from secperf.scenario.scenario import Mechanism, Workload
 from secperf.workloads.dos import DosWorkload
 from secperf.workloads.illegal import IllegalWorkload
 

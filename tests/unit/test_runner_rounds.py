@@ -14,7 +14,7 @@ from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.rundir import RunDir
 from secperf.run.progress import RunProgress
 from secperf.run.runner import Runner, round_order
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 
 NAMES = [BASELINE, "a", "b", "c"]
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from secperf.mechanisms.acl import AclSpec
 from secperf.mechanisms.custom import CustomSpec
-from secperf.scenario.schema import (
+from secperf.scenario.scenario import (
     Scenario,
 )
 from secperf.scenario.sweep import expand
@@ -342,7 +342,7 @@ def test_json_round_trip_and_source_not_dumped() -> None:
 
 
 def test_a_rule_count_list_expands_a_variant_into_one_per_value() -> None:
-    from secperf.scenario.schema import Variant
+    from secperf.scenario.scenario import Variant
 
     v = Variant.model_validate(
         {"mechanisms": [{"kind": "acl", "rules": [1, 100, 10000], "layout": "set"}]}

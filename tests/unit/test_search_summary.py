@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import pytest
 
-from secperf.report.model import fmt_value
 from secperf.report.terminal import build_tables
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.tables import fmt_value
 from secperf.workloads import conn_rate, min_flood
 from secperf.workloads.base import Executor, MeasureContext, WorkloadPoint
 from secperf.workloads.conn_rate import ConnRateExecutor, ConnRateWorkload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand, expand_scenario
 from secperf.workloads.rr import RrWorkload
 from secperf.workloads.stream import StreamWorkload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from secperf.scenario.units import (
+from secperf.schema.units import (
     fmt_duration,
     fmt_rate,
     fmt_size,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from secperf.scenario.loader import parse_scenario
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.testbed.hosts import vmagent, vmimage
 from secperf.testbed.hosts.vmconfig import (
     VmSettings,

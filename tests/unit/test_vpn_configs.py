@@ -35,7 +35,7 @@ from secperf.mechanisms.vpn import (
     vtun,
     wireguard,
 )
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.testbed import topology
 from secperf.testbed.topology import ACL_RESERVED_NET4, ACL_RESERVED_NET6, TESTBED_NET4
 

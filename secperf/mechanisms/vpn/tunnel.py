@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from secperf.errors import MechanismError, ScenarioError
@@ -43,6 +43,7 @@ from secperf.mechanisms.vpn.spec import VpnSpec
 from secperf.mechanisms.vpn.tinc import Tinc
 from secperf.mechanisms.vpn.vtun import Vtun
 from secperf.mechanisms.vpn.wireguard import Wireguard
+from secperf.metric import Extractor, Metric, Record, num
 from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool
@@ -234,6 +235,29 @@ def check(spec: VpnSpec, ctx: CheckContext) -> None:
         )
 
 
+def _tunnel_rss(end: int) -> Extractor:
+    """A tunnel mechanism record's daemon memory at one end (0: the end on the client's
+    side, 1: the server's), in MiB."""
+
+    def get(r: Record) -> float | None:
+        hosts, mem = r.get("hosts"), r.get("memory_bytes")
+        if not isinstance(hosts, list) or len(hosts) != 2 or not isinstance(mem, Mapping):
+            return None
+        value = num(mem.get(hosts[end]))
+        return None if value is None else value / 2**20
+
+    return get
+
+
+# A tunnel's daemons (document 003, Figs. 2-3 give memory beside CPU), each end's RSS.
+TUNNEL_RSS_CLIENT = Metric(
+    "tunnel_rss_client_mib", "Tunnel daemon memory, client end", "MiB (RSS)", False, False
+)
+TUNNEL_RSS_SERVER = Metric(
+    "tunnel_rss_server_mib", "Tunnel daemon memory, server end", "MiB (RSS)", False, False
+)
+
+
 KIND = MechanismKind(
     name="vpn",
     model=VpnSpec,
@@ -242,4 +266,6 @@ KIND = MechanismKind(
     known_tools=tuple(t for impl in IMPLEMENTATIONS.values() for t in impl.TOOLS),
     traits=frozenset({"tunnels"}),
     check=check,
+    # its `mechanism` records: each end's daemon memory beside the test's throughput
+    metrics=((TUNNEL_RSS_CLIENT, _tunnel_rss(0)), (TUNNEL_RSS_SERVER, _tunnel_rss(1))),
 )

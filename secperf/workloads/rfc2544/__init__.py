@@ -8,7 +8,7 @@ and arithmetic, tested without a network), `executor` (the trials on the testbed
 
 from __future__ import annotations
 
-from secperf.scenario.testbed import Testbed, TopologySection
+from secperf.schema.sections import Testbed, TopologySection
 from secperf.workloads.base import Refused, WorkloadKind
 from secperf.workloads.rfc2544.executor import Rfc2544Executor
 from secperf.workloads.rfc2544.layout import LAYOUT

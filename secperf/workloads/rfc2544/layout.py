@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import secperf.workloads.rfc2544.metrics as m
-from secperf.report.model import (
+from secperf.tables import (
     BASELINE,
     Cell,
     Chart,

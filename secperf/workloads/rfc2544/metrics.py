@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from secperf.results.extractors import (
+from secperf.metric import (
     Extractor,
     Metric,
     MetricRow,

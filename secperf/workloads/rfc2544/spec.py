@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PlainValidator, field_validator
 
-from secperf.scenario.fields import Rate, bounded, one_or_sweep
-from secperf.scenario.units import parse_duration, parse_size, toml_repr
+from secperf.schema.fields import Rate, bounded, one_or_sweep
+from secperf.schema.units import parse_duration, parse_size, toml_repr
 from secperf.workloads.base import WorkloadSpec
 
 Rfc2544Test = Literal["throughput", "latency", "loss", "back_to_back"]

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from secperf.errors import ScenarioError, SecperfError, TestbedError
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
 from secperf.tools import engine_path

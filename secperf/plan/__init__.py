@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from secperf.engine import CONTROL_PORT
 from secperf.mechanisms.base import (
-    CONTROL_PORT,
     Mechanism,
     MechanismContext,
     MechanismSpec,
@@ -24,16 +24,16 @@ from secperf.mechanisms.base import (
     traffic_plan,
 )
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.graph import build_topology
-from secperf.scenario.inventory import ssh_specs
-from secperf.scenario.placement import (
+from secperf.plan.graph import build_topology
+from secperf.plan.inventory import ssh_specs
+from secperf.plan.placement import (
     default_endpoint,
     endpoints,
     generator_hosts,
     placement_hook,
     resolve_placement,
 )
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.hosts.ssh_transport import SshSpec
 from secperf.testbed.hosts.vmconfig import VmSettings

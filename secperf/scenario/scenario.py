@@ -25,18 +25,18 @@ from pydantic import (
 
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
-from secperf.scenario.fields import (
+from secperf.schema.fields import (
     Name,
     NonNegativeDuration,
     PositiveDuration,
     StrictModel,
     VariantName,
 )
-from secperf.scenario.testbed import (
+from secperf.schema.sections import (
     Testbed,
     TopologySection,
 )
-from secperf.scenario.units import (
+from secperf.schema.units import (
     plain_number,
     toml_repr,
 )

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PlainValidator, ValidationInfo, field_validator, model_validator
 
 from secperf.errors import TestbedError
-from secperf.scenario.fields import Rate, StrictModel, bounded
-from secperf.scenario.units import parse_duration
+from secperf.schema.fields import Rate, StrictModel, bounded
+from secperf.schema.units import parse_duration
 from secperf.testbed.topology import check_testbed_address
 
 BootDuration = Annotated[float, PlainValidator(bounded(parse_duration, 1, 3600, "a time-out"))]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from secperf.results.extractors import DEFAULT_CENSORED_WORDS
+from secperf.metric import DEFAULT_CENSORED_WORDS
 
 if TYPE_CHECKING:  # types only: a kind's layout never imports matplotlib itself
     from matplotlib.axes import Axes

@@ -9,7 +9,7 @@ that name is declared). Explicit `hosts` and `links` come first, in file order.
 from __future__ import annotations
 
 from secperf.errors import ScenarioError, TestbedError
-from secperf.scenario.schema import Scenario
+from secperf.scenario.scenario import Scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology, zone_graph
 
 

@@ -24,7 +24,7 @@ from pydantic import (
 
 from secperf import ips_rules
 from secperf.errors import MechanismError
-from secperf.scenario.units import (
+from secperf.schema.units import (
     human_duration,
     human_size,
     parse_duration,
