@@ -15,7 +15,7 @@ mod wire;
 
 use std::time::Instant;
 
-pub use error::{EngineError, Result};
+pub use error::EngineError;
 pub use server::{parse_port_range, ServeOptions, Server};
 pub use spec::Spec;
 pub use wire::record::{
@@ -26,7 +26,12 @@ pub use wire::record::{
 /// web server), or alone (a flood, a mix). Every record goes to `sink`; on
 /// failure the caller writes the `error` record. `began` is when the command
 /// started (the records' `t`).
-pub fn run(spec: Spec, allow_any_target: bool, began: Instant, sink: &mut dyn Sink) -> Result<()> {
+pub fn run(
+    spec: Spec,
+    allow_any_target: bool,
+    began: Instant,
+    sink: &mut dyn Sink,
+) -> Result<(), EngineError> {
     let opts = kinds::RunOptions {
         allow_any_target,
         began,

@@ -138,9 +138,9 @@ pub struct FloodSpec {
     /// As asked; the record's `sender` says which one ran.
     pub sender: FloodSender,
     #[serde(skip)]
-    pub source_cidr: Option<Cidr>,
+    pub(crate) source_cidr: Option<Cidr>,
     #[serde(skip)]
-    pub port_range: (u16, u16),
+    pub(crate) port_range: (u16, u16),
     /// Testbed hosts whose CPU is read over the flood.
     pub cpu_groups: Vec<CpuGroup>,
 }

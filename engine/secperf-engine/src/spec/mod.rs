@@ -24,10 +24,10 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, Result};
 
 pub(crate) use common::KindSpec;
-pub use common::{Close, Common, CpuGroup, Direction, Payload, Protocol, OLD_NAMES};
+pub use common::{Close, Common, CpuGroup, Direction, Payload, Protocol};
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
-pub use flood::{Cidr, FloodSender, FloodSpec};
+pub use flood::{FloodSender, FloodSpec};
 pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};
@@ -37,7 +37,7 @@ pub use stream::StreamSpec;
 pub use crate::wire::ftp::Mode;
 pub use crate::wire::packet::FloodProto;
 
-use common::{fields_of, Names};
+use common::{fields_of, Names, OLD_NAMES};
 
 /// A resolved spec: every default filled in, every value checked. Serialized
 /// (`to_value`) as one object tagged by `kind`.
