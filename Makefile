@@ -33,6 +33,7 @@ lint: setup
 	$(VENV)/lint-imports --no-cache
 	$(CARGO) fmt --manifest-path $(ENGINE_MANIFEST) --all -- --check
 	$(CARGO) clippy --release --quiet --manifest-path $(ENGINE_MANIFEST) --all-targets -- -D warnings
+	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST) -p secperf-engine --test layers
 
 bench: setup
 	$(VENV)/python bench/testbed_build.py

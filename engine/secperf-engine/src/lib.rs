@@ -2,46 +2,39 @@
 //! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and
 //! IPv6; `http` against a web server; `connections` for held-connection capacity;
 //! `flood`, a paced one-way packet flood; `mix`, HTTP and FTP virtual clients)
-//! and reports it as NDJSON records. The contract is docs/engine-protocol.md.
+//! and reports it as NDJSON records. The contract is docs/engine-protocol.md;
+//! the layers (error, wire, rt, spec, kinds, then the server and this root)
+//! are in engine/ARCHITECTURE-engine.md.
 
-pub mod client;
-pub mod connections;
-pub mod control;
-pub mod cpu;
-pub mod crr;
-pub mod crr_paced;
-pub mod error;
-pub mod flood;
-pub mod flood_spec;
-pub mod frame;
-pub mod ftp_wire;
-pub mod http;
-pub mod http_wire;
-pub mod kinds;
-pub mod latency;
-pub mod latency_load;
-pub mod mix;
-pub mod net;
-pub mod pacing;
-pub mod packet;
-pub mod packet_tx;
-pub mod payload;
-pub mod record;
-pub mod rr;
-pub mod server;
-pub mod shared;
-pub mod socks;
+mod error;
+mod kinds;
+mod rt;
+mod server;
 pub mod spec;
-pub mod spec_extra;
-pub mod standalone;
-pub mod stream;
-pub mod sys;
-pub mod target;
-pub mod tstamp;
+mod wire;
 
-pub use client::run;
-pub use error::{EngineError, Result};
-pub use record::{Record, Sink, StdoutSink};
-pub use server::{ServeOptions, Server};
+use std::time::Instant;
+
+pub use error::EngineError;
+pub use server::{parse_port_range, ServeOptions, Server};
 pub use spec::Spec;
-pub use standalone::run_spec;
+pub use wire::record::{
+    ErrorRecord, FloodResult, Record, ResultRecord, Sink, StdoutSink, FORMAT, VERSION,
+};
+
+/// Runs one test of `spec`'s kind: as the client of an engine server (or a
+/// web server), or alone (a flood, a mix). Every record goes to `sink`; on
+/// failure the caller writes the `error` record. `began` is when the command
+/// started (the records' `t`).
+pub fn run(
+    spec: Spec,
+    allow_any_target: bool,
+    began: Instant,
+    sink: &mut dyn Sink,
+) -> Result<(), EngineError> {
+    let opts = kinds::RunOptions {
+        allow_any_target,
+        began,
+    };
+    kinds::of(spec).run(&opts, sink)
+}

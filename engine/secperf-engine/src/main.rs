@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use secperf_engine::record::{ErrorRecord, Record, Sink, StdoutSink, VERSION};
-use secperf_engine::server::parse_port_range;
-use secperf_engine::{EngineError, ServeOptions, Server, Spec};
+use secperf_engine::{
+    parse_port_range, EngineError, ErrorRecord, Record, ServeOptions, Server, Sink, Spec,
+    StdoutSink, FORMAT, VERSION,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -54,14 +55,6 @@ fn fail(began: Instant, e: &EngineError) -> ExitCode {
     StdoutSink.emit(Record::Error(ErrorRecord::from_error(t, e)));
     eprintln!("secperf-engine: {}", e);
     ExitCode::from(e.exit_code() as u8)
-}
-
-/// The spec's text (inline, or the file after @; an unreadable file is left to load_spec).
-fn spec_text(arg: &str) -> String {
-    match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
-        None => arg.to_string(),
-    }
 }
 
 fn load_spec(arg: &str) -> Result<Spec, EngineError> {
@@ -127,8 +120,7 @@ fn main() -> ExitCode {
         Command::Version => {
             println!(
                 "{{\"engine\":\"secperf-engine\",\"version\":\"{}\",\"format\":{}}}",
-                VERSION,
-                secperf_engine::record::FORMAT
+                VERSION, FORMAT
             );
             Ok(())
         }
@@ -140,22 +132,8 @@ fn main() -> ExitCode {
         Command::Run {
             spec,
             allow_any_target,
-        } if secperf_engine::mix::is_mix(&spec_text(&spec)) => {
-            // kind mix has a spec of its own (many servers, no engine server).
-            secperf_engine::mix::run(&spec_text(&spec), allow_any_target, began, &mut StdoutSink)
-                .map(|_| ())
-        }
-        Command::Run {
-            spec,
-            allow_any_target,
-        } => load_spec(&spec).and_then(|s| {
-            // Floods ignore --allow-any-target: they never leave the testbed.
-            if s.kind == secperf_engine::spec::Kind::Flood {
-                secperf_engine::flood::run(&s, began, &mut StdoutSink).map(|_| ())
-            } else {
-                secperf_engine::run_spec(&s, allow_any_target, began, &mut StdoutSink)
-            }
-        }),
+        } => load_spec(&spec)
+            .and_then(|s| secperf_engine::run(s, allow_any_target, began, &mut StdoutSink)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

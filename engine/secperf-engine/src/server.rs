@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use crate::control::{CountersReply, ErrorReply, LineConn, Recv, Request, SetupReply};
 use crate::error::{EngineError, Result};
-use crate::kinds::{self, ServerEnv};
-use crate::net::PortPolicy;
-use crate::record::{Listening, Record, Sink, VERSION};
-use crate::shared::Shared;
+use crate::kinds::{self, Kind, ServerEnv, ServerSetup};
+use crate::rt::net::would_block;
+use crate::rt::shared::Shared;
+use crate::rt::target;
 use crate::spec::Spec;
-use crate::target;
+use crate::wire::control::{CountersReply, ErrorReply, LineConn, Recv, Request, SetupReply};
+use crate::wire::record::{Listening, Record, Sink, VERSION};
 
 /// Everything `serve` needs.
 #[derive(Clone, Debug)]
@@ -94,7 +94,7 @@ impl Server {
                         eprintln!("secperf-engine: cannot start a control thread: {}", e);
                     }
                 }
-                Err(e) if crate::net::would_block(&e) => {}
+                Err(e) if would_block(&e) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
                     return Err(EngineError::io("accept failed on the control listener")(e));
@@ -149,20 +149,19 @@ fn run_test(conn: &mut LineConn, local_ip: IpAddr, opts: &ServeOptions) -> Resul
     spec.check_local_limits()?;
     let env = ServerEnv {
         ip: local_ip,
-        ports: PortPolicy {
-            fixed: spec.data_port,
-            range: opts.data_ports,
-        },
+        data_ports: opts.data_ports,
     };
+    let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
+    let kind = kinds::of(spec);
     let shared = Shared::new();
-    let setup = match kinds::serve(&spec, &env, &shared) {
+    let setup = match kind.serve(&env, &shared) {
         Ok(s) => s,
         Err(e) => {
             shared.abort.store(true, Relaxed);
             return Err(e);
         }
     };
-    let r = drive(conn, &spec, &shared, setup);
+    let r = drive(conn, kind.as_ref(), &shared, setup, deadline);
     // Whatever happened, the test's threads end now.
     shared.stop.store(true, Relaxed);
     shared.abort.store(true, Relaxed);
@@ -171,9 +170,10 @@ fn run_test(conn: &mut LineConn, local_ip: IpAddr, opts: &ServeOptions) -> Resul
 
 fn drive(
     conn: &mut LineConn,
-    spec: &Spec,
+    kind: &dyn Kind,
     shared: &Arc<Shared>,
-    setup: kinds::ServerSetup,
+    setup: ServerSetup,
+    deadline: Instant,
 ) -> Result<()> {
     let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
     conn.send(&SetupReply {
@@ -182,7 +182,6 @@ fn drive(
         socket: setup.socket,
     })
     .map_err(lost)?;
-    let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
     loop {
         if Instant::now() >= deadline {
             return Err(EngineError::Server {
@@ -206,29 +205,28 @@ fn drive(
         })?;
         match req {
             Request::Snapshot => {
+                let counters = shared.counters();
+                let extras = kind.snapshot(shared);
                 let reply = CountersReply {
                     ok: true,
-                    counters: shared.counters(),
+                    counters,
                     error: None,
-                    extra: shared.extra(),
-                    latency: None,
+                    extra: extras.extra,
+                    latency: extras.latency,
                 };
-                // Latency: the client's first snapshot here marks the end of its warm-up.
-                if spec.kind == crate::spec::Kind::Latency {
-                    shared.measuring.store(true, Relaxed);
-                }
                 conn.send(&reply).map_err(lost)?;
             }
             Request::Finish => {
                 shared.stop.store(true, Relaxed);
                 shared.set_drain();
                 shared.wait_all(Instant::now() + DRAIN_WAIT);
+                let extras = kind.finish(shared);
                 let reply = CountersReply {
                     ok: true,
                     counters: shared.counters(),
                     error: shared.take_error().map(|e| e.to_string()),
-                    extra: shared.extra(),
-                    latency: kinds::server_report(spec, shared),
+                    extra: extras.extra,
+                    latency: extras.latency,
                 };
                 conn.send(&reply).map_err(lost)?;
                 return Ok(());

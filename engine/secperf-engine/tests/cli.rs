@@ -161,5 +161,5 @@ fn version_prints_json() {
     let out = Command::new(BIN).arg("version").output().unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["format"], 1);
+    assert_eq!(v["format"], 2);
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use secperf_engine::record::{Record, ResultRecord};
-use secperf_engine::{EngineError, ServeOptions, Server, Spec};
+use secperf_engine::{EngineError, Record, ResultRecord, ServeOptions, Server, Spec};
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -58,12 +57,21 @@ pub fn run(
     v["server"] = serde_json::Value::String(server.to_string());
     let spec = Spec::from_value(v).expect("valid spec");
     let mut records: Vec<Record> = Vec::new();
-    let r = secperf_engine::run(&spec, false, Instant::now(), &mut records);
+    let r = secperf_engine::run(spec, false, Instant::now(), &mut records)
+        .map(|()| result_of(&records).expect("a test that ends well has a result record"));
     let values = records
         .iter()
         .map(|r| serde_json::from_str(&r.to_line()).expect("record is JSON"))
         .collect();
     (r, values)
+}
+
+/// The typed `result` record among `records` (kinds stream, rr, crr, latency).
+pub fn result_of(records: &[Record]) -> Option<ResultRecord> {
+    records.iter().find_map(|r| match r {
+        Record::Result(res) => Some((**res).clone()),
+        _ => None,
+    })
 }
 
 pub fn ok(server: SocketAddr, spec_json: &str) -> (ResultRecord, Vec<serde_json::Value>) {

@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secperf_engine::flood;
-use secperf_engine::record::Record;
-use secperf_engine::Spec;
+use secperf_engine::{EngineError, FloodResult, Record, Spec};
 
 /// Whether this test can open raw sockets; says why it is skipped if not.
 fn root_or_skip() -> bool {
@@ -80,6 +78,18 @@ fn spec(json: serde_json::Value) -> Spec {
     Spec::from_value(json).expect("valid flood spec")
 }
 
+/// Runs a flood; its typed result comes from its `result` record.
+fn flood(spec: &Spec, records: &mut Vec<Record>) -> Result<FloodResult, EngineError> {
+    secperf_engine::run(spec.clone(), false, Instant::now(), records)?;
+    Ok(records
+        .iter()
+        .find_map(|r| match r {
+            Record::FloodResult(res) => Some((**res).clone()),
+            _ => None,
+        })
+        .expect("a flood that ends well has a result record"))
+}
+
 #[test]
 fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
     if !root_or_skip() {
@@ -91,7 +101,7 @@ fn rate_within_2pct_at_10kpps_and_every_packet_arrives() {
         "ports": c.port.to_string(), "rate_pps": 10000, "duration": 2
     }));
     let mut recs: Vec<Record> = Vec::new();
-    let r = flood::run(&s, Instant::now(), &mut recs).expect("flood runs");
+    let r = flood(&s, &mut recs).expect("flood runs");
     let got = c.finish();
     assert!(
         r.rate_error_pct.abs() < 2.0,
@@ -134,11 +144,11 @@ fn packet_sender_on_loopback_is_refused_and_raw_runs_as_asked() {
         }))
     };
     // Asked for explicitly, the packet sender fails loudly instead of falling back.
-    let e = flood::run(&with("packet"), Instant::now(), &mut Vec::new()).unwrap_err();
+    let e = flood(&with("packet"), &mut Vec::new()).unwrap_err();
     assert_eq!((e.kind(), e.field()), ("spec", Some("sender")));
     assert!(e.to_string().contains("sender \"packet\""), "{}", e);
     let mut recs: Vec<Record> = Vec::new();
-    let r = flood::run(&with("raw"), Instant::now(), &mut recs).expect("raw flood runs");
+    let r = flood(&with("raw"), &mut recs).expect("raw flood runs");
     assert_eq!((r.sender, r.packets), ("raw", 500));
     assert!(r.sender_note.contains("as asked"), "{}", r.sender_note);
     let start = recs[0].to_line();
@@ -161,7 +171,7 @@ fn count_bound_is_respected() {
         "ports": c.port.to_string(), "rate_pps": 50000, "count": 777, "duration": 5
     }));
     let t = Instant::now();
-    let r = flood::run(&s, Instant::now(), &mut Vec::new()).expect("flood runs");
+    let r = flood(&s, &mut Vec::new()).expect("flood runs");
     assert_eq!(r.packets, 777);
     assert_eq!(r.stopped_by, "count");
     assert!(
@@ -185,7 +195,7 @@ fn target_outside_ranges_is_refused_with_an_error_record() {
         ),
     ] {
         let s = spec(json);
-        let e = flood::run(&s, Instant::now(), &mut Vec::new()).unwrap_err();
+        let e = flood(&s, &mut Vec::new()).unwrap_err();
         assert_eq!(e.kind(), "target");
         assert_eq!(e.field(), Some(field));
         assert_eq!(e.exit_code(), 4);

@@ -8,8 +8,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
 use common::TestServer;
-use secperf_engine::record::Record;
-use secperf_engine::Spec;
+use secperf_engine::spec::{CrrSpec, HttpSpec};
+use secperf_engine::{Record, Spec};
 use serde_json::Value;
 
 /// Serves /ok (1000 bytes), /missing (404), /short (claims 1000, sends 500
@@ -64,7 +64,7 @@ fn run(server: SocketAddr, spec_json: &str) -> Value {
     v["server"] = Value::String(server.to_string());
     let spec = Spec::from_value(v).expect("valid spec");
     let mut records: Vec<Record> = Vec::new();
-    if let Err(e) = secperf_engine::run_spec(&spec, false, Instant::now(), &mut records) {
+    if let Err(e) = secperf_engine::run(spec, false, Instant::now(), &mut records) {
         panic!("test failed: {} ({})", e, e.kind());
     }
     let values: Vec<Value> = records
@@ -187,7 +187,8 @@ fn crr_rate_is_held_and_failures_counted() {
     v["server"] = Value::String(srv.addr.to_string());
     let spec = Spec::from_value(v).unwrap();
     let mut recs: Vec<Record> = Vec::new();
-    let r = secperf_engine::run(&spec, false, Instant::now(), &mut recs).expect("crr runs");
+    secperf_engine::run(spec, false, Instant::now(), &mut recs).expect("crr runs");
+    let r = common::result_of(&recs).expect("a result record");
     let tx = r.transactions as f64;
     assert!((tx - 200.0).abs() <= 10.0, "transactions {}", tx);
     let loss = r.loss.expect("crr with a rate reports failures");
@@ -209,8 +210,14 @@ fn spec_fields_apply_to_their_kinds() {
         assert!(Spec::parse(b).is_err(), "accepted {}", b);
     }
     let s = Spec::parse(r#"{"kind":"http","server":"127.0.0.1:80","parallel":500}"#).unwrap();
-    assert_eq!(s.timeout, Some(5.0));
-    assert_eq!(s.urls, vec!["/".to_string()]);
+    let Spec::Http(HttpSpec { timeout, urls, .. }) = s else {
+        panic!("an http spec")
+    };
+    assert_eq!(timeout, Some(5.0));
+    assert_eq!(urls, vec!["/".to_string()]);
     let c = Spec::parse(r#"{"kind":"crr","server":"127.0.0.1:5201"}"#).unwrap();
-    assert_eq!(c.timeout, None, "crr keeps failing fast without a timeout");
+    let Spec::Crr(CrrSpec { timeout, .. }) = c else {
+        panic!("a crr spec")
+    };
+    assert_eq!(timeout, None, "crr keeps failing fast without a timeout");
 }

@@ -17,10 +17,15 @@ fn tcp_stream_send_bytes_match_and_records_in_order() {
     let (r, recs) = ok(srv.addr, &spec(r#""kind":"stream","message_size":16384"#));
     assert_eq!(recs.first().unwrap()["type"], "start");
     assert_eq!(recs.last().unwrap()["type"], "result");
-    assert_eq!(recs[0]["format"], 1);
-    assert_eq!(recs[0]["spec"]["message_size"], 16384);
+    // Format 2: the resolved spec names the sizes `message`, `request`, `response`.
+    assert_eq!(recs[0]["format"], 2);
+    assert_eq!(recs[0]["spec"]["message"], 16384);
     assert!(
-        recs[0]["spec"].get("request_size").is_none(),
+        recs[0]["spec"].get("message_size").is_none(),
+        "the old name is not echoed"
+    );
+    assert!(
+        recs[0]["spec"].get("request").is_none(),
         "rr fields are not in a stream spec"
     );
     let intervals: Vec<_> = recs.iter().filter(|r| r["type"] == "interval").collect();

@@ -1,6 +1,27 @@
 //! Spec parsing and validation: each bad field is an error naming it.
 
-use secperf_engine::spec::{Direction, Kind, Protocol, Spec};
+use secperf_engine::spec::{CrrSpec, Direction, Protocol, RrSpec, Spec, StreamSpec};
+
+fn stream(json: &str) -> StreamSpec {
+    match Spec::parse(json).expect("a valid spec") {
+        Spec::Stream(s) => s,
+        other => panic!("not a stream spec: {:?}", other),
+    }
+}
+
+fn rr(json: &str) -> RrSpec {
+    match Spec::parse(json).expect("a valid spec") {
+        Spec::Rr(s) => s,
+        other => panic!("not an rr spec: {:?}", other),
+    }
+}
+
+fn crr(json: &str) -> CrrSpec {
+    match Spec::parse(json).expect("a valid spec") {
+        Spec::Crr(s) => s,
+        other => panic!("not a crr spec: {:?}", other),
+    }
+}
 
 fn err(json: &str) -> (String, Option<String>, String) {
     let e = Spec::parse(json).expect_err("spec should be refused");
@@ -15,25 +36,26 @@ const S: &str = r#""server":"127.0.0.1:5201""#;
 
 #[test]
 fn defaults_are_filled_in() {
-    let s = Spec::parse(&format!(r#"{{"kind":"stream",{}}}"#, S)).unwrap();
-    assert_eq!(s.kind, Kind::Stream);
-    assert_eq!(s.protocol, Protocol::Tcp);
-    assert_eq!(s.duration, 10.0);
+    let s = stream(&format!(r#"{{"kind":"stream",{}}}"#, S));
+    assert_eq!(Spec::Stream(s.clone()).kind(), "stream");
+    assert_eq!(s.common.protocol, Protocol::Tcp);
+    assert_eq!(s.common.duration, 10.0);
     assert_eq!(s.warmup, 1.0);
-    assert_eq!(s.message_size, 131072);
+    assert_eq!(s.message, 131072);
     assert_eq!(s.direction, Direction::Send);
     assert!(!s.nodelay);
-    let u = Spec::parse(&format!(r#"{{"kind":"stream","protocol":"udp",{}}}"#, S)).unwrap();
-    assert_eq!(u.message_size, 1024);
-    let rr = Spec::parse(&format!(r#"{{"kind":"rr",{}}}"#, S)).unwrap();
-    assert!(rr.nodelay);
-    assert_eq!((rr.request_size, rr.response_size, rr.inflight), (1, 1, 1));
-    let v = rr.to_value();
-    assert!(v.get("message_size").is_none() && v.get("udp_timeout").is_none());
+    let u = stream(&format!(r#"{{"kind":"stream","protocol":"udp",{}}}"#, S));
+    assert_eq!(u.message, 1024);
+    let r = rr(&format!(r#"{{"kind":"rr",{}}}"#, S));
+    assert!(r.nodelay);
+    assert_eq!((r.request, r.response, r.inflight), (1, 1, 1));
+    let v = Spec::Rr(r).to_value();
+    assert!(v.get("message").is_none() && v.get("udp_timeout").is_none());
     assert_eq!(v["inflight"], 1);
+    assert_eq!(v["kind"], "rr");
     // The resolved spec parses back to the same thing (the server does this).
-    let back = Spec::from_value(v).unwrap();
-    assert_eq!(back.to_value(), rr.to_value());
+    let back = Spec::from_value(v.clone()).unwrap();
+    assert_eq!(back.to_value(), v);
 }
 
 #[test]
@@ -119,11 +141,7 @@ fn socket_buffer_above_host_max() {
 
 #[test]
 fn rcvlowat_defaults_to_the_message_for_large_unpaced_tcp_messages() {
-    let lowat = |extra: &str| {
-        Spec::parse(&format!(r#"{{"kind":"stream",{}{}}}"#, S, extra))
-            .unwrap()
-            .rcvlowat
-    };
+    let lowat = |extra: &str| stream(&format!(r#"{{"kind":"stream",{}{}}}"#, S, extra)).rcvlowat;
     assert_eq!(lowat(""), 131072);
     assert_eq!(lowat(r#","message_size":524288"#), 524288);
     // Capped so the default always stays below the kernel's own cap.
@@ -186,18 +204,28 @@ fn rcvlowat_bad_values_name_the_field() {
 #[test]
 fn close_defaults_to_fin_and_takes_reset_on_crr_and_connections_only() {
     use secperf_engine::spec::Close;
-    let c = Spec::parse(&format!(r#"{{"kind":"crr",{}}}"#, S)).unwrap();
+    let c = crr(&format!(r#"{{"kind":"crr",{}}}"#, S));
     assert_eq!(c.close, Close::Fin, "an orderly close by default");
-    assert_eq!(c.to_value()["close"], "fin");
-    let r = Spec::parse(&format!(r#"{{"kind":"crr",{},"close":"reset"}}"#, S)).unwrap();
+    assert_eq!(Spec::Crr(c).to_value()["close"], "fin");
+    let r = crr(&format!(r#"{{"kind":"crr",{},"close":"reset"}}"#, S));
     assert_eq!(r.close, Close::Reset);
     // The server receives the resolved spec: the close survives the trip.
-    assert_eq!(Spec::from_value(r.to_value()).unwrap().close, Close::Reset);
+    let back = Spec::from_value(Spec::Crr(r).to_value()).unwrap();
+    assert!(matches!(
+        back,
+        Spec::Crr(CrrSpec {
+            close: Close::Reset,
+            ..
+        })
+    ));
     let k = Spec::parse(&format!(
         r#"{{"kind":"connections",{},"close":"reset"}}"#,
         S
     ))
     .unwrap();
+    let Spec::Connections(k) = k else {
+        panic!("a connections spec")
+    };
     assert_eq!(k.close, Close::Reset);
     let (_, field, _) = err(&format!(r#"{{"kind":"crr",{},"close":"linger"}}"#, S));
     assert_eq!(field.as_deref(), Some("close"));
@@ -206,4 +234,86 @@ fn close_defaults_to_fin_and_takes_reset_on_crr_and_connections_only() {
     assert!(msg.contains("does not apply"));
     let rr = Spec::parse(&format!(r#"{{"kind":"rr",{}}}"#, S)).unwrap();
     assert!(rr.to_value().get("close").is_none());
+}
+
+#[test]
+fn renamed_fields_take_their_old_names_too() {
+    // `message`, `request` and `response` are the names; the old ones still parse.
+    let new = stream(&format!(r#"{{"kind":"stream",{},"message":4096}}"#, S));
+    let old = stream(&format!(r#"{{"kind":"stream",{},"message_size":4096}}"#, S));
+    assert_eq!((new.message, old.message), (4096, 4096));
+    // The resolved spec (the `start` record's, the server's) has the new name only.
+    let v = Spec::Stream(old).to_value();
+    assert_eq!(v["message"], 4096);
+    assert!(v.get("message_size").is_none(), "{}", v);
+    let r = rr(&format!(
+        r#"{{"kind":"rr",{},"request":32,"response_size":256}}"#,
+        S
+    ));
+    assert_eq!((r.request, r.response), (32, 256));
+    let c = crr(&format!(
+        r#"{{"kind":"crr",{},"request_size":10,"response":100}}"#,
+        S
+    ));
+    assert_eq!((c.request, c.response), (10, 100));
+    // An error names the field as the spec wrote it.
+    let (_, field, msg) = err(&format!(r#"{{"kind":"stream",{},"message":0}}"#, S));
+    assert_eq!(field.as_deref(), Some("message"));
+    assert!(msg.starts_with("message must be at least 1"), "{}", msg);
+    let (_, field, _) = err(&format!(r#"{{"kind":"rr",{},"request_size":0}}"#, S));
+    assert_eq!(field.as_deref(), Some("request_size"));
+    // Both names at once is ambiguous.
+    let (_, field, msg) = err(&format!(
+        r#"{{"kind":"stream",{},"message":1,"message_size":2}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("message_size"));
+    assert!(msg.contains("old name of `message`"), "{}", msg);
+    // The old name is refused where the field does not apply, like the new one.
+    let (_, field, msg) = err(&format!(r#"{{"kind":"rr",{},"message_size":5}}"#, S));
+    assert_eq!(field.as_deref(), Some("message_size"));
+    assert!(msg.contains("does not apply to kind rr"), "{}", msg);
+    // The list of fields a kind takes shows the new names only.
+    let (_, _, msg) = err(&format!(r#"{{"kind":"rr",{},"reqest":5}}"#, S));
+    assert!(msg.contains("request, response"), "{}", msg);
+    assert!(!msg.contains("request_size"), "{}", msg);
+}
+
+#[test]
+fn the_spec_of_every_kind_is_its_own_struct() {
+    for (json, kind) in [
+        (r#"{"kind":"stream","server":"127.0.0.1:1"}"#, "stream"),
+        (r#"{"kind":"rr","server":"127.0.0.1:1"}"#, "rr"),
+        (r#"{"kind":"crr","server":"127.0.0.1:1"}"#, "crr"),
+        (r#"{"kind":"latency","server":"127.0.0.1:1"}"#, "latency"),
+        (r#"{"kind":"http","server":"127.0.0.1:1"}"#, "http"),
+        (
+            r#"{"kind":"connections","server":"127.0.0.1:1"}"#,
+            "connections",
+        ),
+        (
+            r#"{"kind":"flood","flood":"udp","target":"198.18.2.2","rate_pps":1000}"#,
+            "flood",
+        ),
+        (
+            r#"{"kind":"mix","servers":[{"address":"198.18.2.2"}],"clients":[1],"html_files":[10]}"#,
+            "mix",
+        ),
+    ] {
+        let s = Spec::parse(json).unwrap_or_else(|e| panic!("{}: {}", json, e));
+        assert_eq!(s.kind(), kind);
+        assert_eq!(s.to_value()["kind"], kind, "the resolved spec is tagged");
+    }
+    // A kind's field in another kind's spec names the field and the kind.
+    let (_, field, msg) =
+        err(r#"{"kind":"flood","flood":"udp","target":"198.18.2.2","rate_pps":1000,"urls":["/"]}"#);
+    assert_eq!(field.as_deref(), Some("urls"));
+    assert!(msg.contains("does not apply to kind flood"), "{}", msg);
+    let (_, field, _) = err(
+        r#"{"kind":"mix","servers":[{"address":"198.18.2.2"}],"clients":[1],"html_files":[10],"duration":5}"#,
+    );
+    assert_eq!(field.as_deref(), Some("duration"));
+    let (_, field, msg) = err(&format!(r#"{{"kind":"bulk",{}}}"#, S));
+    assert_eq!(field.as_deref(), Some("kind"));
+    assert!(msg.contains("\"mix\""), "{}", msg);
 }

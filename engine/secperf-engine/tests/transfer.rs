@@ -100,7 +100,10 @@ fn fixed_transfer_spec_refusals_name_the_field() {
         S
     ))
     .unwrap();
-    assert_eq!((s.bytes, s.warmup), (Some(1000), 0.0));
+    let Spec::Stream(ref stream) = s else {
+        panic!("a stream spec")
+    };
+    assert_eq!((stream.bytes, stream.warmup), (Some(1000), 0.0));
     let back = Spec::from_value(s.to_value()).unwrap();
     assert_eq!(back.to_value(), s.to_value());
 }

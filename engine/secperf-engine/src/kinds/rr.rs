@@ -1,0 +1,355 @@
+//! Kind `rr`: request/response on one connection (TCP) or socket (UDP),
+//! with `inflight` transactions pipelined; one blocking thread per side.
+//! UDP requests carry a sequence number in their first bytes (up to 8, as
+//! many as the sizes allow) that the server echoes, so late responses are
+//! told apart; a request unanswered after `udp_timeout` counts as lost.
+
+use std::collections::VecDeque;
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{EngineError, Result};
+use crate::kinds::base::{ClientStart, Kind, RunOptions, ServerEnv, ServerSetup};
+use crate::kinds::timed::{self, Plan, Snap, Timed, Window};
+use crate::rt::net::{self, would_block, SockOpts};
+use crate::rt::payload;
+use crate::rt::shared::{Role, Shared, Tally, ThreadStats};
+use crate::spec::{KindSpec, Protocol, RrSpec};
+use crate::wire::record::{Interval, ResultRecord, Sink};
+
+const UDP_QUIET: Duration = Duration::from_millis(200);
+
+fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| {
+        EngineError::io(format!(
+            "rr {} failed (check that the server still runs and nothing in the path resets or blocks the connection)",
+            what
+        ))(e)
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+/// The data sockets' options.
+fn sock(spec: &RrSpec) -> SockOpts {
+    SockOpts {
+        buffer: spec.socket_buffer,
+        nodelay: spec.nodelay,
+        bind: spec.bind,
+    }
+}
+
+fn serve(spec: &RrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
+    let ports = env.ports(spec.data_port);
+    match spec.common.protocol {
+        Protocol::Tcp => {
+            let (listener, data_port, socket) = net::tcp_listen(&sock(spec), env.ip, ports)?;
+            let spec = spec.clone();
+            sh.spawn("rr-accept", Role::Active, move |sh, st| {
+                net::accept_loop(&listener, sh, |s| {
+                    st.connections.fetch_add(1, Relaxed);
+                    let spec = spec.clone();
+                    sh.spawn("rr-conn", Role::Passive, move |sh, st| {
+                        serve_tcp_conn(&s, &spec, sh, st)
+                    })
+                })
+            })?;
+            Ok(ServerSetup { data_port, socket })
+        }
+        Protocol::Udp => {
+            let (sock, socket) = net::udp_bind(&sock(spec), env.ip, ports)?;
+            let data_port = sock
+                .local_addr()
+                .map_err(EngineError::io("cannot read the data socket's address"))?
+                .port();
+            let spec = spec.clone();
+            sh.spawn("rr-udp", Role::Passive, move |sh, st| {
+                serve_udp(&sock, &spec, sh, st)
+            })?;
+            Ok(ServerSetup { data_port, socket })
+        }
+    }
+}
+
+fn serve_tcp_conn(s: &TcpStream, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+    net::set_wake_timeouts(s).map_err(data_err("socket setup"))?;
+    let mut req = vec![0u8; spec.request];
+    let resp = payload::make(spec.payload, spec.response, 77);
+    let mut t = Tally::default();
+    let mut r = s;
+    loop {
+        match net::read_full(&mut r, &mut req, sh) {
+            Ok(true) => {}
+            Ok(false) => break,
+            // The client resetting its connection at the very end is not a failure.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && sh.stopped() => break,
+            Err(e) => return Err(data_err("server read")(e)),
+        }
+        t.received(req.len());
+        if !net::write_full(&mut r, &resp, sh).map_err(data_err("server write"))? {
+            break;
+        }
+        t.sent(resp.len());
+        t.transactions += 1;
+        t.publish(st);
+    }
+    t.publish(st);
+    Ok(())
+}
+
+fn serve_udp(sock: &UdpSocket, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(data_err("socket setup"))?;
+    let mut buf = vec![0u8; 65536];
+    let mut resp = payload::make(spec.payload, spec.response, 77);
+    let mut t = Tally::default();
+    let mut last = 0u64;
+    loop {
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                t.received(n);
+                last = sh.now_ns();
+                let k = n.min(resp.len()).min(8);
+                resp[..k].copy_from_slice(&buf[..k]);
+                match sock.send_to(&resp, from) {
+                    Ok(m) => {
+                        t.sent(m);
+                        t.transactions += 1;
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) || would_block(&e) => {}
+                    Err(e) => return Err(data_err("UDP server send")(e)),
+                }
+                t.publish(st);
+                st.last_recv_ns.store(last, Relaxed);
+            }
+            Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                if sh.quiet_end(last, UDP_QUIET) {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(data_err("UDP server receive")(e)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+fn start(spec: &RrSpec, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientStart> {
+    let spec2 = spec.clone();
+    match spec.common.protocol {
+        Protocol::Tcp => {
+            let s = net::tcp_connect(&sock(spec), data, spec.client_port)?;
+            net::set_wake_timeouts(&s).map_err(data_err("socket setup"))?;
+            sh.add_sender_socket(&s);
+            let local = s.local_addr().ok();
+            sh.spawn("rr-tcp", Role::Active, move |sh, st| {
+                client_tcp(&s, &spec2, sh, st)
+            })?;
+            Ok(ClientStart { local })
+        }
+        Protocol::Udp => {
+            let s = net::udp_connect(&sock(spec), data, spec.client_port)?;
+            let local = s.local_addr().ok();
+            sh.spawn("rr-udp", Role::Active, move |sh, st| {
+                client_udp(&s, &spec2, sh, st)
+            })?;
+            Ok(ClientStart { local })
+        }
+    }
+}
+
+fn client_tcp(s: &TcpStream, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+    let req = payload::make(spec.payload, spec.request, 7);
+    let mut resp = vec![0u8; spec.response];
+    let mut outstanding: VecDeque<Instant> = VecDeque::with_capacity(spec.inflight);
+    let mut t = Tally::default();
+    let mut io = s;
+    for _ in 0..spec.inflight {
+        if !net::write_full(&mut io, &req, sh).map_err(data_err("request"))? {
+            return Ok(());
+        }
+        t.sent(req.len());
+        outstanding.push_back(Instant::now());
+    }
+    while let Some(sent_at) = outstanding.pop_front() {
+        if !net::read_full(&mut io, &mut resp, sh).map_err(data_err("response"))? {
+            if sh.aborted() {
+                return Ok(());
+            }
+            return Err(EngineError::Server {
+                field: None,
+                message: "the server closed the rr connection before answering: check the server's stderr".into(),
+            });
+        }
+        // One clock read per transaction: the response's arrival is the next request's start.
+        let now = Instant::now();
+        sh.record_rtt(now - sent_at);
+        t.received(resp.len());
+        t.transactions += 1;
+        if !sh.stopped() {
+            if !net::write_full(&mut io, &req, sh).map_err(data_err("request"))? {
+                break;
+            }
+            t.sent(req.len());
+            outstanding.push_back(now);
+        }
+        t.publish(st);
+    }
+    t.publish(st);
+    let _ = s.shutdown(Shutdown::Write);
+    Ok(())
+}
+
+struct Slot {
+    seq: u64,
+    sent_at: Instant,
+    active: bool,
+}
+
+fn client_udp(s: &UdpSocket, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+    let timeout = Duration::from_secs_f64(spec.udp_timeout);
+    // Wake at least every 50 ms so a stop is seen even with long timeouts.
+    s.set_read_timeout(Some(timeout.min(Duration::from_millis(50))))
+        .map_err(data_err("socket setup"))?;
+    let mut req = payload::make(spec.payload, spec.request, 7);
+    let mut buf = vec![0u8; 65536];
+    let k = spec.request.min(spec.response).min(8);
+    let mask = if k == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
+    let mut next_seq = 0u64;
+    let mut t = Tally::default();
+    let mut lost = 0u64;
+    let now = Instant::now();
+    let mut slots: Vec<Slot> = (0..spec.inflight)
+        .map(|_| Slot {
+            seq: 0,
+            sent_at: now,
+            active: false,
+        })
+        .collect();
+
+    let mut send = |slot: &mut Slot, t: &mut Tally| -> Result<()> {
+        let seq = next_seq;
+        next_seq += 1;
+        req[..k].copy_from_slice(&seq.to_le_bytes()[..k]);
+        slot.seq = seq & mask;
+        slot.sent_at = Instant::now();
+        slot.active = true;
+        match s.send(&req) {
+            Ok(n) => t.sent(n),
+            // Counted lost when its timeout passes.
+            Err(e)
+                if would_block(&e)
+                    || e.kind() == std::io::ErrorKind::ConnectionRefused
+                    || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+            Err(e) => return Err(data_err("UDP request")(e)),
+        }
+        Ok(())
+    };
+    for slot in slots.iter_mut() {
+        send(slot, &mut t)?;
+    }
+    loop {
+        let got = match s.recv(&mut buf) {
+            Ok(n) if n >= k => {
+                let mut b = [0u8; 8];
+                b[..k].copy_from_slice(&buf[..k]);
+                Some((n, u64::from_le_bytes(b)))
+            }
+            Ok(_) => None,
+            Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::ConnectionRefused => None,
+            Err(e) => return Err(data_err("UDP response")(e)),
+        };
+        let now = Instant::now();
+        if let Some((n, seq)) = got {
+            if let Some(slot) = slots.iter_mut().find(|x| x.active && x.seq == seq) {
+                sh.record_rtt(now - slot.sent_at);
+                t.received(n);
+                t.transactions += 1;
+                slot.active = false;
+                if !sh.stopped() {
+                    send(slot, &mut t)?;
+                }
+            }
+        }
+        if got.is_none() || spec.inflight > 1 {
+            for slot in slots.iter_mut() {
+                if slot.active && now - slot.sent_at >= timeout {
+                    lost += 1;
+                    st.lost.store(lost, Relaxed);
+                    slot.active = false;
+                    if !sh.stopped() {
+                        send(slot, &mut t)?;
+                    }
+                }
+            }
+        }
+        t.publish(st);
+        if sh.aborted() || (sh.stopped() && slots.iter().all(|x| !x.active)) {
+            return Ok(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the kind
+
+/// Kind `rr`, one test on one side.
+pub struct Rr {
+    spec: RrSpec,
+}
+
+impl Rr {
+    pub fn new(spec: RrSpec) -> Rr {
+        Rr { spec }
+    }
+}
+
+impl Kind for Rr {
+    fn serve(&self, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
+        serve(&self.spec, env, sh)
+    }
+
+    fn run(&self, opts: &RunOptions, sink: &mut dyn Sink) -> Result<()> {
+        self.spec.check_local_limits()?;
+        timed::run(self, opts, sink)
+    }
+}
+
+impl Timed for Rr {
+    fn plan(&self) -> Plan<'_> {
+        let s = &self.spec;
+        Plan {
+            kind: RrSpec::NAME,
+            spec: s.to_value(),
+            common: &s.common,
+            warmup: s.warmup,
+            interval: s.interval,
+            sock: sock(s),
+            transfer: None,
+            server_intervals: false,
+        }
+    }
+
+    fn start(&self, data: SocketAddr, sh: &Arc<Shared>) -> Result<ClientStart> {
+        start(&self.spec, data, sh)
+    }
+
+    fn interval(&self, a: &Snap, b: &Snap, sh: &Shared, rec: &mut Interval) {
+        timed::transactions_interval(a, b, sh, rec);
+    }
+
+    fn result(&self, w: &Window, _: &Shared, res: &mut ResultRecord) -> Result<()> {
+        let udp = self.spec.common.protocol == Protocol::Udp;
+        if !udp {
+            res.retransmits = Some(w.retransmits());
+        }
+        // UDP requests that timed out are lost.
+        timed::transactions_result(w, res, udp);
+        Ok(())
+    }
+}

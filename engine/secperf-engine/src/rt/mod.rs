@@ -1,0 +1,14 @@
+//! The runtime every kind draws on: sockets and their options, the state a
+//! test's threads share, pacing, payloads, CPU accounting, clocks and kernel
+//! timestamps, AF_PACKET links, and the guard on target addresses. Depends on
+//! `error` and `wire` only.
+
+pub mod cpu;
+pub mod net;
+pub mod pacing;
+pub mod packet_tx;
+pub mod payload;
+pub mod shared;
+pub mod sys;
+pub mod target;
+pub mod tstamp;

@@ -1,0 +1,173 @@
+//! The few libc calls std and socket2 do not offer, each behind a safe function.
+
+use std::os::fd::RawFd;
+
+use crate::wire::record::CpuTimes;
+
+fn timeval_s(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+fn rusage(who: libc::c_int) -> CpuTimes {
+    // Safety: rusage is plain old data, so all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // Safety: getrusage only writes into the struct we own; `who` is one of
+    // the RUSAGE_* constants.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    if rc != 0 {
+        return CpuTimes::default();
+    }
+    CpuTimes {
+        user_s: timeval_s(ru.ru_utime),
+        system_s: timeval_s(ru.ru_stime),
+    }
+}
+
+/// CPU time of the calling thread.
+pub fn thread_cpu() -> CpuTimes {
+    rusage(libc::RUSAGE_THREAD)
+}
+
+/// CPU time of this whole process (all threads, live and exited).
+pub fn process_cpu() -> CpuTimes {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// Kernel thread id of the calling thread.
+pub fn gettid() -> i32 {
+    // Safety: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock in every network namespace).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Clock ticks per second of /proc times.
+pub fn clk_tck() -> f64 {
+    // Safety: sysconf has no memory effects.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as f64
+    } else {
+        100.0
+    }
+}
+
+/// `tcpi_total_retrans` of a TCP socket, or None if TCP_INFO is not readable.
+pub fn tcp_total_retrans(fd: RawFd) -> Option<u64> {
+    // Safety: tcp_info is plain old data, so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // Safety: the kernel writes at most `len` bytes into `info`, which we own;
+    // a bad fd only yields an error return.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(info.tcpi_total_retrans as u64)
+}
+
+/// Sets SO_RCVLOWAT: a blocked read or poll wakes once this many bytes are
+/// queued, or at EOF, an error or the read timeout. (TCP silently caps it at
+/// half the receive buffer's maximum; the spec checks given values first.)
+/// Bytes in a TCP socket's send queue that the peer has not acknowledged yet
+/// (SIOCOUTQ); None if the socket cannot say.
+pub fn unsent_bytes(fd: RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // Safety: SIOCOUTQ (= TIOCOUTQ) writes one int into `n`, which we own; a
+    // bad fd only yields an error return.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc != 0 || n < 0 {
+        return None;
+    }
+    Some(n as u64)
+}
+
+pub fn set_rcvlowat(fd: RawFd, bytes: usize) -> std::io::Result<()> {
+    let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // Safety: the kernel reads `len` bytes from `want`, an int we own; a bad
+    // fd only yields an error return.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&want as *const libc::c_int).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the soft limit now in force.
+pub fn raise_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // Safety: getrlimit/setrlimit only read/write the struct we pass, which lives on our stack.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn rcvlowat_reaches_the_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        super::set_rcvlowat(s.as_raw_fd(), 65536).unwrap();
+        let mut got: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // Safety: the kernel writes at most `len` bytes into `got`, an int we own.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&mut got as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((rc, got), (0, 65536));
+    }
+}

@@ -1,0 +1,473 @@
+//! What the kinds' specs share: the vocabulary (protocol, direction, …), the
+//! common part of every kind that runs against a server, the checks of sizes
+//! and times, and the two things the parser needs from a kind's raw struct: its
+//! field names (read from its serde derive, so no list is kept by hand) and the
+//! old names of renamed fields.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+pub use crate::rt::cpu::CpuGroup;
+pub use crate::rt::net::Protocol;
+pub use crate::rt::payload::Payload;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// client → server
+    Send,
+    /// server → client
+    Receive,
+    Both,
+}
+
+impl Direction {
+    pub fn client_sends(self) -> bool {
+        matches!(self, Direction::Send | Direction::Both)
+    }
+    pub fn client_receives(self) -> bool {
+        matches!(self, Direction::Receive | Direction::Both)
+    }
+}
+
+/// How crr and connections end a TCP connection: `fin`, an orderly close
+/// (FIN both ways, the client keeps the TIME_WAIT, as netperf's TCP_CRR and
+/// real clients do), or `reset`, SO_LINGER 0 (an RST, no TIME_WAIT, no FIN
+/// for a stateful DUT to see).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Close {
+    #[default]
+    Fin,
+    Reset,
+}
+
+impl Close {
+    pub fn name(self) -> &'static str {
+        match self {
+            Close::Fin => "fin",
+            Close::Reset => "reset",
+        }
+    }
+}
+
+/// Largest UDP payload over IPv4 (65535 − 20 − 8).
+pub const UDP_MAX: usize = 65507;
+/// Sanity bound for TCP message/request/response sizes.
+pub const TCP_MAX: usize = 64 << 20;
+
+/// The part of the spec every kind that runs against a server shares (all
+/// but `flood` and `mix`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Common {
+    /// The server's control address (http: the web server's).
+    pub server: SocketAddr,
+    pub protocol: Protocol,
+    /// Measured time, after the warm-up.
+    pub duration: f64,
+    /// Testbed hosts whose CPU is read at the measured window's edges.
+    pub cpu_groups: Vec<CpuGroup>,
+}
+
+impl Common {
+    /// The common fields as given; `protocol` is already resolved (the parser
+    /// needs it before the raw struct, to refuse fields by protocol).
+    pub(crate) fn resolve(
+        server: Option<String>,
+        protocol: Protocol,
+        duration: Option<f64>,
+        cpu_groups: Option<Vec<CpuGroup>>,
+    ) -> Result<Common> {
+        let server_text = server.ok_or_else(|| {
+            EngineError::spec(
+                "server",
+                "`server` is required: give the server's control address, e.g. \"198.18.2.2:5201\" or \"[2001:2::2]:5201\"",
+            )
+        })?;
+        let server: SocketAddr = server_text.parse().map_err(|_| {
+            EngineError::spec(
+                "server",
+                format!(
+                    "server \"{}\" is not ADDR:PORT: give an IP address and port, e.g. \"198.18.2.2:5201\" or \"[2001:2::2]:5201\"",
+                    server_text
+                ),
+            )
+        })?;
+        if server.port() == 0 {
+            return Err(EngineError::spec(
+                "server",
+                "server port 0 is not a port: give the port `serve --listen` uses, e.g. 5201",
+            ));
+        }
+        Ok(Common {
+            server,
+            protocol,
+            duration: duration_of(duration)?,
+            cpu_groups: cpu_groups_of(cpu_groups)?,
+        })
+    }
+}
+
+/// The raw struct of a kind that runs against a server: the common fields
+/// (`server`, `protocol`, `duration`, `cpu_groups`), then the kind's own.
+/// Every field is optional and unknown fields are refused.
+macro_rules! server_kind_raw {
+    ($(#[$m:meta])* struct $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(crate) struct $name {
+            pub server: Option<String>,
+            pub protocol: Option<$crate::spec::common::Protocol>,
+            pub duration: Option<f64>,
+            pub cpu_groups: Option<Vec<$crate::spec::common::CpuGroup>>,
+            $($(#[$fm])* pub $field: $ty,)*
+        }
+    };
+}
+pub(crate) use server_kind_raw;
+
+/// How a kind's spec is read: its raw struct (as given, every field
+/// optional), which fields apply over one protocol only, and how the raw
+/// struct resolves (defaults filled in, every value checked).
+pub(crate) trait KindSpec: Sized + Serialize {
+    const NAME: &'static str;
+    /// The protocol when none is given; None: the kind has no `protocol`.
+    const PROTOCOL: Option<Protocol>;
+    /// Fields that apply over this protocol only.
+    const PROTOCOL_ONLY: &'static [(&'static str, Protocol)] = &[];
+    type Raw: DeserializeOwned;
+    fn resolve(raw: Self::Raw, names: &Names) -> Result<Self>;
+
+    /// The protocol of a resolved spec (None: the kind has none).
+    fn protocol(&self) -> Option<Protocol>;
+
+    /// The resolved spec as JSON: `kind`, then the fields that apply over
+    /// its protocol (the records and the server get this).
+    fn to_value(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("kind".into(), Value::from(Self::NAME));
+            if let Some(p) = self.protocol() {
+                m.retain(|k, _| Self::PROTOCOL_ONLY.iter().all(|(f, q)| k != f || *q == p));
+            }
+        }
+        v
+    }
+}
+
+/// Renamed fields: (old name, name), the old one still accepted.
+pub const OLD_NAMES: &[(&str, &str)] = &[
+    ("message_size", "message"),
+    ("request_size", "request"),
+    ("response_size", "response"),
+];
+
+/// Which names the spec used for renamed fields, so that an error names the
+/// field as the user wrote it.
+#[derive(Debug, Default)]
+pub struct Names {
+    old: Vec<&'static str>,
+}
+
+impl Names {
+    pub(crate) fn new(given: impl Fn(&str) -> bool) -> Names {
+        Names {
+            old: OLD_NAMES
+                .iter()
+                .filter(|(old, _)| given(old))
+                .map(|(old, _)| *old)
+                .collect(),
+        }
+    }
+
+    /// The name the spec gave `field` (its old name if that was used).
+    pub fn of(&self, field: &'static str) -> &'static str {
+        OLD_NAMES
+            .iter()
+            .find(|(old, new)| *new == field && self.old.contains(old))
+            .map_or(field, |(old, _)| old)
+    }
+}
+
+/// The field names (aliases included) a `Deserialize` struct accepts, as its
+/// derive declares them: asked of the type, so no list is kept by hand.
+pub fn fields_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    // The type asks for a struct with its fields; the answer is always an error.
+    let _ = T::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+/// A Deserializer that only records the fields a struct asks for.
+struct FieldNames<'a>(&'a mut &'static [&'static str]);
+
+impl<'de> Deserializer<'de> for FieldNames<'_> {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Self::Error> {
+        Err(de::Error::custom("not a struct"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> std::result::Result<V::Value, Self::Error> {
+        *self.0 = fields;
+        Err(de::Error::custom("fields read"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// `sources` means a list of addresses (latency) or one CIDR (flood).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Sources {
+    List(Vec<IpAddr>),
+    Cidr(String),
+}
+
+/// The numbers of a sysctl under /proc/sys (`net/core/rmem_max`), or None
+/// if it cannot be read.
+pub fn sysctl_numbers(name: &str) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(format!("/proc/sys/{}", name)).ok()?;
+    text.split_whitespace().map(|n| n.parse().ok()).collect()
+}
+
+/// Refuses a socket buffer above what this host's sysctls allow (the kernel
+/// would silently clamp it).
+pub fn check_socket_buffer(socket_buffer: Option<u64>) -> Result<()> {
+    let Some(want) = socket_buffer else {
+        return Ok(());
+    };
+    for name in ["wmem_max", "rmem_max"] {
+        let max = sysctl_numbers(&format!("net/core/{}", name)).and_then(|v| v.first().copied());
+        if let Some(max) = max {
+            if want > max {
+                return Err(EngineError::spec(
+                    "socket_buffer",
+                    format!(
+                        "socket_buffer {} is above net.core.{} = {} on this host: \
+                         use at most {} or raise it (sysctl -w net.core.{}={})",
+                        want, name, max, max, name, want
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message, request or response size: at least 1 byte, at most what the
+/// protocol carries. `field` is the name the spec used.
+pub fn size(field: &str, v: Option<u64>, default: usize, protocol: Protocol) -> Result<usize> {
+    let v = v.unwrap_or(default as u64);
+    if v == 0 {
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} must be at least 1 byte (got 0): give a size such as {}",
+                field, default
+            ),
+        ));
+    }
+    let (max, why) = match protocol {
+        Protocol::Udp => (UDP_MAX, "the largest UDP payload"),
+        Protocol::Tcp => (TCP_MAX, "64 MiB"),
+    };
+    if v > max as u64 {
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} {} is above {} ({} bytes): use at most {}",
+                field, v, why, max, max
+            ),
+        ));
+    }
+    Ok(v as usize)
+}
+
+pub fn seconds(
+    field: &str,
+    v: f64,
+    min_exclusive: bool,
+    min: f64,
+    max: f64,
+    hint: &str,
+) -> Result<f64> {
+    let low_ok = if min_exclusive { v > min } else { v >= min };
+    if !v.is_finite() || !low_ok || v > max {
+        let low = if min_exclusive { ">" } else { "≥" };
+        return Err(EngineError::spec(
+            field,
+            format!(
+                "{} must be {} {} and ≤ {} seconds (got {}): give e.g. {}",
+                field, low, min, max, v, hint
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// `duration`: default 10 s, at most an hour; every kind, floods too.
+pub fn duration_of(duration: Option<f64>) -> Result<f64> {
+    seconds(
+        "duration",
+        duration.unwrap_or(10.0),
+        true,
+        0.0,
+        3600.0,
+        "10",
+    )
+}
+
+/// `warmup`: default 1 s, at most 10 minutes.
+pub fn warmup_of(warmup: Option<f64>) -> Result<f64> {
+    seconds("warmup", warmup.unwrap_or(1.0), false, 0.0, 600.0, "1")
+}
+
+/// `interval`: default 1 s; 0 means no interval records.
+pub fn interval_of(interval: Option<f64>) -> Result<f64> {
+    let interval = interval.unwrap_or(1.0);
+    if interval != 0.0 {
+        seconds(
+            "interval",
+            interval,
+            false,
+            0.01,
+            3600.0,
+            "1 (or 0 for no interval records)",
+        )?;
+    }
+    Ok(interval)
+}
+
+/// `bind`: an address of the server's family.
+pub fn bind_of(bind: Option<IpAddr>, server: SocketAddr) -> Result<Option<IpAddr>> {
+    if let Some(bind) = bind {
+        if bind.is_ipv4() != server.is_ipv4() {
+            return Err(EngineError::spec(
+                "bind",
+                format!(
+                    "bind {} and server {} are of different IP families: give a bind address of the server's family",
+                    bind, server
+                ),
+            ));
+        }
+    }
+    Ok(bind)
+}
+
+/// `socket_buffer`: at least 1 KiB.
+pub fn socket_buffer_of(b: Option<u64>) -> Result<Option<u64>> {
+    if let Some(b) = b {
+        if b < 1024 {
+            return Err(EngineError::spec(
+                "socket_buffer",
+                format!(
+                    "socket_buffer {} is too small: give at least 1024 bytes, e.g. 65536",
+                    b
+                ),
+            ));
+        }
+    }
+    Ok(b)
+}
+
+/// `parallel`: 1 ..= max.
+pub fn parallel_of(parallel: Option<u64>, max: u64) -> Result<usize> {
+    let parallel = parallel.unwrap_or(1);
+    if !(1..=max).contains(&parallel) {
+        return Err(EngineError::spec(
+            "parallel",
+            format!(
+                "parallel must be 1..={} (got {}): give e.g. 4",
+                max, parallel
+            ),
+        ));
+    }
+    Ok(parallel as usize)
+}
+
+/// A rate of things per second (`rate`, `close_rate`): > 0 and ≤ 1e7, or absent.
+pub fn per_second_of(field: &str, v: Option<f64>) -> Result<Option<f64>> {
+    match v {
+        Some(r) if !(r.is_finite() && r > 0.0 && r <= 10_000_000.0) => Err(EngineError::spec(
+            field,
+            format!(
+                "{} must be > 0 and ≤ 1e7 per second (got {}): give e.g. 1000, or leave it out for as fast as possible",
+                field, r
+            ),
+        )),
+        v => Ok(v),
+    }
+}
+
+/// `timeout`: a per-operation deadline, > 0 and ≤ 120 s, else `default`.
+pub fn timeout_of(timeout: Option<f64>, default: Option<f64>) -> Result<Option<f64>> {
+    match timeout {
+        Some(t) if !(t.is_finite() && t > 0.0 && t <= 120.0) => Err(EngineError::spec(
+            "timeout",
+            format!(
+                "timeout must be > 0 and ≤ 120 seconds (got {}): give e.g. 5",
+                t
+            ),
+        )),
+        Some(t) => Ok(Some(t)),
+        None => Ok(default),
+    }
+}
+
+/// The hosts' CPU counters, each checked to be a cgroup counter file.
+pub fn cpu_groups_of(raw: Option<Vec<CpuGroup>>) -> Result<Vec<CpuGroup>> {
+    let groups = raw.unwrap_or_default();
+    for g in &groups {
+        g.check()?;
+    }
+    Ok(groups)
+}
+
+/// A kind that is TCP only refuses `protocol` "udp".
+pub fn tcp_only(protocol: Protocol, message: &str) -> Result<()> {
+    if protocol == Protocol::Udp {
+        return Err(EngineError::spec("protocol", message.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Two {
+        a: Option<u8>,
+        #[serde(alias = "b_old")]
+        b: Option<u8>,
+    }
+
+    #[test]
+    fn field_names_come_from_the_type() {
+        assert_eq!(fields_of::<Two>(), &["a", "b", "b_old"]);
+    }
+
+    #[test]
+    fn names_follow_what_was_given() {
+        let n = Names::new(|k| k == "request_size");
+        assert_eq!(n.of("request"), "request_size");
+        assert_eq!(n.of("response"), "response");
+        assert_eq!(n.of("message"), "message");
+    }
+}

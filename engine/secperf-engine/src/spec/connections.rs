@@ -1,0 +1,126 @@
+//! Kind `connections` (RFC 3511 §5.2 and §5.4): open, hold, validate and
+//! close many TCP connections to the engine server.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::spec::common::{
+    self, bind_of, per_second_of, server_kind_raw, socket_buffer_of, tcp_only, timeout_of, Close,
+    Common, KindSpec, Names, Payload, Protocol,
+};
+
+/// Most connections one `connections` test may open (each is a file descriptor on both sides).
+pub const MAX_CONNECTIONS: u64 = 1_000_000;
+
+server_kind_raw! {
+    /// A connections spec as given.
+    struct Raw {
+        bind: Option<IpAddr>,
+        data_port: Option<u16>,
+        socket_buffer: Option<u64>,
+        nodelay: Option<bool>,
+        payload: Option<Payload>,
+        rate: Option<f64>,
+        timeout: Option<f64>,
+        connections: Option<u64>,
+        hold: Option<f64>,
+        close_rate: Option<f64>,
+        close: Option<Close>,
+    }
+}
+
+/// A resolved connections spec. It measures its own phases: no warm-up, no
+/// intervals; `duration` bounds the opening phase. `bind` and `payload` are
+/// accepted but not used.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnectionsSpec {
+    #[serde(flatten)]
+    pub common: Common,
+    pub bind: Option<IpAddr>,
+    pub data_port: Option<u16>,
+    pub socket_buffer: Option<u64>,
+    pub nodelay: bool,
+    pub payload: Payload,
+    /// Opens/s (None: as fast as possible).
+    pub rate: Option<f64>,
+    /// Deadline of each connect and validation.
+    pub timeout: Option<f64>,
+    /// How many to open.
+    pub connections: u64,
+    /// Seconds held before validation.
+    pub hold: f64,
+    /// FINs sent per second at teardown (None: as fast as possible).
+    pub close_rate: Option<f64>,
+    /// How the server answers each client FIN.
+    pub close: Close,
+}
+
+impl KindSpec for ConnectionsSpec {
+    const NAME: &'static str = "connections";
+    const PROTOCOL: Option<Protocol> = Some(Protocol::Tcp);
+    type Raw = Raw;
+
+    fn protocol(&self) -> Option<Protocol> {
+        Some(self.common.protocol)
+    }
+
+    fn resolve(raw: Raw, _: &Names) -> Result<ConnectionsSpec> {
+        let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
+        let common = Common::resolve(raw.server, protocol, raw.duration, raw.cpu_groups)?;
+        tcp_only(
+            protocol,
+            "connections is TCP only: set protocol to \"tcp\" or leave it out",
+        )?;
+        let bind = bind_of(raw.bind, common.server)?;
+        let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
+        let rate = per_second_of("rate", raw.rate)?;
+        let close_rate = per_second_of("close_rate", raw.close_rate)?;
+        let timeout = timeout_of(raw.timeout, Some(5.0))?;
+        let connections = raw.connections.unwrap_or(1000);
+        if !(1..=MAX_CONNECTIONS).contains(&connections) {
+            return Err(EngineError::spec(
+                "connections",
+                format!(
+                    "connections must be 1..={} (got {}): give e.g. 10000",
+                    MAX_CONNECTIONS, connections
+                ),
+            ));
+        }
+        let hold = raw.hold.unwrap_or(1.0);
+        if !(hold.is_finite() && (0.0..=600.0).contains(&hold)) {
+            return Err(EngineError::spec(
+                "hold",
+                format!("hold must be 0..=600 seconds (got {}): give e.g. 1", hold),
+            ));
+        }
+        Ok(ConnectionsSpec {
+            common,
+            bind,
+            data_port: raw.data_port,
+            socket_buffer,
+            nodelay: raw.nodelay.unwrap_or(true),
+            payload: raw.payload.unwrap_or(Payload::Random),
+            rate,
+            timeout,
+            connections,
+            hold,
+            close_rate,
+            close: raw.close.unwrap_or_default(),
+        })
+    }
+}
+
+impl ConnectionsSpec {
+    /// Refuses a socket buffer this host's sysctls would silently cap.
+    pub fn check_local_limits(&self) -> Result<()> {
+        common::check_socket_buffer(self.socket_buffer)
+    }
+
+    /// How long the server may keep the test: open (at most `duration`),
+    /// hold, validate, close and drain.
+    pub fn total_seconds(&self) -> f64 {
+        self.common.duration + self.hold + 2.0 * self.timeout.unwrap_or(5.0)
+    }
+}

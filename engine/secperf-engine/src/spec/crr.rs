@@ -1,0 +1,110 @@
+//! Kind `crr`: connect, request, response, close, by `parallel` loops; with
+//! `rate` and/or `timeout`, paced and counting failures.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::spec::common::{
+    self, bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, size,
+    socket_buffer_of, tcp_only, timeout_of, warmup_of, Close, Common, KindSpec, Names, Payload,
+    Protocol,
+};
+
+server_kind_raw! {
+    /// A crr spec as given.
+    struct Raw {
+        warmup: Option<f64>,
+        interval: Option<f64>,
+        bind: Option<IpAddr>,
+        data_port: Option<u16>,
+        socket_buffer: Option<u64>,
+        nodelay: Option<bool>,
+        payload: Option<Payload>,
+        parallel: Option<u64>,
+        #[serde(alias = "request_size")]
+        request: Option<u64>,
+        #[serde(alias = "response_size")]
+        response: Option<u64>,
+        rate: Option<f64>,
+        timeout: Option<f64>,
+        close: Option<Close>,
+    }
+}
+
+/// A resolved crr spec.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrrSpec {
+    #[serde(flatten)]
+    pub common: Common,
+    pub warmup: f64,
+    pub interval: f64,
+    pub bind: Option<IpAddr>,
+    pub data_port: Option<u16>,
+    pub socket_buffer: Option<u64>,
+    pub nodelay: bool,
+    pub payload: Payload,
+    /// Concurrent connect loops.
+    pub parallel: usize,
+    pub request: usize,
+    pub response: usize,
+    /// New connections/s across the loops, on one absolute schedule.
+    pub rate: Option<f64>,
+    /// Deadline of each connection (connect to close); a miss is counted, not fatal.
+    pub timeout: Option<f64>,
+    /// How each connection ends.
+    pub close: Close,
+}
+
+impl KindSpec for CrrSpec {
+    const NAME: &'static str = "crr";
+    const PROTOCOL: Option<Protocol> = Some(Protocol::Tcp);
+    type Raw = Raw;
+
+    fn protocol(&self) -> Option<Protocol> {
+        Some(self.common.protocol)
+    }
+
+    fn resolve(raw: Raw, names: &Names) -> Result<CrrSpec> {
+        let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
+        let common = Common::resolve(raw.server, protocol, raw.duration, raw.cpu_groups)?;
+        tcp_only(
+            protocol,
+            "crr (connect-request-response) is TCP only: set protocol to \"tcp\" or use kind \"rr\" for UDP",
+        )?;
+        let warmup = warmup_of(raw.warmup)?;
+        let interval = interval_of(raw.interval)?;
+        let bind = bind_of(raw.bind, common.server)?;
+        let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
+        let parallel = parallel_of(raw.parallel, 128)?;
+        let rate = per_second_of("rate", raw.rate)?;
+        // Without a timeout crr fails after repeated failures (netperf's TCP_CRR).
+        let timeout = timeout_of(raw.timeout, None)?;
+        let request = size(names.of("request"), raw.request, 1, protocol)?;
+        let response = size(names.of("response"), raw.response, 1, protocol)?;
+        Ok(CrrSpec {
+            common,
+            warmup,
+            interval,
+            bind,
+            data_port: raw.data_port,
+            socket_buffer,
+            nodelay: raw.nodelay.unwrap_or(true),
+            payload: raw.payload.unwrap_or(Payload::Random),
+            parallel,
+            request,
+            response,
+            rate,
+            timeout,
+            close: raw.close.unwrap_or_default(),
+        })
+    }
+}
+
+impl CrrSpec {
+    /// Refuses a socket buffer this host's sysctls would silently cap.
+    pub fn check_local_limits(&self) -> Result<()> {
+        common::check_socket_buffer(self.socket_buffer)
+    }
+}

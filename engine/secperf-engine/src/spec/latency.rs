@@ -1,0 +1,235 @@
+//! Kind `latency`: timestamped UDP probes at a fixed rate, both directions;
+//! with `probe_every`, inside a whole stream of frames (latency under load).
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+use crate::spec::common::{
+    interval_of, server_kind_raw, warmup_of, Common, KindSpec, Names, Protocol, Sources,
+};
+use crate::wire::probe::{payload_len, HEADER};
+
+pub const FRAME_MIN: u64 = 64;
+pub const FRAME_MAX: u64 = 1518;
+pub const RATE_PPS_MAX: f64 = 10_000_000.0;
+pub const ADDRESSES_MAX: usize = 4096;
+/// Most frames between two probes of latency under load.
+pub const PROBE_EVERY_MAX: u64 = 1_000_000;
+
+/// Latency probes: both directions at once, or alternating (the server
+/// answers each probe with one of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duplex {
+    Full,
+    Half,
+}
+
+/// Where latency stamps come from: the kernel (SO_TIMESTAMPING) or user space
+/// (clock reads around send/recv; for measuring what kernel stamping costs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timestamps {
+    Kernel,
+    User,
+}
+
+server_kind_raw! {
+    /// A latency spec as given.
+    struct Raw {
+        warmup: Option<f64>,
+        interval: Option<f64>,
+        data_port: Option<u16>,
+        frame_size: Option<u64>,
+        rate_pps: Option<f64>,
+        duplex: Option<Duplex>,
+        /// A list of addresses.
+        sources: Option<Sources>,
+        destinations: Option<Vec<IpAddr>>,
+        timestamps: Option<Timestamps>,
+        probe_every: Option<u64>,
+    }
+}
+
+/// A resolved latency spec.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencySpec {
+    #[serde(flatten)]
+    pub common: Common,
+    pub warmup: f64,
+    pub interval: f64,
+    pub data_port: Option<u16>,
+    /// On-wire Ethernet frame of a probe, header and FCS included.
+    pub frame_size: usize,
+    /// Probes (or, under load, frames) per second and direction.
+    pub rate_pps: f64,
+    pub duplex: Duplex,
+    pub sources: Vec<IpAddr>,
+    pub destinations: Vec<IpAddr>,
+    pub timestamps: Timestamps,
+    /// Latency under load: the whole stream of `rate_pps` frames leaves on a
+    /// packet socket and one in this many is a timestamped probe (None: every
+    /// frame is a probe on a UDP socket).
+    pub probe_every: Option<u64>,
+}
+
+impl KindSpec for LatencySpec {
+    const NAME: &'static str = "latency";
+    const PROTOCOL: Option<Protocol> = Some(Protocol::Udp);
+    type Raw = Raw;
+
+    fn protocol(&self) -> Option<Protocol> {
+        Some(self.common.protocol)
+    }
+
+    fn resolve(raw: Raw, _: &Names) -> Result<LatencySpec> {
+        let protocol = raw.protocol.unwrap_or(Protocol::Udp);
+        let common = Common::resolve(raw.server, protocol, raw.duration, raw.cpu_groups)?;
+        let server = common.server;
+        if protocol == Protocol::Tcp {
+            return Err(EngineError::spec(
+                "protocol",
+                "latency probes are UDP: set protocol to \"udp\" or leave it out",
+            ));
+        }
+        let warmup = warmup_of(raw.warmup)?;
+        let interval = interval_of(raw.interval)?;
+        let frame_size = raw.frame_size.unwrap_or(FRAME_MIN);
+        if !(FRAME_MIN..=FRAME_MAX).contains(&frame_size) {
+            return Err(EngineError::spec(
+                "frame_size",
+                format!(
+                    "frame_size {} is outside {}..={} (an Ethernet frame with its 14 B header and 4 B FCS): give e.g. 64",
+                    frame_size, FRAME_MIN, FRAME_MAX
+                ),
+            ));
+        }
+        let payload = payload_len(frame_size as usize, server.is_ipv6());
+        if payload < HEADER {
+            return Err(EngineError::spec(
+                "frame_size",
+                format!(
+                    "frame_size {} leaves {} bytes of UDP payload over IPv{}, fewer than the {} a probe needs: use at least {}",
+                    frame_size,
+                    payload,
+                    if server.is_ipv6() { 6 } else { 4 },
+                    HEADER,
+                    18 + if server.is_ipv6() { 40 } else { 20 } + 8 + HEADER
+                ),
+            ));
+        }
+        let rate_pps = raw.rate_pps.unwrap_or(1000.0);
+        if !rate_pps.is_finite() || rate_pps <= 0.0 || rate_pps > RATE_PPS_MAX {
+            return Err(EngineError::spec(
+                "rate_pps",
+                format!(
+                    "rate_pps must be > 0 and ≤ {} probes/s per direction (got {}): give e.g. 1000",
+                    RATE_PPS_MAX, rate_pps
+                ),
+            ));
+        }
+        let sources =
+            match raw.sources {
+                None => Vec::new(),
+                Some(Sources::List(list)) => list,
+                Some(Sources::Cidr(_)) => return Err(EngineError::spec(
+                    "sources",
+                    "latency sources is a list of addresses such as [\"198.18.1.10\"], not a CIDR",
+                )),
+            };
+        let probe_every = probe_every_of(raw.probe_every, raw.duplex, raw.timestamps, server)?;
+        let destinations = raw.destinations.unwrap_or_default();
+        check_addresses(&sources, &destinations, server)?;
+        Ok(LatencySpec {
+            common,
+            warmup,
+            interval,
+            data_port: raw.data_port,
+            frame_size: frame_size as usize,
+            rate_pps,
+            duplex: raw.duplex.unwrap_or(Duplex::Full),
+            sources,
+            destinations,
+            timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
+            probe_every,
+        })
+    }
+}
+
+/// `sources` and `destinations`: of the server's family, paired i↔i.
+fn check_addresses(sources: &[IpAddr], destinations: &[IpAddr], server: SocketAddr) -> Result<()> {
+    for (field, list) in [("sources", sources), ("destinations", destinations)] {
+        if list.len() > ADDRESSES_MAX {
+            return Err(EngineError::spec(
+                field,
+                format!(
+                    "{} lists {} addresses: give at most {}",
+                    field,
+                    list.len(),
+                    ADDRESSES_MAX
+                ),
+            ));
+        }
+        if let Some(a) = list.iter().find(|a| a.is_ipv4() != server.is_ipv4()) {
+            return Err(EngineError::spec(
+                field,
+                format!(
+                    "{} {} is not of the server's IP family ({}): give addresses of one family",
+                    field, a, server
+                ),
+            ));
+        }
+    }
+    if !sources.is_empty()
+        && !destinations.is_empty()
+        && sources.len() != destinations.len()
+        && sources.len() != 1
+        && destinations.len() != 1
+    {
+        return Err(EngineError::spec(
+            "destinations",
+            format!(
+                "sources ({}) and destinations ({}) are paired i↔i: give lists of the same length, or one of them with a single address",
+                sources.len(),
+                destinations.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `probe_every`: latency under load needs IPv4, full duplex and kernel stamps.
+fn probe_every_of(
+    probe_every: Option<u64>,
+    duplex: Option<Duplex>,
+    timestamps: Option<Timestamps>,
+    server: SocketAddr,
+) -> Result<Option<u64>> {
+    let Some(n) = probe_every else {
+        return Ok(None);
+    };
+    let refuse = |m: &str| Err(EngineError::spec("probe_every", m.to_string()));
+    if !(1..=PROBE_EVERY_MAX).contains(&n) {
+        return Err(EngineError::spec(
+            "probe_every",
+            format!(
+                "probe_every {} is outside 1..={}: give e.g. 100 (one frame in 100 is a probe)",
+                n, PROBE_EVERY_MAX
+            ),
+        ));
+    }
+    if server.is_ipv6() {
+        return refuse("latency under load (probe_every) sends IPv4 frames: use an IPv4 server, or leave probe_every out");
+    }
+    if duplex == Some(Duplex::Half) {
+        return refuse("latency under load (probe_every) runs full duplex (both ends send the load): set duplex to \"full\" or leave probe_every out");
+    }
+    if timestamps == Some(Timestamps::User) {
+        return refuse(
+            "latency under load (probe_every) takes kernel stamps only: leave timestamps out",
+        );
+    }
+    Ok(Some(n))
+}

@@ -1,0 +1,129 @@
+//! Kind `rr`: request/response on one connection (TCP) or socket (UDP).
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::spec::common::{
+    self, bind_of, interval_of, seconds, server_kind_raw, size, socket_buffer_of, warmup_of,
+    Common, KindSpec, Names, Payload, Protocol,
+};
+
+/// Pipelined rr must fit the default socket buffers, or both ends block writing.
+pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
+
+server_kind_raw! {
+    /// An rr spec as given.
+    struct Raw {
+        warmup: Option<f64>,
+        interval: Option<f64>,
+        bind: Option<IpAddr>,
+        data_port: Option<u16>,
+        client_port: Option<u16>,
+        socket_buffer: Option<u64>,
+        nodelay: Option<bool>,
+        payload: Option<Payload>,
+        #[serde(alias = "request_size")]
+        request: Option<u64>,
+        #[serde(alias = "response_size")]
+        response: Option<u64>,
+        inflight: Option<u64>,
+        udp_timeout: Option<f64>,
+    }
+}
+
+/// A resolved rr spec.
+#[derive(Clone, Debug, Serialize)]
+pub struct RrSpec {
+    #[serde(flatten)]
+    pub common: Common,
+    pub warmup: f64,
+    pub interval: f64,
+    pub bind: Option<IpAddr>,
+    pub data_port: Option<u16>,
+    pub client_port: Option<u16>,
+    pub socket_buffer: Option<u64>,
+    pub nodelay: bool,
+    pub payload: Payload,
+    /// Bytes of each request.
+    pub request: usize,
+    /// Bytes of each response.
+    pub response: usize,
+    /// Transactions outstanding at once (pipelined).
+    pub inflight: usize,
+    /// UDP: a request unanswered after this many seconds is lost.
+    pub udp_timeout: f64,
+}
+
+impl KindSpec for RrSpec {
+    const NAME: &'static str = "rr";
+    const PROTOCOL: Option<Protocol> = Some(Protocol::Tcp);
+    const PROTOCOL_ONLY: &'static [(&'static str, Protocol)] =
+        &[("nodelay", Protocol::Tcp), ("udp_timeout", Protocol::Udp)];
+    type Raw = Raw;
+
+    fn protocol(&self) -> Option<Protocol> {
+        Some(self.common.protocol)
+    }
+
+    fn resolve(raw: Raw, names: &Names) -> Result<RrSpec> {
+        let protocol = raw.protocol.unwrap_or(Protocol::Tcp);
+        let common = Common::resolve(raw.server, protocol, raw.duration, raw.cpu_groups)?;
+        let warmup = warmup_of(raw.warmup)?;
+        let interval = interval_of(raw.interval)?;
+        let bind = bind_of(raw.bind, common.server)?;
+        let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
+        let request = size(names.of("request"), raw.request, 1, protocol)?;
+        let response = size(names.of("response"), raw.response, 1, protocol)?;
+        let inflight = raw.inflight.unwrap_or(1);
+        if !(1..=64).contains(&inflight) {
+            return Err(EngineError::spec(
+                "inflight",
+                format!("inflight must be 1..=64 (got {}): give e.g. 1", inflight),
+            ));
+        }
+        let inflight = inflight as usize;
+        if inflight > 1 && inflight * (request + response) > INFLIGHT_BYTES_MAX {
+            return Err(EngineError::spec(
+                "inflight",
+                format!(
+                    "inflight {} × (request + response) = {} bytes is above {}: both ends could block writing; lower inflight or the sizes",
+                    inflight,
+                    inflight * (request + response),
+                    INFLIGHT_BYTES_MAX
+                ),
+            ));
+        }
+        let udp_timeout = seconds(
+            "udp_timeout",
+            raw.udp_timeout.unwrap_or(0.1),
+            true,
+            0.0,
+            60.0,
+            "0.1",
+        )?;
+        Ok(RrSpec {
+            common,
+            warmup,
+            interval,
+            bind,
+            data_port: raw.data_port,
+            client_port: raw.client_port,
+            socket_buffer,
+            nodelay: raw.nodelay.unwrap_or(true),
+            payload: raw.payload.unwrap_or(Payload::Random),
+            request,
+            response,
+            inflight,
+            udp_timeout,
+        })
+    }
+}
+
+impl RrSpec {
+    /// Refuses a socket buffer this host's sysctls would silently cap.
+    pub fn check_local_limits(&self) -> Result<()> {
+        common::check_socket_buffer(self.socket_buffer)
+    }
+}
