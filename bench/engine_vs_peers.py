@@ -612,12 +612,12 @@ def tests(rcvlowat: int | None = None) -> list[Case]:
     """Every test; `rcvlowat` overrides the engine's default for its streams."""
     base = {"duration": 0.0, "warmup": WARMUP_S, "interval": 0}
     stream = {**base, "kind": "stream"} | ({} if rcvlowat is None else {"rcvlowat": rcvlowat})
-    rr = {**base, "kind": "rr", "request_size": RR_SIZE, "response_size": RR_SIZE}
+    rr = {**base, "kind": "rr", "request": RR_SIZE, "response": RR_SIZE}
     return [
         Case(
             "stream_16k",
             "stream tcp 16 KiB",
-            {**stream, "message_size": 16384},
+            {**stream, "message": 16384},
             "iperf3",
             _iperf3("16K"),
             THROUGHPUT,
@@ -627,7 +627,7 @@ def tests(rcvlowat: int | None = None) -> list[Case]:
         Case(
             "stream_128k",
             "stream tcp 128 KiB",
-            {**stream, "message_size": 131072},
+            {**stream, "message": 131072},
             "iperf3",
             _iperf3("128K"),
             THROUGHPUT,

@@ -68,7 +68,7 @@ def engine_once(client: Host, addr: str, duration: float, rcvlowat: int | None =
         "duration": duration,
         "warmup": WARMUP_S,
         "interval": 0,
-        "message_size": MESSAGE,
+        "message": MESSAGE,
         "payload": "random",
     }
     if rcvlowat is not None:

@@ -51,10 +51,6 @@ NOT_PARAMS = frozenset(
     {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants"}
 )
 
-# The engine's own names for two scenario keys, until it takes the scenario's (issue
-# 20): the models whose engine fields hold them list these in `engine_names`.
-REQUEST_RESPONSE = {"request": "request_size", "response": "response_size"}
-
 T = TypeVar("T")
 
 

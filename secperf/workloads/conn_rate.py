@@ -13,7 +13,6 @@ from secperf.errors import EngineError
 from secperf.metric import Metric, Search
 from secperf.search import Trial, passes
 from secperf.workloads.base import (
-    REQUEST_RESPONSE,
     MeasureContext,
     WorkloadKind,
     WorkloadPoint,
@@ -43,7 +42,6 @@ class ConnRateWorkload(RateSearchSpec):
         "warmup",
         "close",
     )
-    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["conn_rate"]
     parallel: int = Field(default=16, ge=1, le=128)

@@ -16,7 +16,7 @@ from secperf.metric import (
 )
 from secperf.schema.fields import Parallel, Payload, TransactionSize
 from secperf.workloads import flood_beside
-from secperf.workloads.base import REQUEST_RESPONSE, EngineExecutor, WorkloadKind, WorkloadSpec
+from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
 
 # How crr-style workloads end each connection: "fin" an orderly close (FINs both
@@ -47,7 +47,6 @@ class CrrWorkload(FloodBeside, WorkloadSpec):
         "duration",
         "warmup",
     )
-    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["crr"]
     protocol: Literal["tcp"] = "tcp"

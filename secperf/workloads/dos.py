@@ -42,7 +42,6 @@ from secperf.schema.fields import PerSecond, Timeout
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
     ATTACKER,
-    REQUEST_RESPONSE,
     MeasureContext,
     Spec,
     WorkloadKind,
@@ -100,7 +99,6 @@ class DosWorkload(WorkloadSpec):
         "warmup",
         "close",
     )
-    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["dos"]
     rate: PerSecond = 2000.0

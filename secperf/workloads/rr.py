@@ -17,7 +17,7 @@ from secperf.metric import (
 )
 from secperf.schema.fields import Inflight, Payload, TransactionSize, udp_fits
 from secperf.workloads import flood_beside
-from secperf.workloads.base import REQUEST_RESPONSE, EngineExecutor, WorkloadKind, WorkloadSpec
+from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
 from secperf.workloads.generators import lost_or_done
 
@@ -40,7 +40,6 @@ class RrWorkload(FloodBeside, WorkloadSpec):
         "duration",
         "warmup",
     )
-    engine_names: ClassVar[dict[str, str]] = REQUEST_RESPONSE
 
     kind: Literal["rr"]
     protocol: Literal["tcp", "udp"] = "tcp"

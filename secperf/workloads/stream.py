@@ -75,7 +75,8 @@ class StreamWorkload(FloodBeside, WorkloadSpec):
         "duration",
         "warmup",
     )
-    engine_names: ClassVar[dict[str, str]] = {"message": "message_size", "rate": "rate_bps"}
+    # the engine says rate_bps: its `rate` is a count per second (http, crr, connections)
+    engine_names: ClassVar[dict[str, str]] = {"rate": "rate_bps"}
 
     kind: Literal["stream"]
     protocol: Literal["tcp", "udp"] = "tcp"

@@ -34,7 +34,7 @@ class PingPongWorkload(WorkloadSpec):
 
 
 def sizes(spec: PingPongWorkload) -> dict[str, Any]:
-    return {"request_size": spec.size, "response_size": spec.size}
+    return {"request": spec.size, "response": spec.size}
 
 
 PINGPONG_TPS = Metric("pingpong_tps", "Ping-pong rate", "exchanges/s", True, True)
@@ -80,7 +80,7 @@ def test_new_workload_runs(tmp_path: Path) -> None:
     # the engine ran an rr of the kind's size; its result is filed under the kind
     lines = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     starts = [ln["record"] for ln in lines if ln["record"].get("type") == "start"]
-    assert starts and all(s["spec"]["request_size"] == 256 for s in starts), starts[:1]
+    assert starts and all(s["spec"]["request"] == 256 for s in starts), starts[:1]
     results = [ln for ln in lines if ln["record"].get("type") == "result"]
     assert len(results) == 4 and all(ln["record"]["kind"] == "pingpong" for ln in results)
     assert all(ln["point"] == {"duration": 1.0, "warmup": 0.2, "size": 256} for ln in results)

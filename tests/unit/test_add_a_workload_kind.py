@@ -39,7 +39,7 @@ class PingPongWorkload(WorkloadSpec):
 
 
 def sizes(spec: PingPongWorkload) -> dict[str, Any]:
-    return {"request_size": spec.size, "response_size": spec.size}
+    return {"request": spec.size, "response": spec.size}
 
 
 PINGPONG_TPS = Metric("pingpong_tps", "Ping-pong rate", "exchanges/s", True, True)
@@ -126,8 +126,8 @@ def test_a_new_workload_kind_is_typed_end_to_end(
         "duration": 2.0,
         "warmup": 1.0,
         "server": "198.18.2.2:5201",
-        "request_size": 1024,
-        "response_size": 1024,
+        "request": 1024,
+        "response": 1024,
     }
     # its records yield its metric, and only while it is registered
     record = {"type": "result", "kind": "pingpong", "transactions_per_second": 1234.0}

@@ -134,7 +134,7 @@ def test_engine_spec_is_the_models_engine_fields_under_the_engines_names() -> No
         "kind": "stream",
         "protocol": "tcp",
         "direction": "send",
-        "message_size": 4096,  # the engine's name for `message` (engine_names)
+        "message": 4096,
         "parallel": 1,
         "payload": "random",
         "rate_bps": 10_000_000,
@@ -143,8 +143,8 @@ def test_engine_spec_is_the_models_engine_fields_under_the_engines_names() -> No
         "server": "198.18.2.2:5201",
     }
     rr = engine_spec(sc.workloads[1])
-    assert (rr["request_size"], rr["response_size"]) == (32, 1024)
-    assert "request" not in rr and "name" not in rr and "variants" not in rr
+    assert (rr["request"], rr["response"]) == (32, 1024)
+    assert "request_size" not in rr and "name" not in rr and "variants" not in rr
     with pytest.raises(ValueError, match="expand it first"):
         engine_spec(sc.workloads[0])  # a sweep is not one engine test
 
