@@ -126,7 +126,7 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
             group.searches.setdefault(name, {})[rep] = reading
             if reading.outcome != "found":  # a retried rep's censored search wins
                 group.values.get(name, {}).pop(rep, None)
-    return _ordered(groups, scenario)
+    return _ordered(groups, scenario, meta.get("variant_sweeps") or {})
 
 
 def irq_time_accounting(meta: Mapping[str, Any]) -> bool:
@@ -140,7 +140,31 @@ def _variant(line: Mapping[str, Any]) -> str:
     return str(line.get("variant") or BASELINE)
 
 
-def _ordered(groups: dict[GroupKey, Group], scenario: Mapping[str, Any]) -> dict[GroupKey, Group]:
+def variant_order(
+    scenario: Mapping[str, Any], sweeps: Mapping[str, Any]
+) -> dict[str, tuple[float, tuple[float, ...], int]]:
+    """Variant -> its place: the scenario's order, and a swept variant beside its family
+    by its swept values (linear[rules=1] … linear[rules=10000], then set[…]); a value
+    that is not a number keeps the order the sweep made."""
+    rank: dict[str, tuple[float, tuple[float, ...], int]] = {
+        str(name): (float(i), (), 0) for i, name in enumerate(scenario.get("variants") or {})
+    }
+    for i, (name, info) in enumerate(sweeps.items()):
+        if not isinstance(info, Mapping):
+            continue
+        family = rank.get(str(info.get("family")), (math.inf, (), 0))[0]
+        values = tuple(
+            float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.inf
+            for k, v in info.items()
+            if k != "family"
+        )
+        rank[str(name)] = (family, values, i)
+    return rank
+
+
+def _ordered(
+    groups: dict[GroupKey, Group], scenario: Mapping[str, Any], sweeps: Mapping[str, Any]
+) -> dict[GroupKey, Group]:
     appearance = {key: i for i, key in enumerate(groups)}
     workload_rank: dict[str, float] = {}
     for i, w in enumerate(scenario.get("workloads") or []):
@@ -149,9 +173,12 @@ def _ordered(groups: dict[GroupKey, Group], scenario: Mapping[str, Any]) -> dict
     first_seen: dict[str, int] = {}
     for key in groups:
         first_seen.setdefault(key[0], appearance[key])
-    variant_rank = {name: i for i, name in enumerate(scenario.get("variants") or {})}
+    variant_rank = variant_order(scenario, sweeps)
+    unranked = (math.inf, (), 0)
 
-    def sort_key(key: GroupKey) -> tuple[float, int, float, int, int, float, int]:
+    def sort_key(
+        key: GroupKey,
+    ) -> tuple[float, int, float, int, int, tuple[float, tuple[float, ...], int], int]:
         workload, point_id, variant = key
         in_scenario = workload in workload_rank
         return (
@@ -161,7 +188,7 @@ def _ordered(groups: dict[GroupKey, Group], scenario: Mapping[str, Any]) -> dict
             _point_index(point_id),
             min(appearance[k] for k in groups if k[:2] == key[:2]),
             0 if variant == BASELINE else 1,
-            variant_rank.get(variant, math.inf),
+            variant_rank.get(variant, unranked),
             appearance[key],
         )
 
