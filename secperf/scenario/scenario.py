@@ -25,6 +25,7 @@ from pydantic import (
 
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
+from secperf.scenario.expect import Expect, problems
 from secperf.schema.fields import (
     Name,
     NonNegativeDuration,
@@ -151,6 +152,8 @@ class Scenario(StrictModel):
     timing: Timing = Field(default_factory=Timing)
     variants: dict[VariantName, Variant]
     workloads: list[Workload]
+    # Thresholds for a change review (secperf.report.gate): checked after the run.
+    expect: list[Expect] = Field(default_factory=list)
     # Where the scenario came from; set by the loader, never read from the file.
     source: Path | None = Field(default=None, exclude=True, strict=False)
 
@@ -194,6 +197,35 @@ class Scenario(StrictModel):
                     f"[variants] does not have: use some of {', '.join(self.variants)}"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _expectations_name_what_exists(self) -> Scenario:
+        """Every [[expect]] names a variant, workload and metric of this scenario."""
+        variants, found = self.variant_names(), self.metrics_by_workload()
+        for i, e in enumerate(self.expect):
+            for key, message in problems(e, variants, found):
+                raise ValueError(f"expect[{i}].{key} {message}")
+        return self
+
+    def variant_names(self) -> list[str]:
+        """Every variant a run measures (a swept one as `name[key=value]`), then the
+        names of sweeps' families."""
+        names = [n for name, v in self.variants.items() for n, _, _ in v.expand(name)]
+        return names + [name for name in self.variants if name not in names]
+
+    def metrics_by_workload(self) -> dict[str, dict[str, str]]:
+        """Each workload's name -> the metrics its results carry (its kind's, and those
+        of the variants' mechanisms), each with its unit."""
+        mechanism = {
+            m.name: m.unit
+            for v in self.variants.values()
+            for x in v.mechanisms
+            for m, _ in MECHANISMS.of(x).metrics
+        }
+        return {
+            w.name: {m.name: m.unit for m, _ in WORKLOADS.of(w).metrics} | mechanism
+            for w in self.workloads
+        }
 
     @model_validator(mode="after")
     def _workloads_fit_the_testbed(self) -> Scenario:
