@@ -52,6 +52,9 @@ class ReportTable:
 class Chart:
     title: str
     image: bytes  # an SVG document or PNG bytes: see `mime`
+    # the table it belongs beside (its workload and metric); "" = none in particular
+    workload: str = ""
+    metric: str = ""
 
     @property
     def mime(self) -> str:

@@ -13,7 +13,9 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -69,11 +71,24 @@ def PlainTicks() -> Formatter:
 
 
 _SALT = itertools.count()
+_PNG_ONLY: list[bool] = []  # set within png_only(): every figure as PNG
+
+
+@contextmanager
+def png_only() -> Iterator[None]:
+    """Within it, figure_bytes returns PNG whatever the sizes (`secperf report --png`)."""
+    _PNG_ONLY.append(True)
+    try:
+        yield
+    finally:
+        _PNG_ONLY.pop()
 
 
 def figure_bytes(fig: Figure) -> bytes:
     """The figure as SVG (text as text: crisp, searchable), or as PNG when that is
     smaller; legends outside the axes are kept (tight bounding box)."""
+    if _PNG_ONLY:
+        return png_bytes(fig)
     import matplotlib
     from matplotlib.backends.backend_svg import FigureCanvasSVG
 
@@ -220,7 +235,9 @@ def bar_chart(title: str, unit: str, rows: Sequence[Mapping[str, Any]]) -> bytes
     labels = {str(r["point_id"]): str(r.get("label") or r["point_id"]) for r in rows}
     variants = list(dict.fromkeys(str(r["variant"]) for r in rows))
     by_key = {(str(r["point_id"]), str(r["variant"])): r for r in rows}
-    fig = new_figure(min(14.0, max(5.0, 1.5 + 0.5 * len(points) * len(variants))), 3.6)
+    # narrow enough to stand beside its table; a censored bar's legend needs more room
+    least = 5.0 if any(_censored(r) is not None for r in rows) else 3.8
+    fig = new_figure(min(14.0, max(least, 1.5 + 0.5 * len(points) * len(variants))), 3.2)
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(variants))
     any_censored = False
@@ -362,21 +379,23 @@ def charts(summary: Mapping[str, Any]) -> list[Chart]:
         wrows = [r for r in rows if r["workload"] == workload]
         layout = layout_of(wrows)
         if layout is not None:  # the kind's own report: its charts (if any), not per metric
-            out += layout.charts(workload, wrows, DRAWING) if layout.charts else []
+            drawn = layout.charts(workload, wrows, DRAWING) if layout.charts else []
+            out += [replace(c, workload=c.workload or workload) for c in drawn]
             continue
         for metric in _chart_metrics(wrows):
             mrows = [r for r in wrows if r["metric"] == metric]
             unit = str(mrows[0].get("unit", ""))
             label = str(mrows[0].get("metric_label") or metric)
             title = f"{workload}: {label}"
-            out.append(Chart(title, bar_chart(title, unit, mrows)))
+            out.append(Chart(title, bar_chart(title, unit, mrows), workload, metric))
             points: dict[str, Mapping[str, Any]] = {}
             for r in mrows:
                 points.setdefault(str(r["point_id"]), r.get("point") or {})
             parameter = swept_parameter(list(points.values()))
             if parameter is not None:
                 stitle = f"{workload}: {label} against {parameter}"
-                out.append(Chart(stitle, sweep_chart(stitle, unit, parameter, mrows)))
+                chart = sweep_chart(stitle, unit, parameter, mrows)
+                out.append(Chart(stitle, chart, workload, metric))
     return out
 
 
@@ -464,4 +483,5 @@ def _family_chart(
     label = "" if several else f"{first.get('label') or first.get('workload')}: "
     title = f"{label}{what} against {parameter}"
     unit = str(first.get("unit", ""))
-    return Chart(title, sweep_chart(title, unit, parameter, series, references))
+    chart = sweep_chart(title, unit, parameter, series, references)
+    return Chart(title, chart, str(first.get("workload", "")), str(first.get("metric", "")))

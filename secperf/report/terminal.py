@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from secperf.report.answer import answer_tables
 from secperf.report.checks import check_tables
 from secperf.report.layouts import layout_of
 from secperf.results.metrics import censored_words
@@ -504,16 +506,55 @@ def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
     return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
 
 
-def print_report(console: Console, summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> None:
-    for line in header_lines(summary, run_meta):
-        console.print(line, highlight=False, markup=False)
+def common_notes(tables: Sequence[ReportTable]) -> tuple[list[str], list[ReportTable]]:
+    """Footnotes said once for the whole report (those that tables of more than one
+    workload carry, or, with one workload, more than one table), and the tables with
+    only their own notes left (an outlier, a stop reason of that workload's rows)."""
+    seen = [n for t in tables for n in dict.fromkeys(t.footnotes)]
+    workloads: dict[str, set[str]] = {}
+    for t in tables:
+        for n in t.footnotes:
+            workloads.setdefault(n, set()).add(t.workload)
+    several = len({t.workload for t in tables}) > 1
+    common = [
+        n
+        for n in dict.fromkeys(seen)
+        if seen.count(n) > 1 and (len(workloads[n]) > 1 or not several)
+    ]
+    kept = [replace(t, footnotes=[n for n in t.footnotes if n not in common]) for t in tables]
+    return common, kept
+
+
+def print_report(
+    console: Console,
+    summary: Mapping[str, Any],
+    run_meta: Mapping[str, Any],
+    *,
+    details: bool = True,
+    header: bool = True,
+) -> None:
+    """The header, the answer (a verdict per variant and headline metric) and, with
+    `details`, every table (the notes they share said once, before them)."""
+    if header:
+        for line in header_lines(summary, run_meta):
+            console.print(line, highlight=False, markup=False)
+    for part in answer_tables(summary, run_meta):
+        console.print()
+        console.print(part, highlight=False)
+    if not details:
+        return
     width = None if console.width >= 100_000 else console.width
-    tables = [fit(t, width) for t in build_tables(summary, paper_layouts(run_meta))]
+    common, tables = common_notes(build_tables(summary, paper_layouts(run_meta)))
     if not tables:
         console.print("no result records: nothing to report", markup=False)
+    if common:
+        console.print()
+        console.print("Reading the tables:", markup=False)
+        for note in common:
+            console.print(f"  {note}", markup=False, highlight=False)
     for table in tables:
         console.print()
-        console.print(table)
+        console.print(fit(table, width))
     for check in check_tables(summary):
         console.print()
         console.print(to_rich(check))

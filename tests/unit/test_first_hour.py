@@ -479,7 +479,8 @@ def test_wide_table_is_transposed_not_cut(tmp_path: Path) -> None:
     out = buf.getvalue()
     assert "…" not in out
     assert "+25.0 [+24.3, +25.6]" in out  # every number whole
-    assert "Δ% = cost, positive = worse" in out.split("\n\n")[1]  # at the table's top
+    first_table = next(p for p in out.split("\n\n") if "┏" in p)
+    assert "Δ% = cost, positive = worse" in first_table  # at the table's top
 
 
 def test_failure_before_any_measurement_leaves_no_run_directory(

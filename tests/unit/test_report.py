@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     path = write_html(run)
     assert path == run.path / "report.html"
     html = path.read_text()
-    assert html.count("<table") == len(build_tables(build_summary(run)))
+    for table in build_tables(build_summary(run)):
+        assert f"<h3>{escape(table.title)}</h3>" in html
     assert "acl-linear" in html and "+25.0" in html
     assert "data:image/png;base64," in html or '<figure class="chart"' in html
     # no external resources of any kind (an inline SVG's url(#clip) is within the page)

@@ -1,0 +1,387 @@
+"""The answer first: one verdict per variant and headline metric, and the forest plot.
+
+A verdict reads a summary row's paired degradation and its interval by one rule
+(docs/methodology.md, "Verdicts"), with x the run's precision target
+(`[repeat] halfwidth_pct`):
+
+- the interval excludes 0: the variant **costs** that much (or does **better**);
+- it includes 0 and lies within ±x: **no measurable cost** (|Δ| < x %);
+- it includes 0 and reaches past ±x: **not resolved** (the interval is too wide to
+  tell a cost from none);
+- no interval (fewer than two paired rounds, a search that found no value): **not
+  measured**, never a 0.
+
+Headline metrics are each kind's primary metrics and its service demand (CPU per
+unit of work). A row's `bottleneck` (what limited it), when the summary has one, is
+shown beside its verdict; a row without one shows nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from secperf.report.plots import figure_bytes, new_figure
+from secperf.tables import BASELINE, Chart, Row, fmt_pct
+
+COST, BETTER, NONE, UNRESOLVED, UNMEASURED = "cost", "better", "none", "unresolved", "unmeasured"
+DEFAULT_NEGLIGIBLE_PCT = 2.0  # the scenario default of [repeat] halfwidth_pct
+FOREST_ROWS = 40  # rows of one forest chart; more are split by variant
+
+_COLORS = {COST: "#b2182b", BETTER: "#2166ac", NONE: "#4d4d4d", UNRESOLVED: "#e08214"}
+
+
+def headline(row: Row) -> bool:
+    """A kind's primary metric, or service demand (CPU per unit of work)."""
+    return bool(row.get("primary")) or str(row.get("metric", "")).startswith("sd_")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one variant does to one headline metric at one workload point."""
+
+    variant: str
+    workload: str
+    point_id: str
+    where: str  # the workload, and the point's label when the workload is swept
+    metric: str
+    metric_label: str
+    outcome: str  # COST, BETTER, NONE, UNRESOLVED or UNMEASURED
+    pct: float | None
+    low: float | None
+    high: float | None
+    pairs: int
+    negligible_pct: float
+    bottleneck: str | None = None
+    why: str = ""  # for UNMEASURED: what is missing
+
+    @property
+    def interval(self) -> str:
+        if self.low is None or self.high is None:
+            return ""
+        return f"[{fmt_pct(self.low)}, {fmt_pct(self.high)}]"
+
+    @property
+    def text(self) -> str:
+        """The verdict in words, e.g. "costs +25.0 % [+24.1, +25.9]"."""
+        if self.outcome == COST:
+            return f"costs {fmt_pct(self.pct)} % {self.interval}"
+        if self.outcome == BETTER:
+            return f"better: Δ {fmt_pct(self.pct)} % {self.interval}"
+        if self.outcome == NONE:
+            return f"no measurable cost (|Δ| < {self.negligible_pct:g} %) {self.interval}"
+        if self.outcome == UNRESOLVED:
+            assert self.low is not None and self.high is not None
+            half = (self.high - self.low) / 2
+            return f"not resolved: {fmt_pct(self.pct)} % ± {half:.1f} points {self.interval}"
+        return f"not measured: {self.why}"
+
+    @property
+    def limited_by(self) -> str:
+        return f"limited by {self.bottleneck}" if self.bottleneck else ""
+
+
+def negligible_pct(summary: Mapping[str, Any]) -> float:
+    """x of the rule: the run's precision target, [repeat] halfwidth_pct."""
+    target = summary.get("halfwidth_target_pct")
+    if isinstance(target, int | float) and math.isfinite(target) and target > 0:
+        return float(target)
+    return DEFAULT_NEGLIGIBLE_PCT
+
+
+def judge(row: Row, x: float) -> tuple[str, str]:
+    """(outcome, why) of one variant row by the rule above."""
+    pct, lo, hi = (
+        row.get("degradation_pct"),
+        row.get("degradation_ci_low"),
+        row.get("degradation_ci_high"),
+    )
+    if pct is None:
+        censored = int(row.get("censored_n") or 0)
+        if censored and not row.get("n"):
+            return UNMEASURED, "the search found no value (see its table)"
+        base = row.get("baseline_mean")
+        if base == 0:
+            return UNMEASURED, "the baseline measured 0: a cost in % is undefined"
+        return UNMEASURED, "no round paired it with the baseline"
+    if lo is None or hi is None:
+        return UNMEASURED, f"one paired round only ({fmt_pct(pct)} %), no interval"
+    if lo > 0:
+        return COST, ""
+    if hi < 0:
+        return BETTER, ""
+    if -x < lo and hi < x:
+        return NONE, ""
+    return UNRESOLVED, ""
+
+
+def _where(row: Row) -> str:
+    workload, label = str(row.get("workload", "")), str(row.get("label") or "")
+    return workload if not label or label == workload else f"{workload} {label}"
+
+
+def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
+    """Every variant's verdicts, in the summary's order (variants as the scenario lists
+    them, a sweep's variants by their swept value)."""
+    x = negligible_pct(summary)
+    rows = [r for r in summary.get("rows") or [] if r.get("variant") != BASELINE and headline(r)]
+    order = list(dict.fromkeys(str(r["variant"]) for r in rows))
+    out: list[Verdict] = []
+    for variant in order:
+        for r in (r for r in rows if r["variant"] == variant):
+            outcome, why = judge(r, x)
+            out.append(
+                Verdict(
+                    variant=variant,
+                    workload=str(r.get("workload", "")),
+                    point_id=str(r.get("point_id", "")),
+                    where=_where(r),
+                    metric=str(r.get("metric", "")),
+                    metric_label=str(r.get("metric_label") or r.get("metric", "")),
+                    outcome=outcome,
+                    pct=r.get("degradation_pct"),
+                    low=r.get("degradation_ci_low"),
+                    high=r.get("degradation_ci_high"),
+                    pairs=int(r.get("degradation_n") or 0),
+                    negligible_pct=x,
+                    bottleneck=_text(r.get("bottleneck")),
+                    why=why,
+                )
+            )
+    return out
+
+
+def _text(x: Any) -> str | None:
+    return str(x) if x not in (None, "") else None
+
+
+@dataclass(frozen=True)
+class CheckVerdict:
+    variant: str
+    workload: str
+    passed: int
+    rounds: int
+
+    @property
+    def ok(self) -> bool:
+        return self.rounds > 0 and self.passed == self.rounds
+
+    @property
+    def text(self) -> str:
+        held = "every check held" if self.ok else "a check FAILED"
+        return f"{held}: {self.passed}/{self.rounds} rounds"
+
+
+def check_verdicts(summary: Mapping[str, Any]) -> list[CheckVerdict]:
+    """Pass/fail checks (failclosed, …) per variant and workload."""
+    return [
+        CheckVerdict(
+            str(e.get("variant")),
+            str(e.get("workload")),
+            int(e.get("passed_rounds") or 0),
+            int(e.get("rounds") or 0),
+        )
+        for e in summary.get("checks") or []
+    ]
+
+
+def rule_text(summary: Mapping[str, Any]) -> str:
+    """The rule, in one sentence, for the head of the answer."""
+    conf = float(summary.get("confidence", 0.95)) * 100
+    x = negligible_pct(summary)
+    baseline = {"forward": "a plain forwarding DUT", "direct": "the direct path"}.get(
+        str(summary.get("baseline", "forward")), str(summary.get("baseline"))
+    )
+    return (
+        f"Δ = cost against the baseline ({baseline}), positive = worse, [{conf:g} % interval, "
+        f"paired by round]; no measurable cost = the interval holds 0 and lies within "
+        f"±{x:g} % (the run's precision target); not resolved = it holds 0 but reaches past it"
+    )
+
+
+def descriptions(run_meta: Mapping[str, Any]) -> dict[str, str]:
+    """Variant name -> its description; a swept variant takes its family's."""
+    scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
+    out: dict[str, str] = {}
+    for name, variant in (scenario.get("variants") or {}).items():
+        if isinstance(variant, Mapping) and variant.get("description"):
+            out[str(name)] = str(variant["description"])
+    for name, info in (run_meta.get("variant_sweeps") or {}).items():
+        family = str((info or {}).get("family", ""))
+        if family in out:
+            out.setdefault(str(name), out[family])
+    return out
+
+
+# -- the forest plot -------------------------------------------------------------------
+
+
+def _plotted(v: Verdict) -> bool:
+    return v.outcome != UNMEASURED and v.pct is not None
+
+
+def forest_charts(summary: Mapping[str, Any]) -> list[Chart]:
+    """Every variant × headline metric's degradation with its interval, zero marked and
+    the band of "no measurable cost" shaded; variants as panels, at most FOREST_ROWS
+    rows a chart."""
+    found = [v for v in verdicts(summary) if _plotted(v)]
+    if not found:
+        return []
+    groups: list[list[Verdict]] = []
+    for variant in dict.fromkeys(v.variant for v in found):
+        rows = [v for v in found if v.variant == variant]
+        if groups and len(groups[-1]) + len(rows) <= FOREST_ROWS:
+            groups[-1] += rows
+        else:
+            groups += [rows[i : i + FOREST_ROWS] for i in range(0, len(rows), FOREST_ROWS)]
+    x = negligible_pct(summary)
+    conf = float(summary.get("confidence", 0.95)) * 100
+    out = []
+    for i, group in enumerate(groups, start=1):
+        part = f" ({i} of {len(groups)})" if len(groups) > 1 else ""
+        title = f"What each variant costs: degradation % with its {conf:g} % interval{part}"
+        out.append(Chart(title, forest_chart(title, group, x)))
+    return out
+
+
+def forest_chart(title: str, rows: Sequence[Verdict], x: float) -> bytes:
+    variants = list(dict.fromkeys(v.variant for v in rows))
+    per = {name: [v for v in rows if v.variant == name] for name in variants}
+    height = 0.8 + 0.22 * len(rows) + 0.3 * len(variants)
+    fig = new_figure(7.2, height)
+    grid = fig.add_gridspec(len(variants), 1, height_ratios=[len(per[n]) + 0.6 for n in variants])
+    lows = [v.low if v.low is not None else v.pct for v in rows]
+    highs = [v.high if v.high is not None else v.pct for v in rows]
+    left = min(-x, *(lo for lo in lows if lo is not None))
+    right = max(x, *(hi for hi in highs if hi is not None))
+    pad = (right - left) * 0.04
+    axes: list[Any] = []
+    for k, name in enumerate(variants):
+        ax = fig.add_subplot(grid[k, 0], sharex=axes[0] if axes else None)
+        axes.append(ax)
+        mine = per[name]
+        ys = list(range(len(mine)))[::-1]
+        ax.axvspan(-x, x, color="0.92", zorder=0)
+        ax.axvline(0, color="0.2", linewidth=1.0, zorder=1)
+        for y, v in zip(ys, mine, strict=True):
+            color = _COLORS.get(v.outcome, "0.3")
+            if v.low is not None and v.high is not None:
+                ax.plot([v.low, v.high], [y, y], color=color, linewidth=2.0, zorder=2)
+            ax.plot([v.pct or 0.0], [y], marker="D", color=color, markersize=5, zorder=3)
+        ax.set_yticks(ys, [f"{v.where} · {v.metric_label}" for v in mine], fontsize=8)
+        ax.set_ylim(-0.7, len(mine) - 0.3)
+        ax.set_title(name, fontsize=9, loc="left", fontweight="bold")
+        ax.tick_params(axis="x", labelsize=8, labelbottom=k == len(variants) - 1)
+        ax.grid(axis="x", color="0.85", linewidth=0.6)
+        # the numbers beside the plot, as a forest plot's table column
+        right_labels = ax.secondary_yaxis("right")
+        right_labels.set_yticks(ys, [_short(v) for v in mine], fontsize=8)
+        right_labels.tick_params(length=0)
+    axes[0].set_xlim(left - pad, right + pad)
+    axes[-1].set_xlabel(f"degradation % (positive = worse); shaded: |Δ| < {x:g} %", fontsize=8)
+    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
+    fig.tight_layout()
+    return figure_bytes(fig)
+
+
+def _short(v: Verdict) -> str:
+    if v.outcome == NONE:
+        return f"none {v.interval}"
+    if v.low is None:
+        return f"{fmt_pct(v.pct)} (no interval)"
+    return f"{fmt_pct(v.pct)} {v.interval}"
+
+
+# -- the answer in the terminal ------------------------------------------------------------
+
+_STYLES = {
+    COST: "bold red",
+    BETTER: "bold green",
+    NONE: "",
+    UNRESOLVED: "yellow",
+    UNMEASURED: "dim",
+}
+COLLAPSE_ABOVE = 30  # verdict lines past this: a sweep's points in one line each metric
+
+
+def _range_line(group: Sequence[Verdict]) -> str:
+    """A metric over a sweep's points in one line: the range of the costs, and how many
+    points had each verdict."""
+    found = [v.pct for v in group if v.outcome in (COST, BETTER) and v.pct is not None]
+    counts: dict[str, int] = {}
+    for v in group:
+        counts[v.outcome] = counts.get(v.outcome, 0) + 1
+    words = {
+        COST: "cost",
+        BETTER: "better",
+        NONE: "no measurable cost",
+        UNRESOLVED: "not resolved",
+        UNMEASURED: "not measured",
+    }
+    parts = [
+        f"{counts[k]} {words[k]}"
+        for k in (COST, BETTER, NONE, UNRESOLVED, UNMEASURED)
+        if k in counts
+    ]
+    span = f"Δ from {fmt_pct(min(found))} to {fmt_pct(max(found))} %; " if found else ""
+    return f"over {len(group)} points: {span}" + ", ".join(parts)
+
+
+def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Any]:
+    """The answer as rich renderables, one block each: the rule, then per variant its
+    verdict lines (a sweep's points collapsed into one line a metric when there are
+    many)."""
+    found = verdicts(summary)
+    checks = check_verdicts(summary)
+    if not found and not checks:
+        return []
+    about = descriptions(run_meta)
+    collapse = len(found) > COLLAPSE_ABOVE
+    out: list[Any] = [Text("The answer — " + rule_text(summary), style="bold")]
+    for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
+        grid = Table.grid(padding=(0, 2))
+        for _ in range(4):
+            grid.add_column(no_wrap=False)
+        mine = [v for v in found if v.variant == variant]
+        groups: dict[tuple[str, str], list[Verdict]] = {}
+        for v in mine:
+            key = (v.workload, v.metric) if collapse else (v.point_id, v.metric)
+            groups.setdefault(key, []).append(v)
+        for group in groups.values():
+            first = group[0]
+            if len(group) == 1:
+                grid.add_row(
+                    Text("  " + first.where),
+                    Text(first.metric_label),
+                    Text(first.text, style=_STYLES.get(first.outcome, "")),
+                    Text(first.limited_by, style="dim"),
+                )
+            else:
+                limits = sorted({v.bottleneck for v in group if v.bottleneck})
+                grid.add_row(
+                    Text("  " + first.workload),
+                    Text(first.metric_label),
+                    Text(_range_line(group)),
+                    Text(f"limited by {', '.join(limits)}" if limits else "", style="dim"),
+                )
+        for c in (c for c in checks if c.variant == variant):
+            grid.add_row(
+                Text("  " + c.workload),
+                Text("checks"),
+                Text(c.text, style="" if c.ok else "bold red"),
+                Text(""),
+            )
+        what = f": {_first_line(about[variant])}" if variant in about else ""
+        out.append(Group(Text(f"{variant}{what}", style="bold"), grid))
+    return out
+
+
+def _first_line(text: str, width: int = 100) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
