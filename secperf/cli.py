@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -19,11 +20,32 @@ from secperf.errors import ScenarioError, SecperfError
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
 from secperf.plan.inventory import check_inventory
-from secperf.report.compare import compare_runs, differences, print_comparison
-from secperf.report.html import write_html
+from secperf.report.compare import (
+    compare_runs,
+    differences,
+    print_comparison,
+    testbed_differences,
+)
+from secperf.report.gate import (
+    FAIL,
+    RULE_WORDS,
+    UNMEASURED,
+    Figures,
+    GateError,
+    Outcome,
+    check_expectations,
+    compare_figures,
+    failed,
+    run_figures,
+    summary_lines,
+    write_junit,
+)
+from secperf.report.html import scenario_expectations, write_html, write_pngs
 from secperf.report.rebuild import rebuild
 from secperf.report.terminal import print_report
+from secperf.results.metrics import METRICS
 from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
 from secperf.run.estimate import estimate_seconds, fmt_eta
 from secperf.run.preflight import (
     all_tools,
@@ -35,16 +57,20 @@ from secperf.run.preflight import (
     tools_for,
 )
 from secperf.run.runner import run_scenario
+from secperf.scenario.expect import Expect, Rule, parse_expect, problems
 from secperf.scenario.loader import load_scenario
+from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand, expand_scenario
 from secperf.testbed.testbed import clean as clean_ledgers
 from secperf.tools import engine_path
 
-# Exit codes (README.md): 0 ok, 2 usage (a bad command line), 3 invalid scenario,
-# 4 a run, report or comparison failed, 130 interrupted (Ctrl-C).
+# Exit codes (README.md): 0 ok, 2 usage (a bad command line, an expectation that
+# matches nothing), 3 invalid scenario, 4 a run, report or comparison failed,
+# 5 a threshold failed (the gate), 130 interrupted (Ctrl-C).
 EXIT_USAGE = 2
 EXIT_SCENARIO = 3
 EXIT_FAILED = 4
+EXIT_THRESHOLD = 5
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
@@ -73,6 +99,25 @@ def _print_version(value: bool) -> None:
     if value:
         console.print(f"secperf {__version__}", highlight=False)
         raise typer.Exit(0)
+
+
+DETAILS = typer.Option(
+    "--details", help="Print every table after the answer (the default is the answer alone)."
+)
+EXPECT = typer.Option(
+    "--expect",
+    help="A threshold, checked after the scenario's [[expect]]: e.g. \"acl-new tcp-crr "
+    'degradation < 10%" or "acl-new tcp-rr tps > 5000" (repeatable; docs/ci-example.md). '
+    f"A failed one exits {EXIT_THRESHOLD}.",
+)
+GATE_RULE = typer.Option(
+    "--gate-rule",
+    help="How a threshold is judged: interval (fail only when the whole confidence interval "
+    "is past it; the default) or mean (fail when the mean is).",
+)
+JUNIT = typer.Option(
+    "--junit", help="Write the thresholds' outcomes as JUnit XML here (for CI servers)."
+)
 
 
 def _print_json(data: Any) -> None:
@@ -110,6 +155,114 @@ def main(
         verbose_mod.enable(err_console)
 
 
+def _rule(value: str) -> Rule:
+    if value not in RULE_WORDS:
+        err_console.print(
+            f"[bold red]error:[/] --gate-rule {escape(value)!r}: expected interval or mean",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    return "mean" if value == "mean" else "interval"
+
+
+def _parse_expectations(texts: list[str]) -> list[Expect]:
+    """--expect texts, each checked for its form; a bad one exits 2."""
+    out = []
+    for text in texts:
+        try:
+            out.append(parse_expect(text, METRICS))
+        except ValidationError as exc:
+            why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            _usage(f"--expect {text!r}: {why}")
+        except ValueError as exc:
+            _usage(f"--expect {exc}")
+    return out
+
+
+def _usage(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _check_names(sc: Scenario, expectations: list[Expect]) -> None:
+    """Before any traffic: every --expect names a variant, workload and metric of `sc`."""
+    for e in expectations:
+        for key, message in problems(e, sc.variant_names(), sc.metrics_by_workload()):
+            _usage(f"--expect {e.describe()!r}: its {key} {message}")
+
+
+def _outcome_json(o: Outcome) -> dict[str, Any]:
+    return {
+        "expect": o.expect.describe(),
+        "rule": o.rule,
+        "workload": o.workload,
+        "point": o.point,
+        "variant": o.variant,
+        "metric": o.metric,
+        "status": o.status,
+        "mean": o.estimate.mean,
+        "ci_low": o.estimate.low,
+        "ci_high": o.estimate.high,
+        "why": o.estimate.why or None,
+        "failed": o.failed,
+    }
+
+
+def _gate(
+    expectations: list[Expect],
+    figures: Figures,
+    rule: Rule,
+    junit: Path | None,
+    suite: str,
+    properties: dict[str, str],
+) -> list[Outcome]:
+    """Check the thresholds (none: nothing to check, no file written)."""
+    if not expectations:
+        if junit is not None:
+            _usage("--junit needs thresholds to report: the scenario's [[expect]] or --expect")
+        return []
+    try:
+        outcomes = check_expectations(expectations, figures, rule)
+    except GateError as exc:
+        _usage(str(exc))
+        raise  # unreachable: _usage exits
+    if junit is not None:
+        try:
+            write_junit(junit, outcomes, suite, {**properties, "rule": rule})
+        except SecperfError as exc:
+            raise fail(exc) from None
+    return outcomes
+
+
+def _print_gate(out: Console, outcomes: list[Outcome]) -> None:
+    lines = summary_lines(outcomes)
+    if not lines:
+        return
+    out.print()
+    for line in lines:
+        bad = line.startswith((f"{FAIL}:", f"{UNMEASURED}:", "gate: FAILED"))
+        out.print(escape(line), style="bold red" if bad else None, highlight=False)
+
+
+def _loud() -> Console:
+    """Where the answer goes: the console, or with --quiet one that still prints."""
+    return Console(width=None if sys.stdout.isatty() else 150) if console.quiet else console
+
+
+def _show(
+    summary: dict[str, Any], meta: dict[str, Any], details: bool, outcomes: list[Outcome]
+) -> None:
+    """The answer (with --quiet alone), the tables with --details, then the gate."""
+    out = _loud()
+    print_report(out, summary, meta, details=details, header=not console.quiet)
+    _print_gate(out, outcomes)
+
+
+def _exit_for(outcomes: list[Outcome]) -> None:
+    if failed(outcomes):
+        raise typer.Exit(EXIT_THRESHOLD)
+
+
 @app.command()
 def run(
     scenario: Annotated[Path, typer.Argument(help="The scenario file (TOML).")],
@@ -119,13 +272,21 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON on stdout (no tables).")
     ] = False,
+    details: Annotated[bool, DETAILS] = False,
+    expect: Annotated[list[str] | None, EXPECT] = None,
+    gate_rule: Annotated[str, GATE_RULE] = "interval",
+    junit: Annotated[Path | None, JUNIT] = None,
 ) -> None:
-    """Run a scenario: build the testbed, measure, write the run directory and the report."""
+    """Run a scenario: build the testbed, measure, write the run directory and the report;
+    then check its thresholds (exit 5 when one fails)."""
 
+    rule = _rule(gate_rule)
+    extra = _parse_expectations(expect or [])
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
     try:
         sc = load_scenario(scenario)
+        _check_names(sc, extra)
         check_out_dir(out)
         rundir = run_scenario(sc, out, console)
     except KeyboardInterrupt:
@@ -135,11 +296,32 @@ def run(
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
     html = write_html(done)
+    summary, meta = done.read_summary(), done.read_run_json()
+    outcomes = _gate(
+        [*sc.expect, *extra],
+        run_figures(summary, done, where=str(done.path)),
+        rule,
+        junit,
+        sc.name,
+        {"run": str(done.path)},
+    )
     if as_json:
-        _print_json({"run_dir": str(done.path), "report": str(html), **done.read_summary()})
+        _print_json(
+            {
+                "run_dir": str(done.path),
+                "report": str(html),
+                **summary,
+                "gate": [_outcome_json(o) for o in outcomes],
+            }
+        )
+        _exit_for(outcomes)
         return
-    print_report(console, done.read_summary(), done.read_run_json())
-    console.print(f"\nrun directory: [bold]{done.path}[/]\nreport: [bold]{html}[/]")
+    _show(summary, meta, details, outcomes)
+    console.print(
+        f"\nrun directory: [bold]{escape(str(done.path))}[/]\nreport: [bold]{escape(str(html))}[/]"
+        + ("" if details else f"\nevery table: secperf report {escape(str(done.path))} --details")
+    )
+    _exit_for(outcomes)
 
 
 @app.command()
@@ -212,8 +394,17 @@ def report(
         bool,
         typer.Option("--force", help="Replace the report even if the records now give less."),
     ] = False,
+    details: Annotated[bool, DETAILS] = False,
+    png: Annotated[
+        bool,
+        typer.Option("--png", help="Also write every chart as a PNG file in RUN_DIR/charts/."),
+    ] = False,
+    expect: Annotated[list[str] | None, EXPECT] = None,
+    gate_rule: Annotated[str, GATE_RULE] = "interval",
+    junit: Annotated[Path | None, JUNIT] = None,
 ) -> None:
-    """Rebuild the tables and report.html from a run directory alone.
+    """Rebuild the tables and report.html from a run directory alone, print the answer,
+    and check the thresholds (the scenario's and --expect; exit 5 when one fails).
 
     It never replaces a report with less than it had: with records.jsonl missing,
     empty or shorter than what the summary was built from, it stops (exit 4)."""
@@ -231,14 +422,42 @@ def report(
             f"{escape(str(lost.get('reason')))}; dropped (its round is missing)",
             highlight=False,
         )
+    rule = _rule(gate_rule)
+    scenario_name = str((meta.get("scenario") or {}).get("name") or rd.path.name)
+    outcomes = _gate(
+        [*scenario_expectations(meta), *_parse_expectations(expect or [])],
+        run_figures(summary, rd, where=str(rd.path)),
+        rule,
+        junit,
+        scenario_name,
+        {"run": str(rd.path)},
+    )
+    charts = write_pngs(rd) if png else []
     if as_json:
-        _print_json({"run_dir": str(rd.path), "report": str(rd.report_html_path), **summary})
+        _print_json(
+            {
+                "run_dir": str(rd.path),
+                "report": str(rd.report_html_path),
+                **summary,
+                "gate": [_outcome_json(o) for o in outcomes],
+            }
+        )
+        _exit_for(outcomes)
         return
     if as_csv:
         sys.stdout.write(to_csv(records(summary)))
+        _exit_for(outcomes)
         return
-    print_report(console, summary, meta)
-    console.print(f"\nreport: [bold]{rd.report_html_path}[/]")
+    _show(summary, meta, details, outcomes)
+    console.print(
+        f"\nreport: [bold]{escape(str(rd.report_html_path))}[/]"
+        + ("" if details else f"\nevery table: secperf report {escape(str(rd.path))} --details")
+    )
+    if charts:
+        console.print(
+            f"charts: {len(charts)} PNG files in [bold]{escape(str(charts[0].parent))}[/]"
+        )
+    _exit_for(outcomes)
 
 
 @app.command()
@@ -248,21 +467,66 @@ def compare(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
     ] = False,
+    expect: Annotated[list[str] | None, EXPECT] = None,
+    gate_rule: Annotated[str, GATE_RULE] = "interval",
+    junit: Annotated[Path | None, JUNIT] = None,
+    allow_different: Annotated[
+        bool,
+        typer.Option(
+            "--allow-different",
+            help="Check thresholds on rows whose testbeds differ between the runs "
+            "(refused by default).",
+        ),
+    ] = False,
 ) -> None:
-    """Compare two runs row by row: both values and the difference with its CI."""
+    """Compare two runs row by row (by workload, point, variant and metric): both values
+    and the difference with its CI; a degradation threshold bounds B against A (exit 5
+    when one fails)."""
 
+    rule = _rule(gate_rule)
+    extra = _parse_expectations(expect or [])
     try:
         a, b = RunDir.open(run_a), RunDir.open(run_b)
+        meta_a, meta_b = a.read_run_json(), b.read_run_json()
         rows = compare_runs(a, b)
-        warnings = differences(a.read_run_json(), b.read_run_json())
+        warnings = differences(meta_a, meta_b)
+        machine = testbed_differences(meta_a, meta_b)
+        summary_b = b.read_summary() if b.has_summary() else build_summary(b)
     except SecperfError as exc:
         raise fail(exc) from None
+    if machine:
+        warnings.append(
+            "the runs' testbeds differ ("
+            + "; ".join(machine)
+            + "): their figures do not compare"
+            + (", thresholds checked anyway (--allow-different)" if allow_different else "")
+        )
+    where = f"the comparison of {a.path} and {b.path}"
+    outcomes = _gate(
+        extra,
+        compare_figures(rows, summary_b, where, allow_different=allow_different),
+        rule,
+        junit,
+        "compare",
+        {"a": str(a.path), "b": str(b.path)},
+    )
     if as_json:
-        _print_json({"a": str(a.path), "b": str(b.path), "warnings": warnings, "rows": rows})
+        _print_json(
+            {
+                "a": str(a.path),
+                "b": str(b.path),
+                "warnings": warnings,
+                "rows": rows,
+                "gate": [_outcome_json(o) for o in outcomes],
+            }
+        )
+        _exit_for(outcomes)
         return
     for text in warnings:
         err_console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False)
-    print_comparison(console, rows, label_a=str(a.path), label_b=str(b.path))
+    print_comparison(_loud(), rows, label_a=str(a.path), label_b=str(b.path))
+    _print_gate(_loud(), outcomes)
+    _exit_for(outcomes)
 
 
 @app.command()
