@@ -69,7 +69,7 @@ def test_new_workload_runs(tmp_path: Path) -> None:
     with WORKLOADS.registered(KIND):
         result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "results")])
     assert result.exit_code == 0, result.output
-    assert "Ping-pong rate" in result.output  # the terminal report's table
+    assert "Ping-pong rate" in result.output  # its verdict line, in the answer
     (run_dir,) = (tmp_path / "results").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = [r for r in summary["rows"] if r["metric"] == "pingpong_tps"]

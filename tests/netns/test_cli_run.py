@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,16 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
 ) -> None:
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY.format(baseline=baseline, duration="0.4s"))
-    proc = secperf("run", str(scenario), "--out", str(tmp_path / "results"))
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    junit = tmp_path / "gate.xml"
+    # a threshold no real run meets: the run completes, then its gate fails (exit 5)
+    gate = ["--expect", "acl tcp-rr tps < 1", "--gate-rule", "mean", "--junit", str(junit)]
+    proc = secperf("run", str(scenario), "--out", str(tmp_path / "results"), *gate)
+    assert proc.returncode == 5, proc.stderr + proc.stdout
+    assert "FAIL: acl · tcp-rr · Transaction rate: tps" in proc.stdout
+    failures = [
+        c for c in ET.parse(junit).getroot().iter("testcase") if c.find("failure") is not None
+    ]
+    assert len(failures) == 1 and "acl · tcp-rr · Transaction rate" in str(failures[0].get("name"))
     (run_dir,) = (tmp_path / "results").iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete" and meta["scenario"]["name"] == "tiny"
@@ -123,7 +132,7 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     assert rows and rows[0]["degradation_pct"] is not None and rows[0]["n"] == 2
     assert (run_dir / "report.html").is_file()
     assert (run_dir / "files" / "acl.0.nft").is_file()
-    assert "tcp-rr" in proc.stdout and "Δ%" in proc.stdout
+    assert "The answer" in proc.stdout and "tcp-rr" in proc.stdout and "┏" not in proc.stdout
     # the run said how long it would take, and counted points and rounds
     assert "point(s) x 2 configuration(s)" in proc.stdout and "about " in proc.stdout
     assert "point 1/4, round 1/2: " in proc.stdout and " left" in proc.stdout
@@ -134,8 +143,10 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     # the report can be rebuilt from the run directory alone
     (run_dir / "summary.json").unlink()
     (run_dir / "report.html").unlink()
-    rebuilt = secperf("report", str(run_dir))
-    assert rebuilt.returncode == 0, rebuilt.stderr
+    met = ["--expect", "baseline tcp-rr tps > 1", "--gate-rule", "mean", "--details"]
+    rebuilt = secperf("report", str(run_dir), *met)
+    assert rebuilt.returncode == 0, rebuilt.stderr + rebuilt.stdout
+    assert "gate: passed" in rebuilt.stdout and "Δ%" in rebuilt.stdout
     assert json.loads((run_dir / "summary.json").read_text())["rows"] == summary["rows"]
     assert (run_dir / "report.html").is_file()
 

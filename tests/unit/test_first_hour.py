@@ -202,7 +202,7 @@ def test_report_with_a_cut_last_line_says_what_it_dropped(tmp_path: Path) -> Non
     forced = cli.invoke(app, ["report", "--force", str(run)])
     assert forced.exit_code == 0
     assert "dropped" in forced.output and "incomplete" in forced.output
-    assert json.loads((run / "summary.json").read_text())["dropped_records"][0]["line"] == 78
+    assert json.loads((run / "summary.json").read_text())["dropped_records"][0]["line"] == 306
 
 
 def test_compare_names_runs_and_warns_on_other_scenario(tmp_path: Path) -> None:

@@ -45,8 +45,20 @@ window.addEventListener("load", () => {
     };
   });
   const resources = performance.getEntriesByType("resource").map(r => r.name);
+  const verdicts = document.getElementById("verdicts");
+  const box = verdicts ? verdicts.getBoundingClientRect() : null;
+  const answer = verdicts ? {
+    top: box.top, bottom: box.bottom, width: box.width,
+    rows: [...verdicts.querySelectorAll("tr")].map(r => r.textContent.trim()),
+  } : null;
+  const forest = [...document.querySelectorAll("figure")].find(
+    f => (f.querySelector("figcaption") || {}).textContent.startsWith("What each variant costs"));
+  const fbox = forest ? forest.querySelector("svg, img").getBoundingClientRect() : null;
   document.getElementById("probe-result").textContent = JSON.stringify(
-    {figures, resources, violations, tables: document.querySelectorAll("table").length});
+    {figures, resources, violations, tables: document.querySelectorAll("table").length,
+     answer, forest: fbox && {top: fbox.top, bottom: fbox.bottom, left: fbox.left,
+                              right: fbox.right, width: fbox.width, height: fbox.height},
+     viewport: {width: window.innerWidth, height: window.innerHeight}});
 });
 </script>
 """
@@ -60,7 +72,7 @@ def chromium() -> str:
     pytest.fail("no chromium: scripts/setup.sh installs it (apt-get install chromium)")
 
 
-def render(html_path: Path) -> dict[str, object]:
+def render(html_path: Path, window: str = "1280,2000") -> dict[str, object]:
     probe = html_path.with_name("probe.html")
     text = html_path.read_text(encoding="utf-8")
     assert '<meta charset="utf-8">' in text
@@ -75,7 +87,7 @@ def render(html_path: Path) -> dict[str, object]:
             "--no-first-run",
             "--disable-extensions",
             "--disable-background-networking",
-            "--window-size=1280,2000",
+            f"--window-size={window}",
             "--virtual-time-budget=5000",
             "--dump-dom",
             probe.as_uri(),
@@ -109,3 +121,41 @@ def test_report_renders_in_a_real_browser(tmp_path: Path) -> None:
     assert any(fig["kind"] == "svg" for fig in figures)
     assert result["resources"] == [], "the report loaded something"
     assert result["violations"] == [], "the report tried to load something"
+
+
+QUICK_SUMMARY = ROOT / "docs" / "runs" / "quick" / "summary.json"
+
+
+def test_the_first_screen_of_quicks_report_holds_the_answer(tmp_path: Path) -> None:
+    """In the first 1400 × 900 pixels: every verdict line and the whole forest plot."""
+    from secperf.scenario.loader import load_scenario
+
+    run = RunDir.create(tmp_path, "quick")
+    scenario = load_scenario(ROOT / "scenarios" / "quick.toml")
+    run.write_run_json(
+        {
+            "scenario": scenario.to_json_dict(),
+            "scenario_text": (ROOT / "scenarios" / "quick.toml").read_text(),
+            "status": "complete",
+            "started": "2026-11-23T20:27:46+00:00",
+            "finished": "2026-11-23T20:29:51+00:00",
+            "host": {"kernel": "6.18.44", "cpus": 2, "cpu_model": "AMD EPYC"},
+        }
+    )
+    run.write_summary(json.loads(QUICK_SUMMARY.read_text()))
+    result = render(write_html(run), window="1400,900")
+    answer, forest = result["answer"], result["forest"]
+    assert isinstance(answer, dict) and isinstance(forest, dict), result
+    rows = answer["rows"]
+    # a row per variant, then one per workload and headline metric (3 workloads × 2)
+    assert [r for r in rows if r.startswith("acl-")] == [
+        r for r in rows if r.startswith(("acl-linear", "acl-set"))
+    ]
+    assert len(rows) == 2 + 2 * 6, rows
+    assert any("costs +" in r for r in rows)
+    viewport = result["viewport"]
+    assert isinstance(viewport, dict)
+    height = min(900, viewport["height"])  # the window, less what the browser keeps
+    assert answer["top"] >= 0 and answer["bottom"] <= height, answer
+    assert forest["top"] >= 0 and forest["bottom"] <= height, forest
+    assert forest["right"] <= 1400 and forest["width"] > 300 and forest["height"] > 150, forest

@@ -7,6 +7,9 @@ tcp-rr baseline tps 100, 102, 98, 100, 100; acl-linear 75, 76, 74, 75 (its
 rep 4 failed: an engine error record), about 25 % worse; acl-set within 1 %
 of the baseline (not significant). tcp-stream sweeps `message` over two
 points; acl-set's 128 KiB point scatters and misses its CI target.
+
+Every test has interval records, as the engine writes them (one a second, the
+first the warm-up): its rate, ramping up during the warm-up, then steady.
 """
 
 from __future__ import annotations
@@ -182,9 +185,47 @@ def start(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         "format": 1,
         "engine": "secperf-engine",
         "version": "0.1.0",
-        "spec": {"kind": kind, "server": "198.18.2.2:5201", **params},
+        "spec": {"kind": kind, "server": "198.18.2.2:5201", "warmup": 1.0, **params},
+        "clock": {"realtime_ns": 1_795_395_723_000_000_000, "monotonic_ns": 1_000_000_000},
         "host": {"hostname": "synthetic", "kernel": "6.1.0-synthetic", "cpus": 2},
     }
+
+
+def intervals(rate: float, *, rr: bool) -> list[dict[str, Any]]:
+    """One interval record a second: the warm-up second at half the rate, then steady
+    (rr: transactions and latency; stream: bits per second, `rate` in Mbit/s)."""
+    out = []
+    for i in range(int(DURATION) + 1):
+        value = rate * (0.5 if i == 0 else 1.0 + 0.01 * ((i % 3) - 1))
+        record: dict[str, Any] = {
+            "type": "interval",
+            "t": i + 1.0,
+            "t_start": float(i),
+            "t_end": i + 1.0,
+            "warmup": i == 0,
+        }
+        if rr:
+            lat = 1e6 / value
+            record |= {
+                "bytes": round(2 * value),
+                "bits_per_second": 16 * value,
+                "messages": round(2 * value),
+                "transactions": round(value),
+                "rate": value,
+                "latency_us": {"mean": lat, "p50": lat, "p99": 1.5 * lat},
+            }
+        else:
+            bps = value * 1e6
+            record |= {
+                "bytes": round(bps / 8),
+                "bits_per_second": bps,
+                "messages": round(bps / 8 / 16384),
+                "transactions": 0,
+                "rate": 0.0,
+                "latency_us": None,
+            }
+        out.append(record)
+    return out
 
 
 def lines() -> list[dict[str, Any]]:
@@ -217,6 +258,8 @@ def lines() -> list[dict[str, Any]]:
                     },
                 )
             else:
+                for record in intervals(value, rr=True):
+                    add(tags, record)
                 add(tags, rr_result(value))
     for i, (point_id, per_variant) in enumerate(STREAM.items()):
         message = [16384, 131072][i]
@@ -232,6 +275,8 @@ def lines() -> list[dict[str, Any]]:
                     "rep": rep,
                 }
                 add(stags, start("stream", {"message_size": message}))
+                for record in intervals(mbits[rep], rr=False):
+                    add(stags, record)
                 add(stags, stream_result(mbits[rep], message))
     return out
 

@@ -1,0 +1,169 @@
+"""The answer first: verdicts by the stated rule, the forest plot, and a terminal
+summary that fits one screen (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from secperf.cli import app
+from secperf.report.answer import (
+    BETTER,
+    COST,
+    NONE,
+    UNMEASURED,
+    UNRESOLVED,
+    forest_charts,
+    judge,
+    verdicts,
+)
+from secperf.report.terminal import common_notes, print_report
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+from secperf.scenario.loader import load_scenario
+from secperf.tables import ReportTable
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_RUN = ROOT / "tests" / "data" / "runs" / "20261122T010203Z-quick"
+QUICK_SUMMARY = ROOT / "docs" / "runs" / "quick" / "summary.json"
+
+
+def row(pct: float | None, lo: float | None = None, hi: float | None = None, **more: Any) -> dict:
+    return {
+        "degradation_pct": pct,
+        "degradation_ci_low": lo,
+        "degradation_ci_high": hi,
+        "n": 5,
+        **more,
+    }
+
+
+@pytest.mark.parametrize(
+    ("r", "outcome"),
+    [
+        (row(25.0, 24.0, 26.0), COST),  # the interval excludes 0: a cost
+        (row(-5.0, -7.0, -3.0), BETTER),
+        (row(0.5, -1.5, 2.5), NONE),  # holds 0, within ±5
+        (row(0.5, -1.5, 5.0), UNRESOLVED),  # holds 0, reaches the bound: not "none"
+        (row(-10.0, -60.0, 40.0), UNRESOLVED),
+        (row(3.0), UNMEASURED),  # one pair: no interval, no verdict
+        (row(None), UNMEASURED),
+        (row(None, censored_n=2, n=0), UNMEASURED),
+    ],
+)
+def test_the_verdict_rule(r: dict, outcome: str) -> None:
+    assert judge(r, 5.0)[0] == outcome
+
+
+def test_a_verdict_line_per_variant_and_headline_metric(tmp_path: Path) -> None:
+    summary = build_summary(RunDir.open(shutil.copytree(DATA_RUN, tmp_path / "run")))
+    found = {(v.variant, v.where, v.metric): v for v in verdicts(summary)}
+    # headline metrics only: the primary one and service demand, never latency
+    assert {m for _, _, m in found} == {"tps", "sd_cpu_us_per_tx", "throughput", "sd_cpu_us_per_kb"}
+    assert not any(v == "baseline" for v, _, _ in found)
+    rr = "tcp-rr request=1 response=1"  # the synthetic run labels its one point
+    linear = found[("acl-linear", rr, "tps")]
+    assert linear.outcome == COST and linear.text.startswith("costs +25.0 % [+2")
+    # acl-set's rr is within 1 % of the baseline, its interval narrower than ±2 %
+    assert found[("acl-set", rr, "tps")].outcome == NONE
+    assert "no measurable cost (|Δ| < 2 %)" in found[("acl-set", rr, "tps")].text
+    # a swept workload names its point
+    assert ("acl-linear", "tcp-stream message=16KiB", "throughput") in found
+    # the scattered 128 KiB point of acl-set cannot say either
+    assert found[("acl-set", "tcp-stream message=128KiB", "throughput")].outcome == UNRESOLVED
+
+
+def test_a_row_that_names_its_bottleneck_says_so_and_one_without_says_nothing() -> None:
+    base = {"workload": "w", "point_id": "w#0", "label": "", "metric": "tps", "primary": True}
+    rows = [
+        {**base, **row(25.0, 24.0, 26.0), "variant": "a", "bottleneck": "dut CPU"},
+        {**base, **row(25.0, 24.0, 26.0), "variant": "b"},
+    ]
+    summary = {"rows": rows, "halfwidth_target_pct": 2.0}
+    a, b = verdicts(summary)
+    assert a.limited_by == "limited by dut CPU" and b.limited_by == ""
+    console = Console(record=True, width=150, color_system=None)
+    print_report(console, summary, {}, details=False, header=False)
+    text = console.export_text()
+    assert text.count("limited by") == 1 and "limited by dut CPU" in text
+
+
+def test_the_forest_plot_has_every_variant_and_metric(tmp_path: Path) -> None:
+    summary = build_summary(RunDir.open(shutil.copytree(DATA_RUN, tmp_path / "run")))
+    (chart,) = forest_charts(summary)
+    svg = chart.image.decode()
+    assert "<svg" in svg and "acl-linear" in svg and "acl-set" in svg
+    assert svg.count("Transaction rate") == 2 and svg.count("Service demand") == 6
+    assert "+25.0" in svg  # the numbers beside the plot
+
+
+def quick_meta() -> dict[str, Any]:
+    scenario = load_scenario(ROOT / "scenarios" / "quick.toml")
+    return {
+        "scenario": scenario.to_json_dict(),
+        "status": "complete",
+        "started": "2026-11-23T20:27:46+00:00",
+        "finished": "2026-11-23T20:29:51+00:00",
+        "host": {"kernel": "6.18.44", "cpus": 2, "cpu_model": "AMD EPYC"},
+    }
+
+
+def quick_summary() -> dict[str, Any]:
+    """quick.toml's kept summary (three workloads, two variants)."""
+    if not QUICK_SUMMARY.is_file():
+        pytest.fail(f"{QUICK_SUMMARY} is gone: keep quick.toml's summary in docs/runs/quick")
+    summary: dict[str, Any] = json.loads(QUICK_SUMMARY.read_text())
+    return summary
+
+
+def test_quick_summary_fits_one_screen() -> None:
+    console = Console(record=True, width=150, color_system=None)
+    print_report(console, quick_summary(), quick_meta(), details=False)
+    lines = console.export_text().rstrip("\n").splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    text = "\n".join(lines)
+    for variant in ("acl-linear", "acl-set"):
+        assert variant in text
+    assert "costs +" in text and "Connection rate" in text
+    assert "┏" not in text  # no table without --details
+
+
+def test_details_prints_every_table_with_shared_notes_once() -> None:
+    console = Console(record=True, width=250, color_system=None)
+    print_report(console, quick_summary(), quick_meta(), details=True)
+    text = console.export_text()
+    assert text.count("┏") >= 6  # the tables
+    assert text.count("Δ% = cost against the baseline, positive = worse;") == 1
+    assert text.index("The answer") < text.index("┏")
+
+
+def test_a_note_of_one_workload_stays_with_its_tables() -> None:
+    def t(workload: str, notes: list[str]) -> ReportTable:
+        return ReportTable(workload, "m", "title", [], [], notes)
+
+    common, tables = common_notes(
+        [t("a", ["shared", "outlier of a"]), t("a", ["shared", "outlier of a"]), t("b", ["shared"])]
+    )
+    assert common == ["shared"]
+    assert [x.footnotes for x in tables] == [["outlier of a"], ["outlier of a"], []]
+
+
+def test_cli_prints_the_answer_and_the_tables_behind_details(tmp_path: Path) -> None:
+    run = shutil.copytree(DATA_RUN, tmp_path / "run")
+    cli = CliRunner()
+    short = cli.invoke(app, ["report", str(run)])
+    assert short.exit_code == 0, short.output
+    assert "The answer" in short.output and "costs +25.0 %" in short.output
+    assert "┏" not in short.output and "--details" in short.output
+    full = cli.invoke(app, ["report", str(run), "--details"])
+    assert full.exit_code == 0 and "┏" in full.output
+    quiet = cli.invoke(app, ["--quiet", "report", str(run)])
+    assert quiet.exit_code == 0
+    assert "costs +25.0 %" in quiet.output
+    assert "secperf report — scenario" not in quiet.output and "report:" not in quiet.output
