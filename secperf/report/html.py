@@ -66,6 +66,7 @@ figcaption { font-size: 0.85em; color: #555; } pre { background: #f6f6f6; paddin
 overflow-x: auto; font-size: 0.8em; }
 .row { display: flex; flex-wrap: wrap; gap: 1.5em; align-items: flex-start; }
 .row > * { min-width: 0; }
+.row > figure { flex: 1 1 480px; } figure svg, figure img { max-width: 100%; height: auto; }
 table.answer { font-size: 0.88em; margin-top: 0.3em; }
 table.answer td { border: none; border-bottom: 1px solid #e4e4e4; padding: 0.15em 0.5em; }
 table.answer tr.variant td { border-bottom: 1px solid #999; padding-top: 0.5em; }
@@ -220,11 +221,12 @@ def render_html(
     if answer or forest:
         body.append('<h2 id="answer">The answer</h2>')
         body.append(f'<p class="note">{escape(rule_text(summary))}.</p>')
+    body += _gate_html(parts)  # a change review's pass or fail, above its evidence
+    if answer or forest:
         body.append('<div class="row">')
         body += answer
         body += [_figure_html(c) for c in forest]
         body.append("</div>")
-    body += _gate_html(parts)
     body += ['<div class="header">', *(f"<p>{escape(line)}</p>" for line in rest), "</div>"]
     body.append('<h2 id="results">Results</h2>')
     common, tables = common_notes(build_tables(summary, paper_layouts(run_meta)))
@@ -313,6 +315,12 @@ def _over_time_html(parts: Parts) -> list[str]:
         if beside is not None:
             out.append(_figure_html(beside))
         out.append("</div>")
+    if strips:
+        names = ", ".join(strips)
+        out.append(
+            f'<p class="note">No interval records for {escape(names)}: its kind writes none '
+            "(a search, a latency or HTTP test), so only each round's value is shown.</p>"
+        )
     out += [_figure_html(c) for c in strips.values()]
     return out
 
