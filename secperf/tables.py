@@ -221,6 +221,12 @@ def degradation_cell(row: Row | None) -> Cell:
     return Cell(text, significant=significant)
 
 
+def point_name(workload: str, label: str) -> str:
+    """How a report names a workload point: the workload, and the point's label when
+    the workload is swept ("tcp-stream message=16KiB")."""
+    return workload if not label or label == workload else f"{workload} {label}"
+
+
 def reps(row: Row | None) -> str:
     """Repetitions measured, a search that found nothing included."""
     if row is None:

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from secperf.report.plots import figure_bytes, new_figure
-from secperf.tables import BASELINE, Chart, Row, fmt_pct
+from secperf.tables import BASELINE, Chart, Row, fmt_pct, point_name
 
 COST, BETTER, NONE, UNRESOLVED, UNMEASURED = "cost", "better", "none", "unresolved", "unmeasured"
 DEFAULT_NEGLIGIBLE_PCT = 2.0  # the scenario default of [repeat] halfwidth_pct
@@ -122,8 +122,7 @@ def judge(row: Row, x: float) -> tuple[str, str]:
 
 
 def _where(row: Row) -> str:
-    workload, label = str(row.get("workload", "")), str(row.get("label") or "")
-    return workload if not label or label == workload else f"{workload} {label}"
+    return point_name(str(row.get("workload", "")), str(row.get("label") or ""))
 
 
 def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:

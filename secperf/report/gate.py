@@ -32,7 +32,7 @@ from secperf.report.answer import headline
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect
 from secperf.scenario.expect import BASELINE, Bound, Expect, Rule
-from secperf.tables import fmt_pct, fmt_value
+from secperf.tables import fmt_pct, fmt_value, point_name
 
 PASS, FAIL, INCONCLUSIVE, UNMEASURED = "pass", "FAIL", "inconclusive", "not measured"
 DEFAULT_RULE: Rule = "interval"
@@ -61,7 +61,7 @@ class Outcome:
     expect: Expect
     rule: Rule
     workload: str
-    point: str  # the point's label, or the workload when nothing is swept
+    point: str  # the workload, and the point's label when it is swept
     variant: str
     metric: str
     metric_label: str
@@ -285,13 +285,14 @@ def check_expectations(
                         fix="write the bound in the metric's unit, or bound its degradation",
                     )
                 estimate = figures.value(r)
-            label = str(r.get("label") or r.get("workload"))
+            workload = str(r.get("workload"))
+            where = point_name(workload, str(r.get("label") or ""))
             out.append(
                 Outcome(
                     expect=e,
                     rule=rule,
-                    workload=str(r.get("workload")),
-                    point=label,
+                    workload=workload,
+                    point=where,
                     variant=str(r.get("variant")),
                     metric=str(r.get("metric")),
                     metric_label=str(r.get("metric_label") or r.get("metric")),

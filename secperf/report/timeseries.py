@@ -26,7 +26,7 @@ from secperf.report.answer import headline
 from secperf.report.plots import PlainTicks, figure_bytes, new_figure, outside_legend
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect as collect_groups
-from secperf.tables import BASELINE, Chart
+from secperf.tables import BASELINE, Chart, point_name
 
 # (key, label): what an interval record may carry, in panel order
 THROUGHPUT = ("throughput", "Throughput (Mbit/s)")
@@ -68,7 +68,7 @@ class Test:
 class PointSeries:
     workload: str
     point_id: str
-    label: str
+    label: str  # the workload, and the point's label when it is swept
     tests: list[Test] = field(default_factory=list)
 
 
@@ -130,9 +130,8 @@ def collect(lines: Iterable[Mapping[str, Any]]) -> list[PointSeries]:
             continue
         if rtype == "side" and role != "flood" and not role.startswith(GENERATOR_ROLE):
             continue  # a search's probes, a reference run: not the measured test
-        point = points.setdefault(
-            (workload, pid), PointSeries(workload, pid, str(line.get("label") or workload))
-        )
+        where = point_name(workload, str(line.get("label") or ""))
+        point = points.setdefault((workload, pid), PointSeries(workload, pid, where))
         key = (workload, pid, variant, rep)
         test = tests.get(key)
         generator = role[len(GENERATOR_ROLE) :] if role.startswith(GENERATOR_ROLE) else None
@@ -303,7 +302,7 @@ def strip_charts(
         panels = [(m, labels[m]) for m in metrics if any(found.get(m, {}).values())]
         if not panels:
             continue
-        where = str(mine[0].get("label") or key[0])
+        where = point_name(key[0], str(mine[0].get("label") or ""))
         title = f"{where}: every round's value (bar: the mean)"
         out.append(Chart(title, strip_chart(title, panels, found, order)))
     return out
