@@ -149,8 +149,7 @@ def main(
         ),
     ] = False,
 ) -> None:
-    if quiet:
-        console.quiet = True
+    console.quiet = quiet  # set on every call: tests run several in one process
     if verbose:
         verbose_mod.enable(err_console)
 

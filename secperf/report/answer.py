@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from secperf.report.plots import figure_bytes, new_figure
-from secperf.tables import BASELINE, Chart, Row, fmt_pct, point_name
+from secperf.tables import BASELINE, Chart, Row, fmt_pct, fmt_value, point_name
 
 COST, BETTER, NONE, UNRESOLVED, UNMEASURED = "cost", "better", "none", "unresolved", "unmeasured"
 DEFAULT_NEGLIGIBLE_PCT = 2.0  # the scenario default of [repeat] halfwidth_pct
@@ -154,6 +154,27 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
                 )
             )
     return out
+
+
+def baseline_only(summary: Mapping[str, Any]) -> list[Row]:
+    """Headline rows of points that measured no variant beside the baseline: nothing
+    to judge, so the answer gives their value."""
+    rows = [r for r in summary.get("rows") or [] if headline(r)]
+    judged = {(r["workload"], r["point_id"]) for r in rows if r.get("variant") != BASELINE}
+    return [
+        r
+        for r in rows
+        if r.get("variant") == BASELINE and (r["workload"], r["point_id"]) not in judged
+    ]
+
+
+def value_text(row: Row) -> str:
+    """A value with its interval and unit: "20,853 [19,100–22,600] trans/s"."""
+    mean, lo, hi = row.get("mean"), row.get("ci_low"), row.get("ci_high")
+    if mean is None:
+        return "not measured"
+    interval = f" [{fmt_value(lo)}–{fmt_value(hi)}]" if lo is not None and hi is not None else ""
+    return f"{fmt_value(mean)}{interval} {row.get('unit', '')}".rstrip()
 
 
 def _text(x: Any) -> str | None:
@@ -338,11 +359,12 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
     many)."""
     found = verdicts(summary)
     checks = check_verdicts(summary)
-    if not found and not checks:
+    alone = baseline_only(summary)
+    if not found and not checks and not alone:
         return []
     about = descriptions(run_meta)
     collapse = len(found) > COLLAPSE_ABOVE
-    out: list[Any] = [Text("The answer — " + rule_text(summary), style="bold")]
+    out: list[Any] = [Text("The answer — " + rule_text(summary), style="bold")] if found else []
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
         grid = Table.grid(padding=(0, 2))
         for _ in range(4):
@@ -378,6 +400,15 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
             )
         what = f": {_first_line(about[variant])}" if variant in about else ""
         out.append(Group(Text(f"{variant}{what}", style="bold"), grid))
+    if alone:
+        grid = Table.grid(padding=(0, 2))
+        for r in alone:
+            grid.add_row(
+                Text("  " + _where(r)),
+                Text(str(r.get("metric_label") or r.get("metric"))),
+                Text(value_text(r)),
+            )
+        out.append(Group(Text("measured on the baseline alone (no variant beside it)"), grid))
     return out
 
 

@@ -26,10 +26,12 @@ from secperf.report.answer import (
     NONE,
     UNMEASURED,
     UNRESOLVED,
+    baseline_only,
     check_verdicts,
     descriptions,
     forest_charts,
     rule_text,
+    value_text,
     verdicts,
 )
 from secperf.report.checks import check_tables
@@ -49,7 +51,7 @@ from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.expect import Expect
-from secperf.tables import BASELINE, Chart, ReportTable
+from secperf.tables import BASELINE, Chart, ReportTable, point_name
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.2em 2em; color: #222; max-width: 90em; }
@@ -141,7 +143,8 @@ def _answer_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     """The verdict table: a row per variant, then its lines."""
     found = verdicts(summary)
     checks = check_verdicts(summary)
-    if not found and not checks:
+    alone = baseline_only(summary)
+    if not found and not checks and not alone:
         return []
     about = descriptions(run_meta)
     out = ['<table class="answer" id="verdicts">']
@@ -159,6 +162,18 @@ def _answer_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
             out.append(
                 f"<tr><td>{escape(c.workload)}</td><td>checks</td>"
                 f'<td class="{cls}">{escape(c.text)}</td><td></td></tr>'
+            )
+    if alone:
+        out.append(
+            '<tr class="variant"><td colspan="4">measured on the baseline alone '
+            "(no variant beside it)</td></tr>"
+        )
+        for r in alone:
+            where = point_name(str(r.get("workload")), str(r.get("label") or ""))
+            out.append(
+                f"<tr><td>{escape(where)}</td>"
+                f"<td>{escape(str(r.get('metric_label') or r.get('metric')))}</td>"
+                f'<td class="none">{escape(value_text(r))}</td><td></td></tr>'
             )
     out.append("</table>")
     return out

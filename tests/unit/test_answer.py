@@ -167,3 +167,35 @@ def test_cli_prints_the_answer_and_the_tables_behind_details(tmp_path: Path) -> 
     assert quiet.exit_code == 0
     assert "costs +25.0 %" in quiet.output
     assert "secperf report — scenario" not in quiet.output and "report:" not in quiet.output
+
+
+def test_a_point_without_a_variant_gives_its_value_not_a_verdict() -> None:
+    base = {"workload": "w", "point_id": "w#0", "label": "", "metric": "tps", "primary": True}
+    rows = [
+        {
+            **base,
+            "variant": "baseline",
+            "mean": 20853.0,
+            "ci_low": 19100.0,
+            "ci_high": 22600.0,
+            "unit": "trans/s",
+            "metric_label": "Transaction rate",
+        },
+    ]
+    console = Console(record=True, width=150, color_system=None)
+    print_report(console, {"rows": rows}, {}, details=False, header=False)
+    text = console.export_text()
+    assert "baseline alone" in text and "20,853 [19,100–22,600] trans/s" in text
+    assert "costs" not in text and "no measurable" not in text
+
+
+def test_png_writes_every_chart_of_the_report(tmp_path: Path) -> None:
+    run = shutil.copytree(DATA_RUN, tmp_path / "run")
+    result = CliRunner().invoke(app, ["report", str(run), "--png"])
+    assert result.exit_code == 0, result.output
+    pngs = sorted((run / "charts").glob("*.png"))
+    # the forest plot first, then the tables' charts, the time series and the rounds
+    assert pngs[0].name.startswith("01-what-each-variant-costs")
+    assert len(pngs) >= 1 + 6 + 3 + 3
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert f"{len(pngs)} PNG files" in result.output

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from secperf.report import plots
+from secperf.report.html import write_html
 from secperf.report.terminal import build_tables
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
@@ -134,3 +136,46 @@ def test_a_real_png_with_found_and_not_found_points(tmp_path: Path) -> None:
     assert chart.image[:8] == b"\x89PNG\r\n\x1a\n" or b"<svg" in chart.image[:400]
     bars = plots.charts(summary)
     assert all(c.mime in ("image/png", "image/svg+xml") for c in bars) and len(bars) == 2
+
+
+def test_swept_variants_come_out_by_family_and_swept_value(tmp_path: Path) -> None:
+    """seed004-rule-sweep's tables listed set[rules=100], linear[rules=10], … in the
+    order a shuffled first round met them; the growth with the rule count is the point."""
+    counts = (1, 10, 100, 1000)
+    sweeps = {
+        f"{family}[rules={n}]": {"family": family, "rules": n}
+        for family in ("linear", "set")
+        for n in counts
+    }
+    run = RunDir.create(tmp_path, "sweep")
+    run.write_run_json(
+        {
+            "scenario": {"name": "sweep", "variants": {"linear": {}, "set": {}}},
+            "variant_sweeps": sweeps,
+        }
+    )
+    shuffled = ["set[rules=100]", "linear[rules=10]", "baseline", "linear[rules=1000]",
+                "set[rules=10]", "linear[rules=1]", "set[rules=1000]", "set[rules=1]",
+                "linear[rules=100]"]  # fmt: skip
+    for rep in range(2):
+        for variant in shuffled:
+            tags = {"workload": "delay", "point_id": "delay#0", "label": "", "rep": rep}
+            delay = 30.0 + rep + (sweeps[variant]["rules"] / 100 if variant in sweeps else 0)
+            record = {
+                "type": "result",
+                "kind": "latency",
+                "latency_us": {"count": 9, "mean": delay},
+            }
+            run.append_record({**tags, "variant": variant}, record)
+    summary = build_summary(run)
+    expected = [f"linear[rules={n}]" for n in counts] + [f"set[rules={n}]" for n in counts]
+    order = list(dict.fromkeys(r["variant"] for r in summary["rows"]))
+    assert order == ["baseline", *expected]
+    table = next(t for t in build_tables(summary) if t.workload == "delay")
+    assert [c for c in table.columns if "[" in c and "Δ%" not in c] == expected
+    # and the report draws the line against the swept value beside that table
+    html = write_html(run).read_text()
+    start = html.index(f"<h3>{escape(table.title)}</h3>")
+    beside = html.index("One-way delay mean against rules", start)
+    after = [i for i in (html.find("<h3>", start + 1), html.find("<h2", start + 1)) if i > 0]
+    assert beside < min(after)
