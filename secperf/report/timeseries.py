@@ -246,7 +246,7 @@ def series_chart(point: PointSeries, order: Sequence[str] = ()) -> Chart:
         if warmups:
             ax.axvspan(0, max(warmups), color="0.9", zorder=0)
         ax.set_ylabel(label, fontsize=8)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1e-9) * 1.1)  # a flat line clear of the frame
         ax.yaxis.set_major_formatter(PlainTicks())
         ax.tick_params(labelsize=8, labelbottom=k == len(panels) - 1)
         ax.grid(color="0.9", linewidth=0.6)
