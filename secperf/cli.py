@@ -423,8 +423,12 @@ def report(
         )
     rule = _rule(gate_rule)
     scenario_name = str((meta.get("scenario") or {}).get("name") or rd.path.name)
+    try:
+        kept = scenario_expectations(meta)
+    except SecperfError as exc:
+        raise fail(exc) from None
     outcomes = _gate(
-        [*scenario_expectations(meta), *_parse_expectations(expect or [])],
+        [*kept, *_parse_expectations(expect or [])],
         run_figures(summary, rd, where=str(rd.path)),
         rule,
         junit,

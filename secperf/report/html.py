@@ -20,6 +20,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from secperf.report.answer import (
     BETTER,
     COST,
@@ -382,9 +384,20 @@ def variant_order(summary: Mapping[str, Any]) -> list[str]:
 
 
 def scenario_expectations(run_meta: Mapping[str, Any]) -> list[Expect]:
-    """The `[[expect]]` entries of the scenario as run."""
+    """The `[[expect]]` entries of the scenario as run; GateError for one that run.json
+    holds in a form secperf cannot read (edited by hand, or another version's)."""
     scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
-    return [Expect.model_validate(e) for e in scenario.get("expect") or []]
+    out = []
+    for i, entry in enumerate(scenario.get("expect") or []):
+        try:
+            out.append(Expect.model_validate(entry))
+        except ValidationError as exc:
+            why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            raise GateError(
+                f"run.json's scenario.expect[{i}] cannot be read: {why}",
+                fix="correct it in run.json, or pass the threshold with --expect",
+            ) from None
+    return out
 
 
 def parts_of(run: RunDir, summary: Mapping[str, Any], meta: Mapping[str, Any]) -> Parts:
@@ -396,12 +409,12 @@ def parts_of(run: RunDir, summary: Mapping[str, Any], meta: Mapping[str, Any]) -
         series=series_charts(run.iter_records(), order),
         strips=strip_charts(summary, round_values(run), order),
     )
-    expectations = scenario_expectations(meta)
-    if expectations:
-        try:
+    try:
+        expectations = scenario_expectations(meta)
+        if expectations:
             parts.gate = check_expectations(expectations, run_figures(summary, run))
-        except GateError as exc:
-            parts.gate_error = str(exc)
+    except GateError as exc:
+        parts.gate_error = str(exc)
     return parts
 
 

@@ -310,3 +310,13 @@ def test_the_report_shows_the_scenarios_gate(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_THRESHOLD
     html = run.report_html_path.read_text()
     assert 'class="gate failed"' in html and "gate: FAILED" in html
+
+
+def test_an_unreadable_expectation_in_run_json_is_said_not_skipped(tmp_path: Path) -> None:
+    run = RunDir.open(data_run(tmp_path))
+    meta = run.read_run_json()
+    meta["scenario"]["expect"] = [{"variant": "acl-linear", "degradation": "about 10"}]
+    run.write_run_json(meta)
+    result = cli.invoke(app, ["report", str(run.path)])
+    assert result.exit_code == 4
+    assert "scenario.expect[0] cannot be read: expected a bound" in result.output
