@@ -349,7 +349,10 @@ def _range_line(group: Sequence[Verdict]) -> str:
         for k in (COST, BETTER, NONE, UNRESOLVED, UNMEASURED)
         if k in counts
     ]
-    span = f"Δ from {fmt_pct(min(found))} to {fmt_pct(max(found))} %; " if found else ""
+    span = ""
+    if found:
+        low, high = fmt_pct(min(found)), fmt_pct(max(found))
+        span = f"Δ {low} %; " if low == high else f"Δ from {low} to {high} %; "
     return f"over {len(group)} points: {span}" + ", ".join(parts)
 
 

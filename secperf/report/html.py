@@ -47,7 +47,13 @@ from secperf.report.gate import (
 )
 from secperf.report.host_tables import host_tables
 from secperf.report.plots import charts, png_only, variant_sweep_charts
-from secperf.report.terminal import build_tables, common_notes, header_lines, paper_layouts
+from secperf.report.terminal import (
+    build_tables,
+    common_notes,
+    header_lines,
+    in_order,
+    paper_layouts,
+)
 from secperf.report.timeseries import round_values, series_charts, strip_charts
 from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir
@@ -424,7 +430,7 @@ def write_html(run: RunDir) -> Path:
     Uses summary.json when present, else derives it from the records.
     """
     meta = run.read_run_json()
-    summary = run.read_summary() if run.has_summary() else build_summary(run)
+    summary = in_order(run.read_summary() if run.has_summary() else build_summary(run), meta)
     path = run.report_html_path
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_html(summary, meta, parts=parts_of(run, summary, meta)), encoding="utf-8")
@@ -440,7 +446,7 @@ def write_pngs(run: RunDir, directory: Path | None = None) -> list[Path]:
     """Every chart of the report as a PNG file (for slides and papers), numbered in
     report order, in `directory` (default: the run's charts/); returns their paths."""
     meta = run.read_run_json()
-    summary = run.read_summary() if run.has_summary() else build_summary(run)
+    summary = in_order(run.read_summary() if run.has_summary() else build_summary(run), meta)
     target = directory or run.path / "charts"
     with png_only():
         parts = parts_of(run, summary, meta)

@@ -21,6 +21,7 @@ from secperf.report.answer import answer_tables
 from secperf.report.checks import check_tables
 from secperf.report.layouts import layout_of
 from secperf.results.metrics import censored_words
+from secperf.results.summary import in_variant_order
 from secperf.tables import (
     BASELINE,
     MISSED,
@@ -506,6 +507,12 @@ def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
     return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
 
 
+def in_order(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary with a sweep's variants in order, whenever its summary.json was
+    written."""
+    return {**summary, "rows": in_variant_order(summary.get("rows") or [], run_meta)}
+
+
 def common_notes(tables: Sequence[ReportTable]) -> tuple[list[str], list[ReportTable]]:
     """Footnotes said once for the whole report (those that tables of more than one
     workload carry, or, with one workload, more than one table), and the tables with
@@ -535,6 +542,7 @@ def print_report(
 ) -> None:
     """The header, the answer (a verdict per variant and headline metric) and, with
     `details`, every table (the notes they share said once, before them)."""
+    summary = in_order(summary, run_meta)
     if header:
         for line in header_lines(summary, run_meta):
             console.print(line, highlight=False, markup=False)

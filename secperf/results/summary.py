@@ -162,6 +162,31 @@ def variant_order(
     return rank
 
 
+def in_variant_order(
+    rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """Summary rows with each point's variants in the order `collect` gives them now
+    (a summary.json written before swept variants were ordered lists them as the first
+    round met them); points and metrics keep their order."""
+    rank = variant_order(meta.get("scenario") or {}, meta.get("variant_sweeps") or {})
+    unranked = (math.inf, (), 0)
+    first: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault((str(r.get("workload")), str(r.get("point_id"))), i)
+
+    def key(item: tuple[int, Mapping[str, Any]]) -> tuple[Any, ...]:
+        i, r = item
+        variant = str(r.get("variant"))
+        return (
+            first[(str(r.get("workload")), str(r.get("point_id")))],
+            0 if variant == BASELINE else 1,
+            rank.get(variant, unranked),
+            i,
+        )
+
+    return [r for _, r in sorted(enumerate(rows), key=key)]
+
+
 def _ordered(
     groups: dict[GroupKey, Group], scenario: Mapping[str, Any], sweeps: Mapping[str, Any]
 ) -> dict[GroupKey, Group]:

@@ -179,3 +179,23 @@ def test_swept_variants_come_out_by_family_and_swept_value(tmp_path: Path) -> No
     beside = html.index("One-way delay mean against rules", start)
     after = [i for i in (html.find("<h3>", start + 1), html.find("<h2", start + 1)) if i > 0]
     assert beside < min(after)
+
+
+def test_an_older_summary_is_reported_in_sweep_order_too() -> None:
+    """A summary.json written before swept variants were ordered: the report orders them."""
+    from rich.console import Console
+
+    from secperf.report.terminal import print_report
+
+    sweeps = {f"acl[rules={n}]": {"family": "acl", "rules": n} for n in (1, 10, 100)}
+    base = {"workload": "w", "point_id": "w#0", "label": "", "metric": "tps", "primary": True}
+    rows = [
+        {**base, "variant": v, "degradation_pct": 5.0, "degradation_ci_low": 4.0,
+         "degradation_ci_high": 6.0}
+        for v in ("baseline", "acl[rules=100]", "acl[rules=1]", "acl[rules=10]")
+    ]  # fmt: skip
+    meta = {"scenario": {"variants": {"acl": {}}}, "variant_sweeps": sweeps}
+    console = Console(record=True, width=120, color_system=None)
+    print_report(console, {"rows": rows}, meta, details=False, header=False)
+    text = console.export_text()
+    assert text.index("acl[rules=1]") < text.index("acl[rules=10]") < text.index("acl[rules=100]")
