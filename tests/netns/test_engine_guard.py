@@ -83,9 +83,9 @@ def probe(ns: str, spec: dict[str, Any], send: str) -> dict[str, int]:
         "spec": spec,
         "send": send,
     }
+    python = str(ROOT / ".venv/bin/python")
     got = subprocess.run(
-        ["ip", "netns", "exec", ns, str(ROOT / ".venv/bin/python"), "-m", "tests.netns.guardprobe"]
-        + [json.dumps(args)],
+        ["ip", "netns", "exec", ns, python, "-m", "tests.netns.guardprobe", json.dumps(args)],
         capture_output=True,
         text=True,
         timeout=60,
