@@ -79,23 +79,23 @@ table inet a {  # a comment { with braces }
   flowtable ft { hook ingress priority filter; devices = { eth0 }; }
   set s { type ipv4_addr; elements = { 198.18.1.1 } }
   chain regular { tcp dport { 22, 80 } accept }
-  chain in { type filter hook input priority 0; policy drop; }
+  chain inbound { type filter hook input priority 0; policy drop; }
 }
-table ip6 six { chain in { type filter hook input priority 0; policy drop; } }
-table arp a { chain in { type filter hook input priority 0; } }
+table ip6 six { chain inbound { type filter hook input priority 0; policy drop; } }
+table arp a { chain inbound { type filter hook input priority 0; } }
 add table ip b
 add chain ip b out { type filter hook output priority 0; policy drop; }
 add rule ip b out ip daddr 198.18.0.0/15 accept
 """
     assert base_chains(text) == [
-        ("inet", "a", "in"),
-        ("ip6", "six", "in"),
-        ("arp", "a", "in"),
+        ("inet", "a", "inbound"),
+        ("ip6", "six", "inbound"),
+        ("arp", "a", "inbound"),
         ("ip", "b", "out"),
     ]
     out = guard_nft(text, MGMT)
-    assert len(_first_rules(out, "a", "in")) == 2 and len(_first_rules(out, "b", "out")) == 2
-    assert not _first_rules(out, "six", "in")  # IPv6 chains never see an IPv4 session
+    assert len(_first_rules(out, "a", "inbound")) == 2 and len(_first_rules(out, "b", "out")) == 2
+    assert not _first_rules(out, "six", "inbound")  # IPv6 chains never see an IPv4 session
     assert not _first_rules(out, "a", "regular") and "insert rule arp" not in out
 
 
@@ -104,7 +104,7 @@ def test_what_the_guard_cannot_read_is_refused() -> None:
     with pytest.raises(GuardError, match="includes another"):
         guard_nft('include "/etc/nftables.d/x.nft"\n', MGMT)
     with pytest.raises(GuardError, match="unmatched"):
-        guard_nft("table inet a { chain in { type filter hook input priority 0;\n", MGMT)
+        guard_nft("table inet a { chain inbound { type filter hook input priority 0;\n", MGMT)
 
 
 def test_iptables_restore_files_get_the_accept_in_each_table_before_commit() -> None:
