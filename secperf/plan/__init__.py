@@ -25,7 +25,7 @@ from secperf.mechanisms.base import (
 )
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan.graph import build_topology
-from secperf.plan.inventory import refuse_shaping, ssh_specs
+from secperf.plan.inventory import ssh_specs
 from secperf.plan.placement import (
     default_endpoint,
     endpoints,
@@ -185,7 +185,6 @@ class Plan:
         """Resolve `scenario` against its graph; nothing rendered, nothing started."""
         family = 6 if scenario.testbed.family == "ipv6" else 4
         points = expand_scenario(scenario)
-        refuse_shaping(scenario, points)
         topology = topology_for(scenario, points)
         client, server = (default_endpoint(topology, r) for r in ("client", "server"))
         return cls(

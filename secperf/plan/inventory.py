@@ -24,6 +24,7 @@ from typing import Any
 
 from secperf.errors import ScenarioError, SecperfError, TestbedError
 from secperf.scenario.scenario import Scenario
+from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.hosts.remote_workdir import check_workdir
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
@@ -52,7 +53,9 @@ def plan_addresses(topology: Topology, name: str, family: int) -> list[str]:
 
 
 def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
-    """The remote hosts of the scenario's inventory, checked against the graph."""
+    """The remote hosts of the scenario's inventory, checked against the graph (and
+    its workloads: no link_rate through them)."""
+    refuse_shaping(scenario, expand_scenario(scenario))
     family = 6 if scenario.testbed.family == "ipv6" else 4
     specs: dict[str, SshSpec] = {}
     for name, inv in scenario.testbed.hosts.items():

@@ -23,6 +23,7 @@ from secperf.plan import Plan
 from secperf.scenario.loader import parse_scenario
 from secperf.schema.sections import InventoryHost
 from secperf.testbed.hosts.ssh_transport import SshSpec
+from secperf.testbed.topology import Topology
 from secperf.testbed.ledger import Ledger, proc_starttime
 
 Handler = Callable[[str], tuple[int, str, str]]
@@ -200,9 +201,11 @@ interfaces = { dut = "eth1" }
 def test_a_workload_link_rate_through_real_hosts_is_refused(tmp_path: Path) -> None:
     sc = parse_scenario(LAB, tmp_path / "lab.toml")
     with pytest.raises(ScenarioError) as err:
-        Plan.of(sc)
+        Plan.of(sc)  # secperf run
     assert "link_rate" in str(err.value) and "real" in str(err.value)
     assert err.value.where and "workloads[0]" in err.value.where
+    with pytest.raises(ScenarioError, match="link_rate"):
+        inventory.check_inventory(sc, Topology.standard())  # secperf check, before logging in
     fine = parse_scenario(LAB.replace('link_rate = "100mbit"\n', ""), tmp_path / "lab.toml")
     assert Plan.of(fine).remotes
 
