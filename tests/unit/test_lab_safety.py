@@ -23,8 +23,8 @@ from secperf.plan import Plan
 from secperf.scenario.loader import parse_scenario
 from secperf.schema.sections import InventoryHost
 from secperf.testbed.hosts.ssh_transport import SshSpec
-from secperf.testbed.topology import Topology
 from secperf.testbed.ledger import Ledger, proc_starttime
+from secperf.testbed.topology import Topology
 
 Handler = Callable[[str], tuple[int, str, str]]
 
