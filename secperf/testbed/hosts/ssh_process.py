@@ -302,9 +302,14 @@ class HostWatchdog:
         self._thread.start()
 
     def _wait_ready(self) -> int:
+        """Its pid, once it says it watches (a login script's chatter before is skipped)."""
         buf = b""
         deadline = time.monotonic() + 10.0
-        while b"\n" not in buf:
+        while True:
+            for line in buf.split(b"\n")[:-1]:
+                words = line.split()
+                if words[:1] == [b"secperf-watchdog"] and len(words) == 2 and words[1].isdigit():
+                    return int(words[1])
             if self.chan.recv_stderr_ready():
                 buf += self.chan.recv_stderr(4096)
             elif self.chan.exit_status_ready() or time.monotonic() > deadline:
@@ -315,8 +320,6 @@ class HostWatchdog:
                 )
             else:
                 time.sleep(0.005)
-        words = buf.split(b"\n", 1)[0].split()
-        return int(words[1]) if words[:1] == [b"secperf-watchdog"] and len(words) == 2 else 0
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):

@@ -17,6 +17,7 @@ channel (no SFTP needed). What secperf writes on a host it writes under umask 07
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import posixpath
@@ -99,8 +100,9 @@ class TrustOnFirstUse:
     """paramiko's missing-host-key policy for host_key_checking = false: a host with no
     saved key has the one it shows saved (OpenSSH's format, in tofu_file()); a host
     that has a saved key of another type is refused (a man in the middle would show
-    whatever type it holds). A key that differs from a saved one of its type never
-    gets here: paramiko refuses it (BadHostKeyException)."""
+    whatever type it holds). A key that differs from a saved one of its type is
+    refused (BadHostKeyException): by paramiko for the keys loaded when it connected,
+    here for one another connection saved since."""
 
     def __init__(self, path: Path, known: Any) -> None:
         self.path = path
@@ -109,18 +111,27 @@ class TrustOnFirstUse:
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         import paramiko  # type: ignore[import-untyped]
 
-        saved = client.get_host_keys().lookup(hostname) or self.known.lookup(hostname)
-        if saved:
-            raise paramiko.SSHException(
-                f"host key of {hostname} is {key.get_name()}, but the key saved for it in "
-                f"{self.path} is {', '.join(saved.keys())}: refused"
-            )
+        # Hosts are reached in parallel (`secperf check`), runs may overlap: the file is
+        # read again and appended to under a lock, never rewritten from a stale copy.
+        with _TOFU_LOCK, open(self.path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            kept = paramiko.HostKeys()
+            kept.load(str(self.path))
+            saved = kept.lookup(hostname) or self.known.lookup(hostname)
+            if not saved:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            elif key.get_name() not in saved:
+                raise paramiko.SSHException(
+                    f"host key of {hostname} is {key.get_name()}, but the key saved for it in "
+                    f"{self.path} is {', '.join(saved.keys())}: refused"
+                )
+            elif saved[key.get_name()] != key:
+                raise paramiko.BadHostKeyException(hostname, key, saved[key.get_name()])
+            # else: saved meanwhile by another connection, the same key
         client.get_host_keys().add(hostname, key.get_name(), key)
-        old = os.umask(0o077)
-        try:
-            client.save_host_keys(str(self.path))
-        finally:
-            os.umask(old)
+
+
+_TOFU_LOCK = threading.Lock()
 
 
 def _host_key_policy(client: Any, spec: SshSpec, where: str) -> Any:
