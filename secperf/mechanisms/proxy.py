@@ -39,6 +39,9 @@ The switches the paper turned, one key each:
 
 Each daemon is started in the foreground through `host.spawn` (the host's cgroup
 and the ledger) and stopped in `release()`; every file is in the run directory.
+squid, which drops to the `proxy` user, writes its pid, cache log and access log in a
+folder of its own (mechanisms/privdrop.py: root's, under /run/secperf-daemons), copied
+back into the run directory when it stops: no directory of the run changes hands.
 squid keeps shared memory in /dev/shm outside the namespace: each variant's squid
 gets its own service name (`-n`), so the segments never clash between runs.
 """
@@ -47,7 +50,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -56,6 +58,7 @@ from pydantic import Field, PlainValidator, field_validator, model_validator
 
 from secperf.engine import DATA_PORTS
 from secperf.errors import MechanismError
+from secperf.mechanisms import privdrop
 from secperf.mechanisms.base import (
     Mechanism,
     MechanismContext,
@@ -172,8 +175,20 @@ def shm_paths(ctx: MechanismContext) -> list[Path]:
     return [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
 
 
+def squid_writes(proxy: ProxySpec) -> tuple[str, ...]:
+    """The files squid writes (its access log only when logging is on)."""
+    return ("cache.log", "squid.pid", *(("access.log",) if proxy.logging != "off" else ()))
+
+
+def squid_dir(ctx: MechanismContext) -> Path:
+    """The folder squid writes in (privdrop.make_folder), one per run and variant."""
+    return privdrop.RUN_ROOT / service_name(ctx)
+
+
 def render_squid(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> str:
-    d = directory.resolve()
+    """squid's config; it reads `directory`'s files as root, and writes only in its own
+    folder (squid_dir)."""
+    d = squid_dir(ctx)
     lines = [
         f"# written by secperf: proxy rules={proxy.rules} match={proxy.match} "
         f"dns_lookups={proxy.dns_lookups} cache={proxy.cache} logging={proxy.logging}",
@@ -359,10 +374,13 @@ class Proxy(Mechanism):
         self._limits: cgroups.LimitGroup | None = None
         self.dns_server: dns.DnsServer | None = None
         self._shm: tuple[Ledger, list[Path]] | None = None
+        self._squid: tuple[Ledger | None, Path] | None = None
 
     @staticmethod
     def directory(ctx: MechanismContext) -> Path:
         return ctx.files_dir / f"{ctx.name}.proxy"
+
+    squid_dir = staticmethod(squid_dir)
 
     # -- files ---------------------------------------------------------------------
     def render(self, ctx: MechanismContext) -> list[RenderedFile]:
@@ -426,6 +444,11 @@ class Proxy(Mechanism):
         """Stop the proxies and the DNS server; the redirect goes with reset_dut."""
         while self._procs:
             self._procs.pop().stop(timeout=STOP_TIMEOUT_S)
+        if self._squid is not None:  # its logs come back to the run directory
+            ledger, own = self._squid
+            privdrop.collect(own, ["access.log", "cache.log"], self.directory(ctx))
+            privdrop.remove_folder(ledger, own)
+            self._squid = None
         if self._shm is not None:  # squid leaves its segments behind when stopped
             ledger, paths = self._shm
             for path in paths:
@@ -457,12 +480,10 @@ class Proxy(Mechanism):
 
     def _start_squid(self, dut: Host, ctx: MechanismContext, d: Path) -> None:
         binary = _binary("squid", "squid")
-        # squid drops to the proxy user: its directory must be its own and reachable.
-        shutil.chown(d, "proxy", "proxy")
-        for sub in [d, *d.parents]:
-            if sub == Path("/"):
-                break
-            sub.chmod(sub.stat().st_mode | 0o001)
+        # squid drops to the proxy user: it writes in a folder of its own, nothing else.
+        own = squid_dir(ctx)
+        privdrop.make_folder(dut.ledger, own, "proxy", squid_writes(self.spec), [d / "hosts"])
+        self._squid = (dut.ledger, own)
         conf = d / "squid.conf"
         check = dut.run([binary, "-k", "parse", "-f", str(conf.resolve())], check=False)
         if check.returncode != 0:
@@ -475,8 +496,7 @@ class Proxy(Mechanism):
             for path in shm_paths(ctx):
                 ledger.add("file", path=str(path))
             self._shm = (ledger, shm_paths(ctx))
-        err = (d / "squid.stderr").open("w")
-        with err:
+        with privdrop.open_nofollow(d / "squid.stderr") as err:
             proc = dut.spawn(
                 [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
                 stdout=err,

@@ -6,20 +6,30 @@ fits (`ansible_host`, `ansible_port`, `ansible_user`,
 `ansible_ssh_private_key_file`, `host_key_checking`). Relative file paths are
 relative to the scenario file. Traffic goes only to the inventory's declared test
 addresses: every address the plan gives a remote host must be declared for it
-(the target guard), and `secperf check` finds each one on the host.
+(the target guard), and `secperf check` finds each one on the host. Real wires are
+never shaped: a workload's `link_rate` through real hosts is refused (refuse_shaping).
+`secperf check` runs nothing in a host's work directory before it has checked that
+no one else can write it (hosts/remote_workdir.py).
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
+import shlex
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from secperf.errors import ScenarioError, SecperfError, TestbedError
 from secperf.scenario.scenario import Scenario
+from secperf.scenario.sweep import expand_scenario
+from secperf.testbed.hosts.remote_workdir import check_workdir
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
 from secperf.tools import engine_path
+from secperf.workloads.base import WorkloadPoint
 
 
 def _path(scenario: Scenario, value: str | None) -> str | None:
@@ -43,7 +53,9 @@ def plan_addresses(topology: Topology, name: str, family: int) -> list[str]:
 
 
 def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
-    """The remote hosts of the scenario's inventory, checked against the graph."""
+    """The remote hosts of the scenario's inventory, checked against the graph (and
+    its workloads: no link_rate through them)."""
+    refuse_shaping(scenario, expand_scenario(scenario))
     family = 6 if scenario.testbed.family == "ipv6" else 4
     specs: dict[str, SshSpec] = {}
     for name, inv in scenario.testbed.hosts.items():
@@ -89,8 +101,27 @@ def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
             addresses=tuple(inv.addresses),
             interfaces=dict(inv.interfaces),
             keep_engine=inv.keep_engine,
+            watchdog_s=inv.watchdog,
         )
     return specs
+
+
+def refuse_shaping(scenario: Scenario, points: Sequence[WorkloadPoint[Any]]) -> None:
+    """A workload's `link_rate` shapes every link of its path with a qdisc on both
+    ends; links between real hosts are the lab's wires, which secperf never shapes
+    (docs/security.md): refuse it before anything runs."""
+    real = sorted(n for n, inv in scenario.testbed.hosts.items() if inv.backend != "local")
+    if not real:
+        return
+    for point in points:
+        if point.spec.path_rate() is not None:
+            raise ScenarioError(
+                f"link_rate shapes the links of its path, and hosts {', '.join(real)} are "
+                "real machines whose links are real wires: secperf shapes no real wire",
+                where=f"workloads[{point.workload_index}] link_rate",
+                fix="drop link_rate; shape the real link yourself and say so in the "
+                "scenario's description",
+            )
 
 
 def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
@@ -99,12 +130,16 @@ def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
     client = connect(spec)
     where = f"host {spec.name} (ssh {spec.destination})"
     try:
-        engine = f"{spec.workdir}/secperf-engine"
+        # Nothing in the work directory runs before no one else can have put it there.
+        exists = check_workdir(client, spec, create=False, where=where)
+        engine = shlex.quote(posixpath.join(spec.workdir, "secperf-engine"))
         got = remote_run(client, f"{engine} version 2>/dev/null", where=where)
         try:
             version = str(json.loads(got.stdout.splitlines()[0])["version"])
         except (ValueError, IndexError, KeyError, TypeError):
             version = "not there yet (copied at the run's start)"
+        if not exists:
+            version = f"not there yet (copied to {spec.workdir}, made at the run's start)"
         if engine_sha is not None and version[0].isdigit():
             sha = remote_run(client, f"sha256sum {engine} | cut -d' ' -f1", where=where).stdout
             if sha.strip() != engine_sha:

@@ -13,6 +13,7 @@ names.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -86,6 +87,11 @@ class Timing(StrictModel):
 Mechanism = Annotated[MechanismSpec, MECHANISMS]
 
 
+# The most variants one variant's sweeps may expand into (the product of its lists):
+# each is rendered, loaded and measured in every round.
+MAX_VARIANT_SWEEP = 256
+
+
 class Variant(StrictModel):
     description: str = ""
     # Empty = a plain forwarding DUT: the cost of the hop itself (against
@@ -108,6 +114,24 @@ class Variant(StrictModel):
                     f'"{m.kind}": {single}'
                 )
             seen.setdefault(m.kind, i)
+        return mechs
+
+    @field_validator("mechanisms")
+    @classmethod
+    def _sweep_bounded(cls, mechs: list[MechanismSpec]) -> list[MechanismSpec]:
+        """The product of the variant's sweep lists stays within MAX_VARIANT_SWEEP."""
+        lists = [
+            (f"mechanisms[{i}].{key}", len(getattr(m, key)))
+            for i, m in enumerate(mechs)
+            for key in m.swept_keys()
+        ]
+        total = math.prod(n for _, n in lists)
+        if total > MAX_VARIANT_SWEEP:
+            sizes = " x ".join(f"{n} values of {key}" for key, n in lists)
+            raise ValueError(
+                f"the variant expands into {total} variants ({sizes}): a variant may expand into "
+                f"at most {MAX_VARIANT_SWEEP}; sweep fewer values, or split it into variants"
+            )
         return mechs
 
     def expand(self, name: str) -> list[tuple[str, list[Any], dict[str, object]]]:

@@ -271,6 +271,26 @@ def _file_sizes(value: object) -> list[int]:
 
 
 FileSizes = Annotated[list[int], PlainValidator(_file_sizes)]
+
+# Every file of one workload's file sets together: each is built in memory and written
+# to the server host (nginx's and vsftpd's folders), so a scenario may not ask for
+# more than this in all.
+FILE_SET_TOTAL_MAX = 1024**3
+
+
+def check_file_sets_total(sets: dict[str, list[int]]) -> None:
+    """Refuse file sets (key -> sizes) that total more than FILE_SET_TOTAL_MAX."""
+    total = sum(sum(sizes) for sizes in sets.values())
+    if total > FILE_SET_TOTAL_MAX:
+        keys = list(sets)
+        named = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + f" and {keys[-1]}"
+        raise ValueError(
+            f"{named} total {total / 1024**3:.1f} GiB: a workload's files may total at most "
+            f"1 GiB (each is built in memory and written to the server host); use fewer or "
+            "smaller files"
+        )
+
+
 PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
 # Durations everywhere: 5, "5s" and "500ms" alike.
 Timeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 120, "a timeout"))]

@@ -19,9 +19,14 @@ from pydantic import Field, PlainValidator, ValidationInfo, field_validator, mod
 from secperf.errors import TestbedError
 from secperf.schema.fields import Rate, StrictModel, bounded
 from secperf.schema.units import parse_duration
+from secperf.testbed.hosts.remote_workdir import plain_path_problem
+from secperf.testbed.hosts.ssh_transport import DEFAULT_WORKDIR, WATCHDOG_S
 from secperf.testbed.topology import check_testbed_address
 
 BootDuration = Annotated[float, PlainValidator(bounded(parse_duration, 1, 3600, "a time-out"))]
+WatchdogDuration = Annotated[
+    float, PlainValidator(bounded(parse_duration, 2, 3600, "a watchdog deadline"))
+]
 
 
 class VmSection(StrictModel):
@@ -52,9 +57,15 @@ class InventoryHost(StrictModel):
     ansible_ssh_private_key_file: str | None = None
     # Host keys to trust (OpenSSH known_hosts format); absent: ~/.ssh/known_hosts.
     known_hosts: str | None = None
-    host_key_checking: bool = True  # Ansible's name; false trusts an unknown key once
-    # Where secperf keeps the engine and the run's files on that host.
-    workdir: str = "/var/tmp/secperf"
+    # Ansible's name. false: a host's key is trusted on first use and saved in
+    # ~/.config/secperf/known_hosts; a key that differs from the saved one is refused.
+    host_key_checking: bool = True
+    # Where secperf keeps the engine and the run's files on that host: root's own,
+    # writable by no one else (made with mode 0700 when missing).
+    workdir: str = DEFAULT_WORKDIR
+    # The host's watchdog stops what the run started there and puts its firewall back
+    # when no heartbeat comes from the controller for this long (a dead link).
+    watchdog: WatchdogDuration = WATCHDOG_S
     # The test addresses of the host (the plan's, docs/scenario-format.md): traffic
     # goes to these only, and `secperf check` finds each on the host.
     addresses: list[str] = Field(default_factory=list)
@@ -66,12 +77,14 @@ class InventoryHost(StrictModel):
     @field_validator("workdir")
     @classmethod
     def _absolute_workdir(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") in ("", "/tmp", "/var/tmp", "/root"):
+        path = value.rstrip("/") if value != "/" else value
+        problem = plain_path_problem(path)
+        if problem is not None or path in ("/", "/tmp", "/var/tmp", "/root", "/var/lib"):
             raise ValueError(
-                f"workdir = {value!r}: give an absolute directory of secperf's own "
-                '(e.g. "/var/tmp/secperf"); everything a run leaves there is removed'
+                f"workdir = {value!r}: give {problem or 'a directory of secperf’s own'} "
+                f'(e.g. "{DEFAULT_WORKDIR}"); everything a run leaves there is removed'
             )
-        return value.rstrip("/")
+        return path
 
     @field_validator("addresses")
     @classmethod

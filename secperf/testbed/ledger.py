@@ -23,12 +23,22 @@ Entry types and their fields:
                                                ledger, <workdir>/<prefix>.ledger.jsonl,
                                                is emptied over SSH:
                                                secperf.testbed.hosts.remote_teardown)
+
+A remote ledger has the same lines, and one more type:
+  state       path                            (the run directory where the host's
+                                               firewall, legacy tables and ipsets
+                                               were saved as found: put back first)
+
+What a ledger names is acted on only when it is plausible (`process_ids`,
+`confined`): a process is a pid above 1 with a positive starttime, a file lies
+strictly inside the directory its ledger owns. A line that fails is left alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +85,27 @@ def proc_state(pid: int) -> str | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     return data[data.rfind(")") + 2 :].split()[0]
+
+
+def process_ids(entry: dict[str, Any]) -> tuple[int, int] | None:
+    """(pid, starttime) of a `process` entry that can name one process, else None: a
+    pid of 0 or 1, a negative one (a process group, -1: every process) or a missing
+    starttime would make a kill reach far more than what secperf started."""
+    pid, starttime = entry.get("pid"), entry.get("starttime")
+    if type(pid) is not int or type(starttime) is not int:
+        return None
+    return (pid, starttime) if pid > 1 and starttime > 0 else None
+
+
+def confined(path: object, root: str) -> str | None:
+    """`path` if it is a normalised absolute path strictly inside directory `root`
+    (itself absolute and normalised), else None: a ledger line climbing out with `..`,
+    naming `root` itself or some other place is never acted on."""
+    if not isinstance(path, str) or not path.startswith("/") or not root.startswith("/"):
+        return None
+    if posixpath.normpath(path) != path or posixpath.normpath(root) != root:
+        return None
+    return path if path.startswith(root.rstrip("/") + "/") else None
 
 
 def process_matches(pid: int, starttime: int) -> bool:

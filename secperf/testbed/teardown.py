@@ -25,7 +25,7 @@ from secperf.testbed.hosts.netns import (
     netns_exists,
 )
 from secperf.testbed.hosts.remote_teardown import clean_remote
-from secperf.testbed.ledger import EntryType, Ledger, ledgers, resolve_state_dir
+from secperf.testbed.ledger import EntryType, Ledger, ledgers, process_ids, resolve_state_dir
 
 # Ledger entries that live inside a namespace and vanish with it.
 IN_NETNS: tuple[EntryType, ...] = ("nft_table", "link", "veth")
@@ -55,8 +55,12 @@ def teardown_entries(ledger: Ledger) -> list[str]:
     for e in by_type.get("process", []):
 
         def stop(e: dict[str, Any] = e) -> None:
-            kill_recorded_process(int(e["pid"]), int(e["starttime"]), e.get("pgid"))
-            ledger.remove("process", pid=e["pid"], starttime=e["starttime"])
+            ids = process_ids(e)
+            # A line that cannot name one process (pid 1 or below, no starttime: one
+            # that was gone before its start time could be read) is never signalled.
+            if ids is not None:
+                kill_recorded_process(*ids, e.get("pgid"))
+            ledger.remove("process", pid=e.get("pid"), starttime=e.get("starttime"))
 
         attempt(f"process {e['pid']} ({e.get('label', '')})", stop)
 

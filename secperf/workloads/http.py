@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, PlainValidator
+from pydantic import Field, PlainValidator, model_validator
 
 from secperf.engine import Record, run_test
 from secperf.metric import (
@@ -31,6 +31,7 @@ from secperf.schema.fields import (
     PerSecond,
     Timeout,
     bounded,
+    check_file_sets_total,
     one_or_sweep,
     parse_count,
 )
@@ -71,6 +72,11 @@ class HttpWorkload(WorkloadSpec):
     rate: PerSecond | None = None
     keepalive: bool = False
     timeout: Timeout = 5.0
+
+    @model_validator(mode="after")
+    def _files_total(self) -> HttpWorkload:
+        check_file_sets_total({"files": self.files})
+        return self
 
     def default_name(self) -> str:
         return "http"

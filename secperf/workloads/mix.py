@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PlainValidator
+from pydantic import Field, PlainValidator, model_validator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError, ScenarioError, SecperfError
@@ -46,7 +46,14 @@ from secperf.metric import (
     throughput,
 )
 from secperf.metric import Record as RecordView
-from secperf.schema.fields import FileSizes, Timeout, bounded, one_or_sweep, parse_count
+from secperf.schema.fields import (
+    FileSizes,
+    Timeout,
+    bounded,
+    check_file_sets_total,
+    one_or_sweep,
+    parse_count,
+)
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
 from secperf.testbed.topology import Topology
@@ -93,6 +100,17 @@ class MixWorkload(WorkloadSpec):
     timeout: Timeout = 10.0  # idle timeout of every step of a fetch (connect, each read)
     think: float = Field(default=0.0, ge=0, le=3600)  # seconds between a client's requests
     ftp_mode: Literal["passive", "active"] = "passive"  # who opens FTP's data connection
+
+    @model_validator(mode="after")
+    def _files_total(self) -> MixWorkload:
+        check_file_sets_total(
+            {
+                "html_files": self.html_files,
+                "gif_files": self.gif_files,
+                "ftp_files": self.ftp_files,
+            }
+        )
+        return self
 
     def default_name(self) -> str:
         return "mix"

@@ -73,7 +73,7 @@ def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path
         assert rec["transactions"] == 20
         # Every fetch crossed the proxy: its access log has a line per fetch, from
         # clients in both zones (each fetches from the other zone's server).
-        log = (Proxy.directory(ctx) / "access.log").read_text().splitlines()
+        log = (Proxy.squid_dir(ctx) / "access.log").read_text().splitlines()
         access = [line for line in log if " GET http://" in line]  # not the readiness probe
         assert len(access) == 20
         assert any(topo.primary_address("inside-c1") in line for line in access)

@@ -135,8 +135,8 @@ def test_http_and_ftp_go_through_the_proxy(
     # The server saw the proxy's (the DUT's) address, not the client's.
     web = bed.web_log.read_text()
     assert f"{bed.dut_dmz} - -" in web and f"{bed.client} - -" not in web
-    # squid's access log names the client and the URL.
-    access = (d / "access.log").read_text()
+    # squid's access log (in its own folder while it runs) names the client and the URL.
+    access = (Proxy.squid_dir(ctx) / "access.log").read_text()
     assert bed.client in access and url in access
     # FTP: the same file through ftp-proxy; vsftpd logs the DUT as its client.
     before = bed.ftp.log()
@@ -172,7 +172,7 @@ def test_a_request_the_rules_deny_fails(
             check=False,
         )
         assert code.stdout.strip() == "403"
-        assert "TCP_DENIED/403" in (Proxy.directory(ctx2) / "access.log").read_text()
+        assert "TCP_DENIED/403" in (Proxy.squid_dir(ctx2) / "access.log").read_text()
     finally:
         denying.release(dut, ctx2)
         reset_dut(dut, denying.backends())
@@ -217,7 +217,7 @@ def test_dns_off_asks_nobody_and_limits_hold(
         assert server.queries() == before
     finally:
         server.stop()
-    assert not (Proxy.directory(ctx) / "access.log").exists()
+    assert not (Proxy.squid_dir(ctx) / "access.log").exists()
     # Both proxies run in the limit groups: one CPU, 128 MiB.
     limits = proxy._limits
     assert limits is not None and len(limits.dirs) == 2

@@ -3,6 +3,12 @@ frame loss steps, back-to-back, and what the record and report make of them."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 import secperf.workloads.rfc2544.layout as report
@@ -12,6 +18,7 @@ from secperf.results.metrics import extract, searches
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand
 from secperf.workloads.rfc2544 import Rfc2544Workload
+from secperf.workloads.rfc2544.executor import Steering
 
 
 def fake_dut(capacity_fps: float, *, sender_max: float = 1e9, seconds: float = 1.0):  # type: ignore[no-untyped-def]
@@ -255,3 +262,44 @@ def test_scenario_refuses_ipv6_and_a_missing_line_rate() -> None:
         )
     ok = Scenario.model_validate({**base, "testbed": {"link_rate": "1gbit"}, "workloads": work})
     assert ok.workloads[0].kind == "rfc2544"
+
+
+class _StubHost:
+    """A DUT whose interfaces have names a shell would read as commands."""
+
+    def __init__(self, ifnames: list[str]) -> None:
+        self.ifnames = ifnames
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        out = ""
+        if argv[:3] == ["ip", "-j", "link"]:
+            out = json.dumps([{"ifname": n} for n in self.ifnames])
+        elif argv[0] == "cat":
+            out = "0\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def test_steering_passes_interface_paths_as_arguments_never_in_a_script(tmp_path: Path) -> None:
+    """Finding 9 of issue 22: an interface name is data, never shell text."""
+    evil = "x;touch${IFS}pwned;#"
+    host = _StubHost(["lo", "eth0", evil])
+    ctx = SimpleNamespace(testbed=SimpleNamespace(host=lambda name: host))
+    steering = Steering(ctx, "1")  # type: ignore[arg-type]
+    steering.apply()
+    steering.restore()
+    writes = [c for c in host.calls if c[0] == "sh"]
+    assert len(writes) == 4  # two interfaces (not lo), set and restored
+    for argv in writes:
+        script = argv[2]
+        assert evil not in script and "/sys/class/net" not in script, argv
+        path = argv[-1]
+        assert path.startswith("/sys/class/net/") and path.endswith("/queues/rx-0/rps_cpus")
+    assert f"/sys/class/net/{evil}/queues/rx-0/rps_cpus" in [a[-1] for a in writes]
+    # The script as it runs: the value lands in a file of that very name, nothing runs.
+    target = tmp_path / evil
+    argv = [*writes[0][:-1], str(target)]
+    subprocess.run(argv, check=True, cwd=tmp_path)
+    assert target.read_text().strip() == "2"
+    assert not (tmp_path / "pwned").exists()

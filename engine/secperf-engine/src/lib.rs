@@ -16,7 +16,7 @@ mod wire;
 use std::time::Instant;
 
 pub use error::EngineError;
-pub use server::{parse_port_range, ServeOptions, Server};
+pub use server::{parse_port_range, ServeOptions, Server, MAX_TESTS};
 pub use spec::Spec;
 pub use wire::record::{
     ErrorRecord, FloodResult, Record, ResultRecord, Sink, StdoutSink, FORMAT, VERSION,
@@ -32,6 +32,8 @@ pub fn run(
     began: Instant,
     sink: &mut dyn Sink,
 ) -> Result<(), EngineError> {
+    // Every address the spec names is checked before any packet leaves.
+    spec.check_targets(allow_any_target)?;
     let opts = kinds::RunOptions {
         allow_any_target,
         began,

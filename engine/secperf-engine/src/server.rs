@@ -3,7 +3,7 @@
 //! drops or the test overruns its time.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,12 @@ const SETUP_WAIT: Duration = Duration::from_secs(30);
 const TEST_GRACE: Duration = Duration::from_secs(120);
 /// How long `finish` waits for the receivers to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
+/// Most control connections (each one test, its threads and buffers) one
+/// server holds at once; one more is refused with an error reply. secperf
+/// runs a handful at a time (one per generator); each may hold up to
+/// 128 parallel sockets of 64 MiB buffers, so an unbounded number would let
+/// any peer exhaust the host's memory and threads.
+pub const MAX_TESTS: usize = 64;
 
 /// A bound control listener.
 pub struct Server {
@@ -83,14 +89,26 @@ impl Server {
             version: VERSION,
             pid: std::process::id(),
         }));
+        let active = Arc::new(AtomicUsize::new(0));
         while !shutdown.load(Relaxed) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    if active.fetch_add(1, SeqCst) >= MAX_TESTS {
+                        active.fetch_sub(1, SeqCst);
+                        refuse_busy(stream, peer);
+                        continue;
+                    }
                     let opts = self.opts.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("control".into())
-                        .spawn(move || handle_control(stream, peer, &opts));
+                    let slot = active.clone();
+                    let spawned =
+                        std::thread::Builder::new()
+                            .name("control".into())
+                            .spawn(move || {
+                                handle_control(stream, peer, &opts);
+                                slot.fetch_sub(1, SeqCst);
+                            });
                     if let Err(e) = spawned {
+                        active.fetch_sub(1, SeqCst);
                         eprintln!("secperf-engine: cannot start a control thread: {}", e);
                     }
                 }
@@ -105,6 +123,25 @@ impl Server {
     }
 }
 
+/// One control connection too many: an error reply, then close.
+fn refuse_busy(stream: TcpStream, peer: SocketAddr) {
+    eprintln!(
+        "secperf-engine: refused control connection from {}: {} tests already run",
+        peer, MAX_TESTS
+    );
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut conn = LineConn::new(stream);
+    let e = EngineError::Server {
+        field: None,
+        message: format!(
+            "this server already runs {} tests (its limit): wait for one to end, or start \
+             another `secperf-engine serve`",
+            MAX_TESTS
+        ),
+    };
+    let _ = conn.send(&ErrorReply::from_error(&e));
+}
+
 fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
     let local_ip = match stream.local_addr() {
         Ok(a) => a.ip().to_canonical(),
@@ -116,13 +153,18 @@ fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
         let _ = conn.send(&ErrorReply::from_error(&e));
         return;
     }
-    if let Err(e) = run_test(&mut conn, local_ip, opts) {
+    if let Err(e) = run_test(&mut conn, local_ip, peer.ip(), opts) {
         eprintln!("secperf-engine: test from {} ended: {}", peer, e);
         let _ = conn.send(&ErrorReply::from_error(&e));
     }
 }
 
-fn run_test(conn: &mut LineConn, local_ip: IpAddr, opts: &ServeOptions) -> Result<()> {
+fn run_test(
+    conn: &mut LineConn,
+    local_ip: IpAddr,
+    peer: IpAddr,
+    opts: &ServeOptions,
+) -> Result<()> {
     let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
     let spec_value = match conn.recv(SETUP_WAIT).map_err(lost)? {
         Recv::Line(v) => match serde_json::from_value::<Request>(v) {
@@ -150,6 +192,7 @@ fn run_test(conn: &mut LineConn, local_ip: IpAddr, opts: &ServeOptions) -> Resul
     let env = ServerEnv {
         ip: local_ip,
         data_ports: opts.data_ports,
+        peer: peer.to_canonical(),
     };
     let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
     let kind = kinds::of(spec);

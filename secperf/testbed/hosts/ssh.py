@@ -1,22 +1,24 @@
 """The SSH host backend: a real machine reached over SSH (hosts/ssh_transport.py).
 
 `SshHost` implements the Host protocol over one SSH connection: one long-lived
-remote shell for commands, one exec channel per spawned process.
+remote shell for commands, one exec channel per spawned process (hosts/ssh_process.py),
+and one for the run's watchdog on the host.
 
-What a run leaves on the remote host is written down there first, in a per-host
-ledger, `<workdir>/<prefix>.ledger.jsonl` (the same add/remove lines as the local
-ledger), and the run's own files live in `<workdir>/<prefix>/`. The local ledger
-records an `ssh` entry for each remote host before connecting to it, so `secperf
-clean` finds the remote ledgers of a run that died and empties them over SSH
+Everything lives in the host's work directory, which must be root's own and writable by
+no one else (hosts/remote_workdir.py; made with mode 0700 when missing). What a run
+leaves on the remote host is written down there first, in a per-host ledger,
+`<workdir>/<prefix>.ledger.jsonl` (the same add/remove lines as the local ledger), and
+the run's own files live in `<workdir>/<prefix>/` (mode 0700, files 0600). The local
+ledger records an `ssh` entry for each remote host before connecting to it, so
+`secperf clean` finds the remote ledgers of a run that died and empties them over SSH
 (hosts/remote_teardown.py).
 
-Every process `spawn` starts runs under a small POSIX sh watchdog (WRAPPER): the
-program is started with `setsid` (its own process group), its pid and
-/proc starttime go into the remote ledger, and a watcher blocks on the SSH
-channel's stdin. When the channel closes (`stop`, Ctrl-C's teardown, secperf
-killed, the connection lost) the watcher's read ends and it sends SIGTERM, then
-SIGKILL, to the whole group: a remote process never outlives the connection that
-started it.
+The host's nftables ruleset, iptables-legacy tables and ipsets are saved when the run
+starts (a `state` entry in the remote ledger) and put back at teardown, or by the
+host's watchdog as soon as the controller is gone. Every rule set loaded there with
+`nft -f` or an `*tables-restore` gets an accept for this SSH session first in every
+chain that sees the host's own packets (hosts/mgmt_guard.py): no rule secperf loads
+cuts the session that drives the host.
 
 The engine is put on each host as `<workdir>/secperf-engine`, copied when missing
 or different (sha256), and run once (`version`) to prove it runs there; an argv
@@ -26,22 +28,20 @@ rendered rule files), is rewritten to the remote copy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import posixpath
 import shlex
-import signal
 import socket
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 from secperf import verbose
 from secperf.errors import TestbedError
+from secperf.testbed.hosts.mgmt_guard import GuardError, Management, guarded, loads_rules
 from secperf.testbed.hosts.protocol import (
     BuildContext,
     InterfaceCounters,
@@ -51,7 +51,19 @@ from secperf.testbed.hosts.protocol import (
     Switch,
     parse_ip_stats,
 )
-from secperf.testbed.hosts.remote_teardown import remote_ledger, remote_rundir, remote_teardown
+from secperf.testbed.hosts.remote_teardown import (
+    SAVE,
+    remote_ledger,
+    remote_rundir,
+    remote_teardown,
+)
+from secperf.testbed.hosts.remote_workdir import check_workdir
+from secperf.testbed.hosts.ssh_process import (
+    WRAPPER,
+    HostWatchdog,
+    RemotePopen,
+    RemoteProcess,
+)
 from secperf.testbed.hosts.ssh_transport import (
     CONNECT_TIMEOUT_S,
     RemoteShell,
@@ -65,204 +77,6 @@ from secperf.testbed.ledger import Ledger
 from secperf.tools import engine_path, remote_engine_file
 
 ENGINE_NAME = "secperf-engine"
-
-# argv: sh -c WRAPPER secperf-wrap LEDGER LABEL GRACE PROGRAM ARGS...
-WRAPPER = r"""
-ledger=$1; label=$2; grace=$3; shift 3
-exec 3<&0 </dev/null
-# A background job of a non-interactive shell ignores SIGINT: put it back, so that
-# SIGINT still asks the engine to stop early and report (a flood's interrupt).
-setsid env --default-signal=INT,QUIT "$@" &
-child=$!
-st=$(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | cut -d' ' -f20)
-[ -n "$st" ] || st=0
-printf '{"op":"add","type":"process","pid":%s,"starttime":%s,"pgid":%s,"label":"%s"}\n' \
-  "$child" "$st" "$child" "$label" >> "$ledger"
-printf 'secperf-remote-pid %s %s\n' "$child" "$st" >&2
-setsid sh -c 'while read -r _; do :; done
-  kill -s TERM -- "-$1" 2>/dev/null
-  i=0; while [ $i -lt "$2" ] && kill -s 0 -- "-$1" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
-  kill -s KILL -- "-$1" 2>/dev/null' watchdog "$child" "$grace" <&3 >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$child"; rc=$?
-kill -s KILL -- "-$watcher" 2>/dev/null
-kill -s KILL -- "-$child" 2>/dev/null
-printf '{"op":"remove","type":"process","pid":%s,"starttime":%s}\n' "$child" "$st" >> "$ledger"
-exit $rc
-"""
-
-
-class RemotePopen:
-    """A Popen look-alike over an SSH channel: stdout as a real pipe (selectors work
-    on it), stderr copied to a file, the exit status, signals by remote `kill`."""
-
-    def __init__(
-        self,
-        chan: Any,
-        args: list[str],
-        stdout: Redirect,
-        stderr: Redirect,
-        on_pid: Callable[[int, int], None],
-    ) -> None:
-        self.chan = chan
-        self.args = args
-        self.returncode: int | None = None
-        self.pid = 0
-        self.starttime = 0
-        self._pid_seen = threading.Event()
-        self._on_pid = on_pid
-        self.stdout: IO[str] | None = None
-        self.stderr: IO[str] | None = None
-        self._stdout_w: int | None = None
-        if stdout == subprocess.PIPE:
-            r, w = os.pipe()
-            self.stdout = os.fdopen(r, "r")
-            self._stdout_w = w
-        self._out_sink = cast(IO[Any], stdout) if _is_file(stdout) else None
-        self._err_sink = cast(IO[Any], stderr) if _is_file(stderr) else None
-        self._threads = [
-            threading.Thread(target=self._pump_out, daemon=True),
-            threading.Thread(target=self._pump_err, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _pump_out(self) -> None:
-        try:
-            while True:
-                data = self.chan.recv(65536)
-                if not data:
-                    break
-                if self._stdout_w is not None:
-                    _write_all(self._stdout_w, data)
-                elif self._out_sink is not None:
-                    _write_all(self._out_sink.fileno(), data)
-        except OSError:
-            pass
-        finally:
-            if self._stdout_w is not None:
-                os.close(self._stdout_w)
-                self._stdout_w = None
-
-    def _pump_err(self) -> None:
-        buf = b""
-        try:
-            while True:
-                data = self.chan.recv_stderr(65536)
-                if not data:
-                    break
-                if not self._pid_seen.is_set():
-                    buf += data
-                    if b"\n" not in buf:
-                        continue
-                    data = self._take_pid(buf)
-                    buf = b""
-                if data and self._err_sink is not None:
-                    _write_all(self._err_sink.fileno(), data)
-        except OSError:
-            pass
-        finally:
-            self._pid_seen.set()
-
-    def _take_pid(self, buf: bytes) -> bytes:
-        """Strip the wrapper's `secperf-remote-pid PID STARTTIME` line; return the rest."""
-        rest: list[bytes] = []
-        for line in buf.splitlines(keepends=True):
-            parts = line.split()
-            if not self._pid_seen.is_set() and parts[:1] == [b"secperf-remote-pid"]:
-                self.pid, self.starttime = int(parts[1]), int(parts[2])
-                self._on_pid(self.pid, self.starttime)
-                self._pid_seen.set()
-            else:
-                rest.append(line)
-        return b"".join(rest)
-
-    def wait_pid(self, timeout: float) -> bool:
-        return self._pid_seen.wait(timeout)
-
-    def poll(self) -> int | None:
-        if self.returncode is None and self.chan.exit_status_ready():
-            rc = self.chan.recv_exit_status()
-            # The wrapper passes on the shell's 128+N for a program killed by signal N.
-            self.returncode = -(rc - 128) if rc > 128 else rc
-        if self.returncode is None and self.chan.closed:
-            self.returncode = -9  # the connection is gone, and the watchdog took it down
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            time.sleep(0.005)
-        for t in self._threads:
-            t.join(timeout=2.0)
-        assert self.returncode is not None
-        return self.returncode
-
-    def close_stdin(self) -> None:
-        """End the channel's input: the watchdog then stops the process group."""
-        with contextlib.suppress(OSError, EOFError):
-            self.chan.shutdown_write()
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        self.wait(timeout)
-        out = self.stdout.read() if self.stdout is not None else ""
-        return out, ""
-
-
-def _is_file(redirect: Redirect) -> bool:
-    return redirect is not None and not isinstance(redirect, int) and hasattr(redirect, "fileno")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-class RemoteProcess(ManagedProcess):
-    """A process started on a remote host under the watchdog; `stop` closes its
-    channel's input (the watchdog sends TERM, then KILL, to its group)."""
-
-    def __init__(self, popen: RemotePopen, *, host: SshHost, label: str, argv: list[str]):
-        self.popen = cast(subprocess.Popen[Any], popen)
-        self._remote = popen
-        self._host = host
-        self.label = label
-        self.host = host.name
-        self.argv = argv
-        popen.wait_pid(10.0)
-        self.pid = popen.pid
-        self.starttime = popen.starttime
-        self._stopped = False
-
-    def _exited(self) -> bool:
-        return self._remote.poll() is not None
-
-    def send_signal(self, sig: int) -> None:
-        if self._remote.poll() is None and self.pid:
-            name = signal.Signals(sig).name.removeprefix("SIG")
-            self._host.run(["kill", "-s", name, str(self.pid)], check=False)
-
-    def stop(self, timeout: float = 5.0) -> int | None:
-        if not self._stopped:
-            self._remote.close_stdin()
-            try:
-                self._remote.wait(timeout + 10.0)
-            except subprocess.TimeoutExpired:
-                self._remote.chan.close()
-                self._remote.returncode = -9
-            self._stopped = True
-        return self._remote.returncode
-
-    def _signal(self, sig: int) -> None:
-        self.send_signal(sig)
-
-    def __repr__(self) -> str:
-        return f"RemoteProcess(pid={self.pid}, label={self.label!r}, host={self.host!r})"
 
 
 class SshHost:
@@ -296,6 +110,9 @@ class SshHost:
         self.engine_version: str | None = None
         self._lock = threading.RLock()
         self._shell: RemoteShell | None = None
+        self._watchdog: HostWatchdog | None = None
+        # This session as the host sees it: every rule set loaded there accepts it first.
+        self.management: Management | None = None
 
     @classmethod
     def build(cls, name: str, bed: BuildContext, spec: SshSpec) -> SshHost:
@@ -329,28 +146,34 @@ class SshHost:
     # -- life cycle (the Backend protocol) ----------------------------------------------
 
     def open(self) -> None:
-        """Connect, write down the remote ledger and run dir, put the engine there."""
+        """Connect, check the work directory, write down the remote ledger and run dir,
+        save the host's firewall as found, start the run's watchdog, put the engine
+        there."""
         self._ledger.add("ssh", **self.spec.as_entry(), prefix=self.prefix)
         self._client = connect(self.spec)
+        check_workdir(self._client, self.spec, create=True, where=self.where)
+        seen = remote_run(self._client, 'printf "%s" "$SSH_CONNECTION"', where=self.where)
+        self.management = Management.parse(seen.stdout)
         self._shell = RemoteShell(self._client, self.rundir, self.where)
         w = shlex.quote
         header = json.dumps(
             {"op": "run", "prefix": self.prefix, "controller": socket.gethostname()}
         )
+        lines = [
+            header,
+            json.dumps({"op": "add", "type": "file", "path": self.rundir}),
+            json.dumps({"op": "add", "type": "state", "path": self.rundir}),
+        ]
         self._must(
-            f"mkdir -p {w(self.spec.workdir)} && "
-            f"[ ! -e {w(self.remote_ledger)} ] && "
-            f"printf '%s\\n' {w(header)} > {w(self.remote_ledger)} && "
-            f"printf '%s\\n' {w(json.dumps({'op': 'add', 'type': 'file', 'path': self.rundir}))}"
-            f" >> {w(self.remote_ledger)} && mkdir {w(self.rundir)}",
-            "could not make its work directory and ledger",
+            f"umask 077 && [ ! -e {w(self.remote_ledger)} ] && "
+            f"printf '%s\\n' {' '.join(w(line) for line in lines)} > {w(self.remote_ledger)} "
+            f"&& mkdir {w(self.rundir)} && {shlex.join(['sh', '-c', SAVE, 'save', self.rundir])}",
+            "could not make its ledger and run directory, or save its firewall as found",
             f"check that {self.spec.user} may write {self.spec.workdir} there, and that no "
             f"other run uses prefix {self.prefix}",
         )
-        # Its firewall as found: put back at teardown if a mechanism changed it.
-        saved = posixpath.join(self.rundir, "nft-ruleset-before")
-        self.run(
-            ["sh", "-c", f"command -v nft >/dev/null || exit 0; nft list ruleset > {w(saved)}"]
+        self._watchdog = HostWatchdog(
+            self._client, self.rundir, self.remote_ledger, self.spec.watchdog_s, self.where
         )
         if self._engine_upload is not None:
             if not self.spec.keep_engine:
@@ -408,6 +231,9 @@ class SshHost:
                 proc.stop(timeout=2.0)
             if self._shell is not None:
                 self._shell.close()
+            if self._watchdog is not None:
+                self._watchdog.disarm()  # the teardown below does its work, in order
+                self._watchdog = None
             if self._client is not None:
                 try:
                     removed += remote_teardown(self._client, self.spec, self.prefix)
@@ -464,7 +290,7 @@ class SshHost:
         st = os.stat(path)
         if self._staged.get(path) != (st.st_mtime, st.st_size):
             self._must(
-                f"mkdir -p {shlex.quote(posixpath.dirname(remote))}",
+                f"umask 077 && mkdir -p {shlex.quote(posixpath.dirname(remote))}",
                 "could not copy a file there",
                 "check the work directory",
             )
@@ -483,6 +309,8 @@ class SshHost:
         if self._client is None:
             raise TestbedError(f"{self.where} is not connected", fix="this is a bug")
         assert self._shell is not None
+        if loads_rules(argv) is not None:
+            argv, input = self._guard(argv, input)
         cmd = shlex.join(self.translate(argv))
         verbose.command(f"[ssh {self.name}] {cmd}")
         proc = self._shell.run(cmd, input=input, timeout=timeout)
@@ -494,6 +322,41 @@ class SshHost:
                 fix="read the command's error above; `secperf clean` removes leftovers",
             )
         return proc
+
+    def _guard(self, argv: Sequence[str], input: str | None) -> tuple[list[str], str | None]:
+        """A rule load, rewritten so that the rules it loads accept this session first
+        (hosts/mgmt_guard.py). Rules given as input stay input; a file (the run's
+        rendered rules) is loaded from a guarded copy beside it, `NAME.ssh-HOST.SUFFIX`
+        (kept in the run directory: what was loaded there), copied to the host."""
+        files = [a for a in argv[1:] if not a.startswith("-") and a != "-"]
+        try:
+            if self.management is None:
+                raise GuardError(
+                    "sshd did not say which connection this is ($SSH_CONNECTION is empty)"
+                )
+            if input is not None:
+                return guarded(argv, input, self.management)
+            if len(files) != 1 or not os.path.isfile(files[0]):
+                raise GuardError(f"the rules of `{shlex.join(argv)}` are not readable here")
+            source = Path(files[0])
+            new_argv, text = guarded(argv, source.read_text(), self.management)
+            if not any(str(source.resolve()).startswith(d + "/") for d in self._stage_dirs):
+                return new_argv, text  # not one of the run's files: as input
+            copy = source.with_name(f"{source.stem}.ssh-{self.name}{source.suffix}")
+            if not copy.is_file() or copy.read_text() != text:
+                copy.write_text(text)
+            if new_argv[-1:] == ["-"] or "-" in new_argv:  # nft -f -: the copy instead
+                new_argv[new_argv.index("-")] = str(copy)
+                return new_argv, None
+            return [*new_argv, str(copy)], None
+        except GuardError as exc:
+            raise TestbedError(
+                f"refused on {self.name}: {exc.message}; secperf loads rules on an SSH host "
+                "only with an accept for its own session first, so that no rule cuts it",
+                where=self.where,
+                fix="write the rules in one file without `include`, in nft's block or "
+                "command syntax, loaded with nft -f or iptables-restore",
+            ) from None
 
     def spawn(
         self,

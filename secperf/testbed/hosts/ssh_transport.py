@@ -6,14 +6,18 @@ a process's stdin, stdout, stderr and exit status. Authentication is by key only
 the user's agent, or the key file the inventory names; a scenario never holds a
 password. Host keys are checked against the inventory's known_hosts file (or
 ~/.ssh/known_hosts) and an unknown key is refused (RejectPolicy) unless the
-inventory turns checking off. Every command is shell-quoted with `shlex`; a long
-session's commands come back framed by a random marker with their lengths
-(RemoteShell); files are copied with `cat` on an exec channel (no SFTP needed).
+inventory turns checking off: then a host's key is trusted on first use and saved
+(tofu_file(): $XDG_CONFIG_HOME/secperf/known_hosts, else ~/.config/secperf/known_hosts),
+and a key that differs from the saved one later is refused. Every command is
+shell-quoted with `shlex`; a long session's commands come back framed by a random
+marker with their lengths (RemoteShell); files are copied with `cat` on an exec
+channel (no SFTP needed). What secperf writes on a host it writes under umask 077.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import posixpath
@@ -24,11 +28,18 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from secperf.errors import TestbedError
 
 CONNECT_TIMEOUT_S = 10.0
+# Where secperf works on a lab host unless the inventory says otherwise: root's own,
+# never world-writable (hosts/remote_workdir.py checks it).
+DEFAULT_WORKDIR = "/var/lib/secperf"
+# The remote watchdog's deadline: no heartbeat from the controller for this long and
+# it stops what the run started on the host and puts its firewall back.
+WATCHDOG_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -42,10 +53,11 @@ class SshSpec:
     key_file: str | None = None  # None: the agent (and ~/.ssh's default keys)
     known_hosts: str | None = None  # None: ~/.ssh/known_hosts
     host_key_checking: bool = True
-    workdir: str = "/var/tmp/secperf"
+    workdir: str = DEFAULT_WORKDIR
     addresses: tuple[str, ...] = ()  # the test addresses this host may be sent traffic on
     interfaces: dict[str, str] = field(default_factory=dict)  # peer host -> interface name
     keep_engine: bool = True  # leave <workdir>/secperf-engine for the next run
+    watchdog_s: float = WATCHDOG_S  # the remote watchdog's deadline without a heartbeat
 
     @property
     def destination(self) -> str:
@@ -78,15 +90,58 @@ class SshSpec:
         )
 
 
-def connect(spec: SshSpec) -> Any:
-    """An authenticated paramiko SSHClient, or a TestbedError saying what failed."""
-    import paramiko  # type: ignore[import-untyped]
+def tofu_file() -> Path:
+    """Where keys trusted on first use are kept (host_key_checking = false)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(base) / "secperf" / "known_hosts"
 
-    client = paramiko.SSHClient()
-    where = f"ssh {spec.destination} (host {spec.name})"
+
+class TrustOnFirstUse:
+    """paramiko's missing-host-key policy for host_key_checking = false: a host with no
+    saved key has the one it shows saved (OpenSSH's format, in tofu_file()); a host
+    that has a saved key of another type is refused (a man in the middle would show
+    whatever type it holds). A key that differs from a saved one of its type is
+    refused (BadHostKeyException): by paramiko for the keys loaded when it connected,
+    here for one another connection saved since."""
+
+    def __init__(self, path: Path, known: Any) -> None:
+        self.path = path
+        self.known = known  # the known_hosts keys (read only), a paramiko.HostKeys
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        import paramiko  # type: ignore[import-untyped]
+
+        # Hosts are reached in parallel (`secperf check`), runs may overlap: the file is
+        # read again and appended to under a lock, never rewritten from a stale copy.
+        with _TOFU_LOCK, open(self.path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            kept = paramiko.HostKeys()
+            kept.load(str(self.path))
+            saved = kept.lookup(hostname) or self.known.lookup(hostname)
+            if not saved:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            elif key.get_name() not in saved:
+                raise paramiko.SSHException(
+                    f"host key of {hostname} is {key.get_name()}, but the key saved for it in "
+                    f"{self.path} is {', '.join(saved.keys())}: refused"
+                )
+            elif saved[key.get_name()] != key:
+                raise paramiko.BadHostKeyException(hostname, key, saved[key.get_name()])
+            # else: saved meanwhile by another connection, the same key
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+_TOFU_LOCK = threading.Lock()
+
+
+def _host_key_policy(client: Any, spec: SshSpec, where: str) -> Any:
+    """Load the keys to check against; return the policy for a host with none."""
+    import paramiko
+
+    known = os.path.expanduser(spec.known_hosts or "~/.ssh/known_hosts")
     try:
         if spec.known_hosts:
-            client.load_host_keys(os.path.expanduser(spec.known_hosts))
+            client.load_system_host_keys(known)
         else:
             client.load_system_host_keys()
     except OSError as exc:
@@ -96,9 +151,34 @@ def connect(spec: SshSpec) -> Any:
             fix="point known_hosts at a readable file with the host's key "
             "(ssh-keyscan HOST >> FILE)",
         ) from None
-    client.set_missing_host_key_policy(
-        paramiko.RejectPolicy() if spec.host_key_checking else paramiko.AutoAddPolicy()
-    )
+    if spec.host_key_checking:
+        return paramiko.RejectPolicy()
+    path = tofu_file()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists():
+            path.touch(mode=0o600)
+        client.load_host_keys(str(path))
+    except OSError as exc:
+        raise TestbedError(
+            f"cannot keep host keys trusted on first use in {path}: {exc}",
+            where=where,
+            fix="make that directory writable, set XDG_CONFIG_HOME elsewhere, or set "
+            "host_key_checking = true with a known_hosts file",
+        ) from None
+    keys = paramiko.HostKeys()
+    if os.path.isfile(known):
+        keys.load(known)
+    return TrustOnFirstUse(path, keys)
+
+
+def connect(spec: SshSpec) -> Any:
+    """An authenticated paramiko SSHClient, or a TestbedError saying what failed."""
+    import paramiko
+
+    client = paramiko.SSHClient()
+    where = f"ssh {spec.destination} (host {spec.name})"
+    client.set_missing_host_key_policy(_host_key_policy(client, spec, where))
     try:
         client.connect(
             spec.host,
@@ -111,6 +191,18 @@ def connect(spec: SshSpec) -> Any:
             banner_timeout=CONNECT_TIMEOUT_S,
             auth_timeout=CONNECT_TIMEOUT_S,
         )
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        kept = spec.known_hosts or "~/.ssh/known_hosts"
+        if not spec.host_key_checking:
+            kept += f" or {tofu_file()}"
+        raise TestbedError(
+            f"the host key of {exc.hostname} ({exc.key.get_name()}) is not the one known for "
+            f"it in {kept}: another machine answers on its address, or it was reinstalled",
+            where=where,
+            fix="check the host; if it was reinstalled, remove its line from that file and "
+            "compare the new fingerprint before trusting it",
+        ) from None
     except paramiko.SSHException as exc:
         client.close()
         detail = str(exc) or type(exc).__name__
@@ -195,7 +287,7 @@ def upload(client: Any, local: str, remote: str, *, where: str) -> None:
     try:
         chan = client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
         chan.settimeout(120.0)
-        chan.exec_command(f"cat > {shlex.quote(remote)}")
+        chan.exec_command(f"umask 077 && cat > {shlex.quote(remote)}")
         with open(local, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 16), b""):
                 chan.sendall(chunk)
@@ -235,7 +327,7 @@ class RemoteShell:
 
     def _open(self) -> None:
         self._chan = self._client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
-        self._chan.exec_command("exec sh -s")
+        self._chan.exec_command("umask 077 && exec sh -s")
         self._out = self._chan.makefile("rb")
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use crate::error::{EngineError, Result};
 use crate::rt::net::{PortPolicy, CONNECT_TIMEOUT};
 use crate::rt::shared::Shared;
-use crate::rt::{cpu, sys};
+use crate::rt::{cpu, sys, target};
 use crate::wire::control::{LineConn, Request, SetupReply, SideReport};
 use crate::wire::record::{Record, Sink, SocketBufs, FORMAT, VERSION};
 
@@ -57,9 +57,20 @@ pub struct ServerEnv {
     pub ip: IpAddr,
     /// `--data-ports`: the range server-chosen data ports come from.
     pub data_ports: Option<(u16, u16)>,
+    /// The control connection's peer: the client this test serves.
+    pub peer: IpAddr,
 }
 
 impl ServerEnv {
+    /// Whether a UDP data socket may answer (or send to) `from`: the control
+    /// connection's peer, or a testbed address (an emulated host, a generator
+    /// behind the same DUT). Anything else is a spoofed source, and answering
+    /// it would reflect the test's traffic at whoever owns that address.
+    pub fn answers(&self, from: SocketAddr) -> bool {
+        let ip = from.ip().to_canonical();
+        ip == self.peer.to_canonical() || target::allowed(ip)
+    }
+
     /// The data ports to bind: the spec's `data_port`, else the range.
     pub fn ports(&self, data_port: Option<u16>) -> PortPolicy {
         PortPolicy {

@@ -65,8 +65,9 @@ fn serve(spec: &RrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup
                 .map_err(EngineError::io("cannot read the data socket's address"))?
                 .port();
             let spec = spec.clone();
+            let env = *env;
             sh.spawn("rr-udp", Role::Passive, move |sh, st| {
-                serve_udp(&sock, &spec, sh, st)
+                serve_udp(&sock, &spec, &env, sh, st)
             })?;
             Ok(ServerSetup { data_port, socket })
         }
@@ -99,7 +100,13 @@ fn serve_tcp_conn(s: &TcpStream, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -
     Ok(())
 }
 
-fn serve_udp(sock: &UdpSocket, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+fn serve_udp(
+    sock: &UdpSocket,
+    spec: &RrSpec,
+    env: &ServerEnv,
+    sh: &Shared,
+    st: &ThreadStats,
+) -> Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(50)))
         .map_err(data_err("socket setup"))?;
     let mut buf = vec![0u8; 65536];
@@ -108,6 +115,7 @@ fn serve_udp(sock: &UdpSocket, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> 
     let mut last = 0u64;
     loop {
         match sock.recv_from(&mut buf) {
+            Ok((_, from)) if !env.answers(from) => {} // spoofed: never reflected
             Ok((n, from)) => {
                 t.received(n);
                 last = sh.now_ns();

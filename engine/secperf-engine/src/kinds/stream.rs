@@ -273,12 +273,14 @@ fn serve_udp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
         spec.parallel
     };
     for _ in 0..receivers {
-        let (sock, peers, spec) = (sock.clone(), peers.clone(), spec.clone());
+        let (sock, peers, spec, env) = (sock.clone(), peers.clone(), spec.clone(), *env);
         sh.spawn("stream-udp-rx", Role::Passive, move |sh, st| {
             let mut buf = vec![0u8; 65536];
             let (mut bytes, mut msgs, mut last) = (0u64, 0u64, 0u64);
             loop {
                 match sock.recv_from(&mut buf) {
+                    // A spoofed source: neither counted nor ever sent to.
+                    Ok((_, from)) if !env.answers(from) => {}
                     Ok((n, from)) => {
                         if n == HELLO.len() && &buf[..n] == HELLO {
                             add_peer(&spec, sh, &sock, &peers, from)?;

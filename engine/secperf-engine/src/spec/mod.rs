@@ -18,10 +18,13 @@ mod mix;
 mod rr;
 mod stream;
 
+use std::net::IpAddr;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::{EngineError, Result};
+use crate::rt::target;
 
 pub(crate) use common::KindSpec;
 pub use common::{Close, Common, CpuGroup, Direction, Payload, Protocol};
@@ -277,6 +280,55 @@ impl Spec {
             Spec::Flood(s) => s.duration,
             Spec::Mix(_) => 0.0,
         }
+    }
+
+    /// Every address this spec can make the engine send to, each with the
+    /// field that names it: the server (control and data), a latency test's
+    /// `destinations`, a flood's `target`, a mix's servers and SOCKS proxy.
+    /// Local addresses (`bind`, latency `sources`) are not targets.
+    pub fn targets(&self) -> Vec<(String, IpAddr)> {
+        let server = |c: &Common| vec![("server".to_string(), c.server.ip())];
+        match self {
+            Spec::Stream(s) => server(&s.common),
+            Spec::Rr(s) => server(&s.common),
+            Spec::Crr(s) => server(&s.common),
+            Spec::Http(s) => server(&s.common),
+            Spec::Connections(s) => server(&s.common),
+            Spec::Latency(s) => {
+                let mut out = server(&s.common);
+                out.extend(
+                    s.destinations
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| (format!("destinations[{}]", i), *a)),
+                );
+                out
+            }
+            Spec::Flood(s) => vec![("target".to_string(), IpAddr::V4(s.target))],
+            Spec::Mix(s) => {
+                let mut out: Vec<(String, IpAddr)> = s
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (format!("servers[{}].address", i), m.address))
+                    .collect();
+                out.extend(s.socks.map(|a| ("socks".to_string(), a.ip())));
+                out
+            }
+        }
+    }
+
+    /// The target guard: refuses the spec if any of its `targets` is outside
+    /// the testbed ranges and loopback, unless `allow_any`; a flood's target
+    /// and sources are checked with no override.
+    pub fn check_targets(&self, allow_any: bool) -> Result<()> {
+        if let Spec::Flood(f) = self {
+            return f.check_targets(); // no override: a flood never leaves the testbed
+        }
+        for (field, ip) in self.targets() {
+            target::check(&field, ip, allow_any)?;
+        }
+        Ok(())
     }
 
     /// Refuses a socket buffer (or stream `rcvlowat`) above what this host's

@@ -140,16 +140,18 @@ fn paced_send(
     Ok(())
 }
 
-/// Receiving: matches stamps, counts; the server learns its peers and, in
-/// half duplex, answers each probe with one of its own.
+/// Receiving: matches stamps, counts; the server (`env`) learns its peers
+/// and, in half duplex, answers each probe with one of its own. A server
+/// ignores datagrams from sources it may not send to (ServerEnv::answers).
 fn receive(
     sock: &UdpSocket,
     spec: &LatencySpec,
     state: &State,
     sh: &Shared,
     st: &ThreadStats,
-    server: bool,
+    env: Option<ServerEnv>,
 ) -> Result<()> {
+    let server = env.is_some();
     let fd = sock.as_raw_fd();
     let kernel = spec.timestamps == Timestamps::Kernel;
     let mut rx = Receiver::default();
@@ -170,6 +172,7 @@ fn receive(
     let mut last_peer = None;
     loop {
         match batch.recv(fd, &mut buf) {
+            Ok(r) if env.is_some_and(|e| r.from.is_none_or(|f| !e.answers(f))) => {}
             Ok(r) => {
                 let user_rx = tstamp::realtime_ns();
                 // A datagram without a kernel RX stamp: its probe goes unstamped.
@@ -261,9 +264,9 @@ fn serve(
         .map_err(EngineError::io("cannot read the probe socket's address"))?
         .port();
     let rsock = clone(&sock)?;
-    let (spec2, state2) = (spec.clone(), state.clone());
+    let (spec2, state2, env) = (spec.clone(), state.clone(), *env);
     sh.spawn("lat-rx", Role::Passive, move |sh, st| {
-        receive(&rsock, &spec2, &state2, sh, st, true)
+        receive(&rsock, &spec2, &state2, sh, st, Some(env))
     })?;
     if let (Some(every), Duplex::Full) = (spec.probe_every, spec.duplex) {
         let (spec2, state) = (spec.clone(), state.clone());
@@ -344,7 +347,7 @@ fn start(
     let rsock = clone(&sock)?;
     let (spec2, state2) = (spec.clone(), state.clone());
     sh.spawn("lat-rx", Role::Passive, move |sh, st| {
-        receive(&rsock, &spec2, &state2, sh, st, false)
+        receive(&rsock, &spec2, &state2, sh, st, None)
     })?;
     if let Some(every) = spec.probe_every {
         let pairs = load_pairs(&pairs, local)?;
