@@ -8,8 +8,9 @@ rounds show, on average over the measured window:
    nothing saturated, which is the point of an open-loop test;
 3. a shaped link: a direction sent ≥ 95 % of its rate (≥ 85 % while its shaper
    held packets back or dropped them: the span read includes the test's end);
-4. placement "one": the one CPU, when the testbed's hosts (and the kernel's
-   ksoftirqd there) used ≥ 90 % of it: the whole path's CPU per unit of work;
+4. placement "one": the one CPU, when it was ≥ 90 % busy (exact: its idle
+   residency; the hosts, ksoftirqd and, on a shared machine, other processes): the
+   whole path's CPU per unit of work;
 5. the DUT: its processes (a user-space mechanism's daemons) ≥ 90 % of a CPU, or,
    placement "split", the DUT's own CPUs ≥ 90 % busy;
 6. the generator: a client host's processes ≥ 90 % of a CPU (on a namespace
@@ -96,6 +97,8 @@ class Evidence:
     host_pct: dict[str, float] = field(default_factory=dict)  # % of one CPU, window
     roles: dict[str, str] = field(default_factory=dict)  # host -> generator|server|dut|other
     ksoftirqd_pct: float = 0.0  # the kernel's deferred softirq threads, % of one CPU
+    busy_pct: float | None = None  # the testbed's CPUs busy (exact), % of their capacity
+    others_pct: float | None = None  # ... of which other processes, % of one CPU
     dut_cpu_busy_pct: float | None = None  # placement split: the DUT's CPUs, busiest
     links: list[LinkUse] = field(default_factory=list)
     censored: str | None = None  # "below" | "at_least": every search censored
@@ -164,10 +167,14 @@ def bottleneck(e: Evidence) -> Bottleneck:
     if not e.host_pct:
         return Bottleneck("not_measured", "not measured: no CPU was counted on these hosts")
     total = sum(e.host_pct.values()) + e.ksoftirqd_pct
-    if e.placement == "one" and total >= CPU_SATURATED_PCT:
-        shares = _shares({**e.host_pct, "ksoftirqd": e.ksoftirqd_pct})
+    busy = max(total, e.busy_pct or 0.0)
+    if e.placement == "one" and busy >= CPU_SATURATED_PCT:
+        parts = {**e.host_pct, "ksoftirqd": e.ksoftirqd_pct}
+        if e.others_pct is not None and e.others_pct >= 5:
+            parts["other processes"] = e.others_pct
         return Bottleneck(
-            "one_cpu", f"the one CPU the whole path shares, {_pct(total)} busy ({shares})"
+            "one_cpu",
+            f"the one CPU the whole path shares, {_pct(busy)} busy ({_shares(parts)})",
         )
     by_role = sorted(e.host_pct.items(), key=lambda kv: -kv[1])
     for role, kind in (("dut", "dut"), ("generator", "generator"), ("server", "server")):
@@ -179,9 +186,9 @@ def bottleneck(e: Evidence) -> Bottleneck:
                     "server": "the server's CPU",
                 }[kind]
                 return Bottleneck(kind, f"{what}: {host} at {_pct(pct)} of a CPU", host=host)
-        busy = e.dut_cpu_busy_pct
-        if role == "dut" and busy is not None and busy >= CPU_SATURATED_PCT:
-            return Bottleneck("dut_cpus", f"the DUT's own CPUs, {_pct(busy)} busy")
+        dut_busy = e.dut_cpu_busy_pct
+        if role == "dut" and dut_busy is not None and dut_busy >= CPU_SATURATED_PCT:
+            return Bottleneck("dut_cpus", f"the DUT's own CPUs, {_pct(dut_busy)} busy")
     for host, pct in by_role:
         if pct >= CPU_SATURATED_PCT:
             return Bottleneck("host", f"{host}'s CPU at {_pct(pct)}", host=host)

@@ -131,6 +131,12 @@ def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) 
         for r in group.machine.values()
         if (x := num(r.get("ksoftirqd_s"))) is not None and (s := num(r.get("span_s")))
     ]
+    busy = [
+        x / s * 100.0 / max(1, len(cpus))
+        for r in group.machine.values()
+        if (x := num(r.get("busy_s"))) is not None and (s := num(r.get("span_s")))
+    ]
+    others = [x for r in group.machine.values() if (x := num(r.get("others_pct"))) is not None]
     dut_cpus = sorted({int(c) for cs in (placement.get("rps") or {}).values() for c in cs})
     dut_busy: list[float] = []
     if mode == "split" and dut_cpus:
@@ -152,6 +158,8 @@ def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) 
         host_pct=host_pct,
         roles=roles_of(meta, group.point_id),
         ksoftirqd_pct=mean(ksoft) or 0.0,
+        busy_pct=mean(busy),
+        others_pct=mean(others),
         dut_cpu_busy_pct=mean(dut_busy),
         links=_links(group),
         censored=_censored(group, primary),

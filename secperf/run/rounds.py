@@ -103,6 +103,8 @@ class Rounds:
     softirq_note: str | None
     # The budget's clock (tests give a fake one).
     clock: Callable[[], float]
+    # A round stayed disturbed through all its attempts: retries wait for a clean one.
+    noise_persistent: bool = False
 
     # -- what the runner supplies ---------------------------------------------------------
     def _measure_test(
@@ -245,11 +247,15 @@ class Rounds:
     def _round(self, testbed: Testbed, state: PointState, progress: RunProgress) -> None:
         """One round: the baseline and every variant once, in a shuffled order; a round
         during which other processes disturbed the testbed's CPUs is measured again
-        (up to `remeasure` times), its values replacing the disturbed ones."""
+        (up to `remeasure` times), its values replacing the disturbed ones. Once a
+        round stays disturbed through all its attempts the noise is persistent, and
+        retrying cannot find a quiet moment: later disturbed rounds are kept and
+        flagged at once, until a round comes out clean."""
         rep = self.scenario.repeat
         point, number = state.point, state.rounds
         label = f"{point.point_id} {point.label}".strip()
-        for attempt in range(rep.remeasure + 1):
+        retries = 0 if self.noise_persistent else rep.remeasure
+        for attempt in range(retries + 1):
             key: int | str = number if attempt == 0 else f"{number}.{attempt}"
             order = round_order(self.seed, point.point_id, key, list(state.by_name))
             state.stop["order"].append(order)
@@ -266,11 +272,13 @@ class Rounds:
                     disturbed.append(name)
                 progress.advance(self._estimate(point, 1, 1))
             if not disturbed:
+                self.noise_persistent = False
                 break
-            if attempt < rep.remeasure:
+            if attempt < retries:
                 state.stop["remeasured"].append(number)
             else:
                 state.stop["disturbed"].append(number)
+                self.noise_persistent = retries > 0 or self.noise_persistent
         state.rounds = number + 1
         state.stop["reps"] = state.rounds
 

@@ -267,3 +267,14 @@ def test_a_round_disturbed_every_time_is_kept_and_flagged(tmp_path: Path) -> Non
     (stop,) = meta["stops"]
     assert stop["remeasured"] == [0] and stop["disturbed"] == [0]
     assert len(stop["order"]) == 4  # round 0 twice, then rounds 1 and 2
+
+
+def test_persistent_noise_stops_the_retries_until_a_round_is_clean(tmp_path: Path) -> None:
+    # every test disturbed: round 0 tries 3 times, then retrying cannot help, and
+    # rounds 1 and 2 are kept and flagged at once
+    runner, meta = measure(
+        tmp_path, scenario(seed=2), steady, disturbed=lambda v, rep, attempt: True
+    )
+    (stop,) = meta["stops"]
+    assert stop["remeasured"] == [0, 0] and stop["disturbed"] == [0, 1, 2]
+    assert len(stop["order"]) == 5
