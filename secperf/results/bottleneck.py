@@ -11,11 +11,13 @@ rounds show, on average over the measured window:
 4. placement "one": the one CPU, when it was ≥ 90 % busy (exact: its idle
    residency; the hosts, ksoftirqd and, on a shared machine, other processes): the
    whole path's CPU per unit of work;
-5. the DUT: its processes (a user-space mechanism's daemons) ≥ 90 % of a CPU, or,
-   placement "split", the DUT's own CPUs ≥ 90 % busy;
-6. the generator: a client host's processes ≥ 90 % of a CPU (on a namespace
-   testbed the DUT's kernel work runs in the sender's softirq and is in that figure);
-7. the server: its processes ≥ 90 % of a CPU; then any other host the same way;
+5. the DUT: its processes (a user-space mechanism's daemons) ≥ 90 % of a CPU (of
+   its CPU quota, where it has one), or, placement "split", the DUT's own CPUs
+   ≥ 90 % busy;
+6. the generator: a client host's processes ≥ 90 % of a CPU or of its quota (on a
+   namespace testbed the DUT's kernel work runs in the sender's softirq and is in
+   that figure);
+7. the server: the same; then any other host the same way;
 8. the machine's CPUs: the testbed used ≥ 90 % of all the CPUs it may use;
 9. otherwise round trips: nothing was at its limit, so the rate is set by waiting
    (a closed loop waits for each answer; cross-CPU wake-ups), the largest share named.
@@ -96,6 +98,8 @@ class Evidence:
     cpus: int = 1  # how many CPUs the testbed's work may use
     host_pct: dict[str, float] = field(default_factory=dict)  # % of one CPU, window
     roles: dict[str, str] = field(default_factory=dict)  # host -> generator|server|dut|other
+    # host -> the most of one CPU it may use, % (its CPU quota); absent: 100
+    caps: dict[str, float] = field(default_factory=dict)
     ksoftirqd_pct: float = 0.0  # the kernel's deferred softirq threads, % of one CPU
     busy_pct: float | None = None  # the testbed's CPUs busy (exact), % of their capacity
     others_pct: float | None = None  # ... of which other processes, % of one CPU
@@ -177,21 +181,31 @@ def bottleneck(e: Evidence) -> Bottleneck:
             f"the one CPU the whole path shares, {_pct(busy)} busy ({_shares(parts)})",
         )
     by_role = sorted(e.host_pct.items(), key=lambda kv: -kv[1])
+
+    def full(host: str, pct: float) -> bool:
+        return pct >= CPU_SATURATED_PCT / 100.0 * e.caps.get(host, 100.0)
+
+    def at(host: str, pct: float) -> str:
+        cap = e.caps.get(host)
+        return f"{host} at {_pct(pct)} of a CPU" + (
+            f" (its quota {_pct(cap)})" if cap is not None else ""
+        )
+
     for role, kind in (("dut", "dut"), ("generator", "generator"), ("server", "server")):
         for host, pct in by_role:
-            if e.roles.get(host) == role and pct >= CPU_SATURATED_PCT:
+            if e.roles.get(host) == role and full(host, pct):
                 what = {
                     "dut": "the DUT's processes (a user-space mechanism's daemons)",
                     "generator": "the generator's CPU",
                     "server": "the server's CPU",
                 }[kind]
-                return Bottleneck(kind, f"{what}: {host} at {_pct(pct)} of a CPU", host=host)
+                return Bottleneck(kind, f"{what}: {at(host, pct)}", host=host)
         dut_busy = e.dut_cpu_busy_pct
         if role == "dut" and dut_busy is not None and dut_busy >= CPU_SATURATED_PCT:
             return Bottleneck("dut_cpus", f"the DUT's own CPUs, {_pct(dut_busy)} busy")
     for host, pct in by_role:
-        if pct >= CPU_SATURATED_PCT:
-            return Bottleneck("host", f"{host}'s CPU at {_pct(pct)}", host=host)
+        if full(host, pct):
+            return Bottleneck("host", f"{host}'s CPU: {at(host, pct)}", host=host)
     if e.placement != "one" and total >= CPU_SATURATED_PCT * max(1, e.cpus):
         return Bottleneck(
             "machine_cpus",

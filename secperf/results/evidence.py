@@ -152,7 +152,9 @@ def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) 
     if asked is not None and metric is not None:
         series = group.values.get(metric) or {}
         achieved = mean(list(series.values()))
+    quota: Mapping[str, Any] = ((meta.get("testbed") or {}).get("cgroups") or {}).get("quota") or {}
     return Evidence(
+        caps={str(h): float(q) * 100.0 for h, q in quota.items() if isinstance(q, int | float)},
         placement=mode,
         cpus=max(1, len(cpus)),
         host_pct=host_pct,

@@ -32,6 +32,15 @@ def test_generator_server_and_dut_by_their_cgroups() -> None:
     assert b.kind == "dut" and b.host == "dut"
 
 
+def test_a_host_held_to_a_quota_is_limited_at_its_quota() -> None:
+    e = shared(host_pct={"client": 24.0, "server": 30.0}, caps={"client": 25.0})
+    b = bottleneck(e)
+    assert b.kind == "generator" and "its quota 25 %" in b.text
+    e.caps = {"dut": 50.0}
+    e.host_pct = {"client": 40.0, "dut": 48.0}
+    assert bottleneck(e).kind == "dut"
+
+
 def test_nothing_at_its_limit_is_round_trips_and_names_the_largest() -> None:
     b = bottleneck(shared(host_pct={"client": 45.0, "server": 30.0, "dut": 0.0}))
     assert b.kind == "round_trips" and "client 45 %" in b.text
