@@ -262,7 +262,7 @@ class Rounds:
             disturbed: list[str] = []
             for name in order:
                 at, of = self.point_no
-                where = f"point {at}/{of}, round {number + 1}"
+                where = f"point {at}/{of}, round {number + 1}/{max(rep.min, number + 1)}"
                 progress.show(where, label, name, log_line=name == order[0])
                 got = self._measure_test(testbed, state.by_name[name], point, number)
                 for metric, value in extract(got.result).items():
