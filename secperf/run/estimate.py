@@ -58,9 +58,13 @@ def estimate(scenario: Scenario) -> Estimate:
     bps = slowest_link(scenario)
     pairs = [(p, 1 + sum(p.measures(n) for n in names)) for p in points]
     rounds = planned_rounds(scenario, pairs)
-    minimum = sum(point_seconds(p, scenario.repeat.min, t, bps) for p, t in pairs)
-    planned = sum(point_seconds(p, n, t, bps) for (p, t), n in zip(pairs, rounds, strict=True))
-    return Estimate(minimum, planned, scenario.repeat.budget, rounds)
+    # the traced round: one more round per point, beside the budget's rounds
+    extra = 1 if scenario.repeat.trace_softirq else 0
+    minimum = sum(point_seconds(p, scenario.repeat.min + extra, t, bps) for p, t in pairs)
+    planned = sum(
+        point_seconds(p, n + extra, t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
+    )
+    return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds)
 
 
 def estimate_seconds(scenario: Scenario) -> tuple[float, float]:

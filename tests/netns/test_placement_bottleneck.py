@@ -149,7 +149,7 @@ trace_softirq = {trace}
 duration = "1s"
 warmup = "0.3s"
 [variants.acl-linear]
-mechanisms = [{{ kind = "acl", rules = 1000, layout = "linear", entries = "extended", match = "last" }}]
+mechanisms = [{{ kind = "acl", rules = 1000, layout = "linear", match = "last" }}]
 [[workloads]]
 kind = "rr"
 load = 0.5

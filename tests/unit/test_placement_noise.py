@@ -66,9 +66,12 @@ def test_quota_is_a_share_of_one_cpu() -> None:
     assert check_quota(STD, {"dut": 0.5}, 2) == {"dut": 0.5}
     with pytest.raises(TestbedError, match="router"):
         check_quota(STD, {"router": 0.5}, 2)
-    with pytest.raises(TestbedError, match="between 0.01 and 2"):
+    with pytest.raises(TestbedError, match=r"between 0\.01 and 2"):
         check_quota(STD, {"dut": 3.0}, 2)
-    v1 = "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\ncgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n"
+    v1 = (
+        "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n"
+        "cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n"
+    )
     layout = detect(v1, prefer="v1")
     assert str(layout.quota_root) == "/sys/fs/cgroup/cpu"
     assert detect("cgroup /x cgroup rw,cpuacct 0 0\n", prefer="v1").quota_root is None
@@ -118,7 +121,10 @@ def test_other_work_on_the_testbeds_cpu_disturbs_the_test() -> None:
 
 
 def test_a_shaper_that_sent_its_rate_is_saturated() -> None:
-    out = '[{"kind":"tbf","root":true,"options":{"rate":1250000},"bytes":100,"drops":0,"overlimits":5}]'
+    out = (
+        '[{"kind":"tbf","root":true,"options":{"rate":1250000},'
+        '"bytes":100,"drops":0,"overlimits":5}]'
+    )
     first = parse_tbf(out)
     assert first is not None and first.rate_bps == 10e6
     end = End("client-dut", "client", "if0")

@@ -176,7 +176,7 @@ def test_the_budget_stops_a_point_that_cannot_narrow(tmp_path: Path) -> None:
 
 
 def test_the_minimum_rounds_run_whatever_the_budget(tmp_path: Path) -> None:
-    runner, meta = measure(tmp_path, scenario(seed=1, budget=1, min=4), noisy)
+    _, meta = measure(tmp_path, scenario(seed=1, budget=1, min=4), noisy)
     (stop,) = meta["stops"]
     assert stop["reps"] == 4 and stop["reason"] == "budget_spent"
 
@@ -224,7 +224,7 @@ def test_a_point_short_of_its_target_is_visited_again_with_what_is_left(tmp_path
     assert sorted(
         {
             r
-            for p, (_, r) in zip(runner.points, runner.tests)
+            for p, (_, r) in zip(runner.points, runner.tests, strict=True)
             if p.split("#")[0] == sc.workloads[0].name
         }
     ) == list(range(7))
@@ -258,7 +258,7 @@ def test_a_disturbed_round_is_measured_again_and_its_values_replaced(tmp_path: P
 
 
 def test_a_round_disturbed_every_time_is_kept_and_flagged(tmp_path: Path) -> None:
-    runner, meta = measure(
+    _, meta = measure(
         tmp_path,
         scenario(seed=2, remeasure=1),
         steady,
@@ -272,9 +272,7 @@ def test_a_round_disturbed_every_time_is_kept_and_flagged(tmp_path: Path) -> Non
 def test_persistent_noise_stops_the_retries_until_a_round_is_clean(tmp_path: Path) -> None:
     # every test disturbed: round 0 tries 3 times, then retrying cannot help, and
     # rounds 1 and 2 are kept and flagged at once
-    runner, meta = measure(
-        tmp_path, scenario(seed=2), steady, disturbed=lambda v, rep, attempt: True
-    )
+    _, meta = measure(tmp_path, scenario(seed=2), steady, disturbed=lambda v, rep, attempt: True)
     (stop,) = meta["stops"]
     assert stop["remeasured"] == [0, 0] and stop["disturbed"] == [0, 1, 2]
     assert len(stop["order"]) == 5
