@@ -147,7 +147,16 @@ def softirq_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTab
     """The kernel's softirq time per unit of work (the traced round) and each
     variant's own cost beyond the baseline."""
     unit = str(rows[0].get("unit", "unit"))
-    columns = ["point", "variant", "NET_RX", "all softirq", "DUT processes", "own cost", "n"]
+    columns = [
+        "point",
+        "variant",
+        "NET_RX",
+        "all softirq",
+        "DUT processes",
+        "own cost",
+        "limited by",
+        "n",
+    ]
     body: list[list[Cell]] = []
     for r in rows:
         per = r.get("per_unit_us") or {}
@@ -160,6 +169,7 @@ def softirq_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTab
                 Cell(fmt_value(per.get("total"))),
                 Cell(fmt_value(r.get("dut_processes_us"))),
                 Cell("–" if r.get("variant") == BASELINE or own is None else fmt_value(own)),
+                limit_cell([r]),
                 Cell(str(r.get("n", 1))),
             ]
         )
@@ -172,6 +182,7 @@ def softirq_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTab
         "DUT's cgroup in the measured rounds (a user-space mechanism's daemons); own cost "
         "= the variant's softirq and DUT processes beyond the baseline's",
         "one round: no interval; read it as the size of the kernel's share, not to a digit",
+        "limited by: the measured rounds' limit (the traced round's rates are in no figure)",
     ]
     title = f"{workload} — the mechanism's own cost (CPU µs/{unit}, lower is better)"
     return ReportTable(workload, "softirq", title, columns, body, notes)

@@ -471,8 +471,14 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         limit = limits.get((str(c["workload"]), str(c["point_id"]), str(c["variant"])))
         c["bottleneck"] = limit.describe() if limit is not None else None
     traced = [
-        {"workload": g.workload, "label": g.label, **r}
-        for g in groups.values()
+        {
+            "workload": g.workload,
+            "label": g.label,
+            **r,
+            # the measured rounds' limit: the traced round's own rates are in no figure
+            "bottleneck": limits[key].describe() if key in limits else None,
+        }
+        for key, g in groups.items()
         if (r := evidence.softirq_row(g)) is not None
     ]
     return {
