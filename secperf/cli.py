@@ -189,7 +189,7 @@ def check(
                 f"{mark} {escape(str(path))}: {variants} variant(s) + baseline, "
                 f"{points} workload point(s); estimated run time {fmt_eta(est.minimum)} at "
                 f"{sc.repeat.min} rounds"
-                + (" and the traced round" if sc.repeat.trace_softirq else "")
+                + (" and the traced round" if est.traced else "")
                 + (
                     f", up to {fmt_eta(est.planned)} within its budget of "
                     f"{fmt_eta(est.budget)} (at most {sc.repeat.max} rounds a point)"

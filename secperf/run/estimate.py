@@ -44,6 +44,7 @@ class Estimate:
     planned: float  # the rounds the budget allows each point (at most `max`)
     budget: float  # [repeat] budget
     rounds: list[int]  # the rounds planned for each point
+    traced: bool = False  # some point gets a traced round beside its rounds
 
     @property
     def over_budget(self) -> bool:
@@ -58,13 +59,17 @@ def estimate(scenario: Scenario) -> Estimate:
     bps = slowest_link(scenario)
     pairs = [(p, 1 + sum(p.measures(n) for n in names)) for p in points]
     rounds = planned_rounds(scenario, pairs)
-    # the traced round: one more round per point, beside the budget's rounds
-    extra = 1 if scenario.repeat.trace_softirq else 0
-    minimum = sum(point_seconds(p, scenario.repeat.min + extra, t, bps) for p, t in pairs)
+
+    def traced(p: WorkloadPoint) -> int:
+        """The traced round: one more round for a point with a unit of work."""
+        return int(scenario.repeat.trace_softirq and WORKLOADS.get(p.kind).work_unit is not None)
+
+    minimum = sum(point_seconds(p, scenario.repeat.min + traced(p), t, bps) for p, t in pairs)
     planned = sum(
-        point_seconds(p, n + extra, t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
+        point_seconds(p, n + traced(p), t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
     )
-    return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds)
+    some = any(traced(p) for p, _t in pairs)
+    return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds, some)
 
 
 def estimate_seconds(scenario: Scenario) -> tuple[float, float]:

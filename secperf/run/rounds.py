@@ -222,7 +222,10 @@ class Rounds:
                 self._round(testbed, state, progress)
                 state.longest_round_s = max(state.longest_round_s, self.clock() - began)
                 ran = True
-            if not state.traced and rep.trace_softirq:
+            # the traced round gives softirq per unit of work: kinds without a unit
+            # (searches, latency, checks) get none
+            unit = WORKLOADS.get(state.point.kind).work_unit
+            if not state.traced and rep.trace_softirq and unit is not None:
                 state.traced = True
                 self._traced_round(testbed, state)
         finally:
