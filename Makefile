@@ -43,6 +43,7 @@ bench: setup
 	$(VENV)/python bench/latency_load_vs_trafgen.py --out bench/runs/latency_load_vs_trafgen-latest.json
 	$(VENV)/python bench/http_ftp_vs_peers.py
 	$(VENV)/python bench/vpn_vs_iperf3.py
+	$(VENV)/python bench/placement.py
 
 clean:
 	$(VENV)/secperf clean

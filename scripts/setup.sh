@@ -24,7 +24,10 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           dante-server  # the circuit-level proxy (proxy level = "circuit")
           wrk  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
           # remote hosts: the tests run real OpenSSH servers in namespaces as the "remote" machines
-          openssh-server openssh-client)
+          openssh-server openssh-client
+          # the kernel's softirq time, exactly (irq:softirq_entry/exit tracepoints), in
+          # the traced round of each point (docs/methodology.md, "The mechanism's own cost")
+          bpftrace)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -46,7 +46,7 @@ from secperf.report.terminal import print_report
 from secperf.results.metrics import METRICS
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
-from secperf.run.estimate import estimate_seconds, fmt_eta
+from secperf.run.estimate import estimate, fmt_eta
 from secperf.run.preflight import (
     all_tools,
     check_kernel,
@@ -363,13 +363,28 @@ def check(
                     console.print(f"[green]ok[/] {escape(line)}", highlight=False)
             points = sum(len(expand(w)) for w in sc.workloads)
             variants = sum(len(v.expand(name)) for name, v in sc.variants.items())
-            lo, hi = estimate_seconds(sc)
+            est = estimate(sc)
             note = f" (missing tools: {install_hint(gone)})" if gone else ""
             mark = "[yellow]ok, partly checked[/]" if skipped else "[green]ok[/]"
             console.print(
                 f"{mark} {escape(str(path))}: {variants} variant(s) + baseline, "
-                f"{points} workload point(s); estimated run time {fmt_eta(lo)}"
-                + (f" (up to {fmt_eta(hi)} at {sc.repeat.max} rounds)" if hi > lo else "")
+                f"{points} workload point(s); estimated run time {fmt_eta(est.minimum)} at "
+                f"{sc.repeat.min} rounds"
+                + (" and the traced round" if est.traced else "")
+                + (
+                    f", up to {fmt_eta(est.planned)} within its budget of "
+                    f"{fmt_eta(est.budget)} (at most {sc.repeat.max} rounds a point)"
+                    if est.planned > est.minimum
+                    else ""
+                )
+                + (
+                    f"; its minimum rounds alone exceed the budget of {fmt_eta(est.budget)} "
+                    "(they run anyway: raise budget or lower min)"
+                    if est.over_budget
+                    else ""
+                )
+                + f"; targets at {sc.repeat.confidence * 100:g} %: each degradation "
+                f"±{sc.repeat.degradation_pp:g} points, each value ±{sc.repeat.halfwidth_pct:g} %"
                 + f"{escape(skipped)}{note}",
                 highlight=False,
             )

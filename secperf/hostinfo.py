@@ -174,12 +174,15 @@ def testbed_info(testbed: Testbed) -> dict[str, Any]:
         "offloads": testbed.topology.offloads,
         "offloads_read": {f: _one_word(values) for f, values in seen.items()},
         "hosts": hosts,
-        # where each host's CPU is counted, and the CPUs a pinned host may use
+        # where each host's CPU is counted, the CPUs a pinned host may use, its quota
         "cgroups": {
             "version": layout.version if layout else None,
             "groups": {role: [str(d) for d in g.dirs] for role, g in testbed.cgroups.items()},
             "pin": {role: cpus for role, cpus in testbed.pin.items()},
+            "quota": {r: g.quota for r, g in testbed.cgroups.items() if g.quota is not None},
         },
+        # the CPU placement: where every process ran, and what that means for the numbers
+        "placement": testbed.placement.describe(),
     }
 
 

@@ -208,31 +208,23 @@ def paired_ci_met(
     return d.halfwidth_pct <= halfwidth_pp
 
 
-def stop_reason(
+def targets_met(
     values: RoundValues,
     primary: Mapping[str, bool],
     *,
-    rounds: int,
     baseline: str,
-    min_rounds: int,
-    max_rounds: int,
     confidence: float,
     halfwidth_pct: float,
-) -> str | None:
-    """Why a workload point stops after `rounds` rounds, or None to run another.
+    degradation_pp: float | None = None,
+) -> bool | None:
+    """Are the point's asked intervals met, over the rounds so far?
 
-    `primary` maps each primary metric to higher_is_better. With variants, the point
-    stops (`ci_met`) once, for every variant and primary metric, the paired
-    degradation's interval has a half width ≤ `halfwidth_pct` percentage points; with
-    the baseline alone, once its own interval is within `halfwidth_pct` % of its mean.
-    Never before max(3, min_rounds) rounds; at `max_rounds` it stops (`max_reached`).
-    A metric that no round has paired yet (absent on one side in every round) does not
-    hold the point back; if nothing at all could be paired the reason is `unpaired`.
-    """
-    if rounds >= max_rounds:
-        return "max_reached"
-    if rounds < max(MIN_ROUNDS_TO_STOP, min_rounds):
-        return None
+    With variants: every variant's paired degradation of every primary metric has a
+    half width ≤ `degradation_pp` percentage points. With the baseline alone: its own
+    interval is within `halfwidth_pct` % of its mean. A metric that no round has paired
+    yet does not hold the point back; None when nothing at all could be paired.
+    `degradation_pp` None: `halfwidth_pct` (the single target of older scenarios)."""
+    pp = halfwidth_pct if degradation_pp is None else degradation_pp
     base = values.get(baseline, {})
     variants = [name for name in values if name != baseline]
     verdicts: list[bool] = []
@@ -248,10 +240,47 @@ def stop_reason(
                 values[name].get(metric, {}),
                 higher_is_better=higher_is_better,
                 confidence=confidence,
-                halfwidth_pp=halfwidth_pct,
+                halfwidth_pp=pp,
             )
             if met is not None:
                 verdicts.append(met)
     if not verdicts:
+        return None
+    return all(verdicts)
+
+
+def stop_reason(
+    values: RoundValues,
+    primary: Mapping[str, bool],
+    *,
+    rounds: int,
+    baseline: str,
+    min_rounds: int,
+    max_rounds: int,
+    confidence: float,
+    halfwidth_pct: float,
+    degradation_pp: float | None = None,
+) -> str | None:
+    """Why a workload point stops after `rounds` rounds, or None to run another
+    (without a budget: the runner adds that, secperf.run.budget).
+
+    `primary` maps each primary metric to higher_is_better. The point stops
+    (`ci_met`) once `targets_met`; never before max(3, min_rounds) rounds; at
+    `max_rounds` it stops (`max_reached`); if nothing at all could be paired the
+    reason is `unpaired`.
+    """
+    if rounds >= max_rounds:
+        return "max_reached"
+    if rounds < max(MIN_ROUNDS_TO_STOP, min_rounds):
+        return None
+    met = targets_met(
+        values,
+        primary,
+        baseline=baseline,
+        confidence=confidence,
+        halfwidth_pct=halfwidth_pct,
+        degradation_pp=degradation_pp,
+    )
+    if met is None:
         return "unpaired"
-    return "ci_met" if all(verdicts) else None
+    return "ci_met" if met else None

@@ -20,6 +20,14 @@ from rich.text import Text
 from secperf.report.answer import answer_tables
 from secperf.report.checks import check_tables
 from secperf.report.layouts import layout_of
+from secperf.report.limits import (
+    limit_cell,
+    limit_notes,
+    limits_for_layout,
+    placement_lines,
+    softirq_table,
+    target_note,
+)
 from secperf.results.metrics import censored_words
 from secperf.results.summary import in_variant_order
 from secperf.tables import (
@@ -37,6 +45,7 @@ from secperf.tables import (
 
 _STOP_WORDS = {
     "max_reached": "repetition cap reached",
+    "budget_spent": "the time budget was spent",
     "interrupted": "run interrupted",
     "failed": "run failed",
     # the runner stops on the primary metrics' paired degradation; a mean may still be wide
@@ -84,26 +93,34 @@ def build_tables(
     rows: list[Mapping[str, Any]] = list(summary.get("rows") or [])
     confidence = float(summary.get("confidence", 0.95))
     target = summary.get("halfwidth_target_pct")
+    targets = target_note(summary)
     tables: list[ReportTable] = []
     cpu_rows: list[Mapping[str, Any]] = list(summary.get("cpu") or [])
+    traced: list[Mapping[str, Any]] = list(summary.get("softirq") or [])
     names = [str(r["workload"]) for r in rows] + [str(c.get("workload")) for c in cpu_rows]
     for workload in _ordered_unique(names):
         wrows = [r for r in rows if r["workload"] == workload]
         layout = layout_of(wrows)
         if layout is not None:
-            tables += layout.tables(workload, wrows)  # the kind's own, not per metric
+            own = layout.tables(workload, wrows)  # the kind's own, not per metric
+            if own:
+                own[-1].footnotes.extend(limits_for_layout(wrows))
+            tables += own
             continue
         metrics = _ordered_unique([str(r["metric"]) for r in wrows])
         metrics.sort(key=lambda m: _metric_rank(next(r for r in wrows if r["metric"] == m)))
         for metric in metrics:
             mrows = [r for r in wrows if r["metric"] == metric]
-            table = _table(workload, metric, mrows, confidence, target)
+            table = _table(workload, metric, mrows, confidence, target, targets)
             if layouts and workload in layouts:
                 table = transpose(table, layouts[workload])
             tables.append(table)
         cpu = [c for c in cpu_rows if c.get("workload") == workload]
         if cpu:
             tables.append(cpu_table(workload, cpu))
+        mine = [t for t in traced if t.get("workload") == workload]
+        if mine:
+            tables.append(softirq_table(workload, mine))
     return tables
 
 
@@ -135,7 +152,17 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
     # construction: named once in a note rather than given a column of zeros.
     hosts = [h for h in every if any(_host_busy(r, h) for r in rows)]
     idle = [h for h in every if h not in hosts]
-    columns = ["point", "variant", *hosts, "softirq", "testbed", "machine", "accounted", "n"]
+    columns = [
+        "point",
+        "variant",
+        *hosts,
+        "softirq",
+        "testbed",
+        "machine",
+        "accounted",
+        "limited by",
+        "n",
+    ]
     body: list[list[Cell]] = []
     flagged = False
     for r in rows:
@@ -152,6 +179,7 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
                 _cpu_cell(r, "testbed"),
                 _cpu_cell(r, "machine"),
                 Cell(acc_text, missed=flag),
+                limit_cell([r]),
                 Cell(str(r.get("n", ""))),
             ]
         )
@@ -166,8 +194,18 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
             if inside
             else "which this kernel keeps out of the processes: testbed = hosts + softirq"
         ),
-        "testbed = the work of the testbed's hosts; machine = the whole machine's busy time; "
-        "accounted = testbed / machine",
+        "testbed = the work of the testbed's hosts; machine = "
+        + (
+            "the busy time of the CPUs the testbed runs on, exact (cpuidle residency "
+            "around each test); accounted = the testbed's share of it (exact: its cgroups "
+            "and the kernel's ksoftirqd)"
+            if all(r.get("machine_source") == "exact" for r in rows)
+            else "the whole machine's busy time from /proc/stat (tick-sampled: it "
+            "undercounts softirq-heavy work on this kind of kernel); accounted = testbed / "
+            "machine"
+        ),
+        "softirq is /proc/stat's column (tick-sampled); the traced round's table below "
+        "has it exact",
     ]
     if idle:
         notes.append(
@@ -176,9 +214,10 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
     if flagged:
         notes.append(
             f"{RECONCILE_FLAG} the parts and the machine total differ by more than 5 % in "
-            "some round: other processes used the CPU, or the counts disagree; service "
-            "demand counts the testbed only"
+            "some round: other processes used the testbed's CPUs (the header says how "
+            "much), or the counts disagree; service demand counts the testbed only"
         )
+    notes += limit_notes(rows)
     title = f"{workload} — CPU per host (CPU µs/{unit}, lower is better)"
     return ReportTable(workload, "cpu", title, columns, body, notes)
 
@@ -240,6 +279,7 @@ def _table(
     mrows: list[Mapping[str, Any]],
     confidence: float,
     target: Any,
+    targets: str = "",
 ) -> ReportTable:
     first = mrows[0]
     unit = str(first.get("unit", ""))
@@ -254,7 +294,7 @@ def _table(
     columns = ["point", BASELINE]
     for v in variants:
         columns += [v, f"{v} Δ% [CI]"]
-    columns.append("n")
+    columns += ["limited by", "n"]
     body: list[list[Cell]] = []
     stops: set[str] = set()
     outliers: list[str] = []
@@ -267,8 +307,13 @@ def _table(
         counts = [reps(base)]
         for v in variants:
             row = by_key.get((pid, v))
-            cells += [_value_cell(row), degradation_cell(row)]
+            cells += [_value_cell(row), _degradation_cell(row)]
             counts.append(reps(row))
+            if row is not None and row.get("degradation_target_met") is False:
+                any_missed = True
+                reason = row.get("stop_reason")
+                stops.add(_STOP_WORDS.get(str(reason), str(reason)) if reason else "")
+        cells.append(limit_cell([base, *(by_key.get((pid, v)) for v in variants)]))
         cells.append(Cell("/".join(counts)))
         body.append(cells)
         for row in [base] + [by_key.get((pid, v)) for v in variants]:
@@ -294,14 +339,30 @@ def _table(
         notes.append(f"{SIGNIFICANT} the degradation's CI excludes 0 (significant)")
     if any_missed:
         why = "; ".join(sorted(s for s in stops if s)) or "too few repetitions"
-        tgt = f" ±{target:g} %" if isinstance(target, int | float) else ""
+        tgt = (
+            f" ({targets})"
+            if targets
+            else (f" ±{target:g} %" if isinstance(target, int | float) else "")
+        )
         notes.append(f"{MISSED} CI target{tgt} not met: {why}")
+    elif targets:
+        notes.append(f"{targets}: met")
+    notes += limit_notes(mrows)
     if searches:
         notes.append(_search_note(searches))
     if outliers:
         notes.append("outliers (kept): " + "; ".join(outliers))
     notes.append("n = repetitions: " + "/".join([BASELINE, *variants]))
     return ReportTable(workload, metric, title, columns, body, notes)
+
+
+def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:
+    """A degradation, marked when its interval is wider than its target."""
+    cell = degradation_cell(row)
+    if row is not None and row.get("degradation_target_met") is False and cell.text != "–":
+        cell.text += MISSED
+        cell.missed = not cell.significant
+    return cell
 
 
 def _search_note(searches: Sequence[Mapping[str, Any]]) -> str:
@@ -361,11 +422,17 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     }.get(str(baseline), str(baseline))
     conf = float(summary.get("confidence", 0.95))
     target = summary.get("halfwidth_target_pct")
+    pp = summary.get("degradation_target_pp")
     tgt = f", CI target ±{target:g} %" if isinstance(target, int | float) else ""
+    if isinstance(pp, int | float):
+        tgt = f", CI targets Δ ±{pp:g} points" + (
+            f", values ±{target:g} %" if isinstance(target, int | float) else ""
+        )
     lines.append(f"baseline: {what}; confidence {conf * 100:g} %{tgt}")
     kernel, cpus, model = _host_facts(run_meta)
     cpu = f" ({model})" if model else ""
     lines.append(f"host: kernel {kernel or '?'}, {cpus or '?'} CPUs{cpu}")
+    lines += placement_lines(summary, run_meta)
     remote = run_meta.get("remote_hosts") or {}
     if remote:
         lines.append(
@@ -373,7 +440,7 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
             + ", ".join(f"{name} ({dest})" for name, dest in sorted(remote.items()))
             + "; each runs on its own CPUs and clock"
         )
-    else:
+    elif ((summary.get("placement") or run_meta.get("placement") or {}).get("mode")) != "one":
         lines.append(
             "note: the traffic generator and the DUT share this machine's CPUs; "
             "prefer degradation % and service demand to absolute rates"
@@ -386,7 +453,8 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     testbed: Mapping[str, Any] = run_meta.get("testbed") or {}
     cgroups: Mapping[str, Any] = testbed.get("cgroups") or {}
     pin: Mapping[str, Any] = cgroups.get("pin") or {}
-    if pin:
+    placed = (summary.get("placement") or run_meta.get("placement") or {}).get("mode")
+    if pin and placed in (None, "map"):  # "one" and "split" are said above
         where = ", ".join(
             f"{host} on CPU {','.join(str(c) for c in cpus)}" for host, cpus in pin.items()
         )

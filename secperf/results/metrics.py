@@ -38,7 +38,9 @@ __all__ = [
     "is_search_metric",
     "metric",
     "metrics_for_kind",
+    "offered_metric",
     "searches",
+    "work_unit",
 ]
 
 
@@ -131,6 +133,12 @@ def extract(
 
 
 # -- CPU per host ----------------------------------------------------------------
+
+
+def offered_metric(kind: str) -> str | None:
+    """The rate metric of a kind that can run open loop (its achieved rate), else None."""
+    offered = WORKLOADS.get(kind).offered if kind in WORKLOADS else None
+    return offered.metric if offered is not None else None
 
 
 def work_unit(kind: str) -> WorkUnit | None:

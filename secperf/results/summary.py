@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf import stats
+from secperf.results import evidence
+from secperf.results.bottleneck import comparison
 from secperf.results.checks import collect_checks
+from secperf.results.cpu import collect_guest_cpu, cpu_row
 from secperf.results.metrics import (
     METRICS,
     CpuBreakdown,
@@ -50,6 +53,12 @@ class Group:
     searches: dict[str, dict[int, SearchReading]] = field(default_factory=dict)
     # rep -> CPU by host over the measured window (records with host_cpu)
     cpu: dict[int, CpuBreakdown] = field(default_factory=dict)
+    # rep -> the machine's CPUs over the test (`machine` records; a round measured
+    # again: its last attempt) and the shaped links (`links` records)
+    machine: dict[int, dict[str, Any]] = field(default_factory=dict)
+    links: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # the traced round: its result and its `softirq` record
+    traced: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
@@ -91,6 +100,17 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
         record = line["record"]
         rtype = record.get("type")
         key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
+        phase = line.get("phase")
+        if phase is not None:
+            # outside the measured rounds: the closed-loop calibration of an open-loop
+            # point, the traced round (its softirq time, not its rates)
+            if phase == "traced" and key in groups and rtype in ("result", "softirq"):
+                groups[key].traced[str(rtype)] = record
+            continue
+        if rtype in ("machine", "links") and key in groups and isinstance(line.get("rep"), int):
+            into = groups[key].machine if rtype == "machine" else groups[key].links
+            into[line["rep"]] = record
+            continue
         if rtype == "mechanism" and key in groups and isinstance(line.get("rep"), int):
             # what a mechanism reported after the test (a tunnel's daemon memory)
             for name, value in extract(record).items():
@@ -239,7 +259,7 @@ def _point_degradation(baseline: float, variant: float, higher_is_better: bool) 
 
 
 def scenario_settings(meta: Mapping[str, Any]) -> tuple[float, float, str]:
-    """(confidence, halfwidth target %, baseline kind) from run.json's scenario."""
+    """(confidence, a value's halfwidth target %, baseline kind) from run.json's scenario."""
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     repeat: Mapping[str, Any] = scenario.get("repeat") or {}
     testbed: Mapping[str, Any] = scenario.get("testbed") or {}
@@ -247,6 +267,14 @@ def scenario_settings(meta: Mapping[str, Any]) -> tuple[float, float, str]:
     target = float(repeat.get("halfwidth_pct", DEFAULT_HALFWIDTH_PCT))
     baseline = str(testbed.get("baseline", "forward"))
     return confidence, target, baseline
+
+
+def degradation_target(meta: Mapping[str, Any]) -> float:
+    """A degradation's halfwidth target in percentage points (older scenarios had one
+    target, `halfwidth_pct`, for both)."""
+    repeat: Mapping[str, Any] = (meta.get("scenario") or {}).get("repeat") or {}
+    pp = repeat.get("degradation_pp", repeat.get("halfwidth_pct", DEFAULT_HALFWIDTH_PCT))
+    return float(pp)
 
 
 def _stops(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -330,6 +358,7 @@ def _row(
     confidence: float,
     target: float,
     stop: Mapping[str, Any],
+    target_pp: float | None = None,
 ) -> dict[str, Any]:
     series = group.series(metric.name)
     reps = sorted(series)
@@ -381,6 +410,9 @@ def _row(
         "degradation_ci_high": None,
         "degradation_n": None,
         "significant": None,
+        # the degradation's half width against its target (percentage points)
+        "degradation_halfwidth_pp": None,
+        "degradation_target_met": None,
     }
     if base is None:
         return row
@@ -404,11 +436,19 @@ def _row(
         row["significant"] = bool(stats.significant(d))
         if search is not None:
             _bracket_degradation(row, base, group, metric, paired, confidence)
+        lo, hi = row["degradation_ci_low"], row["degradation_ci_high"]
+        if lo is not None and hi is not None:
+            row["degradation_halfwidth_pp"] = (hi - lo) / 2
+            pp = target if target_pp is None else target_pp
+            row["degradation_target_met"] = (hi - lo) / 2 <= pp
+        else:
+            row["degradation_target_met"] = False
     elif len(paired) == 1:  # one pair: a figure without an interval
         r = paired[0]
         row["degradation_pct"] = _point_degradation(
             base_series[r], series[r], metric.higher_is_better
         )
+        row["degradation_target_met"] = False
     return row
 
 
@@ -437,120 +477,82 @@ def _bracket_degradation(
     row["significant"] = lo > 0 or hi < 0
 
 
-# A testbed whose parts miss more (or claim more) of the machine's busy time than this
-# is flagged: other processes ran, or the accounting does not add up.
-RECONCILIATION_GAP_PCT = 5.0
-
-
-def _mean_ci(values: Sequence[float], confidence: float) -> dict[str, float | None]:
-    s = _summarize(values, confidence)
-    if s is None:
-        return {"mean": values[0] if values else None, "ci_low": None, "ci_high": None}
-    return {"mean": _finite(s.mean), "ci_low": _finite(s.ci_low), "ci_high": _finite(s.ci_high)}
-
-
-def _cpu_row(group: Group, confidence: float, irq: bool) -> dict[str, Any]:
-    """CPU per host and per unit of work for one point and variant, over its rounds."""
-    reps = sorted(group.cpu)
-    first = group.cpu[reps[0]]
-    parts = list(dict.fromkeys(p for r in reps for p in group.cpu[r].parts()))
-    per_unit: dict[str, Any] = {}
-    percent: dict[str, Any] = {}
-    for part in parts:
-        per_unit[part] = _mean_ci(
-            [group.cpu[r].parts().get(part, 0.0) * 1e6 / group.cpu[r].units for r in reps],
-            confidence,
-        )
-        percent[part] = _mean_ci(
-            [group.cpu[r].parts().get(part, 0.0) / group.cpu[r].window_s * 100 for r in reps],
-            confidence,
-        )
-    accounted = [a for r in reps if (a := group.cpu[r].accounted_pct) is not None]
-    mean_accounted = sum(accounted) / len(accounted) if accounted else None
-    return {
-        "workload": group.workload,
-        "point_id": group.point_id,
-        "label": group.label,
-        "variant": group.variant,
-        "kind": group.kind,
-        "unit": first.unit,
-        "n": len(reps),
-        "hosts": list(first.hosts),
-        # µs of CPU per unit of work and % of one CPU, by part: host:<name>, softirq,
-        # testbed (the hosts, plus softirq where the kernel keeps it out of them), machine
-        "per_unit_us": per_unit,
-        "percent": percent,
-        "softirq_in_hosts": not irq,
-        "accounted_pct": mean_accounted,
-        "accounted_min_pct": min(accounted) if accounted else None,
-        "accounted_max_pct": max(accounted) if accounted else None,
-        "reconciliation_flag": bool(
-            accounted and any(abs(a - 100.0) > RECONCILIATION_GAP_PCT for a in accounted)
-        ),
-    }
-
-
-def collect_guest_cpu(run: RunDir, confidence: float) -> list[dict[str, Any]]:
-    """Per point and variant: a VM host's own /proc/stat over each test (`guest_cpu`
-    records, warm-up included), as % of the guest's CPUs busy and in softirq."""
-    acc: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    for line in run.iter_records():
-        record = line["record"]
-        if record.get("type") != "guest_cpu":
-            continue
-        key = (str(line.get("point_id", "")), _variant(line), str(record.get("host", "")))
-        into = acc.setdefault(key, {"busy": [], "softirq": []})
-        for part, key_ in (("busy", "busy_fraction"), ("softirq", "softirq_fraction")):
-            value = record.get(key_)
-            if isinstance(value, int | float):
-                into[part].append(float(value) * 100)
-    return [
-        {
-            "point_id": point_id,
-            "variant": variant,
-            "host": host,
-            "n": len(parts["busy"]),
-            "busy_pct": _mean_ci(parts["busy"], confidence),
-            "softirq_pct": _mean_ci(parts["softirq"], confidence),
-        }
-        for (point_id, variant, host), parts in acc.items()
-        if parts["busy"]
-    ]
-
-
 def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
     """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
     meta = run.read_run_json()
     scen_conf, target, baseline_kind = scenario_settings(meta)
+    target_pp = degradation_target(meta)
     conf = scen_conf if confidence is None else confidence
     stops = _stops(meta)
     groups = collect(run)
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
+    limits = {
+        key: evidence.limit(g, meta, [m.name for m in metrics_for_kind(g.kind) if m.primary])
+        for key, g in groups.items()
+        if g.kind
+    }
+    noise: list[dict[str, Any]] = []
     for (workload, point_id, variant), group in groups.items():
         base = None if variant == BASELINE else groups.get((workload, point_id, BASELINE))
         names = [m.name for m in metrics_for_kind(group.kind)]
         names += [n for n in group.values if n not in names and n in METRICS]
         stop = _stop_for(stops, point_id, variant)
+        limit = limits.get((workload, point_id, variant))
+        base_limit = limits.get((workload, point_id, BASELINE))
+        cannot = (
+            comparison(base_limit, limit)
+            if limit is not None and base_limit is not None and base is not None
+            else None
+        )
         for name in names:
             if not group.series(name) and not group.censored(name):
                 continue  # e.g. loss for TCP
-            rows.append(_row(group, METRICS[name], base, conf, target, stop))
+            row = _row(group, METRICS[name], base, conf, target, stop, target_pp)
+            row["bottleneck"] = limit.describe() if limit is not None else None
+            row["comparison"] = cannot
+            rows.append(row)
         for err in group.errors:
             errors.append({"workload": workload, "point_id": point_id, "variant": variant, **err})
+        seen = evidence.noise(group)
+        if seen is not None:
+            noise.append({"workload": workload, "point_id": point_id, "variant": variant, **seen})
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
+    cpu = [cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu]
+    for c in cpu:
+        limit = limits.get((str(c["workload"]), str(c["point_id"]), str(c["variant"])))
+        c["bottleneck"] = limit.describe() if limit is not None else None
+    traced = [
+        {
+            "workload": g.workload,
+            "label": g.label,
+            **r,
+            # the measured rounds' limit: the traced round's own rates are in no figure
+            "bottleneck": limits[key].describe() if key in limits else None,
+        }
+        for key, g in groups.items()
+        if (r := evidence.softirq_row(g)) is not None
+    ]
     return {
         "format": FORMAT,
         # records.jsonl lines that could not be read (a last line cut short): their
         # round is missing from the figures, and the report says so.
         "dropped_records": list(run.dropped),
-        "cpu": [_cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu],
+        "cpu": cpu,
         "scenario": scenario.get("name"),
         "confidence": conf,
         "halfwidth_target_pct": target,
+        "degradation_target_pp": target_pp,
         "baseline": baseline_kind,
         "rows": rows,
         "errors": errors,
         "checks": collect_checks(run),
         "guest_cpu": collect_guest_cpu(run, conf),
+        "placement": meta.get("placement"),
+        "budget_s": ((scenario.get("repeat") or {}).get("budget")),
+        "offered": meta.get("offered") or {},
+        "noise": noise,
+        # the traced round: the kernel's softirq time per unit, and each variant's own cost
+        "softirq": evidence.mechanism_cost(traced, cpu),
+        "softirq_note": (meta.get("softirq") or {}).get("why"),
     }

@@ -1,9 +1,14 @@
 """How long a scenario takes, planned before it runs: every point's tests as its
-workload kind plans them, times the configurations measured at it, times the rounds."""
+workload kind plans them, times the configurations measured at it, times the rounds
+(at least `min`; beyond that, what the budget allows, at most `max`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from secperf.plan import expanded_variants
+from secperf.run.budget import estimate_rounds
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.workloads.registry import WORKLOADS
@@ -21,19 +26,56 @@ def point_seconds(
     return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
 
 
-def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
-    """The run's planned measuring time: (at `repeat.min` rounds, at `repeat.max` rounds).
+def planned_rounds(scenario: Scenario, points: Sequence[tuple[WorkloadPoint, int]]) -> list[int]:
+    """Rounds each point can run within the budget shared equally (at least `min`, at
+    most `max`): `points` are (point, configurations measured at it)."""
+    bps = slowest_link(scenario)
+    rep = scenario.repeat
+    one = [point_seconds(p, 1, tests, bps) for p, tests in points]
+    return estimate_rounds(rep.budget, rep.min, rep.max, one)
 
-    Testbed build and teardown (a few seconds) and searches' extra probes are not in it."""
+
+@dataclass(frozen=True)
+class Estimate:
+    """The run's planned measuring time (testbed build, teardown and searches' extra
+    probes are not in it)."""
+
+    minimum: float  # every point at `min` rounds: the least the run takes
+    planned: float  # the rounds the budget allows each point (at most `max`)
+    budget: float  # [repeat] budget
+    rounds: list[int]  # the rounds planned for each point
+    traced: bool = False  # some point gets a traced round beside its rounds
+
+    @property
+    def over_budget(self) -> bool:
+        """The minimum rounds alone take longer than the budget (they run anyway)."""
+        return self.minimum > self.budget
+
+
+def estimate(scenario: Scenario) -> Estimate:
+    """The run's time at its minimum rounds and within its budget, before it runs."""
     points = expand_scenario(scenario)
     names = [name for name, _m, _s in expanded_variants(scenario)]
     bps = slowest_link(scenario)
-    lo = hi = 0.0
-    for p in points:
-        tests = 1 + sum(p.measures(n) for n in names)
-        lo += point_seconds(p, scenario.repeat.min, tests, bps)
-        hi += point_seconds(p, scenario.repeat.max, tests, bps)
-    return lo, hi
+    pairs = [(p, 1 + sum(p.measures(n) for n in names)) for p in points]
+    rounds = planned_rounds(scenario, pairs)
+
+    def traced(p: WorkloadPoint) -> int:
+        """The traced round: one more round for a point with a unit of work."""
+        return int(scenario.repeat.trace_softirq and WORKLOADS.get(p.kind).work_unit is not None)
+
+    minimum = sum(point_seconds(p, scenario.repeat.min + traced(p), t, bps) for p, t in pairs)
+    planned = sum(
+        point_seconds(p, n + traced(p), t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
+    )
+    some = any(traced(p) for p, _t in pairs)
+    return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds, some)
+
+
+def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
+    """(at `repeat.min` rounds, within the budget): the run's planned measuring time."""
+    e = estimate(scenario)
+    return e.minimum, max(e.minimum, e.planned)
 
 
 def slowest_link(scenario: Scenario) -> int | None:

@@ -7,9 +7,17 @@ whatever one test leaves behind land on all of them alike. Before every test the
 variant's rules are loaded afresh and the DUT's connection tracking is flushed, so no
 test inherits another's connections. Rounds go on until, for every variant, the
 paired degradation of each primary metric has a confidence interval as narrow as the
-scenario asks (at least 3 rounds), or the cap is reached; the stop reason is
-recorded. Records are appended to the run directory the moment the engine writes
-them, so an interrupted run keeps everything it measured.
+scenario asks (at least 3 rounds), the run's time budget is spent (secperf.run.budget:
+how the points share it) or the cap is reached; the stop reason is recorded.
+
+Around every test the runner reads the machine's exact CPU counters
+(secperf.testbed.machine): a round during which other processes used a noticeable
+share of the testbed's CPUs is measured again; and the shaped links' counters
+(secperf.run.observe), for the bottleneck of each row. A point asked at a share of
+the closed-loop maximum (`load`) measures that maximum on the baseline first; after
+its rounds, a point gets one traced round with the kernel's softirq time timed by
+BPF (secperf.run.softirq). Records are appended to the run directory the moment the
+engine writes them, so an interrupted run keeps everything it measured.
 
 What is measured (topology, points, variants, their rule files) is resolved before
 this module runs, by secperf.plan.
@@ -19,31 +27,31 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import random
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from secperf import __version__, stats, verbose
+from secperf import __version__, verbose
 from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms.base import check_flowtables_gone, flush_flow_state, reset_dut
-from secperf.plan import BASELINE, Plan, Variant, hostport, vm_settings
-from secperf.results.metrics import extract, metrics_for_kind
+from secperf.plan import Plan, Variant, hostport, vm_settings
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
-from secperf.run.estimate import fmt_eta, point_seconds, slowest_link
+from secperf.run.estimate import point_seconds, slowest_link
+from secperf.run.observe import End, LinkSampler
 from secperf.run.preflight import preflight
-from secperf.run.progress import RunProgress
+from secperf.run.rounds import Measured, Rounds
 from secperf.run.validity import fails_again, moved_nothing
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint
-from secperf.testbed import links
+from secperf.testbed import links, machine
 from secperf.testbed.hosts.vmconfig import guest_cpu_delta
 from secperf.testbed.testbed import Testbed, install_teardown_handlers, new_prefix
 from secperf.testbed.topology import DUT
@@ -55,18 +63,8 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def round_order(seed: int, point_id: str, round_no: int, names: list[str]) -> list[str]:
-    """One round's order: a shuffle drawn from the run's seed, the point and the round.
-
-    Each round's order depends on nothing else, so a run with the same seed measures
-    in the same orders however many rounds another point needed."""
-    order = list(names)
-    random.Random(f"{seed}/{point_id}/{round_no}").shuffle(order)
-    return order
-
-
-class Runner:
-    """Rounds over a plan, into a run directory."""
+class Runner(Rounds):
+    """Rounds over a plan, into a run directory: the testbed, and each test."""
 
     def __init__(self, plan: Plan, run: RunDir, console: Console) -> None:
         self.plan = plan
@@ -83,6 +81,14 @@ class Runner:
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = self.scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
+        self.meter: machine.Meter | None = None
+        self.offered: dict[str, Any] = {}
+        self.softirq_note: str | None = None
+
+    # Called with every engine record of the test under way (the link sampler).
+    _hook: Callable[[Record], None] | None = None
+    # The budget's clock (tests give a fake one).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
 
     # -- bookkeeping -------------------------------------------------------------------
     def _write_meta(self, **changes: Any) -> None:
@@ -144,7 +150,10 @@ class Runner:
                 Testbed.build(
                     self.plan.topology,
                     prefix=prefix,
-                    pin=sc.testbed.pin,
+                    cpus=sc.testbed.placement_setting(
+                        lab=bool(self.plan.remotes or self.plan.external_interfaces())
+                    ),
+                    cpu_quota=sc.testbed.cpu_quota,
                     vm=vm_settings(sc),
                     vm_hosts=self.plan.vm_hosts(),
                     remotes=self.plan.remotes,
@@ -160,7 +169,19 @@ class Runner:
                         # for a mechanism that copies the server's settings (TCP options)
                         ctx.server = testbed.host(ctx.ends[1])
                 self._check_mechanisms(testbed, variants)
+                self.meter = self._meter(testbed)
                 self._write_meta(
+                    placement=testbed.placement.describe(),
+                    # who does what at each point: the bottleneck of each row names them
+                    forwarding=[h.name for h in self.plan.topology.hosts if h.forwarding],
+                    endpoints={
+                        pid: {
+                            "client": client,
+                            "server": server,
+                            "generators": list(self.plan.generators[pid]) or [client],
+                        }
+                        for pid, (client, server) in self.plan.endpoints.items()
+                    },
                     # points driven from several client hosts at once: point -> hosts
                     generators=self.plan.multi_generators(),
                     remote_hosts=self.plan.remote_hosts(),
@@ -287,83 +308,74 @@ class Runner:
             raise
         return started
 
-    def _measure_all(self, testbed: Testbed) -> None:
-        rep = self.scenario.repeat
-        names = self.plan.variant_names()
-        total = sum(
-            self._estimate(p, rep.min, sum(v == BASELINE or p.measures(v) for v in names))
-            for p in self.plan.points
+    # -- the machine's CPUs and the links, around every test ------------------------
+    @staticmethod
+    def _meter(testbed: Testbed) -> machine.Meter | None:
+        """The exact counters of the testbed's CPUs (None on a lab of real hosts)."""
+        placement = testbed.placement
+        if not placement.testbed_cpus:
+            return None
+        layout = testbed.cgroup_layout
+        return machine.Meter(
+            cpus=list(placement.testbed_cpus),
+            groups=testbed.cgroups,
+            secperf_shares=placement.secperf_cpus is None,
+            cpuacct_root=layout.cpu_root if layout is not None and layout.version == "v1" else None,
         )
-        upto = (
-            f" (up to {fmt_eta(total * rep.max / rep.min)} if every point needs {rep.max} rounds)"
-            if rep.max > rep.min
-            else ""
-        )
-        self.console.print(
-            f"{len(self.plan.points)} point(s) x {len(names)} configuration(s), at least "
-            f"{rep.min} rounds each: about {fmt_eta(total)}{upto}",
-            highlight=False,
-        )
-        with RunProgress(self.console, total) as progress:
-            for index, point in enumerate(self.plan.points):
-                self.point_no = (index + 1, len(self.plan.points))
-                self._shape_links(testbed, point, restore=False)
-                try:
-                    self._measure_point(testbed, point, progress)
-                finally:
-                    self._shape_links(testbed, point, restore=True)
 
-    def _measure_point(self, testbed: Testbed, point: WorkloadPoint, progress: RunProgress) -> None:
-        rep = self.scenario.repeat
-        variants = self.plan.variants_at(point)
-        primary = {m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary}
-        # variant -> metric -> round -> value: a metric absent from a round stays absent
-        values: dict[str, dict[str, dict[int, float]]] = {
-            v.name: {m: {} for m in primary} for v in variants
-        }
-        by_name = {v.name: v for v in variants}
-        label = f"{point.point_id} {point.label}".strip()
-        stop: dict[str, Any] = {"point_id": point.point_id, "reason": None, "reps": 0, "order": []}
-        self.stops.append(stop)
-        rounds = 0
-        reason: str | None = None
-        while reason is None:
-            if rounds >= rep.min:
-                progress.grow(self._estimate(point, 1, len(variants)))
-            order = round_order(self.seed, point.point_id, rounds, list(by_name))
-            stop["order"].append(order)
-            for name in order:
-                v = by_name[name]
-                at, of = self.point_no
-                planned = max(rep.min, rounds + 1)
-                where = f"point {at}/{of}, round {rounds + 1}/{planned}"
-                progress.show(where, label, v.name, log_line=name == order[0])
-                self._apply(testbed, v)
-                result = self._one_test(testbed, v, point, rounds)
-                for metric, value in extract(result).items():
-                    if metric in values[v.name]:
-                        values[v.name][metric][rounds] = value
-                progress.advance(self._estimate(point, 1, 1))
-            rounds += 1
-            stop["reps"] = rounds
-            reason = stats.stop_reason(
-                values,
-                primary,
-                rounds=rounds,
-                baseline=BASELINE,
-                min_rounds=rep.min,
-                max_rounds=rep.max,
-                confidence=rep.confidence,
-                halfwidth_pct=rep.halfwidth_pct,
+    def _link_sampler(self, testbed: Testbed, point: WorkloadPoint) -> LinkSampler | None:
+        """The shaped directions of the point's path (None: nothing shaped on it)."""
+        if testbed.lab:
+            return None
+        rate = point.spec.path_rate()
+        ends: list[End] = []
+        for link in self.plan.path_links(point):
+            shaped = (rate or None) if rate is not None else link.rate_bps
+            if shaped:
+                ends += [End(link.name, end, testbed.ifname(link.name, end)) for end in link.ends()]
+        return LinkSampler(testbed, ends) if ends else None
+
+    # -- the rounds --------------------------------------------------------------------
+    def _measure_test(
+        self,
+        testbed: Testbed,
+        variant: Variant,
+        point: WorkloadPoint,
+        rep: int,
+        *,
+        phase: str | None = None,
+    ) -> Measured:
+        """Load the variant afresh, measure once, and keep what the machine's CPUs and
+        the shaped links did over the test (`machine` and `links` records)."""
+        self._apply(testbed, variant)
+        links = self._link_sampler(testbed, point)
+        self._hook = links.on_record if links is not None else None
+        before = self.meter.read() if self.meter is not None else None
+        try:
+            result = self._one_test(testbed, variant, point, rep, phase=phase)
+        finally:
+            self._hook = None
+        tags = self._tags(variant, point, rep, phase=phase)
+        window = None
+        if self.meter is not None and before is not None:
+            window = machine.window(
+                before,
+                self.meter.read(),
+                self.meter.cpus,
+                secperf_shares=self.meter.secperf_shares,
             )
-        stop["reason"] = reason
-        self._write_meta()
+            self._keep(tags, window.record(self.scenario.repeat.disturbed_pct))
+        links_record = links.record() if links is not None else None
+        if links_record is not None:
+            self._keep(tags, links_record)
+        return Measured(result, window)
 
-    def _one_test(
-        self, testbed: Testbed, variant: Variant, point: WorkloadPoint, rep: int
-    ) -> Record:
-        """Measure once; a failure is recorded, retried once, then fatal."""
-        tags = {
+    def _tags(
+        self, variant: Variant, point: WorkloadPoint, rep: int, *, phase: str | None = None
+    ) -> dict[str, Any]:
+        """What every record of a test carries (docs/data-format.md); `phase` marks a
+        test outside the measured rounds (calibration, traced)."""
+        tags: dict[str, Any] = {
             "variant": variant.name,
             "workload": point.name,
             "point_id": point.point_id,
@@ -371,10 +383,31 @@ class Runner:
             "label": point.label,
             "rep": rep,
         }
+        if phase is not None:
+            tags["phase"] = phase
+        return tags
+
+    def _keep(self, tags: dict[str, Any], rec: Record) -> None:
+        self.seq += 1
+        self.run.append_record({**tags, "seq": self.seq}, rec)
+
+    def _one_test(
+        self,
+        testbed: Testbed,
+        variant: Variant,
+        point: WorkloadPoint,
+        rep: int,
+        *,
+        phase: str | None = None,
+    ) -> Record:
+        """Measure once; a failure is recorded, retried once, then fatal."""
+        tags = self._tags(variant, point, rep, phase=phase)
+        hook = self._hook
 
         def keep(rec: Record) -> None:
-            self.seq += 1
-            self.run.append_record({**tags, "seq": self.seq}, rec)
+            self._keep(tags, rec)
+            if hook is not None:
+                hook(rec)
 
         client, server = self.plan.endpoints[point.point_id]
         ctx = MeasureContext(

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    PlainValidator,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -33,12 +34,14 @@ from secperf.schema.fields import (
     PositiveDuration,
     StrictModel,
     VariantName,
+    bounded,
 )
 from secperf.schema.sections import (
     Testbed,
     TopologySection,
 )
 from secperf.schema.units import (
+    parse_duration,
     plain_number,
     toml_repr,
 )
@@ -48,13 +51,37 @@ from secperf.workloads.registry import WORKLOADS
 # ---------------------------------------------------------------- testbed, repeat, timing
 
 
+# How long a run may measure, shared by its points (docs/methodology.md, "Precision
+# by budget"); every point's minimum rounds run even past it.
+Budget = Annotated[float, PlainValidator(bounded(parse_duration, 1, 7 * 86400, "a budget"))]
+
+
 class Repeat(StrictModel):
+    """How many rounds: at least `min`, then on until every asked interval is met, the
+    `budget` is spent or `max` rounds ran (docs/methodology.md)."""
+
     min: int = Field(default=3, ge=2)
-    max: int = Field(default=10, le=1000)
+    # A hard cap on rounds per point; the budget usually ends a point first.
+    max: int = Field(default=50, le=1000)
     confidence: float = Field(default=0.95, ge=0.5, le=0.999)
+    # Each paired degradation's half width, in percentage points: the target the rounds
+    # stop on when a point has variants.
+    degradation_pp: float = Field(default=2.0, gt=0)
+    # Each value's own half width, in % of its mean: the target of a point without
+    # variants (and reported for every value).
     halfwidth_pct: float = Field(default=2.0, gt=0)
+    # The run's measuring time, shared by its points (each runs `min` rounds whatever).
+    budget: Budget = 600.0
     # Seed of each round's shuffled order; absent: a fresh one per run (run.json keeps it).
     seed: int | None = Field(default=None, ge=0, lt=2**63)
+    # A round is disturbed when, during one of its tests, other processes used more
+    # than this % of one of the testbed's CPUs; it is measured again (up to `remeasure`
+    # times), then kept and flagged.
+    disturbed_pct: float = Field(default=10.0, gt=0, le=100)
+    remeasure: int = Field(default=2, ge=0, le=10)
+    # One extra round per point with the kernel's softirq time traced (bpftrace), for
+    # the mechanism's kernel cost per unit of work; its rates are not used.
+    trace_softirq: bool = True
 
     @field_validator("confidence", mode="before")
     @classmethod

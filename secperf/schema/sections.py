@@ -108,6 +108,39 @@ class InventoryHost(StrictModel):
         return self
 
 
+PLACEMENTS = ("one", "split", "shared")
+
+
+def _placement(value: object) -> str | dict[str, str] | None:
+    """`cpus`: "one", "split", "shared", or a map host -> CPU list ("0", "1", "0-1")."""
+    if value is None or value in PLACEMENTS:
+        return value
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError(
+                'cpus = {} places nothing: name hosts ({ client = "0" }) or write '
+                '"one", "split" or "shared"'
+            )
+        out: dict[str, str] = {}
+        for host, text in value.items():
+            if not isinstance(text, str) or not re.fullmatch(
+                r"\d+(-\d+)?(,\d+(-\d+)?)*", text.replace(" ", "")
+            ):
+                raise ValueError(
+                    f'cpus.{host} = {text!r} is not a CPU list: write e.g. "0", "1" or "0-1"'
+                )
+            out[str(host)] = text
+        return out
+    raise ValueError(
+        f'cpus = {value!r} is not a placement: write "one" (every process of the testbed '
+        'on one CPU), "split" (the DUT on CPUs of its own), "shared" (anywhere) or a map '
+        '{ HOST = "CPU list" }'
+    )
+
+
+CpuPlacement = Annotated[str | dict[str, str] | None, PlainValidator(_placement)]
+
+
 class Testbed(StrictModel):
     __test__ = False  # not a pytest test class
 
@@ -167,22 +200,44 @@ class Testbed(StrictModel):
     # kernel's veth defaults (TCP crosses the DUT as ~64 KB super-packets), "off"
     # turns them off so the DUT sees and filters every wire-size packet.
     offloads: Literal["on", "off"] = "on"
-    # Host -> CPUs its processes run on ("0", "1", "0-1"), e.g. endpoints on one CPU
-    # and the DUT on the other; checked against the testbed's hosts and this machine.
-    pin: dict[str, str] = Field(default_factory=dict)
+    # Where the testbed's processes run (secperf.testbed.placement): "one" (every
+    # process on one CPU, the machine's noise on the others), "split" (the DUT on CPUs
+    # of its own, its receive processing steered there; 3+ CPUs), "shared" (anywhere),
+    # or host -> CPU list ("0", "1", "0-1"). Absent: "one" on a namespace testbed,
+    # nothing on real hosts. `pin` is the map form's older name (read into cpus).
+    cpus: CpuPlacement = None
+    # Host -> CPU quota as a fraction of one CPU (0.5 = half of one CPU, 2 = two CPUs):
+    # its processes (a daemon) held to that share by the kernel's CFS bandwidth control.
+    cpu_quota: dict[str, Annotated[float, Field(ge=0.01, le=256)]] = Field(default_factory=dict)
     # The VM that variants with backend = "vm" use as the DUT (defaults: the paper's
     # 1 core, 256 MB; accel auto = KVM where it works, else TCG).
     vm: VmSection = Field(default_factory=VmSection)
 
-    @field_validator("pin")
+    @model_validator(mode="before")
     @classmethod
-    def _pin_is_cpu_lists(cls, pin: dict[str, str]) -> dict[str, str]:
-        for host, cpus in pin.items():
-            if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", cpus.replace(" ", "")):
-                raise ValueError(
-                    f'pin.{host} = {cpus!r} is not a CPU list: write e.g. "0", "1" or "0-1"'
-                )
-        return pin
+    def _pin_is_cpus(cls, data: Any) -> Any:
+        """`pin = { client = "0" }` is the map form of `cpus`, under its older name."""
+        if not isinstance(data, dict) or "pin" not in data:
+            return data
+        if data.get("cpus") is not None:
+            raise ValueError(
+                "both pin and cpus place the hosts: keep cpus (pin is its older name for "
+                'the map form, cpus = { client = "0" })'
+            )
+        rest = {k: v for k, v in data.items() if k != "pin"}
+        return {**rest, "cpus": data["pin"]} if data["pin"] else rest
+
+    def placement_setting(self, lab: bool) -> str | dict[str, str] | None:
+        """The placement to build with: the scenario's, else "one" on a namespace
+        testbed and none on real hosts (each runs on its own CPUs)."""
+        if self.cpus is not None:
+            return self.cpus
+        return None if lab else "one"
+
+    @property
+    def pin(self) -> dict[str, str]:
+        """The map form of `cpus` (host -> CPU list), empty for the named placements."""
+        return dict(self.cpus) if isinstance(self.cpus, dict) else {}
 
     @property
     def rate_bps(self) -> int | None:

@@ -1,4 +1,4 @@
-"""A cgroup per testbed host: CPU per host, and pinning hosts to CPUs.
+"""A cgroup per testbed host: CPU per host, pinning hosts to CPUs, a CPU quota.
 
 Every process secperf starts in a host (engine, daemons, servers) joins that
 host's group before it execs, so the kernel's own counter of the group is the
@@ -9,9 +9,14 @@ that work machine-wide (docs/methodology.md, "CPU").
 
 Two layouts, found from /proc/self/mounts:
   v1 (and the v1/v2 hybrid of many Debian machines): the `cpuacct` hierarchy
-     (`cpuacct.usage`, ns) and, to pin, the `cpuset` hierarchy;
+     (`cpuacct.usage`, ns), to pin the `cpuset` hierarchy, and for a quota the
+     `cpu` hierarchy (`cpu.cfs_quota_us` / `cpu.cfs_period_us`);
   v2 (unified): one group with `cpu.stat` (`usage_usec`, counted even without
-     the cpu controller) and `cpuset.cpus` where the cpuset controller is on.
+     the cpu controller), `cpuset.cpus` where the cpuset controller is on and
+     `cpu.max` where the cpu controller is.
+A quota caps the host's processes only: softirq work (forwarding, netfilter) runs
+in whatever task it interrupts and is charged to that task, not to the host whose
+packets it handles (docs/methodology.md, "Regime controls").
 $SECPERF_CGROUP=v1|v2 picks one where both exist (tests use it to try both).
 Groups are named `<run prefix>-<host>` directly under the hierarchy's root,
 written to the ledger before they are made, and removed by it.
@@ -42,6 +47,9 @@ class Layout:
     cpu_root: Path  # v1: the cpuacct mount; v2: the unified mount
     cpuset_root: Path | None  # None: hosts cannot be pinned here (say why in `why_no_cpuset`)
     why_no_cpuset: str = ""
+    # where a CPU quota is set: v1 the cpu mount, v2 the unified one; None: nowhere
+    quota_root: Path | None = None
+    why_no_quota: str = ""
 
     @property
     def counter_name(self) -> str:
@@ -61,7 +69,7 @@ def _mounts(text: str) -> tuple[dict[str, Path], Path | None]:
             v2 = where
         elif fstype == "cgroup":
             for opt in options:
-                if opt in ("cpuacct", "cpuset"):
+                if opt in ("cpuacct", "cpuset", "cpu"):
                     v1.setdefault(opt, where)
     return v1, v2
 
@@ -83,14 +91,27 @@ def detect(mounts_text: str | None = None, prefer: str | None = None) -> Layout:
         )
     v1, v2 = _mounts(mounts_text)
     if prefer != "v2" and "cpuacct" in v1:
-        cpuset = v1.get("cpuset")
-        return Layout("v1", v1["cpuacct"], cpuset, "" if cpuset else "no v1 cpuset hierarchy")
+        cpuset, cpu = v1.get("cpuset"), v1.get("cpu")
+        return Layout(
+            "v1",
+            v1["cpuacct"],
+            cpuset,
+            "" if cpuset else "no v1 cpuset hierarchy",
+            cpu,
+            "" if cpu else "no v1 cpu hierarchy (cpu.cfs_quota_us)",
+        )
     if v2 is not None and prefer != "v1":
         controllers = _read(v2 / "cgroup.subtree_control").split()
-        if "cpuset" in controllers:
-            return Layout("v2", v2, v2)
         why = f"the cpuset controller is not enabled in {v2}/cgroup.subtree_control"
-        return Layout("v2", v2, None, why)
+        why_quota = f"the cpu controller is not enabled in {v2}/cgroup.subtree_control"
+        return Layout(
+            "v2",
+            v2,
+            v2 if "cpuset" in controllers else None,
+            "" if "cpuset" in controllers else why,
+            v2 if "cpu" in controllers else None,
+            "" if "cpu" in controllers else why_quota,
+        )
     raise TestbedError(
         "this machine has no cgroup hierarchy to count CPU per host"
         + (f" (asked for {prefer} by ${CGROUP_ENV})" if prefer else ""),
@@ -138,6 +159,7 @@ class HostCgroup:
     counter: Path  # the CPU counter file the engine reads
     dirs: list[Path] = field(default_factory=list)  # every group to join, accounting first
     cpus: list[int] | None = None
+    quota: float | None = None  # a fraction of one CPU, where the host has a quota
     # The counter, open for the testbed's life: engines inherit it, because inside
     # `ip netns exec` /sys is the namespace's own and /sys/fs/cgroup is not there.
     fd: int | None = None
@@ -188,14 +210,32 @@ def _mkdir(ledger: Ledger, path: Path) -> None:
         ) from None
 
 
+# The CFS period a quota is a share of (the kernel's default, 100 ms).
+QUOTA_PERIOD_US = 100_000
+
+
+def quota_us(fraction: float, period_us: int = QUOTA_PERIOD_US) -> int:
+    """A quota as a fraction of one CPU -> microseconds per period (at least 1 ms,
+    the kernel's floor)."""
+    return max(1000, round(fraction * period_us))
+
+
 def create(
-    ledger: Ledger, layout: Layout, prefix: str, host: str, cpus: list[int] | None = None
+    ledger: Ledger,
+    layout: Layout,
+    prefix: str,
+    host: str,
+    cpus: list[int] | None = None,
+    quota: float | None = None,
 ) -> HostCgroup:
-    """Make a host's group(s), recorded in the ledger first; pin it to `cpus` if given."""
+    """Make a host's group(s), recorded in the ledger first; pin it to `cpus` if given,
+    and hold it to `quota` (a fraction of one CPU) if given."""
     name = f"{prefix}-{host}"
     acct = layout.cpu_root / name
     _mkdir(ledger, acct)
     group = HostCgroup(host=host, counter=acct / layout.counter_name, dirs=[acct], cpus=cpus)
+    if quota is not None:
+        _set_quota(ledger, layout, name, group, quota)
     if cpus is None:
         return group
     if layout.cpuset_root is None:
@@ -214,6 +254,28 @@ def create(
     (pinned / "cpuset.cpus").write_text(cpu_list)
     group.dirs.append(pinned)
     return group
+
+
+def _set_quota(ledger: Ledger, layout: Layout, name: str, group: HostCgroup, quota: float) -> None:
+    """The host's CPU quota: v1 a group in the cpu hierarchy (cfs_quota_us over
+    cfs_period_us), v2 `cpu.max` on the host's own group."""
+    if layout.quota_root is None:
+        raise TestbedError(
+            f"cannot give host {group.host} a CPU quota: {layout.why_no_quota}",
+            fix="remove [testbed] cpu_quota, or mount/enable the cpu controller",
+        )
+    text = f"{quota_us(quota)} {QUOTA_PERIOD_US}"
+    if layout.version == "v2":  # the accounting group carries it
+        (group.dirs[0] / "cpu.max").write_text(text)
+        group.quota = quota
+        return
+    path = layout.quota_root / name
+    if layout.quota_root != layout.cpu_root:  # co-mounted cpu,cpuacct: the same group
+        _mkdir(ledger, path)
+        group.dirs.append(path)
+    (path / "cpu.cfs_period_us").write_text(str(QUOTA_PERIOD_US))
+    (path / "cpu.cfs_quota_us").write_text(str(quota_us(quota)))
+    group.quota = quota
 
 
 def remove(path: Path, timeout: float = 2.0) -> None:

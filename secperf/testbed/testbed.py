@@ -8,12 +8,15 @@ a host (its interface names, where it lives, what it can do) is asked of the hos
 
 Build order (each item written to the ledger before it is made): every host opens
 (namespaces with their sysctls and a cgroup each, secperf.testbed.cgroups: CPU
-per host, pinning; SSH hosts log in, in parallel); in a namespace testbed the
+per host, the placement's cpusets (secperf.testbed.placement), a CPU quota; SSH
+hosts log in, in parallel); in a namespace testbed the
 links follow: veth pairs born inside their namespaces, then per namespace one
 `ip -batch` with loopback, addresses, links up and the routes the graph gives (a
 switch gets a bridge with its ports instead), then tbf on each shaped link and
-each link's offloads; then every host starts (a VM boots on its links). A lab of
-real machines has its own links, addresses and routes.
+each link's offloads, and the receive steering (RPS) the placement asks for; then
+every host starts (a VM boots on its links). A lab of real machines has its own
+links, addresses and routes. While the testbed stands, secperf's own process runs
+on the CPUs the placement leaves to the machine (put back at teardown).
 
 Teardown stops the processes the hosts started, closes every host (an SSH host
 empties its remote ledger), then removes exactly what the ledger holds
@@ -27,12 +30,11 @@ import os
 import re
 import secrets
 import shutil
-import signal
+import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from secperf.errors import TestbedError
@@ -54,6 +56,8 @@ from secperf.testbed.hosts.ssh_transport import SshSpec
 from secperf.testbed.hosts.vm import BACKENDS, NetnsOrVmHost
 from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.ledger import Ledger
+from secperf.testbed.placement import Placement, Setting, check_quota, cpu_mask, resolve
+from secperf.testbed.signals import install_teardown_handlers
 from secperf.testbed.teardown import clean, teardown_entries
 from secperf.testbed.topology import Topology
 
@@ -194,6 +198,8 @@ class Testbed:
             )
         self._torn_down = False
         self._lock = threading.RLock()
+        self.placement = Placement("shared")
+        self._affinity: set[int] | None = None  # secperf's own, to put back
 
     # -- building ------------------------------------------------------------
 
@@ -205,6 +211,8 @@ class Testbed:
         prefix: str | None = None,
         state_dir: Path | None = None,
         pin: Mapping[str, str] | None = None,
+        cpus: Setting = None,
+        cpu_quota: Mapping[str, float] | None = None,
         vm: VmSettings | None = None,
         vm_hosts: tuple[str, ...] = (),
         remotes: Mapping[str, SshSpec] | None = None,
@@ -214,7 +222,9 @@ class Testbed:
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
-        `pin` maps host roles to CPU lists ("0", "1", "0-1"): their processes run there.
+        `cpus` is the placement ("one", "split", "shared" or a map host -> CPU list;
+        None: shared), secperf.testbed.placement; `pin` is the map form's older name.
+        `cpu_quota` maps host roles to a CPU quota, a fraction of one CPU.
         Each host in `vm_hosts` also gets a VM (`vm` settings), booted now and attached
         with `select_backend(host, "vm")`.
         `remotes` maps host names to SSH destinations (the inventory): those hosts are
@@ -226,25 +236,48 @@ class Testbed:
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
-        pinned = _check_pin(topology, pin or {})
+        if pin and cpus is not None:
+            raise TestbedError(
+                "both pin and cpus place the hosts",
+                where="[testbed] pin",
+                fix="keep cpus (pin is its older name for the map form)",
+            )
+        setting: Setting = dict(pin) if pin else cpus
+        quota = check_quota(topology, cpu_quota or {}, len(cgroups.available_cpus()))
+        plans = plan_backends(
+            topology,
+            backends=backends,
+            remotes=remotes,
+            external=external,
+            vm=vm,
+            vm_hosts=vm_hosts,
+        )
+        lab = any(backend in ("ssh", "external") for backend, _ in plans.values())
+        placement = resolve(
+            setting,
+            topology,
+            cgroups.available_cpus(),
+            lab=lab,
+            where="[testbed] pin" if pin else "[testbed] cpus",
+        )
+        if quota and lab:
+            raise TestbedError(
+                "[testbed] cpu_quota holds namespace hosts only; these hosts are real machines",
+                where="[testbed] cpu_quota",
+                fix="remove cpu_quota, or limit the daemon on the real host yourself",
+            )
         ledger = Ledger.open(prefix, state_dir)
         try:
-            plans = plan_backends(
-                topology,
-                backends=backends,
-                remotes=remotes,
-                external=external,
-                vm=vm,
-                vm_hosts=vm_hosts,
-            )
             bed = BuildContext(
                 topology=topology,
                 prefix=prefix,
                 ledger=ledger,
-                pin=pinned,
+                pin=dict(placement.hosts),
+                quota=quota,
                 stage_dirs=tuple(stage_dirs),
             )
             tb = cls(bed, plans)
+            tb.placement = placement
         except BaseException:
             teardown_entries(ledger)
             raise
@@ -275,10 +308,33 @@ class Testbed:
                 action(host)
 
     def _build(self) -> None:
+        self._move_secperf()
         self._each_host(lambda h: h.open())
         if not self.lab:
             self._wire()
+            self._steer()
         self._each_host(lambda h: h.start())
+
+    def _move_secperf(self) -> None:
+        """secperf's own process onto the CPUs the placement leaves to the machine (its
+        threads and the commands it runs follow; the hosts' processes join their
+        cpusets). Put back at teardown."""
+        cpus = self.placement.secperf_cpus
+        if cpus is None:
+            return
+        self._affinity = set(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, set(cpus))
+
+    def _steer(self) -> None:
+        """Receive packet steering (RPS): each steered host's interfaces hand what
+        they receive to its CPUs, so its forwarding runs there and not in the
+        sender's softirq (the placement's `rps`; a namespace is removed with its
+        interfaces, so nothing is put back)."""
+        for role, cpus in self.placement.rps.items():
+            mask = cpu_mask(cpus)
+            for link in self.topology.links_of(role):
+                path = f"/sys/class/net/{self.ifname(link.name, role)}/queues/rx-0/rps_cpus"
+                self.host(role).run(["sh", "-c", f"echo {mask} > {path}"])
 
     def _wire(self) -> None:
         """The links between namespaces: veths, addresses and routes, shaping, offloads."""
@@ -370,6 +426,41 @@ class Testbed:
         """`role`'s interface on `link`, e.g. ifname('client-dut', 'client') == 'sp1a2b3-cd'."""
         return self._backend(role).ifname(self.topology.link(link).peer(role))
 
+    def spawn_here(
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: Any = subprocess.DEVNULL,
+        stderr: Any = subprocess.DEVNULL,
+        label: str = "",
+    ) -> ManagedProcess:
+        """Start a process of the run's own in this machine's root namespace (a tracer:
+        it observes the kernel, it is no host's), on secperf's CPUs, recorded in the
+        ledger and stopped at teardown like the hosts' processes."""
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise TestbedError(f"program not found: {argv[0]}", fix="install it") from None
+        proc = ManagedProcess(popen, ledger=self.ledger, label=label or argv[0], host="root")
+        self.ledger.add(
+            "process",
+            pid=proc.pid,
+            starttime=proc.starttime,
+            pgid=proc.pid,
+            label=proc.label,
+            host="root",
+            argv=list(argv),
+        )
+        self._bed.processes.append(proc)
+        return proc
+
     @property
     def processes(self) -> list[ManagedProcess]:
         return list(self._bed.processes)
@@ -406,6 +497,9 @@ class Testbed:
                 proc.stop(timeout=2.0)
             for group in self.cgroups.values():
                 group.close_counter()
+            if self._affinity is not None:
+                os.sched_setaffinity(0, self._affinity)
+                self._affinity = None
             errors: list[str] = []
 
             def close(host: Backend) -> None:
@@ -493,61 +587,3 @@ def _check_remotes(topology: Topology, remotes: Mapping[str, SshSpec | None]) ->
                 fix="drop the rate; shape the real link yourself and say so in the scenario's "
                 "description",
             )
-
-
-def _check_pin(topology: Topology, pin: Mapping[str, str]) -> dict[str, list[int]]:
-    """Role -> CPU numbers; a role the topology lacks or a bad CPU list is an error."""
-    out: dict[str, list[int]] = {}
-    have = cgroups.available_cpus()
-    for role, cpus in pin.items():
-        if role not in topology.roles:
-            raise TestbedError(
-                f"[testbed] pin names host {role!r}, which this testbed does not have",
-                where=f"[testbed] pin.{role}",
-                fix=f"pin one of: {', '.join(topology.roles)}",
-            )
-        try:
-            out[role] = cgroups.parse_cpus(str(cpus), have)
-        except ValueError as exc:
-            raise TestbedError(
-                f"[testbed] pin.{role}: {exc}", where=f"[testbed] pin.{role}", fix=str(exc)
-            ) from None
-    return out
-
-
-# -- signals ---------------------------------------------------------------------
-
-
-@contextmanager
-def install_teardown_handlers(testbed: Testbed) -> Iterator[Testbed]:
-    """While active, SIGINT/SIGTERM tear the testbed down first.
-
-    SIGINT then raises KeyboardInterrupt, SIGTERM exits with status 143. The
-    previous handlers come back on exit. Signals can only be handled in the
-    main thread: elsewhere this does nothing (the caller's own cleanup runs).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield testbed
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        # A second Ctrl-C must not interrupt the teardown it asked for.
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
-        try:
-            testbed.teardown()
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(128 + signal.SIGTERM)
-
-    for sig in previous:
-        signal.signal(sig, handler)
-    try:
-        yield testbed
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

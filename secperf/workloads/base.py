@@ -384,6 +384,25 @@ def no_tools(_spec: WorkloadSpec) -> Sequence[Tool]:
 
 
 @dataclass(frozen=True)
+class OfferedLoad:
+    """A kind that can run open loop, at a fixed offered rate, so that the baseline and
+    every variant are compared at the same load (docs/methodology.md, "Open loop").
+
+    `fraction(spec)`: the share of the baseline's closed-loop maximum the point asks
+    for (`load = 0.5`), None when it runs closed loop or at an absolute rate already;
+    `closed(spec)`: the point closed loop (the runner measures it on the baseline
+    first, in the same run); `at(spec, rate)`: the point at an absolute offered rate;
+    `rate(spec)`: the point's offered rate (None: closed loop); `metric`: the rate
+    metric, both the closed-loop maximum's and the achieved rate's."""
+
+    fraction: Callable[[Any], float | None]
+    closed: Callable[[Any], Any]
+    at: Callable[[Any, float], Any]
+    rate: Callable[[Any], float | None]
+    metric: str
+
+
+@dataclass(frozen=True)
 class WorkloadKind(Generic[S]):
     """Everything secperf needs to know about one workload kind.
 
@@ -401,7 +420,8 @@ class WorkloadKind(Generic[S]):
       `layout`: its own report tables (and charts) instead of a table per metric;
     - `validate(spec, testbed, topology)`: a scenario-level check (Refused, or None);
       `preflight(spec, ctx)`: a static check before any testbed (raises ScenarioError);
-      `tools(spec)`: the programs it needs.
+      `tools(spec)`: the programs it needs;
+    - `offered`: the kind can run open loop at a fixed offered rate (OfferedLoad).
     """
 
     name: str
@@ -420,3 +440,4 @@ class WorkloadKind(Generic[S]):
     tools: Callable[[S], Sequence[Tool]] = no_tools
     checks: bool = False
     layout: ReportLayout | None = None
+    offered: OfferedLoad | None = None

@@ -1,4 +1,9 @@
-"""Kind `crr`: connect, request, response, close: connections per second (netperf TCP_CRR)."""
+"""Kind `crr`: connect, request, response, close: connections per second (netperf TCP_CRR).
+
+Closed loop by default (`parallel` loops, each opening its next connection when the
+last one closes); with `rate` (connections/s) or `load` (a share of the baseline's
+closed-loop maximum, measured first) new connections open on a schedule, up to
+`parallel` at once (docs/methodology.md, "Open loop")."""
 
 from __future__ import annotations
 
@@ -15,16 +20,17 @@ from secperf.metric import (
     service_demand,
 )
 from secperf.schema.fields import Parallel, Payload, TransactionSize
-from secperf.workloads import flood_beside
+from secperf.workloads import flood_beside, open_loop
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
+from secperf.workloads.open_loop import OpenLoop
 
 # How crr-style workloads end each connection: "fin" an orderly close (FINs both
 # ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
 Close = Literal["fin", "reset"]
 
 
-class CrrWorkload(FloodBeside, WorkloadSpec):
+class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
     """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
 
     `close = "fin"` (default) closes each connection in order (FIN both ways);
@@ -44,6 +50,7 @@ class CrrWorkload(FloodBeside, WorkloadSpec):
         "parallel",
         "payload",
         "close",
+        "rate",
         "duration",
         "warmup",
     )
@@ -55,6 +62,10 @@ class CrrWorkload(FloodBeside, WorkloadSpec):
     parallel: Parallel = 1
     payload: Payload = "random"
     close: Close = "fin"
+
+    def unrecorded(self) -> frozenset[str]:
+        """Without a flood its keys, closed loop `rate` and `load`: not in the record."""
+        return FloodBeside.unrecorded(self) | self.closed_loop_keys()
 
     def default_name(self) -> str:
         return "tcp-crr"
@@ -81,4 +92,5 @@ KIND = WorkloadKind(
     hosts=flood_beside.hosts,
     floods=flood_beside.floods,
     generators=True,
+    offered=open_loop.offered(CPS),
 )

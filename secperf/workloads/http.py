@@ -28,7 +28,6 @@ from secperf.metric import (
 )
 from secperf.schema.fields import (
     FileSizes,
-    PerSecond,
     Timeout,
     bounded,
     check_file_sets_total,
@@ -36,6 +35,7 @@ from secperf.schema.fields import (
     parse_count,
 )
 from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
+from secperf.workloads import open_loop
 from secperf.workloads.base import (
     MeasureContext,
     WorkloadKind,
@@ -43,18 +43,20 @@ from secperf.workloads.base import (
     WorkloadSpec,
     engine_spec,
 )
+from secperf.workloads.open_loop import OpenLoop
 
 HttpParallel = Annotated[
     int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 1024, "parallel")))
 ]
 
 
-class HttpWorkload(WorkloadSpec):
+class HttpWorkload(OpenLoop, WorkloadSpec):
     """HTTP/1.1 GETs against nginx in the server host (http_load): fetches/s, bytes/s.
 
     The files (one per size) are fetched round-robin. `parallel` fetches in flight
     as fast as they go, or with `rate` that many new fetches a second (parallel is
-    then the most in flight)."""
+    then the most in flight), or with `load` that share of the baseline's closed-loop
+    fetch rate, measured first."""
 
     sweepable: ClassVar[dict[str, str]] = {"parallel": "count"}
     engine_fields: ClassVar[tuple[str, ...]] = (
@@ -69,7 +71,6 @@ class HttpWorkload(WorkloadSpec):
     kind: Literal["http"]
     files: FileSizes = Field(default_factory=lambda: [10240])
     parallel: HttpParallel = 1
-    rate: PerSecond | None = None
     keepalive: bool = False
     timeout: Timeout = 5.0
 
@@ -77,6 +78,9 @@ class HttpWorkload(WorkloadSpec):
     def _files_total(self) -> HttpWorkload:
         check_file_sets_total({"files": self.files})
         return self
+
+    def unrecorded(self) -> frozenset[str]:
+        return self.closed_loop_keys()
 
     def default_name(self) -> str:
         return "http"
@@ -159,4 +163,5 @@ KIND = WorkloadKind(
     executor=HttpExecutor(),
     metrics=METRICS,
     work_unit=("fetch", field("fetches")),
+    offered=open_loop.offered(FETCH_RATE),
 )

@@ -1,10 +1,17 @@
-"""Kind `rr`: request/response on one connection (netperf TCP_RR / UDP_RR)."""
+"""Kind `rr`: request/response on one connection (netperf TCP_RR / UDP_RR).
+
+Closed loop by default (the next request when the response arrives, `inflight` at
+once); with `rate` (transactions/s) or `load` (a share of the baseline's closed-loop
+maximum, measured first in the same run) open loop: requests on a schedule whatever
+the replies, latency from each request's scheduled time (docs/methodology.md).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar, Literal
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from secperf.metric import (
     LAT_MEAN,
@@ -16,13 +23,18 @@ from secperf.metric import (
     service_demand,
 )
 from secperf.schema.fields import Inflight, Payload, TransactionSize, udp_fits
-from secperf.workloads import flood_beside
+from secperf.workloads import flood_beside, open_loop
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
 from secperf.workloads.generators import lost_or_done
+from secperf.workloads.open_loop import OpenLoop
+
+# Open loop: the most transactions outstanding unless `inflight` says otherwise (the
+# engine's default: a receiver drains the responses while requests go on schedule).
+OPEN_LOOP_INFLIGHT = 64
 
 
-class RrWorkload(FloodBeside, WorkloadSpec):
+class RrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
     """Request/response on one connection (netperf TCP_RR / UDP_RR)."""
 
     sweepable: ClassVar[dict[str, str]] = {
@@ -37,6 +49,7 @@ class RrWorkload(FloodBeside, WorkloadSpec):
         "response",
         "inflight",
         "payload",
+        "rate",
         "duration",
         "warmup",
     )
@@ -45,13 +58,27 @@ class RrWorkload(FloodBeside, WorkloadSpec):
     protocol: Literal["tcp", "udp"] = "tcp"
     request: TransactionSize = 1
     response: TransactionSize = 1
+    # Transactions outstanding at once: pipelined closed loop; open loop, the most the
+    # schedule may have outstanding (default 64 there).
     inflight: Inflight = 1
     payload: Payload = "random"
+
+    @model_validator(mode="after")
+    def _open_loop_outstanding(self) -> RrWorkload:
+        """Open loop without an explicit inflight: up to 64 outstanding. Set beside
+        pydantic's bookkeeping so that `closed` knows the file did not ask for it."""
+        if self.open_loop and "inflight" not in self.model_fields_set:
+            object.__setattr__(self, "inflight", OPEN_LOOP_INFLIGHT)
+        return self
 
     @field_validator("request", "response")
     @classmethod
     def _udp_fits(cls, value: int | list[int], info: ValidationInfo) -> int | list[int]:
         return udp_fits(value, info, "datagram")
+
+    def unrecorded(self) -> frozenset[str]:
+        """Without a flood its keys, closed loop `rate` and `load`: not in the record."""
+        return FloodBeside.unrecorded(self) | self.closed_loop_keys()
 
     def default_name(self) -> str:
         return f"{self.protocol}-rr"
@@ -68,6 +95,15 @@ METRICS: tuple[MetricRow, ...] = (
     *flood_beside.METRICS,
 )
 
+
+def closed(spec: RrWorkload) -> RrWorkload:
+    """The point closed loop, one transaction at a time unless the file said otherwise."""
+    back = {} if "inflight" in spec.model_fields_set else {"inflight": 1}
+    return open_loop.closed(spec).model_copy(update=back)
+
+
+OFFERED = dataclasses.replace(open_loop.offered(TPS), closed=closed)
+
 KIND = WorkloadKind(
     name="rr",
     model=RrWorkload,
@@ -79,4 +115,5 @@ KIND = WorkloadKind(
     hosts=flood_beside.hosts,
     floods=flood_beside.floods,
     generators=True,
+    offered=OFFERED,
 )

@@ -52,6 +52,9 @@ name = "pingpong"
 [repeat]
 min = 2
 max = 2
+# one result per round: none measured again, no traced round
+remeasure = 0
+trace_softirq = false
 [timing]
 duration = "1s"
 warmup = "0.2s"

@@ -24,6 +24,9 @@ baseline = "{baseline}"
 [repeat]
 min = 2
 max = 2
+# one result per round: none measured again, no traced round
+remeasure = 0
+trace_softirq = false
 [timing]
 duration = "{duration}"
 warmup = "0.1s"

@@ -1,4 +1,5 @@
-"""The runner's rounds without a testbed: shuffled, seeded, recorded order; the stop rule."""
+"""The runner's rounds without a testbed: shuffled, seeded, recorded order; the stop
+rule; the budget shared between points; a disturbed round measured again."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from rich.console import Console
 from secperf.engine import Record
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.rundir import RunDir
-from secperf.run.progress import RunProgress
-from secperf.run.runner import Runner, round_order
+from secperf.run.rounds import Measured, round_order
+from secperf.run.runner import Runner
 from secperf.scenario.scenario import Scenario
 
 NAMES = [BASELINE, "a", "b", "c"]
@@ -30,50 +31,84 @@ def test_round_order_is_a_seeded_shuffle() -> None:
     assert {o[0] for o in orders} == set(NAMES)
 
 
-def scenario(**repeat: Any) -> Scenario:
+def scenario(workloads: int = 1, **repeat: Any) -> Scenario:
     return Scenario.model_validate(
         {
             "name": "t",
-            "repeat": {"min": 3, "max": 8, "halfwidth_pct": 2.0, **repeat},
+            "repeat": {"min": 3, "max": 8, "trace_softirq": False, **repeat},
             "variants": {"acl": {"mechanisms": [{"kind": "acl", "rules": 10}]}},
-            "workloads": [{"kind": "rr"}],
+            "workloads": [{"kind": "rr", "request": 1 + i} for i in range(workloads)],
         }
     )
 
 
-class FakeRunner(Runner):
-    """Measures nothing: each test returns the rr rate `rates(variant, round)`."""
+class Clock:
+    """A clock that each test moves on by `step` seconds."""
 
-    def __init__(self, sc: Scenario, run: RunDir, rates: Any) -> None:
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Window:
+    """What the machine's meter says of a test: disturbed or not."""
+
+    def __init__(self, disturbed: bool) -> None:
+        self._disturbed = disturbed
+
+    def disturbed(self, threshold_pct: float) -> bool:
+        return self._disturbed
+
+
+class FakeRunner(Runner):
+    """Measures nothing: each test returns the rr rate `rates(variant, round)`, takes
+    `clock.step` seconds, and is disturbed when `disturbed(variant, round, attempt)`."""
+
+    def __init__(
+        self, sc: Scenario, run: RunDir, rates: Any, step: float = 1.0, disturbed: Any = None
+    ) -> None:
         plan = Plan.of(sc)
         # two configurations, not rendered (nothing is applied): the baseline and acl
         pairs = set(plan.endpoints.values())
         plan.variant_sets = {pair: [Variant(BASELINE), Variant("acl")] for pair in pairs}
         super().__init__(plan, run, Console(quiet=True))
         self.rates = rates
+        self.fake_clock = Clock(step)
+        self.clock = self.fake_clock  # type: ignore[method-assign,assignment]
+        self.disturbs = disturbed or (lambda variant, rep, attempt: False)
         self.tests: list[tuple[str, int]] = []
+        self.points: list[str] = []
         self.loaded: list[str] = []
 
-    def _apply(self, dut: Any, variant: Variant) -> None:
+    def _measure_test(
+        self, testbed: Any, variant: Variant, point: Any, rep: int, *, phase: str | None = None
+    ) -> Measured:
         self.loaded.append(variant.name)
-
-    def _one_test(self, testbed: Any, variant: Variant, point: Any, rep: int) -> Record:
+        attempt = sum(1 for name, r in self.tests if name == variant.name and r == rep)
         self.tests.append((variant.name, rep))
-        return {"kind": "rr", "transactions_per_second": self.rates(variant.name, rep)}
+        self.points.append(point.point_id)
+        self.fake_clock.now += self.fake_clock.step
+        result: Record = {"kind": "rr", "transactions_per_second": self.rates(variant.name, rep)}
+        return Measured(result, Window(self.disturbs(variant.name, rep, attempt)))  # type: ignore[arg-type]
 
 
 class FakeTestbed:
+    lab = True
+
     def host(self, name: str) -> None:
         return None
 
 
-def measure(tmp_path: Path, sc: Scenario, rates: Any) -> tuple[FakeRunner, dict[str, Any]]:
+def measure(
+    tmp_path: Path, sc: Scenario, rates: Any, **fake: Any
+) -> tuple[FakeRunner, dict[str, Any]]:
     run = RunDir.create(tmp_path, "t")
-    runner = FakeRunner(sc, run, rates)
+    runner = FakeRunner(sc, run, rates, **fake)
     runner._write_meta(order_seed=runner.seed)
-    with RunProgress(Console(quiet=True), 1.0) as progress:
-        for point in runner.plan.points:
-            runner._measure_point(FakeTestbed(), point, progress)  # type: ignore[arg-type]
+    runner._measure_all(FakeTestbed())  # type: ignore[arg-type]
     return runner, json.loads((run.path / "run.json").read_text())
 
 
@@ -122,3 +157,122 @@ def test_the_order_changes_between_rounds(tmp_path: Path) -> None:
 def test_seed_must_be_a_non_negative_integer() -> None:
     with pytest.raises(ValueError):
         scenario(seed=-1)
+
+
+def steady(variant: str, rep: int) -> float:
+    return 100.0 if variant == BASELINE else 90.0
+
+
+def noisy(variant: str, rep: int) -> float:
+    return 100.0 if variant == BASELINE else [90.0, 60.0, 95.0, 70.0, 99.0, 50.0, 80.0, 91.0][rep]
+
+
+def test_the_budget_stops_a_point_that_cannot_narrow(tmp_path: Path) -> None:
+    # each test takes 1 s, a round 2 s: a 10 s budget holds 5 rounds, not the cap of 8
+    runner, meta = measure(tmp_path, scenario(seed=1, budget=10), noisy)
+    (stop,) = meta["stops"]
+    assert stop["reason"] == "budget_spent" and stop["reps"] == 5
+    assert runner.fake_clock.now <= 10.0
+
+
+def test_the_minimum_rounds_run_whatever_the_budget(tmp_path: Path) -> None:
+    _, meta = measure(tmp_path, scenario(seed=1, budget=1, min=4), noisy)
+    (stop,) = meta["stops"]
+    assert stop["reps"] == 4 and stop["reason"] == "budget_spent"
+
+
+def test_a_point_that_converges_leaves_its_time_to_the_next(tmp_path: Path) -> None:
+    # point 0 converges at 3 rounds (6 s); point 1 never narrows: with 30 s it gets
+    # what point 0 left (24 s = 12 rounds), capped at 8
+    def rates(variant: str, rep: int) -> float:
+        return steady(variant, rep)
+
+    sc = scenario(workloads=2, seed=3, budget=30, max=20)
+    run = RunDir.create(tmp_path, "t")
+    runner = FakeRunner(sc, run, rates)
+    first = sc.workloads[0].name
+    runner.rates = lambda v, r: (
+        steady(v, r) if runner.points[-1].split("#")[0] == first else noisy(v, r % 8)
+    )
+    runner._write_meta(order_seed=runner.seed)
+    runner._measure_all(FakeTestbed())  # type: ignore[arg-type]
+    stops = json.loads((run.path / "run.json").read_text())["stops"]
+    assert [s["reason"] for s in stops] == ["ci_met", "budget_spent"]
+    assert stops[0]["reps"] == 3
+    # an equal split would have given point 1 at most 15 s (7 rounds); it got 12
+    assert stops[1]["reps"] == 12
+    assert runner.fake_clock.now <= 30.0
+
+
+def test_a_point_short_of_its_target_is_visited_again_with_what_is_left(tmp_path: Path) -> None:
+    # point 0 never narrows and point 1 converges at once: pass 1 gives point 0 half
+    # the budget (10 s: 5 rounds); pass 2 gives it what point 1 left
+    sc = scenario(workloads=2, seed=3, budget=20, max=20)
+    run = RunDir.create(tmp_path, "t")
+    runner = FakeRunner(sc, run, steady)
+    second = sc.workloads[1].name
+    runner.rates = lambda v, r: (
+        steady(v, r) if runner.points[-1].split("#")[0] == second else noisy(v, r % 8)
+    )
+    runner._write_meta(order_seed=runner.seed)
+    runner._measure_all(FakeTestbed())  # type: ignore[arg-type]
+    stops = json.loads((run.path / "run.json").read_text())["stops"]
+    assert [s["reason"] for s in stops] == ["budget_spent", "ci_met"]
+    assert stops[1]["reps"] == 3
+    assert stops[0]["reps"] == 10 - 3  # 20 s in all: 3 rounds for point 1, 7 for point 0
+    # the revisit numbered its rounds on: 0..6, each pairing its own baseline
+    assert sorted(
+        {
+            r
+            for p, (_, r) in zip(runner.points, runner.tests, strict=True)
+            if p.split("#")[0] == sc.workloads[0].name
+        }
+    ) == list(range(7))
+
+
+def test_a_disturbed_round_is_measured_again_and_its_values_replaced(tmp_path: Path) -> None:
+    # round 1's first attempt is disturbed (and its cost reads 50 %): measured again
+    def rates(variant: str, rep: int) -> float:
+        return steady(variant, rep)
+
+    def disturbed(variant: str, rep: int, attempt: int) -> bool:
+        return rep == 1 and attempt == 0
+
+    run = RunDir.create(tmp_path, "t")
+    runner = FakeRunner(scenario(seed=2), run, rates, disturbed=disturbed)
+    calls: list[int] = []
+
+    def once_wrong(variant: str, rep: int) -> float:
+        calls.append(rep)
+        first_try = rep == 1 and calls.count(1) <= 2
+        return 50.0 if first_try and variant != BASELINE else steady(variant, rep)
+
+    runner.rates = once_wrong
+    runner._write_meta(order_seed=runner.seed)
+    runner._measure_all(FakeTestbed())  # type: ignore[arg-type]
+    (stop,) = json.loads((run.path / "run.json").read_text())["stops"]
+    assert stop["remeasured"] == [1] and stop["disturbed"] == []
+    # 3 rounds and one measured again: 4 orders, 8 tests; the pairs are steady again
+    assert len(stop["order"]) == 4 and len(runner.tests) == 8
+    assert stop["reason"] == "ci_met" and stop["reps"] == 3
+
+
+def test_a_round_disturbed_every_time_is_kept_and_flagged(tmp_path: Path) -> None:
+    _, meta = measure(
+        tmp_path,
+        scenario(seed=2, remeasure=1),
+        steady,
+        disturbed=lambda v, rep, attempt: rep == 0,
+    )
+    (stop,) = meta["stops"]
+    assert stop["remeasured"] == [0] and stop["disturbed"] == [0]
+    assert len(stop["order"]) == 4  # round 0 twice, then rounds 1 and 2
+
+
+def test_persistent_noise_stops_the_retries_until_a_round_is_clean(tmp_path: Path) -> None:
+    # every test disturbed: round 0 tries 3 times, then retrying cannot help, and
+    # rounds 1 and 2 are kept and flagged at once
+    _, meta = measure(tmp_path, scenario(seed=2), steady, disturbed=lambda v, rep, attempt: True)
+    (stop,) = meta["stops"]
+    assert stop["remeasured"] == [0, 0] and stop["disturbed"] == [0, 1, 2]
+    assert len(stop["order"]) == 5

@@ -163,7 +163,10 @@ def test_unknown_key_far_from_any_lists_valid_keys(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD_HEAD + '[repeat]\nzzzz = 1\n[[workloads]]\nkind = "rr"\n')
     (problem,) = problems(path)
     assert problem.key == "repeat.zzzz" and problem.line == 5
-    assert problem.fix == "valid keys here: confidence, halfwidth_pct, max, min, seed"
+    assert problem.fix == (
+        "valid keys here: budget, confidence, degradation_pp, disturbed_pct, halfwidth_pct, "
+        "max, min, remeasure, seed, trace_softirq"
+    )
 
 
 def test_source_is_not_a_file_key(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_defaults() -> None:
     sc = Scenario.model_validate(minimal())
     assert sc.testbed.link_rate is None and sc.testbed.rate_bps is None
     assert (sc.testbed.baseline, sc.testbed.family) == ("forward", "ipv4")
-    assert (sc.repeat.min, sc.repeat.max, sc.repeat.confidence) == (3, 10, 0.95)
+    assert (sc.repeat.min, sc.repeat.max, sc.repeat.confidence) == (3, 50, 0.95)
     assert sc.repeat.halfwidth_pct == 2.0
     acl = sc.variants["acl"].mechanisms[0]
     assert isinstance(acl, AclSpec)

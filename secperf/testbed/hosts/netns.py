@@ -160,14 +160,20 @@ class NetnsHost:
     # -- life cycle (the Backend protocol) -------------------------------------------
 
     def open(self) -> None:
-        """The namespace (recorded first), its sysctls, its cgroup (pinned if asked)."""
+        """The namespace (recorded first), its sysctls, its cgroup (pinned and held to a
+        CPU quota if asked)."""
         bed = self._bed
         create_netns(self._ledger, self.netns)
         set_sysctls(self.netns, host_sysctls(bed.topology.host(self.role).forwarding))
         if bed.cgroup_layout is None:
             bed.cgroup_layout = cgroups.detect()
         self._groups[self.role] = cgroups.create(
-            self._ledger, bed.cgroup_layout, bed.prefix, self.role, bed.pin.get(self.role)
+            self._ledger,
+            bed.cgroup_layout,
+            bed.prefix,
+            self.role,
+            bed.pin.get(self.role),
+            bed.quota.get(self.role),
         )
 
     def start(self) -> None:

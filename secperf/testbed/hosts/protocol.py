@@ -358,6 +358,7 @@ class BuildContext:
     prefix: str
     ledger: Ledger
     pin: dict[str, list[int]] = field(default_factory=dict)  # host -> its CPUs
+    quota: dict[str, float] = field(default_factory=dict)  # host -> its CPU quota (CPUs)
     # directories whose files are copied to a remote host when a command names one
     stage_dirs: tuple[Path, ...] = ()
     # every local process the hosts started: teardown stops (and reaps) them all

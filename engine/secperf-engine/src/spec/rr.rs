@@ -1,4 +1,6 @@
-//! Kind `rr`: request/response on one connection (TCP) or socket (UDP).
+//! Kind `rr`: request/response on one connection (TCP) or socket (UDP);
+//! closed loop (the next request when a response arrives, `inflight` at once)
+//! or, with `rate`, open loop (requests on a schedule whatever the replies).
 
 use std::net::IpAddr;
 
@@ -6,12 +8,17 @@ use serde::Serialize;
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    self, bind_of, interval_of, seconds, server_kind_raw, size, socket_buffer_of, warmup_of,
-    Common, KindSpec, Names, Payload, Protocol,
+    self, bind_of, interval_of, per_second_of, seconds, server_kind_raw, size, socket_buffer_of,
+    warmup_of, Common, KindSpec, Names, Payload, Protocol,
 };
 
 /// Pipelined rr must fit the default socket buffers, or both ends block writing.
 pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
+/// Open loop (`rate`): the most transactions outstanding at once unless `inflight`
+/// says otherwise (a reader drains the responses, so no buffer limit applies).
+pub const PACED_INFLIGHT: usize = 64;
+/// Open loop: at most this many outstanding (the schedule's bookkeeping).
+pub const PACED_INFLIGHT_MAX: usize = 4096;
 
 server_kind_raw! {
     /// An rr spec as given.
@@ -30,6 +37,7 @@ server_kind_raw! {
         response: Option<u64>,
         inflight: Option<u64>,
         udp_timeout: Option<f64>,
+        rate: Option<f64>,
     }
 }
 
@@ -50,10 +58,15 @@ pub struct RrSpec {
     pub request: usize,
     /// Bytes of each response.
     pub response: usize,
-    /// Transactions outstanding at once (pipelined).
+    /// Transactions outstanding at once: closed loop, pipelined; open loop, the
+    /// most the schedule may have outstanding (a request due beyond it waits).
     pub inflight: usize,
     /// UDP: a request unanswered after this many seconds is lost.
     pub udp_timeout: f64,
+    /// Open loop: requests per second on an absolute schedule, whatever the
+    /// replies; latency counts from each request's scheduled time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
 }
 
 impl KindSpec for RrSpec {
@@ -76,15 +89,25 @@ impl KindSpec for RrSpec {
         let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
         let request = size(names.of("request"), raw.request, 1, protocol)?;
         let response = size(names.of("response"), raw.response, 1, protocol)?;
-        let inflight = raw.inflight.unwrap_or(1);
-        if !(1..=64).contains(&inflight) {
+        let rate = per_second_of("rate", raw.rate)?;
+        let paced = rate.is_some();
+        let (default, most) = if paced {
+            (PACED_INFLIGHT as u64, PACED_INFLIGHT_MAX as u64)
+        } else {
+            (1, 64)
+        };
+        let inflight = raw.inflight.unwrap_or(default);
+        if !(1..=most).contains(&inflight) {
             return Err(EngineError::spec(
                 "inflight",
-                format!("inflight must be 1..=64 (got {}): give e.g. 1", inflight),
+                format!(
+                    "inflight must be 1..={} (got {}): give e.g. {}",
+                    most, inflight, default
+                ),
             ));
         }
         let inflight = inflight as usize;
-        if inflight > 1 && inflight * (request + response) > INFLIGHT_BYTES_MAX {
+        if !paced && inflight > 1 && inflight * (request + response) > INFLIGHT_BYTES_MAX {
             return Err(EngineError::spec(
                 "inflight",
                 format!(
@@ -92,6 +115,19 @@ impl KindSpec for RrSpec {
                     inflight,
                     inflight * (request + response),
                     INFLIGHT_BYTES_MAX
+                ),
+            ));
+        }
+        let seq_bytes = request.min(response).min(8);
+        if paced && protocol == Protocol::Udp && seq_bytes < 8 && inflight >> (8 * seq_bytes) > 0 {
+            return Err(EngineError::spec(
+                "inflight",
+                format!(
+                    "inflight {} is more than the {} sequence numbers {}-byte requests and responses carry: lower inflight or make both sizes at least {} bytes",
+                    inflight,
+                    1usize << (8 * seq_bytes),
+                    seq_bytes,
+                    seq_bytes + 1
                 ),
             ));
         }
@@ -117,6 +153,7 @@ impl KindSpec for RrSpec {
             response,
             inflight,
             udp_timeout,
+            rate,
         })
     }
 }

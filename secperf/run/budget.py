@@ -1,0 +1,102 @@
+"""Precision by budget: how a run's measuring time is shared between its points.
+
+`[repeat] budget` is the run's measuring time (tests and their set-up: rule loads,
+conntrack flushes, rounds measured again, the traced round; not the testbed's build).
+A point always runs its `min` rounds. Beyond them, rounds go on while the point's
+asked intervals are not met, it has rounds left under `max`, and the time allows:
+
+- pass 1 visits the points in order; each may use an equal share of the budget
+  still left (left / points not yet visited), so a point that meets its targets
+  early leaves its time to the points after it;
+- pass 2 shares what is left equally between the points still short of their
+  targets, visiting them again in order (a point's rounds are numbered on, and each
+  round pairs its own baseline and variants, so a later visit pairs as well as an
+  earlier one);
+- a round is started only if it fits its point's share, judged by the longest
+  round that point has taken so far (a round that cannot fit would overrun).
+
+The minimum rounds are not in the budget's way: they run even when they alone
+exceed it (their time is spent from the budget all the same), and `secperf check`
+says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Budget:
+    """The run's measuring time, as it is spent."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def used(self) -> float:
+        return self.clock() - self.started
+
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.used())
+
+    def share(self, points: int) -> float:
+        """An equal share of what is left between `points` points (seconds)."""
+        return self.left() / max(1, points)
+
+
+@dataclass
+class Visit:
+    """One visit of a point: until a deadline on the budget's clock."""
+
+    deadline: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def of(cls, budget: Budget, points: int) -> Visit:
+        return cls(budget.clock() + budget.share(points), budget.clock)
+
+    def fits(self, round_s: float) -> bool:
+        """Does a round of `round_s` seconds end before the deadline?"""
+        return self.clock() + round_s <= self.deadline
+
+
+def next_round(
+    *,
+    rounds: int,
+    min_rounds: int,
+    max_rounds: int,
+    met: bool,
+    longest_round_s: float,
+    visit: Visit,
+) -> str | None:
+    """Whether a point runs another round now: None to run it, else why not
+    ("ci_met", "max_reached", "budget": its share of the budget is spent)."""
+    if rounds < min_rounds:
+        return None  # the minimum always runs
+    if met:
+        return "ci_met"
+    if rounds >= max_rounds:
+        return "max_reached"
+    if not visit.fits(longest_round_s):
+        return "budget"
+    return None
+
+
+def estimate_rounds(
+    budget_s: float, min_rounds: int, max_rounds: int, round_s: list[float]
+) -> list[int]:
+    """Rounds each point could run with the budget shared equally (at least its
+    minimum, at most `max_rounds`): `round_s` is one round of each point (planned
+    seconds). For `secperf check` and the estimate before a run."""
+    if not round_s:
+        return []
+    per_point = budget_s / len(round_s)
+    return [
+        max(min_rounds, min(max_rounds, int(per_point // r) if r > 0 else max_rounds))
+        for r in round_s
+    ]

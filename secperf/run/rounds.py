@@ -1,0 +1,357 @@
+"""The rounds of a run: how a point's rounds go, and how the points share the budget.
+
+For every workload point the baseline and every variant are measured in rounds, each
+round in its own shuffled order (seeded; the seed and every round's order are
+recorded in run.json). Rounds go on until, for every variant, the paired
+degradation of each primary metric has a confidence interval as narrow as the
+scenario asks (at least 3 rounds), the run's time budget is spent (how the points
+share it: secperf.run.budget) or the cap is reached; the stop reason is recorded.
+A round during which other processes used a noticeable share of the testbed's CPUs
+is measured again. A point asked at a share of the closed-loop maximum (`load`)
+measures that maximum on the baseline first; after its rounds a point gets one
+traced round with the kernel's softirq time (secperf.run.softirq).
+
+`Rounds` is the runner's half that schedules; the runner (secperf.run.runner) builds
+the testbed and measures each test (`_measure_test`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from secperf import stats
+from secperf.engine import Record
+from secperf.errors import EngineError
+from secperf.plan import BASELINE, Plan, Variant
+from secperf.results.metrics import extract, metrics_for_kind
+from secperf.run import softirq
+from secperf.run.budget import Budget, Visit, next_round
+from secperf.run.estimate import fmt_eta, planned_rounds
+from secperf.run.progress import RunProgress
+from secperf.scenario.scenario import Scenario
+from secperf.scenario.sweep import WorkloadPoint
+from secperf.testbed import machine
+from secperf.testbed.testbed import Testbed
+from secperf.workloads.registry import WORKLOADS
+
+
+def round_order(seed: int, point_id: str, round_no: int | str, names: list[str]) -> list[str]:
+    """One round's order: a shuffle drawn from the run's seed, the point and the round
+    (a round measured again: "3.1", its own order).
+
+    Each round's order depends on nothing else, so a run with the same seed measures
+    in the same orders however many rounds another point needed."""
+    order = list(names)
+    random.Random(f"{seed}/{point_id}/{round_no}").shuffle(order)
+    return order
+
+
+# Closed-loop tests of the baseline a `load` is a share of (their mean).
+CALIBRATION_TESTS = 2
+
+# One round's values: variant -> metric -> round -> value.
+Values = dict[str, dict[str, dict[int, float]]]
+
+
+@dataclass
+class PointState:
+    """One point as the rounds go: its values so far, its run.json stop record, the
+    longest round it took (what the next must fit in), and whether it is done."""
+
+    point: WorkloadPoint
+    variants: list[Variant]
+    primary: dict[str, bool]
+    values: Values
+    stop: dict[str, Any]
+    rounds: int = 0
+    longest_round_s: float = 0.0
+    done: bool = False
+    traced: bool = False
+    calibrated: bool = False
+
+    @property
+    def by_name(self) -> dict[str, Variant]:
+        return {v.name: v for v in self.variants}
+
+
+@dataclass
+class Measured:
+    """What one test gave: its result, and the machine's CPUs over it."""
+
+    result: Record
+    machine: machine.Window | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Rounds:
+    """The rounds over a plan's points; the runner supplies the tests."""
+
+    plan: Plan
+    scenario: Scenario
+    console: Console
+    seed: int
+    stops: list[dict[str, Any]]
+    point_no: tuple[int, int]
+    meter: machine.Meter | None
+    offered: dict[str, Any]
+    softirq_note: str | None
+    # The budget's clock (tests give a fake one).
+    clock: Callable[[], float]
+    # A round stayed disturbed through all its attempts: retries wait for a clean one.
+    noise_persistent: bool = False
+
+    # -- what the runner supplies ---------------------------------------------------------
+    def _measure_test(
+        self,
+        testbed: Testbed,
+        variant: Variant,
+        point: WorkloadPoint,
+        rep: int,
+        *,
+        phase: str | None = None,
+    ) -> Measured:
+        raise NotImplementedError
+
+    def _shape_links(self, testbed: Testbed, point: WorkloadPoint, restore: bool) -> None:
+        raise NotImplementedError
+
+    def _write_meta(self, **changes: Any) -> None:
+        raise NotImplementedError
+
+    def _estimate(self, point: WorkloadPoint, rounds: int, nvariants: int) -> float:
+        raise NotImplementedError
+
+    def _tags(
+        self, variant: Variant, point: WorkloadPoint, rep: int, *, phase: str | None = None
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _keep(self, tags: dict[str, Any], rec: Record) -> None:
+        raise NotImplementedError
+
+    # -- the rounds --------------------------------------------------------------------
+    def _measure_all(self, testbed: Testbed) -> None:
+        rep = self.scenario.repeat
+        states = [self._state(p) for p in self.plan.points]
+        rounds = planned_rounds(self.scenario, [(s.point, len(s.variants)) for s in states])
+        total = sum(
+            self._estimate(s.point, n, len(s.variants)) for s, n in zip(states, rounds, strict=True)
+        )
+        self.console.print(
+            f"{len(states)} point(s) x {len(self.plan.variant_names())} configuration(s), "
+            f"{rep.min} to {rep.max} rounds each within a budget of {fmt_eta(rep.budget)}: "
+            f"about {fmt_eta(total)}",
+            highlight=False,
+        )
+        budget = Budget(rep.budget, clock=self.clock)
+        with RunProgress(self.console, total) as progress:
+            # Pass 1: every point in order, each with an equal share of what is left.
+            for index, state in enumerate(states):
+                self.point_no = (index + 1, len(states))
+                self._visit(testbed, state, Visit.of(budget, len(states) - index), progress)
+            # Pass 2: what is left, shared by the points still short of their targets.
+            while True:
+                short = [s for s in states if not s.done]
+                ran = False
+                for index, state in enumerate(short):
+                    visit = Visit.of(budget, len(short) - index)
+                    if visit.fits(state.longest_round_s):
+                        self.point_no = (states.index(state) + 1, len(states))
+                        ran |= self._visit(testbed, state, visit, progress)
+                if not short or not ran:
+                    break
+        for state in states:
+            if not state.done:
+                state.stop["reason"] = "budget_spent"
+        self._write_meta()
+
+    def _state(self, point: WorkloadPoint) -> PointState:
+        variants = self.plan.variants_at(point)
+        stop: dict[str, Any] = {
+            "point_id": point.point_id,
+            "reason": None,
+            "reps": 0,
+            "order": [],
+            "remeasured": [],
+            "disturbed": [],
+        }
+        self.stops.append(stop)
+        return PointState(
+            point=point,
+            variants=variants,
+            primary={m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary},
+            values={v.name: {} for v in variants},
+            stop=stop,
+        )
+
+    def _visit(
+        self, testbed: Testbed, state: PointState, visit: Visit, progress: RunProgress
+    ) -> bool:
+        """Rounds of one point until its targets are met, its cap or its share of the
+        budget is reached; then (once) its traced round. True if a round ran."""
+        rep = self.scenario.repeat
+        ran = False
+        self._shape_links(testbed, state.point, restore=False)
+        try:
+            if not state.calibrated:
+                self._calibrate(testbed, state)
+            while True:
+                met = self._met(state)
+                why = next_round(
+                    rounds=state.rounds,
+                    min_rounds=rep.min,
+                    max_rounds=rep.max,
+                    met=met is not False,
+                    longest_round_s=state.longest_round_s,
+                    visit=visit,
+                )
+                if why is not None:
+                    if why in ("ci_met", "max_reached"):
+                        state.done = True
+                        state.stop["reason"] = "unpaired" if met is None else why
+                    break
+                if state.rounds >= rep.min:
+                    progress.grow(self._estimate(state.point, 1, len(state.variants)))
+                began = self.clock()
+                self._round(testbed, state, progress)
+                state.longest_round_s = max(state.longest_round_s, self.clock() - began)
+                ran = True
+            # the traced round gives softirq per unit of work: kinds without a unit
+            # (searches, latency, checks) get none
+            unit = WORKLOADS.get(state.point.kind).work_unit
+            if not state.traced and rep.trace_softirq and unit is not None:
+                state.traced = True
+                self._traced_round(testbed, state)
+        finally:
+            self._shape_links(testbed, state.point, restore=True)
+        self._write_meta()
+        return ran
+
+    def _met(self, state: PointState) -> bool | None:
+        """Are the point's asked intervals met (None: no round paired anything)?"""
+        rep = self.scenario.repeat
+        if state.rounds < max(stats.MIN_ROUNDS_TO_STOP, rep.min):
+            return False
+        return stats.targets_met(
+            state.values,
+            state.primary,
+            baseline=BASELINE,
+            confidence=rep.confidence,
+            halfwidth_pct=rep.halfwidth_pct,
+            degradation_pp=rep.degradation_pp,
+        )
+
+    def _round(self, testbed: Testbed, state: PointState, progress: RunProgress) -> None:
+        """One round: the baseline and every variant once, in a shuffled order; a round
+        during which other processes disturbed the testbed's CPUs is measured again
+        (up to `remeasure` times), its values replacing the disturbed ones. Once a
+        round stays disturbed through all its attempts the noise is persistent, and
+        retrying cannot find a quiet moment: later disturbed rounds are kept and
+        flagged at once, until a round comes out clean."""
+        rep = self.scenario.repeat
+        point, number = state.point, state.rounds
+        label = f"{point.point_id} {point.label}".strip()
+        retries = 0 if self.noise_persistent else rep.remeasure
+        for attempt in range(retries + 1):
+            key: int | str = number if attempt == 0 else f"{number}.{attempt}"
+            order = round_order(self.seed, point.point_id, key, list(state.by_name))
+            state.stop["order"].append(order)
+            disturbed: list[str] = []
+            for name in order:
+                at, of = self.point_no
+                where = f"point {at}/{of}, round {number + 1}/{max(rep.min, number + 1)}"
+                progress.show(where, label, name, log_line=name == order[0])
+                got = self._measure_test(testbed, state.by_name[name], point, number)
+                for metric, value in extract(got.result).items():
+                    if metric in state.primary:
+                        state.values[name].setdefault(metric, {})[number] = value
+                if got.machine is not None and got.machine.disturbed(rep.disturbed_pct):
+                    disturbed.append(name)
+                progress.advance(self._estimate(point, 1, 1))
+            if not disturbed:
+                self.noise_persistent = False
+                break
+            if attempt < retries:
+                state.stop["remeasured"].append(number)
+            else:
+                state.stop["disturbed"].append(number)
+                self.noise_persistent = retries > 0 or self.noise_persistent
+        state.rounds = number + 1
+        state.stop["reps"] = state.rounds
+
+    def _calibrate(self, testbed: Testbed, state: PointState) -> None:
+        """A point asked at a share of the closed-loop maximum (`load`): that maximum,
+        measured closed loop on the baseline first; the point's rounds then run at
+        the offered rate (run.json `offered`)."""
+        state.calibrated = True
+        point = state.point
+        offered = WORKLOADS.get(point.kind).offered
+        fraction = offered.fraction(point.spec) if offered is not None else None
+        if offered is None or fraction is None:
+            return
+        closed = dataclasses.replace(point, spec=offered.closed(point.spec))
+        base = state.by_name[BASELINE]
+        values: list[float] = []
+        for i in range(CALIBRATION_TESTS):
+            got = self._measure_test(testbed, base, closed, i, phase="calibration")
+            value = extract(got.result).get(offered.metric)
+            if value is not None:
+                values.append(value)
+        if not values:
+            raise EngineError(
+                f"{point.point_id}: the closed-loop baseline gave no {offered.metric}, so "
+                f"load = {fraction} has nothing to be a share of",
+                fix="give the workload an absolute rate instead of load",
+            )
+        maximum = sum(values) / len(values)
+        rate = fraction * maximum
+        state.point = dataclasses.replace(point, spec=offered.at(point.spec, rate))
+        self.offered[point.point_id] = {
+            "load": fraction,
+            "metric": offered.metric,
+            "closed_loop": values,
+            "closed_loop_mean": maximum,
+            "rate": rate,
+        }
+        self._write_meta(offered=self.offered)
+
+    def _traced_round(self, testbed: Testbed, state: PointState) -> None:
+        """One more round with the kernel's softirq time traced (bpftrace), for the
+        mechanism's kernel cost per unit of work; its rates are not used. Where it
+        cannot be traced, run.json says why and the figure is "not measured"."""
+        why = softirq.unavailable() if self.meter is not None else "the hosts are real machines"
+        if why is None and self.softirq_note is not None:
+            why = self.softirq_note  # it failed once: no point trying at every point
+        if why is not None:
+            self.softirq_note = why
+            self._write_meta(softirq={"traced": False, "why": why})
+            return
+        order = round_order(self.seed, state.point.point_id, "traced", list(state.by_name))
+        for name in order:
+            tracer = softirq.Tracer(softirq.spawner(testbed.spawn_here))
+            if not tracer.start():
+                self.softirq_note = tracer.error
+                self._write_meta(softirq={"traced": False, "why": tracer.error})
+                return
+            try:
+                got = self._measure_test(
+                    testbed, state.by_name[name], state.point, -1, phase="traced"
+                )
+            finally:
+                traced = tracer.stop()
+            if traced is None:
+                self.softirq_note = tracer.error
+                self._write_meta(softirq={"traced": False, "why": tracer.error})
+                return
+            cpus = testbed.placement.testbed_cpus or None
+            self._keep(
+                self._tags(state.by_name[name], state.point, -1, phase="traced"),
+                {**traced.record(cpus), "result_kind": got.result.get("kind")},
+            )
+        self._write_meta(softirq={"traced": True, "source": "bpftrace"})
