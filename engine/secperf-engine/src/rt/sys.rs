@@ -122,6 +122,64 @@ pub fn set_rcvlowat(fd: RawFd, bytes: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sets IP_BIND_ADDRESS_NO_PORT: a socket bound to an address with port 0
+/// gets its port at connect(), from the whole 4-tuple (so one source address
+/// serves ~64 k connections to each destination, not ~64 k in all).
+pub fn set_bind_address_no_port(fd: RawFd) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // Safety: the kernel reads `len` bytes from `one`, an int we own; a bad fd
+    // only yields an error return.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This process's resident memory in bytes (/proc/self/statm), if readable.
+pub fn rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    // Safety: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(4096) as u64)
+}
+
+/// Raises RLIMIT_NOFILE to at least `want` descriptors where the process may
+/// (its hard limit, or as root up to fs.nr_open), else as far as it can;
+/// returns the soft limit now in force.
+pub fn raise_nofile_to(want: u64) -> u64 {
+    let now = raise_nofile();
+    if now >= want {
+        return now;
+    }
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    let target = want.min(ceiling);
+    let lim = libc::rlimit {
+        rlim_cur: target as libc::rlim_t,
+        rlim_max: target as libc::rlim_t,
+    };
+    // Safety: setrlimit only reads the struct we pass, which lives on our stack.
+    // Raising the hard limit needs CAP_SYS_RESOURCE; without it this fails and
+    // the limit stays as it was.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        return target;
+    }
+    now
+}
+
 /// Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the soft limit now in force.
 pub fn raise_nofile() -> u64 {
     let mut lim = libc::rlimit {

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, Result};
 
 pub(crate) use common::KindSpec;
-pub use common::{Close, Common, CpuGroup, Direction, Payload, Protocol};
+pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protocol};
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
 pub use flood::{FloodSender, FloodSpec};
