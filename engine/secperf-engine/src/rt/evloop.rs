@@ -293,6 +293,13 @@ impl Poller {
         )
     }
 
+    /// Stops watching `s`.
+    pub fn remove<S: AsRawFd>(&self, s: &S) -> io::Result<()> {
+        self.poll
+            .registry()
+            .deregister(&mut SourceFd(&s.as_raw_fd()))
+    }
+
     /// What a machine (or any socket's owner) named `token` uses to open sockets here.
     pub fn io(&self, token: usize) -> Io<'_> {
         Io {

@@ -1,6 +1,9 @@
 //! The few libc calls std and socket2 do not offer, each behind a safe function.
 
-use std::os::fd::RawFd;
+use std::net::TcpListener;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
 
 use crate::wire::record::CpuTimes;
 
@@ -143,6 +146,48 @@ pub fn set_bind_address_no_port(fd: RawFd) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The descriptor a helper process finds its parent's socket on.
+pub const HANDED_FD: RawFd = 3;
+
+/// Starts `cmd` with `fd` (a socket of ours) as its descriptor HANDED_FD.
+pub fn spawn_with_fd(cmd: &mut Command, fd: RawFd) -> std::io::Result<Child> {
+    // Safety: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: dup2 and fcntl are. It touches no
+    // memory of the parent's but the integer `fd`, copied into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 clears close-on-exec on the copy; on the same number it does
+            // nothing, so the flag is cleared by hand.
+            let rc = if fd == HANDED_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, HANDED_FD)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// In a helper process: the listener its parent handed it as HANDED_FD.
+pub fn handed_listener() -> std::io::Result<TcpListener> {
+    // Safety: fstat only writes into the struct we own; it tells whether the
+    // descriptor is open before anything takes ownership of it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(HANDED_FD, &mut st) } != 0 {
+        return Err(std::io::Error::other(
+            "no socket on descriptor 3: this command is started by secperf-engine itself",
+        ));
+    }
+    // Safety: descriptor 3 is open (checked above) and ours alone: our parent
+    // dup2'ed its listener onto it for us, and nothing else in this process
+    // uses or closes it.
+    Ok(unsafe { TcpListener::from_raw_fd(HANDED_FD) })
 }
 
 /// This process's resident memory in bytes (/proc/self/statm), if readable.

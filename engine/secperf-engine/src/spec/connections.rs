@@ -29,6 +29,7 @@ server_kind_raw! {
         close_rate: Option<f64>,
         close: Option<Close>,
         sources: Option<Vec<IpAddr>>,
+        per_process: Option<u64>,
     }
 }
 
@@ -63,6 +64,9 @@ pub struct ConnectionsSpec {
     /// port each from the kernel, per destination): ~64 k connections per
     /// address. Empty: the kernel's choice (one address). `bind` alone is one.
     pub sources: Vec<IpAddr>,
+    /// Most connections one engine process holds (None: its descriptor limit
+    /// less a margin); beyond it, helper processes share them, on both sides.
+    pub per_process: Option<u64>,
 }
 
 impl KindSpec for ConnectionsSpec {
@@ -118,7 +122,22 @@ impl KindSpec for ConnectionsSpec {
             close_rate,
             close: raw.close.unwrap_or_default(),
             sources,
+            per_process: per_process_of(raw.per_process)?,
         })
+    }
+}
+
+/// `per_process`: at least 100 connections a process.
+fn per_process_of(v: Option<u64>) -> Result<Option<u64>> {
+    match v {
+        Some(n) if !(100..=MAX_CONNECTIONS).contains(&n) => Err(EngineError::spec(
+            "per_process",
+            format!(
+                "per_process must be 100..={} connections (got {}): leave it out for the descriptor limit",
+                MAX_CONNECTIONS, n
+            ),
+        )),
+        v => Ok(v),
     }
 }
 
