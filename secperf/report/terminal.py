@@ -367,6 +367,13 @@ def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:
 
 def _search_note(searches: Sequence[Mapping[str, Any]]) -> str:
     """What a search table's cells are."""
+    if all(s.get("measure") == "count" for s in searches):
+        return (
+            "a count per repetition, opened until the connections began to fail (the "
+            "limit found); one that stopped at a bound of its own first (every asked "
+            "connection open, its time, descriptors or source ports) reads 'at least x', "
+            "a lower bound in no mean, interval or Δ%"
+        )
     resolutions = [s["resolution_pct"] for s in searches if s.get("resolution_pct") is not None]
     res = f" (here up to {max(resolutions):.0f} %)" if resolutions else ""
     measure = (

@@ -19,6 +19,7 @@ from secperf.workloads.base import (
     engine_spec,
 )
 from secperf.workloads.connections import run_on_client
+from secperf.workloads.crr import Close
 from secperf.workloads.rate_search import (
     ACHIEVED_SHARE,
     RateSearchSpec,
@@ -47,6 +48,7 @@ class ConnRateWorkload(RateSearchSpec):
     parallel: int = Field(default=16, ge=1, le=128)
     request: int = Field(default=1, ge=1, le=65536)
     response: int = Field(default=1, ge=1, le=65536)
+    close: Close = "server-first"
 
     def default_name(self) -> str:
         return "conn-rate"
@@ -86,7 +88,7 @@ class ConnRateExecutor:
             detail = {"completed": done, "failed": lost}
             return kept_trial(p.engine_kind, ctx, rate, Trial(ok, achieved, detail))
 
-        return search(ctx, p, trial)
+        return search(ctx, p, trial, p.close)
 
 
 # searches: the found value only; a censored search has no number

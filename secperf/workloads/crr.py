@@ -7,7 +7,9 @@ closed-loop maximum, measured first) new connections open on a schedule, up to
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BeforeValidator
 
 from secperf.metric import (
     LAT_MEAN,
@@ -25,15 +27,27 @@ from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
 from secperf.workloads.open_loop import OpenLoop
 
-# How crr-style workloads end each connection: "fin" an orderly close (FINs both
-# ways, the client keeps the TIME_WAIT), "reset" SO_LINGER 0 (one RST, no FIN).
-Close = Literal["fin", "reset"]
+
+def _old_close_name(value: object) -> object:
+    """`fin`, the client's orderly close before the order had names, is `client-first`."""
+    return "client-first" if value == "fin" else value
+
+
+# How crr-style workloads end each connection: "server-first" (netperf's TCP_CRR and an
+# HTTP/1.0 server: the server closes right after its response, the client reads the
+# end of stream and closes; the server keeps the TIME_WAIT), "client-first" (once
+# "fin": the client shuts down first and waits for the server's FIN, half a round trip
+# more, the client keeps the TIME_WAIT), "reset" (SO_LINGER 0: one RST, no FIN).
+Close = Annotated[
+    Literal["server-first", "client-first", "reset"], BeforeValidator(_old_close_name)
+]
 
 
 class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
     """A new TCP connection per transaction (netperf TCP_CRR): connections/s.
 
-    `close = "fin"` (default) closes each connection in order (FIN both ways);
+    `close = "server-first"` (default, netperf's order) and `"client-first"` close
+    each connection in order (a FIN each way), the server or the client first;
     `close = "reset"` with an RST (SO_LINGER 0), which a stateful DUT never sees
     as a teardown."""
 
@@ -61,7 +75,7 @@ class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
     response: TransactionSize = 1
     parallel: Parallel = 1
     payload: Payload = "random"
-    close: Close = "fin"
+    close: Close = "server-first"
 
     def unrecorded(self) -> frozenset[str]:
         """Without a flood its keys, closed loop `rate` and `load`: not in the record."""

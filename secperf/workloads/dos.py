@@ -106,7 +106,7 @@ class DosWorkload(WorkloadSpec):
     timeout: Timeout = 1.0
     request: int = Field(default=1, ge=1, le=65536)
     response: int = Field(default=1, ge=1, le=65536)
-    close: Close = "fin"
+    close: Close = "client-first"
     flood: FloodKind = "syn"
     flood_rate: SweptFloodPps = 20_000
     flood_target: Literal["measured", "allowed", "denied"] = "measured"

@@ -45,8 +45,9 @@ from secperf.workloads.base import (
 )
 from secperf.workloads.open_loop import OpenLoop
 
+# Connections in flight: machines of the engine's event loop, not threads.
 HttpParallel = Annotated[
-    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 1024, "parallel")))
+    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 10_000, "parallel")))
 ]
 
 

@@ -4,10 +4,11 @@ every server host of the graph, through whatever the DUT is.
 Every server host runs nginx (HTTP, port 5380) and vsftpd (FTP, port 5321, passive
 and active), started once per testbed and serving one file per size of the size
 sets. The virtual clients are spread round-robin over the client hosts and run in
-secperf-engine (kind `mix`, one engine process per client host, one thread per
-virtual client); each does `requests` fetches one after the other, `think` seconds
-apart (default none): a server drawn by the hit table (`hits`: one weight per server
-host in graph order, for every client or per client zone as the paper's Table 2;
+secperf-engine (kind `mix`, one engine process per client host, each virtual client
+a state machine of its event loop, a thread per CPU); each does `requests` fetches
+one after the other, `think` seconds apart (default none): a server drawn by the
+hit table (`hits`: one weight per server host in graph order, for every client or
+per client zone as the paper's Table 2;
 absent, even odds over the servers outside the client's own zone, so every fetch
 crosses the DUT), a protocol by that server's HTTP share (`http_share`; default the
 paper's Table 1, alternately 90/10 and 10/90 HTTP/FTP), and a file from the
@@ -66,8 +67,10 @@ from secperf.workloads.base import (
     scalar,
 )
 
+# Virtual clients: machines of each client host's engine event loop, not threads.
 VirtualClients = Annotated[
-    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 512, "virtual clients")))
+    int | list[int],
+    PlainValidator(one_or_sweep(bounded(parse_count, 1, 10_000, "virtual clients"))),
 ]
 Share = Annotated[float, Field(ge=0, le=1)]
 Weight = Annotated[float, Field(ge=0)]

@@ -21,7 +21,6 @@ from secperf.schema.fields import PerSecond, Timeout
 from secperf.search import Trial, bisect_rate
 from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext, WorkloadSpec
-from secperf.workloads.crr import Close
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
 ACHIEVED_SHARE = 0.95
@@ -36,7 +35,6 @@ class RateSearchSpec(WorkloadSpec):
     max_failure_pct: float = Field(default=0.1, ge=0, le=100)
     max_steps: int = Field(default=8, ge=1, le=30)
     timeout: Timeout = 1.0
-    close: Close = "fin"
 
     @model_validator(mode="after")
     def _low_below_high(self) -> RateSearchSpec:
@@ -81,6 +79,7 @@ def search(
     ctx: MeasureContext,
     spec: RateSearchSpec,
     trial: Callable[[float], Trial],
+    close: str,
 ) -> Record:
     """Bisect with the workload's bounds; the result record carries the bracket. A
     trial passes only with ≥ 95 % of its asked rate achieved, so the asked rates
@@ -99,7 +98,7 @@ def search(
         "kind": spec.kind,
         "max_failure_pct": spec.max_ratio * 100,
         "search": found.as_dict(),
-        "close": spec.close,
+        "close": close,
     }
     ctx.keep(rec)
     return rec

@@ -13,7 +13,7 @@ from secperf.errors import EngineError
 from secperf.metric import Metric, Search
 from secperf.search import Trial, passes
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
-from secperf.workloads.connections import run_on_client
+from secperf.workloads.connections import FinClose, run_on_client
 from secperf.workloads.rate_search import (
     ACHIEVED_SHARE,
     RateSearchSpec,
@@ -33,6 +33,7 @@ class TeardownRateWorkload(RateSearchSpec):
 
     kind: Literal["teardown_rate"]
     connections: int = Field(default=2000, ge=2, le=1_000_000)
+    close: FinClose = "fin"
 
     def default_name(self) -> str:
         return "teardown-rate"
@@ -64,7 +65,7 @@ class TeardownRateExecutor:
             detail = {"closed": closed, "missing": missing}
             return kept_trial(p.engine_kind, ctx, rate, Trial(ok, seen, detail))
 
-        return search(ctx, p, trial)
+        return search(ctx, p, trial, p.close)
 
 
 MAX_TEARDOWN = Metric("max_teardown_rate", "Max teardown rate", "conn/s", True, True)

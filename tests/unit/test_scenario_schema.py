@@ -149,25 +149,33 @@ def test_engine_spec_is_the_models_engine_fields_under_the_engines_names() -> No
         engine_spec(sc.workloads[0])  # a sweep is not one engine test
 
 
-def test_crr_close_defaults_to_fin_and_reaches_every_connection_workload() -> None:
+def test_crr_closes_server_first_by_default_and_reaches_every_connection_workload() -> None:
     sc = Scenario.model_validate(
         minimal(
             workloads=[
                 {"kind": "crr"},
                 {"kind": "crr", "close": "reset"},
-                {"kind": "conn_rate", "close": "reset"},
+                {"kind": "crr", "close": "fin"},
+                {"kind": "conn_rate", "close": "client-first"},
+                {"kind": "conn_rate"},
                 {"kind": "connections"},
             ]
         )
     )
-    crr, reset, rate, conns = sc.workloads
-    assert engine_spec(crr)["close"] == "fin"
+    crr, reset, fin, rate, rate_default, conns = sc.workloads
+    assert engine_spec(crr)["close"] == "server-first"
     assert engine_spec(reset)["close"] == "reset"
+    # `fin`, the client's orderly close before the order had names, is client-first
+    assert engine_spec(fin)["close"] == "client-first"
     paced = engine_spec(rate, server="198.18.2.2:5201", rate=100.0)  # one conn_rate trial
-    assert (paced["kind"], paced["close"], paced["rate"]) == ("crr", "reset", 100.0)
+    assert (paced["kind"], paced["close"], paced["rate"]) == ("crr", "client-first", 100.0)
+    assert engine_spec(rate_default, server="198.18.2.2:5201")["close"] == "server-first"
+    # connections' close is how the server answers a FIN: no order to give
     assert engine_spec(conns, server="198.18.2.2:5201")["close"] == "fin"
     (e,) = errors(minimal(workloads=[{"kind": "crr", "close": "linger"}]))
-    assert e["loc"][-1] == "close" and "fin" in e["msg"]
+    assert e["loc"][-1] == "close" and "server-first" in e["msg"]
+    (e,) = errors(minimal(workloads=[{"kind": "connections", "close": "server-first"}]))
+    assert e["loc"][-1] == "close"
 
 
 def test_sweepable_fields_take_lists_of_units() -> None:

@@ -22,6 +22,12 @@ pub use wire::record::{
     ErrorRecord, FloodResult, Record, ResultRecord, Sink, StdoutSink, FORMAT, VERSION,
 };
 
+/// Runs a helper process that secperf-engine starts for a test it spreads
+/// over several processes (the hidden `worker` command): `job` is its JSON.
+pub fn worker(job: &str) -> Result<(), EngineError> {
+    kinds::worker(job)
+}
+
 /// Runs one test of `spec`'s kind: as the client of an engine server (or a
 /// web server), or alone (a flood, a mix). Every record goes to `sink`; on
 /// failure the caller writes the `error` record. `began` is when the command

@@ -48,6 +48,13 @@ enum Command {
     },
     /// Print the engine's version.
     Version,
+    /// A helper process of a test the engine spreads over several processes
+    /// (started by secperf-engine itself; its job is JSON).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        job: String,
+    },
 }
 
 fn fail(began: Instant, e: &EngineError) -> ExitCode {
@@ -134,6 +141,7 @@ fn main() -> ExitCode {
             allow_any_target,
         } => load_spec(&spec)
             .and_then(|s| secperf_engine::run(s, allow_any_target, began, &mut StdoutSink)),
+        Command::Worker { job } => secperf_engine::worker(&job),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

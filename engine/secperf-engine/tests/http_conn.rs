@@ -1,5 +1,5 @@
 //! Loopback tests of kinds `http` (against a tiny in-test HTTP responder),
-//! `connections` and crr's `rate`/`timeout`.
+//! `connections`, crr's `rate`/`timeout`, and `mix` with many virtual clients.
 
 mod common;
 
@@ -41,9 +41,15 @@ fn serve_http(mut s: TcpStream) {
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         let keep = head.to_ascii_lowercase().contains("connection: keep-alive");
         let conn = if keep { "keep-alive" } else { "close" };
-        let (status, claimed, body) = match path.as_str() {
-            "/ok" => ("200 OK", 1000, vec![b'x'; 1000]),
-            "/short" => ("200 OK", 1000, vec![b'x'; 500]),
+        // /files/N.bin: N bytes (the mix's files).
+        let file = path
+            .strip_prefix("/files/")
+            .and_then(|p| p.strip_suffix(".bin"))
+            .and_then(|n| n.parse::<usize>().ok());
+        let (status, claimed, body) = match (path.as_str(), file) {
+            (_, Some(n)) => ("200 OK", n, vec![b'f'; n]),
+            ("/ok", _) => ("200 OK", 1000, vec![b'x'; 1000]),
+            ("/short", _) => ("200 OK", 1000, vec![b'x'; 500]),
             _ => ("404 Not Found", 4, b"nope".to_vec()),
         };
         let head = format!(
@@ -194,6 +200,95 @@ fn crr_rate_is_held_and_failures_counted() {
     let loss = r.loss.expect("crr with a rate reports failures");
     assert_eq!(loss.lost, 0);
     assert_eq!(r.totals.client.connections, r.totals.server.connections);
+}
+
+#[test]
+fn http_many_connections_on_few_threads_count_every_fetch() {
+    let addr = http_responder();
+    for keepalive in [false, true] {
+        let r = run(
+            addr,
+            &format!(
+                r#"{{"kind":"http","urls":["/ok"],"rate":1500,"parallel":300,"threads":2,"keepalive":{},"duration":1,"warmup":0.2,"interval":0,"timeout":5}}"#,
+                keepalive
+            ),
+        );
+        assert_eq!(u(&r["fetches"]), 1500, "keepalive {}: {}", keepalive, r);
+        assert_eq!(u(&r["failed"]), 0, "{}", r);
+        assert_eq!(u(&r["bytes"]), 1_500_000);
+        assert_eq!(u(&r["totals"]["client"]["fetches"]), 1800);
+        assert_eq!(
+            r["spec"].get("threads"),
+            None,
+            "the spec is in start, not result"
+        );
+    }
+}
+
+#[test]
+fn connections_spread_over_their_sources() {
+    let srv = TestServer::start("127.0.0.1:0");
+    let sources = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let spec = format!(
+        r#"{{"kind":"connections","connections":300,"hold":1.5,"duration":10,"sources":{}}}"#,
+        serde_json::to_string(&sources).unwrap()
+    );
+    let addr = srv.addr;
+    let t = std::thread::spawn(move || run(addr, &spec));
+    // While they are held: established connections from each source to the server.
+    let port_hex = |a: &str| a.rsplit(':').next().unwrap().to_string();
+    let mut per: Vec<usize> = vec![0; sources.len()];
+    let deadline = Instant::now() + std::time::Duration::from_secs(8);
+    while per.iter().sum::<usize>() < 300 && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        per = sources
+            .iter()
+            .map(|s| {
+                let ip: std::net::Ipv4Addr = s.parse().unwrap();
+                let want = format!("{:08X}", u32::from_le_bytes(ip.octets()));
+                text.lines()
+                    .skip(1)
+                    .map(|l| l.split_whitespace().collect::<Vec<&str>>())
+                    .filter(|f| f.len() > 3 && f[3] == "01" && f[1].starts_with(&want))
+                    .filter(|f| port_hex(f[2]) != "0000")
+                    .count()
+            })
+            .collect();
+    }
+    let r = t.join().unwrap();
+    assert_eq!(u(&r["established"]), 300, "{}", r);
+    assert_eq!(u(&r["validated"]), 300);
+    assert_eq!(u(&r["sources"]), 3);
+    assert_eq!(r["stopped_by"], "target");
+    assert_eq!(r["limit_found"], false);
+    assert_eq!(per, vec![100, 100, 100], "round-robin over the sources");
+    // The engine's own memory per held connection is small and stated.
+    let per_conn = r["memory"]["client_bytes_per_connection"].as_f64().unwrap();
+    assert!(per_conn < 4096.0, "{} bytes per connection", per_conn);
+}
+
+#[test]
+fn mix_with_a_thousand_virtual_clients_accounts_for_every_fetch() {
+    let addr = http_responder();
+    let spec = format!(
+        r#"{{"kind":"mix","servers":[{{"address":"127.0.0.1","hit":1,"http_share":1}}],"http_port":{},"clients":{},"requests":3,"html_files":[1024,2048],"gif_files":[512],"timeout":10,"threads":2}}"#,
+        addr.port(),
+        serde_json::to_string(&(0..1000).collect::<Vec<u64>>()).unwrap()
+    );
+    let spec = Spec::parse(&spec).expect("a mix spec");
+    let mut records: Vec<Record> = Vec::new();
+    secperf_engine::run(spec, false, Instant::now(), &mut records).expect("the mix runs");
+    let r: Value = serde_json::from_str(&records.last().unwrap().to_line()).unwrap();
+    assert_eq!(r["type"], "result");
+    assert_eq!(u(&r["virtual_clients"]), 1000);
+    assert_eq!(u(&r["attempted"]), 3000, "{}", r["failures"]);
+    assert_eq!(u(&r["transactions"]), 3000, "{}", r["failures"]);
+    let fetches = r["fetches"].as_array().unwrap();
+    assert_eq!(fetches.len(), 3000);
+    assert!(fetches.iter().all(|f| f[0] == "http" && f[1].is_null()));
+    let bytes: u64 = fetches.iter().map(|f| u(&f[2])).sum();
+    assert_eq!(u(&r["bytes"]), bytes);
 }
 
 #[test]

@@ -202,22 +202,32 @@ fn rcvlowat_bad_values_name_the_field() {
 }
 
 #[test]
-fn close_defaults_to_fin_and_takes_reset_on_crr_and_connections_only() {
-    use secperf_engine::spec::Close;
+fn crr_closes_server_first_by_default_and_connections_fin() {
+    use secperf_engine::spec::{Close, CloseOrder};
     let c = crr(&format!(r#"{{"kind":"crr",{}}}"#, S));
-    assert_eq!(c.close, Close::Fin, "an orderly close by default");
-    assert_eq!(Spec::Crr(c).to_value()["close"], "fin");
-    let r = crr(&format!(r#"{{"kind":"crr",{},"close":"reset"}}"#, S));
-    assert_eq!(r.close, Close::Reset);
-    // The server receives the resolved spec: the close survives the trip.
-    let back = Spec::from_value(Spec::Crr(r).to_value()).unwrap();
-    assert!(matches!(
-        back,
-        Spec::Crr(CrrSpec {
-            close: Close::Reset,
-            ..
-        })
-    ));
+    assert_eq!(
+        c.close,
+        CloseOrder::ServerFirst,
+        "netperf's order by default"
+    );
+    assert_eq!(Spec::Crr(c).to_value()["close"], "server-first");
+    // `fin`, the old name of the client's orderly close, still reads.
+    for (given, want) in [
+        ("fin", CloseOrder::ClientFirst),
+        ("client-first", CloseOrder::ClientFirst),
+        ("server-first", CloseOrder::ServerFirst),
+        ("reset", CloseOrder::Reset),
+    ] {
+        let r = crr(&format!(r#"{{"kind":"crr",{},"close":"{}"}}"#, S, given));
+        assert_eq!(r.close, want, "{}", given);
+        // The server receives the resolved spec: the close survives the trip.
+        let back = Spec::from_value(Spec::Crr(r).to_value()).unwrap();
+        assert!(
+            matches!(back, Spec::Crr(CrrSpec { close, .. }) if close == want),
+            "{}",
+            given
+        );
+    }
     let k = Spec::parse(&format!(
         r#"{{"kind":"connections",{},"close":"reset"}}"#,
         S
@@ -227,6 +237,12 @@ fn close_defaults_to_fin_and_takes_reset_on_crr_and_connections_only() {
         panic!("a connections spec")
     };
     assert_eq!(k.close, Close::Reset);
+    // The connections kind's close is how the server answers a FIN: no order.
+    let (_, field, _) = err(&format!(
+        r#"{{"kind":"connections",{},"close":"server-first"}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("close"));
     let (_, field, _) = err(&format!(r#"{{"kind":"crr",{},"close":"linger"}}"#, S));
     assert_eq!(field.as_deref(), Some("close"));
     let (_, field, msg) = err(&format!(r#"{{"kind":"rr",{},"close":"fin"}}"#, S));

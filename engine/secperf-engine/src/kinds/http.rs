@@ -2,12 +2,15 @@
 //! (nginx), one fetch per connection unless `keepalive`. Either `parallel`
 //! fetches in flight as fast as they go, or `rate` new fetches a second on
 //! an absolute schedule (fetch k is due at k / rate, so the rate does not
-//! drift), with at most `parallel` in flight. There is no engine server: the
-//! body length is checked against Content-Length.
+//! drift), with at most `parallel` in flight. Each of the `parallel`
+//! connections is a machine of the event loop (rt::evloop); `threads`
+//! threads share them. There is no engine server: the body length is checked
+//! against Content-Length.
 //!
 //! A fetch belongs to the window it is due (rate) or starts (parallel) in,
 //! so with a rate the measured count is exactly rate × duration.
 
+use std::marker::PhantomData;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -19,15 +22,18 @@ use serde_json::{json, Map, Value};
 use crate::error::{EngineError, Result};
 use crate::kinds::base::{self, no_server, Kind, RunOptions, ServerEnv, ServerSetup};
 use crate::rt::cpu::CpuProbe;
+use crate::rt::evloop::{self, Dial, Flags, Got, Io, Machine, Want};
 use crate::rt::shared::{new_histogram, summarize, Shared};
 use crate::rt::{sys, target};
 use crate::spec::{HttpSpec, KindSpec};
-use crate::wire::http::{self as http_wire, Fail};
+use crate::wire::http::{self as http_wire, Fail, Progress, Response, ResponseReader};
 use crate::wire::record::{Record, Sink};
 
 /// A fetch more than this behind its due time counts as `late` (the client
 /// could not keep the rate).
 const LATE: Duration = Duration::from_millis(10);
+/// Read size of a thread's scratch buffer (the responses' bytes are counted, not kept).
+const SCRATCH: usize = 64 * 1024;
 
 #[derive(Clone)]
 struct Tally {
@@ -77,6 +83,26 @@ impl Tally {
     fn failed(&self) -> u64 {
         self.errors.iter().sum()
     }
+
+    /// One fetch's outcome.
+    fn count(&mut self, f: &Done) {
+        self.started += 1;
+        self.late += f.late as u64;
+        if let Some(c) = f.connect {
+            self.connections += 1;
+            self.connect.saturating_record(ns(c));
+        }
+        match &f.outcome {
+            Ok(resp) => {
+                self.fetches += 1;
+                self.bytes += resp.body;
+                self.header_bytes += resp.header_bytes;
+                self.first_byte.saturating_record(ns(f.first_byte));
+                self.total.saturating_record(ns(f.total));
+            }
+            Err(fail) => self.errors[fail.index()] += 1,
+        }
+    }
 }
 
 fn ns(d: Duration) -> u64 {
@@ -97,129 +123,335 @@ struct Plan {
     all: Mutex<Tally>,
 }
 
-/// One fetch on `conn` (or a new connection); updates the tallies.
-fn fetch(
-    p: &Plan,
-    req: &[u8],
-    conn: &mut Option<TcpStream>,
-    buf: &mut Vec<u8>,
-) -> (
-    Result<http_wire::Response, Fail>,
-    Option<Duration>,
-    Duration,
-) {
-    let timeout = Duration::from_secs_f64(p.spec.timeout.unwrap_or(5.0));
-    let start = Instant::now();
-    let mut connect_time = None;
-    // A kept-alive connection the server closed meanwhile is reopened once, not counted.
-    for attempt in 0..2 {
-        let deadline = Instant::now() + timeout;
-        let fresh = conn.is_none();
-        if fresh {
-            match http_wire::connect_bounded(p.peer, timeout) {
-                Ok(s) => {
-                    connect_time = Some(start.elapsed());
-                    *conn = Some(s);
-                }
-                Err(f) => return (Err(f), None, start.elapsed()),
-            }
-        }
-        let Some(s) = conn.as_ref() else {
-            return (Err(Fail::Other), connect_time, start.elapsed());
-        };
-        let sent = Instant::now();
-        let r = http_wire::write_all_bounded(s, req, deadline)
-            .and_then(|_| http_wire::read_response_bounded(s, buf, sent, deadline));
-        match r {
-            Err(Fail::Reset) if !fresh && attempt == 0 => {
-                *conn = None;
-                continue;
-            }
-            Err(f) => {
-                *conn = None;
-                return (Err(f), connect_time, start.elapsed());
-            }
-            Ok(mut resp) => {
-                resp.first_byte += sent - start;
-                let total = start.elapsed();
-                if !(p.spec.keepalive && resp.reusable) {
-                    if let Some(s) = conn.take() {
-                        http_wire::await_close_bounded(&s, Instant::now() + timeout);
-                    }
-                }
-                return (Ok(resp), connect_time, total);
-            }
-        }
-    }
-    (Err(Fail::Reset), connect_time, start.elapsed())
+/// A finished fetch.
+struct Done {
+    outcome: std::result::Result<Response, Fail>,
+    late: bool,
+    connect: Option<Duration>,
+    first_byte: Duration,
+    total: Duration,
 }
 
-fn worker(p: &Plan) {
-    let n = p.spec.urls.len() as u64;
-    let mut measured = Tally::new();
-    let mut all = Tally::new();
-    let mut conn: Option<TcpStream> = None;
-    let mut buf = Vec::with_capacity(65536);
-    while !p.abort.load(Relaxed) {
-        let k = p.ticket.fetch_add(1, Relaxed);
-        // When this fetch belongs: its due time (rate) or its start.
-        let at = match p.spec.rate {
-            Some(r) => {
-                let due = Duration::from_secs_f64(k as f64 / r);
-                if due >= p.end {
-                    break;
-                }
-                loop {
-                    let now = p.t0.elapsed();
-                    if now >= due || p.abort.load(Relaxed) {
-                        break;
+/// What one thread's connections share.
+struct Cx<'a> {
+    plan: &'a Plan,
+    dial: Dial,
+    timeout: Duration,
+    measured: Tally,
+    all: Tally,
+    scratch: Vec<u8>,
+}
+
+impl Flags for Cx<'_> {
+    fn stopped(&self) -> bool {
+        self.plan.t0.elapsed() >= self.plan.end
+    }
+    fn aborted(&self) -> bool {
+        self.plan.abort.load(Relaxed)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    /// Between fetches.
+    Idle,
+    /// Rate: the fetch is due then.
+    Due(Instant),
+    Connecting,
+    Sending(usize),
+    Receiving,
+    /// After a `Connection: close` response: waiting for the server's FIN, so
+    /// that the server, not the client, keeps the TIME_WAIT (as http_load).
+    Closing,
+}
+
+/// One connection: its fetches, one after the other.
+struct Conn<'a> {
+    s: Option<TcpStream>,
+    st: St,
+    /// The fetch under way: its ticket, when it belongs, whether it is late.
+    k: u64,
+    at: Duration,
+    late: bool,
+    start: Instant,
+    sent: Instant,
+    connect: Option<Duration>,
+    first_byte: Option<Duration>,
+    /// The connection was opened for this fetch (a kept-alive one was not).
+    fresh: bool,
+    retried: bool,
+    deadline: Option<Instant>,
+    reader: ResponseReader,
+    _cx: PhantomData<fn(&'a ())>,
+}
+
+impl Conn<'_> {
+    fn new() -> Self {
+        let now = Instant::now();
+        Conn {
+            s: None,
+            st: St::Idle,
+            k: 0,
+            at: Duration::ZERO,
+            late: false,
+            start: now,
+            sent: now,
+            connect: None,
+            first_byte: None,
+            fresh: false,
+            retried: false,
+            deadline: None,
+            reader: ResponseReader::default(),
+            _cx: PhantomData,
+        }
+    }
+
+    /// Takes the next ticket, or says when it is due, or that this connection is done.
+    fn next(&mut self, cx: &mut Cx<'_>) -> Option<Want> {
+        let p = cx.plan;
+        if self.st == St::Idle {
+            self.k = p.ticket.fetch_add(1, Relaxed);
+            match p.spec.rate {
+                Some(r) => {
+                    let due = Duration::from_secs_f64(self.k as f64 / r);
+                    if due >= p.end {
+                        return Some(Want::Done);
                     }
-                    std::thread::sleep((due - now).min(Duration::from_millis(100)));
+                    self.at = due;
+                    self.st = St::Due(p.t0 + due);
                 }
-                due
-            }
-            None => {
-                let now = p.t0.elapsed();
-                if now >= p.end {
-                    break;
+                None => {
+                    let now = p.t0.elapsed();
+                    if now >= p.end {
+                        return Some(Want::Done);
+                    }
+                    self.at = now;
                 }
-                now
             }
-        };
-        let in_window = at >= p.warm;
-        let late = p.t0.elapsed().saturating_sub(at) > LATE;
-        let req = &p.requests[(k % n) as usize];
-        let (r, connect, total) = fetch(p, req, &mut conn, &mut buf);
-        let tallies: &mut [&mut Tally] = if in_window {
-            &mut [&mut all, &mut measured]
+        }
+        if let St::Due(t) = self.st {
+            if Instant::now() < t {
+                return Some(Want::Until(t));
+            }
+        }
+        self.late = p.t0.elapsed().saturating_sub(self.at) > LATE;
+        self.start = Instant::now();
+        self.connect = None;
+        self.first_byte = None;
+        self.retried = false;
+        None
+    }
+
+    /// Opens a connection for the fetch under way (or records its failure).
+    fn open(&mut self, io: &mut Io<'_>, cx: &mut Cx<'_>) {
+        self.deadline = Some(Instant::now() + cx.timeout);
+        self.fresh = true;
+        match io.connect(&cx.dial) {
+            Ok(s) => {
+                self.s = Some(s);
+                if io.blocking() {
+                    self.connect = Some(self.start.elapsed());
+                    self.st = St::Sending(0);
+                } else {
+                    self.st = St::Connecting;
+                }
+            }
+            Err(e) => self.finish(cx, Err(Fail::from_connect(&e))),
+        }
+    }
+
+    /// Sends the request on the connection kept alive, or on a new one.
+    fn begin(&mut self, io: &mut Io<'_>, cx: &mut Cx<'_>) {
+        if self.s.is_some() {
+            self.fresh = false;
+            self.deadline = Some(Instant::now() + cx.timeout);
+            self.st = St::Sending(0);
         } else {
-            &mut [&mut all]
+            self.open(io, cx);
+        }
+    }
+
+    /// The fetch failed with `f` after the connection was up: a kept-alive
+    /// connection the server closed meanwhile is reopened once, not counted.
+    fn broke(&mut self, io: &mut Io<'_>, cx: &mut Cx<'_>, f: Fail) {
+        self.s = None;
+        if f == Fail::Reset && !self.fresh && !self.retried && !self.reader.begun() {
+            self.retried = true;
+            self.open(io, cx);
+            return;
+        }
+        self.finish(cx, Err(f));
+    }
+
+    fn finish(&mut self, cx: &mut Cx<'_>, outcome: std::result::Result<Response, Fail>) {
+        let done = Done {
+            outcome,
+            late: self.late,
+            connect: self.connect,
+            first_byte: self.first_byte.unwrap_or_default(),
+            total: self.start.elapsed(),
         };
-        for t in tallies.iter_mut() {
-            t.started += 1;
-            t.late += late as u64;
-            if let Some(c) = connect {
-                t.connections += 1;
-                t.connect.saturating_record(ns(c));
+        if done.outcome.is_err() {
+            self.s = None;
+        }
+        cx.all.count(&done);
+        if self.at >= cx.plan.warm {
+            cx.measured.count(&done);
+        }
+        self.deadline = None;
+        self.st = match (&done.outcome, &self.s) {
+            (Ok(resp), Some(_)) if !(cx.plan.spec.keepalive && resp.reusable) => {
+                self.deadline = Some(Instant::now() + cx.timeout);
+                St::Closing
             }
-            match &r {
-                Ok(resp) => {
-                    t.fetches += 1;
-                    t.bytes += resp.body;
-                    t.header_bytes += resp.header_bytes;
-                    t.first_byte.saturating_record(ns(resp.first_byte));
-                    t.total.saturating_record(ns(total));
+            _ => St::Idle,
+        };
+    }
+}
+
+impl<'a> Machine for Conn<'a> {
+    type Cx = Cx<'a>;
+
+    fn step(&mut self, io: &mut Io<'_>, cx: &mut Cx<'a>) -> Want {
+        loop {
+            match self.st {
+                St::Idle | St::Due(_) => {
+                    if let Some(w) = self.next(cx) {
+                        return w;
+                    }
+                    self.begin(io, cx);
                 }
-                Err(f) => t.errors[f.index()] += 1,
+                St::Connecting => {
+                    let Some(s) = self.s.as_ref() else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match evloop::connected(s) {
+                        Ok(true) => {
+                            self.connect = Some(self.start.elapsed());
+                            self.st = St::Sending(0);
+                        }
+                        Ok(false) => return Want::Write,
+                        Err(e) => {
+                            self.s = None;
+                            self.finish(cx, Err(Fail::from_connect(&e)));
+                        }
+                    }
+                }
+                St::Sending(off) => {
+                    let Some(s) = self.s.as_ref() else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    let req = &cx.plan.requests[(self.k % cx.plan.requests.len() as u64) as usize];
+                    match evloop::write(s, &req[off..]) {
+                        Ok(Some(n)) if off + n == req.len() => {
+                            self.sent = Instant::now();
+                            self.reader.start(false);
+                            self.st = St::Receiving;
+                        }
+                        Ok(Some(n)) => self.st = St::Sending(off + n),
+                        Ok(None) => return Want::Write,
+                        Err(e) => self.broke(io, cx, Fail::from_io(&e)),
+                    }
+                }
+                St::Receiving => {
+                    let Some(s) = self.s.as_ref() else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match evloop::read(s, &mut cx.scratch) {
+                        Ok(Got::Data(n)) => {
+                            self.first_byte.get_or_insert_with(|| self.start.elapsed());
+                            match self.reader.feed(&cx.scratch[..n]) {
+                                Ok(Progress::More) => {}
+                                Ok(Progress::Done(resp)) => self.finish(cx, resp.judged()),
+                                Err(f) => {
+                                    self.s = None;
+                                    self.finish(cx, Err(f));
+                                }
+                            }
+                        }
+                        Ok(Got::Wait) => return Want::Read,
+                        Ok(Got::Eof) => match self.reader.eof() {
+                            Err(f) => self.broke(io, cx, f),
+                            Ok(resp) => {
+                                self.s = None;
+                                self.finish(cx, resp.judged());
+                            }
+                        },
+                        Err(e) => self.broke(io, cx, Fail::from_io(&e)),
+                    }
+                }
+                St::Closing => {
+                    let Some(s) = self.s.as_ref() else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match evloop::read(s, &mut cx.scratch) {
+                        Ok(Got::Wait) => return Want::Read,
+                        Ok(Got::Data(_)) => {}
+                        Ok(Got::Eof) | Err(_) => {
+                            self.s = None;
+                            self.deadline = None;
+                            self.st = St::Idle;
+                        }
+                    }
+                }
             }
         }
     }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn expire(&mut self, cx: &mut Cx<'a>) {
+        match self.st {
+            St::Connecting => {
+                self.s = None;
+                self.finish(cx, Err(Fail::ConnectTimeout));
+            }
+            St::Sending(_) | St::Receiving => {
+                self.s = None;
+                self.finish(cx, Err(Fail::Timeout));
+            }
+            _ => {
+                // A close the server did not finish in time: not the fetch's failure.
+                self.s = None;
+                self.deadline = None;
+                self.st = St::Idle;
+            }
+        }
+    }
+}
+
+/// One thread: `conns` of the test's connections, to the end of the window.
+fn worker(p: &Plan, conns: usize) -> Result<()> {
+    let timeout = Duration::from_secs_f64(p.spec.timeout.unwrap_or(5.0));
+    let mut cx = Cx {
+        plan: p,
+        dial: Dial {
+            peer: p.peer,
+            bind: p.spec.bind,
+            nodelay: p.spec.nodelay,
+            buffer: None,
+            timeout,
+        },
+        timeout,
+        measured: Tally::new(),
+        all: Tally::new(),
+        scratch: vec![0u8; SCRATCH],
+    };
+    let mut ms: Vec<Conn<'_>> = (0..conns).map(|_| Conn::new()).collect();
+    let r = evloop::drive(&mut ms, &mut cx);
     if let Ok(mut g) = p.measured.lock() {
-        g.add(&measured);
+        g.add(&cx.measured);
     }
     if let Ok(mut g) = p.all.lock() {
-        g.add(&all);
+        g.add(&cx.all);
     }
+    r.map_err(EngineError::io("the http event loop failed"))
 }
 
 fn errors_json(t: &Tally) -> Value {
@@ -233,8 +465,8 @@ fn errors_json(t: &Tally) -> Value {
 fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn Sink) -> Result<()> {
     let server = spec.common.server;
     target::check("server", server.ip(), allow_any_target)?;
-    let nofile = sys::raise_nofile();
-    let threads = spec.parallel;
+    let nofile = sys::raise_nofile_to(spec.parallel as u64 + 64);
+    let threads = spec.threads.clamp(1, spec.parallel);
     let host = match server {
         SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
         SocketAddr::V4(a) => a.to_string(),
@@ -263,15 +495,16 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
     ));
     let mut handles = Vec::new();
     for i in 0..threads {
+        // The connections, spread evenly over the threads.
+        let conns = spec.parallel / threads + usize::from(i < spec.parallel % threads);
         let p = plan.clone();
         let h = std::thread::Builder::new()
             .name(format!("http-{}", i))
-            .stack_size(256 * 1024)
-            .spawn(move || worker(&p))
+            .spawn(move || worker(&p, conns))
             .map_err(|e| {
                 plan.abort.store(true, Relaxed);
                 EngineError::io(format!(
-                    "cannot start fetch thread {}: lower parallel or raise the thread limit",
+                    "cannot start fetch thread {}: lower threads or raise the thread limit",
                     i
                 ))(e)
             })?;
@@ -292,15 +525,32 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
     // Fetches already under way end by their own timeout; then give up on them.
     let timeout = Duration::from_secs_f64(spec.timeout.unwrap_or(5.0));
     let give_up = Instant::now() + 2 * timeout + Duration::from_secs(2);
+    let mut failure = None;
     for h in handles {
         while !h.is_finished() && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if h.is_finished() {
-            let _ = h.join();
-        } else {
+        if !h.is_finished() {
             plan.abort.store(true, Relaxed);
+            // Aborted, it ends within a tick of its loop.
+            while !h.is_finished() && Instant::now() < give_up + Duration::from_secs(1) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
+        if h.is_finished() {
+            match h.join() {
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Ok(Ok(())) => {}
+                Err(_) => {
+                    failure = failure.or(Some(EngineError::Internal(
+                        "an http thread panicked: report this bug with the spec".into(),
+                    )))
+                }
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
     }
     let m = plan
         .measured

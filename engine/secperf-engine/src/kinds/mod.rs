@@ -15,6 +15,7 @@ mod timed;
 
 pub use base::{Kind, RunOptions, ServerEnv, ServerSetup};
 
+use crate::error::Result;
 use crate::spec::Spec;
 
 /// The kind that runs `spec`, holding it (one per test and side).
@@ -29,4 +30,10 @@ pub fn of(spec: Spec) -> Box<dyn Kind> {
         Spec::Flood(s) => Box::new(flood::Flood::new(s)),
         Spec::Mix(s) => Box::new(mix::Mix::new(s)),
     }
+}
+
+/// Runs a helper process of a kind that spreads one test over several
+/// processes (the hidden `worker` command; only `connections` does).
+pub fn worker(job: &str) -> Result<()> {
+    connections::worker(job)
 }

@@ -1,6 +1,9 @@
 //! The few libc calls std and socket2 do not offer, each behind a safe function.
 
-use std::os::fd::RawFd;
+use std::net::TcpListener;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
 
 use crate::wire::record::CpuTimes;
 
@@ -120,6 +123,106 @@ pub fn set_rcvlowat(fd: RawFd, bytes: usize) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Sets IP_BIND_ADDRESS_NO_PORT: a socket bound to an address with port 0
+/// gets its port at connect(), from the whole 4-tuple (so one source address
+/// serves ~64 k connections to each destination, not ~64 k in all).
+pub fn set_bind_address_no_port(fd: RawFd) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // Safety: the kernel reads `len` bytes from `one`, an int we own; a bad fd
+    // only yields an error return.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The descriptor a helper process finds its parent's socket on.
+pub const HANDED_FD: RawFd = 3;
+
+/// Starts `cmd` with `fd` (a socket of ours) as its descriptor HANDED_FD.
+pub fn spawn_with_fd(cmd: &mut Command, fd: RawFd) -> std::io::Result<Child> {
+    // Safety: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: dup2 and fcntl are. It touches no
+    // memory of the parent's but the integer `fd`, copied into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 clears close-on-exec on the copy; on the same number it does
+            // nothing, so the flag is cleared by hand.
+            let rc = if fd == HANDED_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, HANDED_FD)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// In a helper process: the listener its parent handed it as HANDED_FD.
+pub fn handed_listener() -> std::io::Result<TcpListener> {
+    // Safety: fstat only writes into the struct we own; it tells whether the
+    // descriptor is open before anything takes ownership of it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(HANDED_FD, &mut st) } != 0 {
+        return Err(std::io::Error::other(
+            "no socket on descriptor 3: this command is started by secperf-engine itself",
+        ));
+    }
+    // Safety: descriptor 3 is open (checked above) and ours alone: our parent
+    // dup2'ed its listener onto it for us, and nothing else in this process
+    // uses or closes it.
+    Ok(unsafe { TcpListener::from_raw_fd(HANDED_FD) })
+}
+
+/// This process's resident memory in bytes (/proc/self/statm), if readable.
+pub fn rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    // Safety: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(4096) as u64)
+}
+
+/// Raises RLIMIT_NOFILE to at least `want` descriptors where the process may
+/// (its hard limit, or as root up to fs.nr_open), else as far as it can;
+/// returns the soft limit now in force.
+pub fn raise_nofile_to(want: u64) -> u64 {
+    let now = raise_nofile();
+    if now >= want {
+        return now;
+    }
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    let target = want.min(ceiling);
+    let lim = libc::rlimit {
+        rlim_cur: target as libc::rlim_t,
+        rlim_max: target as libc::rlim_t,
+    };
+    // Safety: setrlimit only reads the struct we pass, which lives on our stack.
+    // Raising the hard limit needs CAP_SYS_RESOURCE; without it this fails and
+    // the limit stays as it was.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        return target;
+    }
+    now
 }
 
 /// Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the soft limit now in force.

@@ -34,10 +34,9 @@ impl Direction {
     }
 }
 
-/// How crr and connections end a TCP connection: `fin`, an orderly close
-/// (FIN both ways, the client keeps the TIME_WAIT, as netperf's TCP_CRR and
-/// real clients do), or `reset`, SO_LINGER 0 (an RST, no TIME_WAIT, no FIN
-/// for a stateful DUT to see).
+/// How the connections kind's server answers each client FIN: `fin`, its own
+/// FIN (an orderly close, the client keeps the TIME_WAIT), or `reset`,
+/// SO_LINGER 0 (an RST, no TIME_WAIT on either side).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Close {
@@ -51,6 +50,36 @@ impl Close {
         match self {
             Close::Fin => "fin",
             Close::Reset => "reset",
+        }
+    }
+}
+
+/// How crr ends each connection. `server-first` (the default): the server
+/// closes right after its response, the client reads the response, then the
+/// end of stream, then closes (netperf's TCP_CRR, an HTTP/1.0 or
+/// `Connection: close` server; the server keeps the TIME_WAIT).
+/// `client-first` (`fin`, its old name): the client shuts down its write side
+/// after the response, the server reads that end of stream and closes, the
+/// client reads the server's and closes: half a round trip more, the client
+/// keeps the TIME_WAIT. Both are orderly (a FIN each way through the path).
+/// `reset`: the client closes with SO_LINGER 0 (one RST, no FIN, no TIME_WAIT).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CloseOrder {
+    #[default]
+    #[serde(rename = "server-first")]
+    ServerFirst,
+    #[serde(rename = "client-first", alias = "fin")]
+    ClientFirst,
+    #[serde(rename = "reset")]
+    Reset,
+}
+
+impl CloseOrder {
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseOrder::ServerFirst => "server-first",
+            CloseOrder::ClientFirst => "client-first",
+            CloseOrder::Reset => "reset",
         }
     }
 }
@@ -398,6 +427,30 @@ pub fn parallel_of(parallel: Option<u64>, max: u64) -> Result<usize> {
         ));
     }
     Ok(parallel as usize)
+}
+
+/// Most event-loop threads a kind may ask for.
+pub const MAX_THREADS: u64 = 64;
+
+/// `threads`: the event-loop threads that share a kind's connections (or
+/// virtual clients); default one per CPU this process may use, never more
+/// than there are connections.
+pub fn threads_of(threads: Option<u64>, connections: usize) -> Result<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match threads {
+        None => cpus.min(MAX_THREADS as usize),
+        Some(t) if (1..=MAX_THREADS).contains(&t) => t as usize,
+        Some(t) => {
+            return Err(EngineError::spec(
+                "threads",
+                format!(
+                    "threads must be 1..={} (got {}): give e.g. 1, or leave it out for one per CPU",
+                    MAX_THREADS, t
+                ),
+            ))
+        }
+    };
+    Ok(threads.min(connections.max(1)))
 }
 
 /// A rate of things per second (`rate`, `close_rate`): > 0 and ≤ 1e7, or absent.

@@ -28,12 +28,17 @@ server_kind_raw! {
         hold: Option<f64>,
         close_rate: Option<f64>,
         close: Option<Close>,
+        sources: Option<Vec<IpAddr>>,
+        per_process: Option<u64>,
     }
 }
 
+/// Most source addresses one test spreads its connections over.
+pub const MAX_SOURCES: usize = 4096;
+
 /// A resolved connections spec. It measures its own phases: no warm-up, no
-/// intervals; `duration` bounds the opening phase. `bind` and `payload` are
-/// accepted but not used.
+/// intervals; `duration` bounds the opening phase. `payload` is accepted but
+/// not used.
 #[derive(Clone, Debug, Serialize)]
 pub struct ConnectionsSpec {
     #[serde(flatten)]
@@ -55,6 +60,13 @@ pub struct ConnectionsSpec {
     pub close_rate: Option<f64>,
     /// How the server answers each client FIN.
     pub close: Close,
+    /// Source addresses the client binds its connections to, round-robin (a
+    /// port each from the kernel, per destination): ~64 k connections per
+    /// address. Empty: the kernel's choice (one address). `bind` alone is one.
+    pub sources: Vec<IpAddr>,
+    /// Most connections one engine process holds (None: its descriptor limit
+    /// less a margin); beyond it, helper processes share them, on both sides.
+    pub per_process: Option<u64>,
 }
 
 impl KindSpec for ConnectionsSpec {
@@ -95,6 +107,7 @@ impl KindSpec for ConnectionsSpec {
                 format!("hold must be 0..=600 seconds (got {}): give e.g. 1", hold),
             ));
         }
+        let sources = sources_of(raw.sources, bind, &common)?;
         Ok(ConnectionsSpec {
             common,
             bind,
@@ -108,8 +121,71 @@ impl KindSpec for ConnectionsSpec {
             hold,
             close_rate,
             close: raw.close.unwrap_or_default(),
+            sources,
+            per_process: per_process_of(raw.per_process)?,
         })
     }
+}
+
+/// `per_process`: at least 100 connections a process.
+fn per_process_of(v: Option<u64>) -> Result<Option<u64>> {
+    match v {
+        Some(n) if !(100..=MAX_CONNECTIONS).contains(&n) => Err(EngineError::spec(
+            "per_process",
+            format!(
+                "per_process must be 100..={} connections (got {}): leave it out for the descriptor limit",
+                MAX_CONNECTIONS, n
+            ),
+        )),
+        v => Ok(v),
+    }
+}
+
+/// `sources`: addresses of the server's family, at most MAX_SOURCES, none twice.
+fn sources_of(
+    sources: Option<Vec<IpAddr>>,
+    bind: Option<IpAddr>,
+    common: &Common,
+) -> Result<Vec<IpAddr>> {
+    let list = match (sources, bind) {
+        (Some(s), _) => s,
+        (None, Some(b)) => vec![b],
+        (None, None) => return Ok(Vec::new()),
+    };
+    if list.len() > MAX_SOURCES {
+        return Err(EngineError::spec(
+            "sources",
+            format!(
+                "sources lists {} addresses: give at most {} (each serves ~64 k connections)",
+                list.len(),
+                MAX_SOURCES
+            ),
+        ));
+    }
+    let v6 = common.server.is_ipv6();
+    for (i, ip) in list.iter().enumerate() {
+        if ip.is_ipv6() != v6 {
+            return Err(EngineError::spec(
+                "sources",
+                format!(
+                    "sources[{}] {} is not of the server's address family: give {} addresses of this host",
+                    i,
+                    ip,
+                    if v6 { "IPv6" } else { "IPv4" }
+                ),
+            ));
+        }
+        if list[..i].contains(ip) {
+            return Err(EngineError::spec(
+                "sources",
+                format!(
+                    "sources[{}] {} is listed twice: give each address once",
+                    i, ip
+                ),
+            ));
+        }
+    }
+    Ok(list)
 }
 
 impl ConnectionsSpec {

@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::spec::common::{
     self, bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, size,
-    socket_buffer_of, tcp_only, timeout_of, warmup_of, Close, Common, KindSpec, Names, Payload,
-    Protocol,
+    socket_buffer_of, tcp_only, threads_of, timeout_of, warmup_of, CloseOrder, Common, KindSpec,
+    Names, Payload, Protocol,
 };
 
 server_kind_raw! {
@@ -29,7 +29,8 @@ server_kind_raw! {
         response: Option<u64>,
         rate: Option<f64>,
         timeout: Option<f64>,
-        close: Option<Close>,
+        close: Option<CloseOrder>,
+        threads: Option<u64>,
     }
 }
 
@@ -45,8 +46,11 @@ pub struct CrrSpec {
     pub socket_buffer: Option<u64>,
     pub nodelay: bool,
     pub payload: Payload,
-    /// Concurrent connect loops.
+    /// Connections under way at once (each a loop: connect, request,
+    /// response, close, again).
     pub parallel: usize,
+    /// Event-loop threads that share the `parallel` loops.
+    pub threads: usize,
     pub request: usize,
     pub response: usize,
     /// New connections/s across the loops, on one absolute schedule.
@@ -54,7 +58,7 @@ pub struct CrrSpec {
     /// Deadline of each connection (connect to close); a miss is counted, not fatal.
     pub timeout: Option<f64>,
     /// How each connection ends.
-    pub close: Close,
+    pub close: CloseOrder,
 }
 
 impl KindSpec for CrrSpec {
@@ -77,7 +81,8 @@ impl KindSpec for CrrSpec {
         let interval = interval_of(raw.interval)?;
         let bind = bind_of(raw.bind, common.server)?;
         let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
-        let parallel = parallel_of(raw.parallel, 128)?;
+        let parallel = parallel_of(raw.parallel, 1024)?;
+        let threads = threads_of(raw.threads, parallel)?;
         let rate = per_second_of("rate", raw.rate)?;
         // Without a timeout crr fails after repeated failures (netperf's TCP_CRR).
         let timeout = timeout_of(raw.timeout, None)?;
@@ -93,6 +98,7 @@ impl KindSpec for CrrSpec {
             nodelay: raw.nodelay.unwrap_or(true),
             payload: raw.payload.unwrap_or(Payload::Random),
             parallel,
+            threads,
             request,
             response,
             rate,

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only, timeout_of,
-    warmup_of, Common, KindSpec, Names, Payload, Protocol,
+    bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only, threads_of,
+    timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
 };
 
 server_kind_raw! {
@@ -23,6 +23,7 @@ server_kind_raw! {
         keepalive: Option<bool>,
         rate: Option<f64>,
         timeout: Option<f64>,
+        threads: Option<u64>,
     }
 }
 
@@ -38,8 +39,10 @@ pub struct HttpSpec {
     pub bind: Option<IpAddr>,
     pub nodelay: bool,
     pub payload: Payload,
-    /// Fetches in flight.
+    /// Fetches in flight (each on its own connection).
     pub parallel: usize,
+    /// Event-loop threads that share the `parallel` connections.
+    pub threads: usize,
     /// Paths fetched round-robin.
     pub urls: Vec<String>,
     pub keepalive: bool,
@@ -69,7 +72,8 @@ impl KindSpec for HttpSpec {
         let interval = interval_of(raw.interval)?;
         let bind = bind_of(raw.bind, common.server)?;
         // http's parallel is connections in flight (http_load -parallel), not threads of a stream.
-        let parallel = parallel_of(raw.parallel, 1024)?;
+        let parallel = parallel_of(raw.parallel, 10_000)?;
+        let threads = threads_of(raw.threads, parallel)?;
         let urls = urls_of(raw.urls)?;
         let rate = per_second_of("rate", raw.rate)?;
         let timeout = timeout_of(raw.timeout, Some(5.0))?;
@@ -81,6 +85,7 @@ impl KindSpec for HttpSpec {
             nodelay: raw.nodelay.unwrap_or(true),
             payload: raw.payload.unwrap_or(Payload::Random),
             parallel,
+            threads,
             urls,
             keepalive: raw.keepalive.unwrap_or(false),
             rate,

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
-use crate::spec::common::{CpuGroup, KindSpec, Names, Protocol};
+use crate::spec::common::{threads_of, CpuGroup, KindSpec, Names, Protocol};
 use crate::wire::ftp::Mode;
 
-/// Most virtual clients one process runs (one thread each).
-pub const MAX_CLIENTS: usize = 4096;
+/// Most virtual clients one process runs (machines of its event loops).
+pub const MAX_CLIENTS: usize = 10_000;
 pub const HTTP_PORT: u16 = 5380;
 pub const FTP_PORT: u16 = 5321;
 
@@ -65,6 +65,10 @@ pub struct MixSpec {
     pub socks: Option<SocketAddr>,
     #[serde(default)]
     pub cpu_groups: Vec<CpuGroup>,
+    /// Event-loop threads that share the virtual clients (default one per
+    /// CPU this process may use).
+    #[serde(default)]
+    pub threads: Option<u64>,
     /// The spec as given (the `start` record echoes it).
     #[serde(skip)]
     pub given: Value,
@@ -103,6 +107,11 @@ impl KindSpec for MixSpec {
 }
 
 impl MixSpec {
+    /// The event-loop threads the virtual clients share.
+    pub fn threads(&self) -> usize {
+        threads_of(self.threads, self.clients.len()).unwrap_or(1)
+    }
+
     fn check(&self) -> Result<()> {
         if self.servers.is_empty() {
             return Err(bad(
@@ -208,6 +217,7 @@ impl MixSpec {
         for g in &self.cpu_groups {
             g.check()?;
         }
+        threads_of(self.threads, self.clients.len())?;
         Ok(())
     }
 }

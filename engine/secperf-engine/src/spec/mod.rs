@@ -27,7 +27,7 @@ use crate::error::{EngineError, Result};
 use crate::rt::target;
 
 pub(crate) use common::KindSpec;
-pub use common::{Close, Common, CpuGroup, Direction, Payload, Protocol};
+pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protocol};
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
 pub use flood::{FloodSender, FloodSpec};

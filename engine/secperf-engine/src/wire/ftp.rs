@@ -1,22 +1,13 @@
-//! One FTP GET on the wire, as the NSTL clients did it: a new control
-//! connection, anonymous login, `TYPE I`, a passive (`PASV`/`EPSV`) or active
-//! (`PORT`/`EPRT`) data connection, `RETR`, the transfer to its end, `QUIT`.
-//! Every step waits at most `timeout` (an idle timeout, as a socket timeout
-//! in a real client: a slow transfer that keeps moving is not cut off).
-//!
-//! In passive mode the data connection goes to the control connection's
-//! peer on the port the reply names, not to the address in the reply (curl's
-//! and Python's ftplib's default): a transparent proxy answers with its own
-//! address, and the testbed only routes what the client already reaches.
+//! The FTP dialogue's words, as the NSTL clients spoke it (the mix kind's
+//! machine drives it): replies read from the control connection's bytes,
+//! the ports of `PASV`/`EPSV` replies, the `PORT`/`EPRT` commands, and the
+//! kinds of failure. No I/O here.
 
-use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::http::{self as http_wire, Fail};
+use crate::wire::http::Fail;
 
 /// Who opens the data connection: the client (passive) or the server (active).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +32,8 @@ pub enum FtpFail {
 }
 
 impl FtpFail {
-    fn after(f: Fail) -> FtpFail {
+    /// A failure of the HTTP/TCP layer, in these kinds.
+    pub fn after(f: Fail) -> FtpFail {
         match f {
             Fail::Timeout => FtpFail::Timeout,
             Fail::ConnectRefused | Fail::ConnectTimeout | Fail::Unreachable => FtpFail::Connect,
@@ -50,88 +42,40 @@ impl FtpFail {
     }
 }
 
-type R<T> = std::result::Result<T, FtpFail>;
+/// Longest control-connection text a reply may take before it is refused
+/// (not an FTP server).
+pub const MAX_REPLY: usize = 8192;
 
-/// Opens a connection to `to`, directly or through a SOCKS5 proxy (`via`); a
-/// proxy that refuses by its rules is a refusal, anything else a connect failure.
-pub fn open(to: SocketAddr, via: Option<SocketAddr>, timeout: Duration) -> R<TcpStream> {
-    let r = match via {
-        Some(proxy) => crate::wire::socks::connect(proxy, to, timeout),
-        None => http_wire::connect_bounded(to, timeout),
-    };
-    r.map_err(|f| match f {
-        Fail::BadStatus => FtpFail::Refused,
-        _ => FtpFail::Connect,
-    })
-}
-
-struct Control {
-    s: TcpStream,
-    pending: Vec<u8>,
-    timeout: Duration,
-}
-
-impl Control {
-    fn step(&self) -> Instant {
-        Instant::now() + self.timeout
-    }
-
-    fn send(&self, line: &str) -> R<()> {
-        let mut msg = Vec::with_capacity(line.len() + 2);
-        msg.extend_from_slice(line.as_bytes());
-        msg.extend_from_slice(b"\r\n");
-        http_wire::write_all_bounded(&self.s, &msg, self.step()).map_err(FtpFail::after)
-    }
-
-    /// One line of the control connection, without its CRLF.
-    fn line(&mut self) -> R<String> {
-        let deadline = self.step();
-        loop {
-            if let Some(p) = self.pending.windows(2).position(|w| w == b"\r\n") {
-                let line = String::from_utf8_lossy(&self.pending[..p]).into_owned();
-                self.pending.drain(..p + 2);
-                return Ok(line);
+/// Takes one whole reply (a multi-line one to its last line) off the front of
+/// `pending`: its code and last line; None while it is incomplete.
+pub fn take_reply(pending: &mut Vec<u8>) -> Result<Option<(u16, String)>, FtpFail> {
+    let mut at = 0;
+    let mut code = None;
+    loop {
+        let Some(p) = pending[at..].windows(2).position(|w| w == b"\r\n") else {
+            if pending.len() > MAX_REPLY {
+                return Err(FtpFail::Refused);
             }
-            if self.pending.len() > 8192 {
-                return Err(FtpFail::Refused); // not an FTP server
+            return Ok(None);
+        };
+        let line = String::from_utf8_lossy(&pending[at..at + p]).into_owned();
+        at += p + 2;
+        let c = match code {
+            None => {
+                let c = reply_code(&line).ok_or(FtpFail::Refused)?;
+                code = Some(c);
+                if line.as_bytes().get(3) != Some(&b'-') {
+                    pending.drain(..at);
+                    return Ok(Some((c, line)));
+                }
+                continue;
             }
-            let mut chunk = [0u8; 2048];
-            let n = http_wire::read_some_bounded(&self.s, &mut chunk, deadline)
-                .map_err(FtpFail::after)?;
-            if n == 0 {
-                return Err(FtpFail::Short);
-            }
-            self.pending.extend_from_slice(&chunk[..n]);
+            Some(c) => c,
+        };
+        if line.starts_with(&format!("{} ", c)) {
+            pending.drain(..at);
+            return Ok(Some((c, line)));
         }
-    }
-
-    /// One reply (multi-line ones to their last line): its code and last line.
-    fn reply(&mut self) -> R<(u16, String)> {
-        let first = self.line()?;
-        let code = reply_code(&first).ok_or(FtpFail::Refused)?;
-        let mut last = first;
-        if last.as_bytes().get(3) == Some(&b'-') {
-            let end = format!("{} ", code);
-            while !last.starts_with(&end) {
-                last = self.line()?;
-            }
-        }
-        Ok((code, last))
-    }
-
-    /// A reply that must have one of `want` as its code; 4xx/5xx and others are refusals.
-    fn expect(&mut self, want: &[u16]) -> R<(u16, String)> {
-        let (code, text) = self.reply()?;
-        if want.contains(&code) {
-            Ok((code, text))
-        } else {
-            Err(FtpFail::Refused)
-        }
-    }
-
-    fn command(&mut self, line: &str, want: &[u16]) -> R<(u16, String)> {
-        self.send(line)?;
-        self.expect(want)
     }
 }
 
@@ -190,147 +134,25 @@ pub fn port_command(addr: SocketAddr) -> String {
     }
 }
 
-/// Waits for one connection on `l` until `deadline`.
-fn accept(l: &TcpListener, deadline: Instant, timeout: Duration) -> R<TcpStream> {
-    loop {
-        let wait = http_wire::left(deadline).map_err(|_| FtpFail::Timeout)?;
-        let mut pfd = libc::pollfd {
-            fd: l.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // Safety: pfd is one valid pollfd on our stack; nfds is 1.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(FtpFail::Connect);
-        }
-        if n == 0 {
-            continue; // the deadline check above ends it
-        }
-        return match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|_| FtpFail::Connect)?;
-                s.set_read_timeout(Some(timeout))
-                    .map_err(|_| FtpFail::Connect)?;
-                Ok(s)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(_) => Err(FtpFail::Connect),
-        };
-    }
-}
-
-/// What one fetch moved.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Got {
-    pub bytes: u64,
-}
-
-/// Fetches `path` from the FTP server at `peer`; `expect` is the file's size.
-pub fn get(
-    peer: SocketAddr,
-    via: Option<SocketAddr>,
-    path: &str,
-    expect: u64,
-    mode: Mode,
-    timeout: Duration,
-) -> R<Got> {
-    let s = open(peer, via, timeout)?;
-    let mut c = Control {
-        s,
-        pending: Vec::with_capacity(1024),
-        timeout,
-    };
-    let r = transfer(&mut c, peer, via, path, mode);
-    // QUIT politely when the session is still in order; never count its answer.
-    if matches!(r, Ok(_) | Err(FtpFail::Refused)) {
-        let quick = Duration::from_millis(200).min(timeout);
-        c.timeout = quick;
-        if c.send("QUIT").is_ok() {
-            let _ = c.reply();
-        }
-    }
-    let got = r?;
-    if got.bytes != expect {
-        return Err(FtpFail::Short);
-    }
-    Ok(got)
-}
-
-enum Data {
-    Open(TcpStream),
-    Listen(TcpListener),
-}
-
-fn transfer(
-    c: &mut Control,
-    peer: SocketAddr,
-    via: Option<SocketAddr>,
-    path: &str,
-    mode: Mode,
-) -> R<Got> {
-    c.expect(&[220])?;
-    let (code, _) = c.command("USER anonymous", &[230, 331])?;
-    if code == 331 {
-        c.command("PASS secperf@", &[230])?;
-    }
-    c.command("TYPE I", &[200])?;
-    let data = match mode {
-        Mode::Passive => {
-            let port = if peer.is_ipv4() {
-                let (_, text) = c.command("PASV", &[227])?;
-                pasv_port(&text)
-            } else {
-                let (_, text) = c.command("EPSV", &[229])?;
-                epsv_port(&text)
-            }
-            .ok_or(FtpFail::Refused)?;
-            let to = SocketAddr::new(peer.ip(), port);
-            Data::Open(open(to, via, c.timeout)?)
-        }
-        Mode::Active => {
-            let local: IpAddr = c.s.local_addr().map_err(|_| FtpFail::Connect)?.ip();
-            let l = TcpListener::bind(SocketAddr::new(local, 0)).map_err(|_| FtpFail::Connect)?;
-            l.set_nonblocking(true).map_err(|_| FtpFail::Connect)?;
-            let at = l.local_addr().map_err(|_| FtpFail::Connect)?;
-            c.command(&port_command(at), &[200])?;
-            Data::Listen(l)
-        }
-    };
-    c.command(&format!("RETR {}", path), &[125, 150])?;
-    let d = match data {
-        Data::Open(s) => s,
-        Data::Listen(l) => accept(&l, c.step(), c.timeout)?,
-    };
-    let mut bytes = 0u64;
-    let mut buf = vec![0u8; 65536];
-    loop {
-        let n = http_wire::read_some_bounded(&d, &mut buf, c.step()).map_err(FtpFail::after)?;
-        if n == 0 {
-            break;
-        }
-        bytes += n as u64;
-    }
-    drop(d);
-    // 226/250: the transfer is complete; 426 and the like: it was cut short.
-    let (code, _) = c.reply()?;
-    if !(code == 226 || code == 250) {
-        return Err(if code >= 400 && bytes > 0 {
-            FtpFail::Short
-        } else {
-            FtpFail::Refused
-        });
-    }
-    Ok(Got { bytes })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_replies_are_taken() {
+        let mut p = b"220 ready\r\n230-welcome\r\n  more\r\n230 done\r\n150 ope".to_vec();
+        assert_eq!(take_reply(&mut p).unwrap(), Some((220, "220 ready".into())));
+        assert_eq!(take_reply(&mut p).unwrap(), Some((230, "230 done".into())));
+        assert_eq!(take_reply(&mut p).unwrap(), None);
+        p.extend_from_slice(b"ning\r\n");
+        assert_eq!(
+            take_reply(&mut p).unwrap(),
+            Some((150, "150 opening".into()))
+        );
+        assert!(p.is_empty());
+        let mut bad = b"HTTP/1.1 200 OK\r\n".to_vec();
+        assert_eq!(take_reply(&mut bad), Err(FtpFail::Refused));
+    }
 
     #[test]
     fn replies_parse() {

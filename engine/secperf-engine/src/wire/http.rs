@@ -1,11 +1,10 @@
-//! One HTTP/1.1 GET on the wire, with a deadline on every step and each
-//! failure sorted into a kind (what http_load reports as errors).
+//! One HTTP/1.1 GET on the wire: the request, and a reader that takes the
+//! response's bytes as they arrive (the head, then the body, whose length
+//! Content-Length gives); each failure sorted into a kind (what http_load
+//! reports as errors). No I/O here: the kinds' event-loop machines read and
+//! feed.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
-
-use socket2::{Domain, Socket, Type};
+use std::io;
 
 /// Why a fetch (or a held connection) failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,126 +76,14 @@ impl Fail {
     }
 }
 
-/// Time left to `deadline`, or a Timeout failure.
-pub fn left(deadline: Instant) -> Result<Duration, Fail> {
-    let now = Instant::now();
-    if now >= deadline {
-        return Err(Fail::Timeout);
-    }
-    Ok((deadline - now).max(Duration::from_millis(1)))
-}
-
-/// A TCP connection with a deadline; nodelay on (requests are small).
-pub fn connect(peer: SocketAddr, deadline: Instant) -> Result<TcpStream, Fail> {
-    let s = Socket::new(Domain::for_address(peer), Type::STREAM, None).map_err(|_| Fail::Other)?;
-    let wait = left(deadline).map_err(|_| Fail::ConnectTimeout)?;
-    s.connect_timeout(&peer.into(), wait)
-        .map_err(|e| Fail::from_connect(&e))?;
-    let _ = s.set_tcp_nodelay(true);
-    Ok(s.into())
-}
-
-/// A TCP connection for one fetch's fast path: both socket timeouts set to
-/// `timeout` before a blocking connect (which SO_SNDTIMEO bounds), so the reads
-/// and writes after it need no setsockopt each (the `*_bounded` functions):
-/// 5 system calls to connect instead of 7, one per read or write instead of two.
-pub fn connect_bounded(peer: SocketAddr, timeout: Duration) -> Result<TcpStream, Fail> {
-    let s = Socket::new(Domain::for_address(peer), Type::STREAM, None).map_err(|_| Fail::Other)?;
-    let wait = timeout.max(Duration::from_millis(1));
-    s.set_write_timeout(Some(wait)).map_err(|_| Fail::Other)?;
-    s.set_read_timeout(Some(wait)).map_err(|_| Fail::Other)?;
-    loop {
-        match s.connect(&peer.into()) {
-            Ok(()) => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Fail::from_connect(&e)),
-        }
-    }
-    let _ = s.set_tcp_nodelay(true);
-    Ok(s.into())
-}
-
-/// read_some on a socket from connect_bounded: its timeout bounds each wait, the
-/// deadline is checked before each read (a read begun just before it may wait one
-/// more socket timeout).
-pub fn read_some_bounded(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<usize, Fail> {
-    loop {
-        left(deadline)?;
-        match (&*s).read(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Fail::from_io(&e)),
-        }
-    }
-}
-
-/// write_all on a socket from connect_bounded (see read_some_bounded).
-pub fn write_all_bounded(s: &TcpStream, mut buf: &[u8], deadline: Instant) -> Result<(), Fail> {
-    while !buf.is_empty() {
-        left(deadline)?;
-        match (&*s).write(buf) {
-            Ok(0) => return Err(Fail::Reset),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Fail::from_io(&e)),
-        }
-    }
-    Ok(())
-}
-
-/// Reads some bytes before `deadline` (0 = EOF).
-pub fn read_some(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<usize, Fail> {
-    loop {
-        s.set_read_timeout(Some(left(deadline)?))
-            .map_err(|_| Fail::Other)?;
-        match (&*s).read(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                // The socket timeout may end a little early: look at the deadline again.
-                left(deadline)?;
-            }
-            Err(e) => return Err(Fail::from_io(&e)),
-        }
-    }
-}
-
-pub fn write_all(s: &TcpStream, mut buf: &[u8], deadline: Instant) -> Result<(), Fail> {
-    while !buf.is_empty() {
-        s.set_write_timeout(Some(left(deadline)?))
-            .map_err(|_| Fail::Other)?;
-        match (&*s).write(buf) {
-            Ok(0) => return Err(Fail::Reset),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                left(deadline)?;
-            }
-            Err(e) => return Err(Fail::from_io(&e)),
-        }
-    }
-    Ok(())
-}
-
 /// What one response held.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Response {
+    pub status: u16,
     pub body: u64,
     pub header_bytes: u64,
     /// The server will keep the connection open.
     pub reusable: bool,
-    /// Since the request was written: first byte, last byte.
-    pub first_byte: Duration,
 }
 
 pub fn request(path: &str, host: &str, keepalive: bool) -> Vec<u8> {
@@ -241,105 +128,195 @@ pub fn parse_head(head: &[u8]) -> Option<(u16, Option<u64>, bool)> {
     Some((status, length, keep))
 }
 
-/// Reads one response on `s` (a socket from connect_bounded; the request
-/// already written at `sent`). The body must be as long as Content-Length says.
-pub fn read_response_bounded(
-    s: &TcpStream,
-    buf: &mut Vec<u8>,
-    sent: Instant,
-    deadline: Instant,
-) -> Result<Response, Fail> {
-    read_response_with(s, buf, sent, deadline, read_some_bounded)
+/// The longest head a reader accepts.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Where a response stands after some of its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// More bytes are needed.
+    More,
+    /// The whole response (its status not yet judged: see `Response::judged`).
+    Done(Response),
 }
 
-type ReadSome = fn(&TcpStream, &mut [u8], Instant) -> Result<usize, Fail>;
+/// Reads one response from the bytes fed to it: the head (copied only when it
+/// spans reads), then the body, counted.
+#[derive(Debug, Default)]
+pub struct ResponseReader {
+    head: Vec<u8>,
+    /// (status, length: None = to the end of stream, keep-alive, head bytes)
+    parsed: Option<(u16, Option<u64>, bool, u64)>,
+    body: u64,
+    /// A body without Content-Length runs to the end of stream (else: BadResponse).
+    eof_body: bool,
+}
 
-/// read_response_with's scratch space: the longest head it accepts, and its read size.
-const SCRATCH: usize = 64 * 1024;
-
-fn read_response_with(
-    s: &TcpStream,
-    buf: &mut Vec<u8>,
-    sent: Instant,
-    deadline: Instant,
-    read_some: ReadSome,
-) -> Result<Response, Fail> {
-    // `buf` is scratch space, sized once and reused: the bytes are read straight
-    // into it (no zeroed chunk per response, no copy), the head searched as it grows.
-    if buf.len() < SCRATCH {
-        buf.resize(SCRATCH, 0);
+impl ResponseReader {
+    /// A reader for the next response; `eof_body`: accept a body without
+    /// Content-Length, delimited by the end of stream.
+    pub fn start(&mut self, eof_body: bool) {
+        self.head.clear();
+        self.parsed = None;
+        self.body = 0;
+        self.eof_body = eof_body;
     }
-    let mut filled = 0;
-    let mut first = None;
-    let head_end = loop {
-        if filled == buf.len() {
-            return Err(Fail::BadResponse); // a head longer than the scratch space
-        }
-        let n = read_some(s, &mut buf[filled..], deadline)?;
-        if n == 0 {
-            return Err(if filled == 0 {
-                Fail::Reset
+
+    /// True once any byte of the head has come.
+    pub fn begun(&self) -> bool {
+        self.parsed.is_some() || !self.head.is_empty()
+    }
+
+    /// Takes the next bytes of the response.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Progress, Fail> {
+        let mut rest = bytes;
+        if self.parsed.is_none() {
+            let end = if self.head.is_empty() {
+                match find_header_end(bytes) {
+                    Some(end) => {
+                        self.parsed = Some(self.head_of(&bytes[..end])?);
+                        Some(end)
+                    }
+                    None => None,
+                }
             } else {
-                Fail::BadResponse
-            });
+                let from = self.head.len().saturating_sub(3);
+                let was = self.head.len();
+                self.head.extend_from_slice(bytes);
+                match find_header_end(&self.head[from..]) {
+                    Some(e) => {
+                        let end = from + e;
+                        let head = std::mem::take(&mut self.head);
+                        self.parsed = Some(self.head_of(&head[..end])?);
+                        Some(end - was)
+                    }
+                    None => None,
+                }
+            };
+            match end {
+                Some(end) => rest = &bytes[end..],
+                None => {
+                    if self.head.is_empty() {
+                        self.head.extend_from_slice(bytes);
+                    }
+                    if self.head.len() > MAX_HEAD {
+                        return Err(Fail::BadResponse);
+                    }
+                    return Ok(Progress::More);
+                }
+            }
         }
-        first.get_or_insert_with(|| sent.elapsed());
-        let from = filled.saturating_sub(3);
-        filled += n;
-        if let Some(end) = find_header_end(&buf[from..filled]) {
-            break from + end;
+        let Some((status, length, reusable, header_bytes)) = self.parsed else {
+            return Ok(Progress::More);
+        };
+        self.body += rest.len() as u64;
+        match length {
+            Some(len) if self.body > len => Err(Fail::BadResponse),
+            Some(len) if self.body == len => Ok(Progress::Done(Response {
+                status,
+                body: self.body,
+                header_bytes,
+                reusable,
+            })),
+            _ => Ok(Progress::More),
         }
-    };
-    let (status, length, keep) = parse_head(&buf[..head_end]).ok_or(Fail::BadResponse)?;
-    let length = length.ok_or(Fail::BadResponse)?;
-    let mut body = (filled - head_end) as u64;
-    while body < length {
-        let n = read_some(s, &mut buf[..], deadline)?;
-        if n == 0 {
-            return Err(Fail::ShortBody);
+    }
+
+    /// The end of stream came before the response was whole: a body to the
+    /// end of stream ends here; else the kind of failure.
+    pub fn eof(&self) -> Result<Response, Fail> {
+        match self.parsed {
+            None if self.head.is_empty() => Err(Fail::Reset),
+            None => Err(Fail::BadResponse),
+            Some((status, None, _, header_bytes)) => Ok(Response {
+                status,
+                body: self.body,
+                header_bytes,
+                reusable: false,
+            }),
+            Some(_) => Err(Fail::ShortBody),
         }
-        body += n as u64;
     }
-    if body > length {
-        return Err(Fail::BadResponse);
+
+    fn head_of(&self, head: &[u8]) -> Result<(u16, Option<u64>, bool, u64), Fail> {
+        let (status, length, keep) = parse_head(head).ok_or(Fail::BadResponse)?;
+        if length.is_none() && !self.eof_body {
+            return Err(Fail::BadResponse);
+        }
+        // A body to the end of stream cannot leave the connection reusable.
+        Ok((status, length, keep && length.is_some(), head.len() as u64))
     }
-    if !(200..300).contains(&status) {
-        return Err(Fail::BadStatus);
-    }
-    Ok(Response {
-        body,
-        header_bytes: head_end as u64,
-        reusable: keep,
-        first_byte: first.unwrap_or_default(),
-    })
 }
 
-/// After a `Connection: close` response (on a socket from connect_bounded):
-/// wait for the server's FIN so that the server, not the client, keeps the
-/// TIME_WAIT (as with http_load).
-pub fn await_close_bounded(s: &TcpStream, deadline: Instant) {
-    let mut b = [0u8; 512];
-    while let Ok(n) = read_some_bounded(s, &mut b, deadline) {
-        if n == 0 {
-            break;
+impl Response {
+    /// The response as a fetch's outcome: a 2xx, or BadStatus.
+    pub fn judged(self) -> Result<Response, Fail> {
+        if (200..300).contains(&self.status) {
+            Ok(self)
+        } else {
+            Err(Fail::BadStatus)
         }
     }
 }
 
-/// Reads exactly `buf.len()` bytes before `deadline`; EOF first is a Reset
-/// (nothing came) or a ShortBody (part came).
-pub fn read_exact(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), Fail> {
-    let mut off = 0;
-    while off < buf.len() {
-        let n = read_some(s, &mut buf[off..], deadline)?;
-        if n == 0 {
-            return Err(if off == 0 {
-                Fail::Reset
-            } else {
-                Fail::ShortBody
-            });
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello";
+
+    #[test]
+    fn a_response_in_one_piece_or_byte_by_byte() {
+        let mut r = ResponseReader::default();
+        r.start(false);
+        let Ok(Progress::Done(resp)) = r.feed(R) else {
+            panic!("one piece")
+        };
+        assert_eq!(resp.body, 5);
+        assert!(resp.reusable);
+        assert_eq!(resp.header_bytes as usize, R.len() - 5);
+        r.start(false);
+        let mut last = Progress::More;
+        for (i, b) in R.iter().enumerate() {
+            last = r.feed(std::slice::from_ref(b)).unwrap();
+            if i + 1 < R.len() {
+                assert_eq!(last, Progress::More, "byte {}", i);
+            }
         }
-        off += n;
+        assert_eq!(last, Progress::Done(resp));
     }
-    Ok(())
+
+    #[test]
+    fn failures_are_sorted() {
+        let mut r = ResponseReader::default();
+        r.start(false);
+        assert_eq!(r.eof(), Err(Fail::Reset));
+        r.feed(b"HTTP/1.1 200 OK\r\nContent-Le").unwrap();
+        assert_eq!(r.eof(), Err(Fail::BadResponse));
+        r.start(false);
+        r.feed(b"HTTP/1.1 404 No\r\nContent-Length: 9\r\n\r\nnot")
+            .unwrap();
+        assert_eq!(r.eof(), Err(Fail::ShortBody));
+        r.start(false);
+        let Ok(Progress::Done(resp)) = r.feed(b"HTTP/1.1 404 No\r\nContent-Length: 0\r\n\r\n")
+        else {
+            panic!("a whole 404")
+        };
+        assert_eq!(resp.judged(), Err(Fail::BadStatus));
+        r.start(false);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy"),
+            Err(Fail::BadResponse)
+        );
+        r.start(false);
+        assert_eq!(
+            r.feed(b"HTTP/1.0 200 OK\r\n\r\nbody"),
+            Err(Fail::BadResponse),
+            "no length"
+        );
+        r.start(true);
+        assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nbody"), Ok(Progress::More));
+        let resp = r.eof().unwrap();
+        assert_eq!((resp.body, resp.reusable), (4, false));
+    }
 }

@@ -1,12 +1,17 @@
-//! A SOCKS5 CONNECT (RFC 1928, no authentication) on a socket from
-//! `http_wire::connect_bounded`: the circuit-level proxy's way in. The mix
-//! workload's HTTP connections, FTP control and passive data connections go
-//! through it when its spec names a `socks` proxy.
+//! A SOCKS5 CONNECT (RFC 1928, no authentication): the circuit-level proxy's
+//! way in. The mix workload's HTTP connections, FTP control and passive data
+//! connections go through it when its spec names a `socks` proxy; its
+//! machine writes the greeting (`GREETING`), expects `METHOD_OK`, writes
+//! `request`, and reads the reply (`reply_rest`, `reply_fail`).
 
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
 
-use crate::wire::http::{self as http_wire, Fail};
+use crate::wire::http::Fail;
+
+/// The client's greeting: version 5, one method, "no authentication".
+pub const GREETING: [u8; 3] = [5, 1, 0];
+/// The proxy's answer to it that lets the client go on.
+pub const METHOD_OK: [u8; 2] = [5, 0];
 
 /// The CONNECT request for `to`.
 pub fn request(to: SocketAddr) -> Vec<u8> {
@@ -49,51 +54,6 @@ pub fn reply_fail(code: u8) -> Fail {
         6 => Fail::ConnectTimeout,
         _ => Fail::BadResponse,
     }
-}
-
-fn read_exact(s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), Fail> {
-    let mut off = 0;
-    while off < buf.len() {
-        let n = http_wire::read_some_bounded(s, &mut buf[off..], deadline)?;
-        if n == 0 {
-            return Err(Fail::Reset);
-        }
-        off += n;
-    }
-    Ok(())
-}
-
-/// A connection to `to` through the SOCKS5 proxy at `proxy`.
-pub fn connect(proxy: SocketAddr, to: SocketAddr, timeout: Duration) -> Result<TcpStream, Fail> {
-    let s = http_wire::connect_bounded(proxy, timeout)?;
-    let deadline = Instant::now() + timeout;
-    http_wire::write_all_bounded(&s, &[5, 1, 0], deadline)?;
-    let mut method = [0u8; 2];
-    read_exact(&s, &mut method, deadline)?;
-    if method != [5, 0] {
-        return Err(Fail::BadStatus); // the proxy wants authentication we do not offer
-    }
-    http_wire::write_all_bounded(&s, &request(to), deadline)?;
-    let mut head = [0u8; 4];
-    read_exact(&s, &mut head, deadline)?;
-    if head[0] != 5 {
-        return Err(Fail::BadResponse);
-    }
-    if head[1] != 0 {
-        return Err(reply_fail(head[1]));
-    }
-    let name_len = if head[3] == 3 {
-        let mut n = [0u8; 1];
-        read_exact(&s, &mut n, deadline)?;
-        Some(n[0])
-    } else {
-        None
-    };
-    let rest = reply_rest(&head, name_len).ok_or(Fail::BadResponse)?;
-    let skip = if name_len.is_some() { rest - 1 } else { rest };
-    let mut tail = vec![0u8; skip];
-    read_exact(&s, &mut tail, deadline)?;
-    Ok(s)
 }
 
 #[cfg(test)]

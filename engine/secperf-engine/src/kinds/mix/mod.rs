@@ -1,62 +1,40 @@
-//! Kind `mix`: document 001's NSTL load. Each virtual client (one thread)
-//! makes `requests` fetches one after the other, with `think` seconds between
+//! Kind `mix`: document 001's NSTL load. Each virtual client makes
+//! `requests` fetches one after the other, with `think` seconds between
 //! them: a server drawn by its `hit` weight, HTTP with that server's
 //! `http_share` (else FTP), a file from the protocol's size set (HTTP: HTML or
 //! GIF, even odds). HTTP is one GET on a new connection (`Connection: close`,
 //! the server closes first); FTP a new control connection, anonymous login,
-//! a passive or active data connection, `RETR`, `QUIT` (crate::ftp_wire).
+//! a passive or active data connection, `RETR`, `QUIT` (the ftp module).
+//! Every virtual client is a machine of the event loop (rt::evloop); the
+//! spec's `threads` threads share them, so a thousand virtual clients are a
+//! thousand state machines, not a thousand threads.
 //!
 //! The spec is its own (it has many servers and no engine server). The
 //! result holds this process's summary and every fetch as `[protocol,
 //! failure, bytes, start, end]` (wall-clock seconds), so that the records of
 //! several client hosts merge into one figure.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::base::{self, no_server, Kind, RunOptions, ServerEnv, ServerSetup};
 use crate::rt::cpu::CpuProbe;
+use crate::rt::evloop;
 use crate::rt::shared::Shared;
 use crate::rt::{sys, target};
 use crate::spec::MixSpec;
-use crate::wire::ftp::{self as ftp_wire, FtpFail};
-use crate::wire::http::{self as http_wire, Fail};
+use crate::wire::ftp::FtpFail;
 use crate::wire::record::{Record, Sink};
 
-/// splitmix64: a small, seedable generator (each virtual client its own).
-struct Rng(u64);
+mod client;
+mod ftp;
+mod link;
+mod rng;
 
-impl Rng {
-    fn new(seed: &str, client: u64) -> Rng {
-        // FNV-1a over the seed text, mixed with the client's id.
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in seed.bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        Rng(h ^ client.wrapping_mul(0x9e3779b97f4a7c15))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn pick<'a, T>(&mut self, list: &'a [T]) -> &'a T {
-        &list[(self.next() % list.len() as u64) as usize]
-    }
-}
+use client::Row;
 
 /// A failed fetch's kind, as the workload reports it.
 fn kind_name(f: FtpFail) -> &'static str {
@@ -66,150 +44,6 @@ fn kind_name(f: FtpFail) -> &'static str {
         FtpFail::Short => "short",
         FtpFail::Refused => "refused",
     }
-}
-
-fn http_fail(f: Fail) -> FtpFail {
-    match f {
-        Fail::ConnectRefused | Fail::ConnectTimeout | Fail::Unreachable => FtpFail::Connect,
-        Fail::Timeout => FtpFail::Timeout,
-        Fail::BadStatus => FtpFail::Refused,
-        _ => FtpFail::Short,
-    }
-}
-
-/// One HTTP GET on a new connection; every read waits at most `timeout`.
-fn http_get(
-    peer: SocketAddr,
-    via: Option<SocketAddr>,
-    host: &str,
-    path: &str,
-    expect: u64,
-    timeout: Duration,
-) -> std::result::Result<u64, FtpFail> {
-    let step = || Instant::now() + timeout;
-    let s = ftp_wire::open(peer, via, timeout)?;
-    let req = http_wire::request(path, host, false);
-    http_wire::write_all_bounded(&s, &req, step()).map_err(http_fail)?;
-    let mut buf: Vec<u8> = Vec::with_capacity(16384);
-    let mut chunk = vec![0u8; 65536];
-    let head_end = loop {
-        let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
-        if n == 0 {
-            return Err(FtpFail::Short);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        if buf.len() > 64 * 1024 {
-            return Err(FtpFail::Short);
-        }
-    };
-    let (status, length, _) = http_wire::parse_head(&buf[..head_end]).ok_or(FtpFail::Short)?;
-    let mut body = (buf.len() - head_end) as u64;
-    match length {
-        Some(len) => {
-            while body < len {
-                let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
-                if n == 0 {
-                    break;
-                }
-                body += n as u64;
-            }
-            // Wait for the server's close: it, not the client, keeps the TIME_WAIT.
-            http_wire::await_close_bounded(&s, step());
-        }
-        None => loop {
-            let n = http_wire::read_some_bounded(&s, &mut chunk, step()).map_err(http_fail)?;
-            if n == 0 {
-                break;
-            }
-            body += n as u64;
-        },
-    }
-    if !(200..300).contains(&status) {
-        return Err(FtpFail::Refused);
-    }
-    if body != expect {
-        return Err(FtpFail::Short);
-    }
-    Ok(body)
-}
-
-/// One fetch: [protocol, failure or null, bytes, start, end].
-type Row = (bool, Option<FtpFail>, u64, f64, f64);
-
-fn wall() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-fn virtual_client(spec: &MixSpec, id: u64, total_hit: f64) -> Vec<Row> {
-    let mut rng = Rng::new(&spec.seed, id);
-    let timeout = Duration::from_secs_f64(spec.timeout);
-    let mut rows = Vec::with_capacity(spec.requests as usize);
-    for k in 0..spec.requests {
-        if k > 0 && spec.think > 0.0 {
-            std::thread::sleep(Duration::from_secs_f64(spec.think));
-        }
-        let mut r = rng.unit() * total_hit;
-        let mut server = &spec.servers[0];
-        for s in spec.servers.iter().filter(|s| s.hit > 0.0) {
-            server = s;
-            if r < s.hit {
-                break;
-            }
-            r -= s.hit;
-        }
-        let http = rng.unit() < server.http_share;
-        let size = if http {
-            let html = rng.unit() < 0.5;
-            let set = match (html, spec.html_files.is_empty(), spec.gif_files.is_empty()) {
-                (_, true, _) => &spec.gif_files,
-                (_, _, true) => &spec.html_files,
-                (true, _, _) => &spec.html_files,
-                (false, _, _) => &spec.gif_files,
-            };
-            *rng.pick(set)
-        } else {
-            *rng.pick(&spec.ftp_files)
-        };
-        let start = wall();
-        let r = if http {
-            let peer = SocketAddr::new(server.address, spec.http_port);
-            let host = match peer {
-                SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-                SocketAddr::V4(a) => a.to_string(),
-            };
-            http_get(
-                peer,
-                spec.socks,
-                &host,
-                &format!("/files/{}.bin", size),
-                size,
-                timeout,
-            )
-        } else {
-            let peer = SocketAddr::new(server.address, spec.ftp_port);
-            ftp_wire::get(
-                peer,
-                spec.socks,
-                &format!("files/{}.bin", size),
-                size,
-                spec.ftp_mode,
-                timeout,
-            )
-            .map(|g| g.bytes)
-        };
-        let end = wall();
-        match r {
-            Ok(n) => rows.push((http, None, n, start, end)),
-            Err(f) => rows.push((http, Some(f), 0, start, end)),
-        }
-    }
-    rows
 }
 
 fn percentile(sorted: &[f64], q: f64) -> Value {
@@ -287,6 +121,19 @@ pub fn summarize(rows: &[Row], clients: usize) -> Value {
     })
 }
 
+/// One thread: the virtual clients `ids`, to their last request.
+fn clients(spec: &MixSpec, ids: &[u64], total_hit: f64) -> Result<Vec<Row>> {
+    let mut cx = client::Cx {
+        spec,
+        total_hit,
+        scratch: vec![0u8; 64 * 1024],
+        rows: Vec::with_capacity(ids.len() * spec.requests.min(1 << 16) as usize),
+    };
+    let mut ms: Vec<client::Vc<'_>> = ids.iter().map(|&id| client::Vc::new(spec, id)).collect();
+    evloop::drive(&mut ms, &mut cx).map_err(EngineError::io("the mix's event loop failed"))?;
+    Ok(cx.rows)
+}
+
 /// Runs the virtual clients of `spec` to their last request; the records go to `sink`.
 fn run(spec: &MixSpec, allow_any_target: bool, began: Instant, sink: &mut dyn Sink) -> Result<()> {
     let spec = Arc::new(spec.clone());
@@ -297,23 +144,32 @@ fn run(spec: &MixSpec, allow_any_target: bool, began: Instant, sink: &mut dyn Si
             allow_any_target,
         )?;
     }
-    let nofile = sys::raise_nofile();
+    // A virtual client holds at most three descriptors (control, data, listener).
+    let nofile = sys::raise_nofile_to(3 * spec.clients.len() as u64 + 64);
     // The spec as given, as it always was for this kind.
     sink.emit(base::start_record(spec.given.clone(), began, Value::Null));
     let total_hit: f64 = spec.servers.iter().map(|s| s.hit).sum();
     let probe = CpuProbe::new(&spec.cpu_groups);
     let (cpu0, stat0) = (sys::process_cpu(), probe.read());
+    // The virtual clients, dealt round-robin to the threads.
+    let threads = spec.threads().clamp(1, spec.clients.len());
     let mut handles = Vec::new();
-    for &id in &spec.clients {
+    for t in 0..threads {
         let s = spec.clone();
+        let ids: Vec<u64> = spec
+            .clients
+            .iter()
+            .skip(t)
+            .step_by(threads)
+            .copied()
+            .collect();
         let h = std::thread::Builder::new()
-            .name(format!("mix-{}", id))
-            .stack_size(256 * 1024)
-            .spawn(move || virtual_client(&s, id, total_hit))
+            .name(format!("mix-{}", t))
+            .spawn(move || clients(&s, &ids, total_hit))
             .map_err(|e| {
                 EngineError::io(format!(
-                    "cannot start virtual client {}: give fewer clients to this host or raise the thread limit",
-                    id
+                    "cannot start the virtual clients' thread {}: give fewer threads or raise the thread limit",
+                    t
                 ))(e)
             })?;
         handles.push(h);
@@ -321,10 +177,11 @@ fn run(spec: &MixSpec, allow_any_target: bool, began: Instant, sink: &mut dyn Si
     let mut rows: Vec<Row> = Vec::new();
     for h in handles {
         match h.join() {
-            Ok(mut r) => rows.append(&mut r),
+            Ok(Ok(mut r)) => rows.append(&mut r),
+            Ok(Err(e)) => return Err(e),
             Err(_) => {
                 return Err(EngineError::Internal(
-                    "a virtual client thread panicked: report this bug".into(),
+                    "a virtual clients' thread panicked: report this bug".into(),
                 ))
             }
         }
@@ -420,6 +277,7 @@ mod tests {
 
     #[test]
     fn draws_follow_the_weights() {
+        use rng::Rng;
         let mut rng = Rng::new("x", 3);
         let n = 20000;
         let hits = (0..n).filter(|_| rng.unit() < 0.9).count();
