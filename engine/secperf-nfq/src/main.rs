@@ -203,31 +203,35 @@ fn report(
 
 /// The kernel's own counters for queues first..first+n-1
 /// (/proc/net/netfilter/nfnetlink_queue, per network namespace), summed, and
-/// each queue's: packets dropped because a queue was full (queue_dropped) and
+/// each queue's: packets waiting in it now (queue_total), ever queued to it
+/// (queued: its id sequence), dropped because it was full (queue_dropped) and
 /// because sending to us failed (user_dropped).
 fn queue_overflows(first: u16, n: u16) -> serde_json::Value {
     let Ok(text) = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue") else {
         return json!({});
     };
     let last = u64::from(first) + u64::from(n) - 1;
-    let (mut total, mut dropped, mut user) = (0u64, 0u64, 0u64);
+    let (mut total, mut queued, mut dropped, mut user) = (0u64, 0u64, 0u64, 0u64);
     let mut each = Vec::new();
     for line in text.lines() {
         let f: Vec<u64> = line
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
             .collect();
-        if f.len() >= 7 && (u64::from(first)..=last).contains(&f[0]) {
+        if f.len() >= 8 && (u64::from(first)..=last).contains(&f[0]) {
             total += f[2];
             dropped += f[5];
             user += f[6];
-            each.push(json!({"queue": f[0], "queue_total": f[2], "queue_dropped": f[5], "user_dropped": f[6]}));
+            queued += f[7];
+            each.push(json!({"queue": f[0], "queue_total": f[2], "queued": f[7],
+                             "queue_dropped": f[5], "user_dropped": f[6]}));
         }
     }
     if each.is_empty() {
         return json!({});
     }
-    json!({"queue_total": total, "queue_dropped": dropped, "user_dropped": user, "queues": each})
+    json!({"queue_total": total, "queued": queued, "queue_dropped": dropped,
+           "user_dropped": user, "queues": each})
 }
 
 fn reassembly(args: &Args) -> Option<Reassembly> {
@@ -358,7 +362,9 @@ fn run(args: &Args) -> Result<()> {
     mask_signals(libc::SIG_UNBLOCK);
     let written = |log: &Option<Arc<Mutex<ConnLog>>>| log.as_ref().map(|l| lock(l).written);
     let extra = |log: &Option<Arc<Mutex<ConnLog>>>| {
+        let per_queue: Vec<u64> = stats.iter().map(|s| lock(s).packets).collect();
         json!({"queue": args.queue, "queues": args.queues, "connections": written(log),
+               "per_queue_packets": per_queue,
                "kernel": queue_overflows(args.queue, args.queues)})
     };
     let ips_of = |t: &WorkerStats| matcher.as_ref().map(|_| t.ips.clone());
