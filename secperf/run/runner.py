@@ -107,7 +107,13 @@ class Runner:
         for link in self.plan.path_links(point):
             bps = link.rate_bps if restore else (rate or None)
             for end in link.ends():
-                links.reshape(testbed.host(end), testbed.ifname(link.name, end), bps, link.queue_s)
+                links.reshape(
+                    testbed.host(end),
+                    testbed.ifname(link.name, end),
+                    bps,
+                    link.queue_s,
+                    testbed.priority_ports,
+                )
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -151,6 +157,8 @@ class Runner:
                     external=self.plan.external_interfaces(),
                     # rule files rendered into the run directory: copied to remote hosts
                     stage_dirs=[self.run.files_dir],
+                    # a load that fills a shaped link never starves the engine's control
+                    priority_ports=(CONTROL_PORT,),
                 ) as testbed,
                 install_teardown_handlers(testbed),
             ):

@@ -11,9 +11,11 @@ Build order (each item written to the ledger before it is made): every host open
 per host, pinning; SSH hosts log in, in parallel); in a namespace testbed the
 links follow: veth pairs born inside their namespaces, then per namespace one
 `ip -batch` with loopback, addresses, links up and the routes the graph gives (a
-switch gets a bridge with its ports instead), then tbf on each shaped link and
-each link's offloads; then every host starts (a VM boots on its links). A lab of
-real machines has its own links, addresses and routes.
+switch gets a bridge with its ports instead), then the shaper on each shaped link
+(tbf; with a strict-priority queue for `priority_ports`, the engine's control
+connection, when the build asks: secperf.testbed.links) and each link's offloads;
+then every host starts (a VM boots on its links). A lab of real machines has its
+own links, addresses and routes.
 
 Teardown stops the processes the hosts started, closes every host (an SSH host
 empties its remote ledger), then removes exactly what the ledger holds
@@ -194,6 +196,8 @@ class Testbed:
             )
         self._torn_down = False
         self._lock = threading.RLock()
+        # TCP ports first on shaped links (Testbed.build); reshape() keeps them first.
+        self.priority_ports: tuple[int, ...] = ()
 
     # -- building ------------------------------------------------------------
 
@@ -211,6 +215,7 @@ class Testbed:
         stage_dirs: Sequence[Path] = (),
         external: Mapping[str, Mapping[str, str]] | None = None,
         backends: Mapping[str, HostPlan] | None = None,
+        priority_ports: Sequence[int] = (),
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
@@ -222,7 +227,9 @@ class Testbed:
         whose files are copied to them when a command names one (the run's files).
         `external` maps host names to their interfaces by peer: devices secperf runs
         nothing on. `backends` maps host names to (backend, its settings) for any
-        backend in FACTORIES, before all of the above.
+        backend in FACTORIES, before all of the above. `priority_ports`: TCP ports whose
+        packets go first on every shaped link (a run's engine control port), so a load
+        that fills a link cannot starve them (secperf.testbed.links).
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
@@ -245,6 +252,7 @@ class Testbed:
                 stage_dirs=tuple(stage_dirs),
             )
             tb = cls(bed, plans)
+            tb.priority_ports = tuple(priority_ports)
         except BaseException:
             teardown_entries(ledger)
             raise
@@ -303,7 +311,11 @@ class Testbed:
             if link.rate_bps is not None:
                 for role in link.ends():
                     links.shape(
-                        self.netns(role), self.ifname(link.name, role), link.rate_bps, link.queue_s
+                        self.netns(role),
+                        self.ifname(link.name, role),
+                        link.rate_bps,
+                        link.queue_s,
+                        self.priority_ports,
                     )
         for link in topo.links:
             links.apply_offloads(
