@@ -135,11 +135,22 @@ def run(
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
     html = write_html(done)
+    meta = done.read_run_json()
     if as_json:
         _print_json({"run_dir": str(done.path), "report": str(html), **done.read_summary()})
-        return
-    print_report(console, done.read_summary(), done.read_run_json())
-    console.print(f"\nrun directory: [bold]{done.path}[/]\nreport: [bold]{html}[/]")
+    else:
+        print_report(console, done.read_summary(), meta)
+        console.print(f"\nrun directory: [bold]{done.path}[/]\nreport: [bold]{html}[/]")
+    failed = meta.get("failed") or []
+    if failed:
+        # The run went to its end, but not every variant could be measured: say so
+        # in the exit status too (the report's FAILED lines say which and why).
+        err_console.print(
+            f"[bold red]error:[/] {len(failed)} variant(s) could not be measured; "
+            "the report's FAILED lines say which and why",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()

@@ -11,6 +11,12 @@ scenario asks (at least 3 rounds), or the cap is reached; the stop reason is
 recorded. Records are appended to the run directory the moment the engine writes
 them, so an interrupted run keeps everything it measured.
 
+A variant that cannot be measured (its test fails twice, moves nothing, or its
+mechanism cannot be applied) is recorded as failed at that point, with the reason,
+and left out of the point's later rounds; the other variants go on and keep their
+results. A baseline that cannot be measured ends its point the same way (nothing
+there could be compared), and the run goes on with the next point.
+
 What is measured (topology, points, variants, their rule files) is resolved before
 this module runs, by secperf.plan.
 """
@@ -80,6 +86,9 @@ class Runner:
         self.applied: Variant | None = None
         self.removed = False  # the run directory was removed: it held no measurement
         self.mechanism_hosts: list[str] = []
+        # (point, variant) pairs that could not be measured, with why (run.json "failed")
+        self.failed: list[dict[str, Any]] = []
+        self.measured = 0  # tests that gave a result
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = self.scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
@@ -128,6 +137,7 @@ class Runner:
             scenario_file=str(sc.source) if sc.source else None,
             scenario_text=sc.source.read_text() if sc.source else None,
             order_seed=self.seed,
+            failed=self.failed,
             host=machine_info(),
             started=now_iso(),
             finished=None,
@@ -201,7 +211,16 @@ class Runner:
             self._write_meta(status="failed", finished=now_iso(), error=str(exc))
             self._finish_summary()
             raise
-        self._write_meta(status="complete", finished=now_iso())
+        if self.failed and not self.measured:
+            first = self.failed[0]
+            self._write_meta(
+                status="failed",
+                finished=now_iso(),
+                error=f"no test gave a result; {first['point_id']} {first['variant']}: "
+                f"{first['error']}",
+            )
+        else:
+            self._write_meta(status="complete", finished=now_iso())
         self._finish_summary()
         return self.run
 
@@ -341,17 +360,35 @@ class Runner:
             order = round_order(self.seed, point.point_id, rounds, list(by_name))
             stop["order"].append(order)
             for name in order:
+                if name not in by_name:
+                    continue  # failed earlier in this round (the baseline ends the point)
                 v = by_name[name]
                 at, of = self.point_no
                 planned = max(rep.min, rounds + 1)
                 where = f"point {at}/{of}, round {rounds + 1}/{planned}"
                 progress.show(where, label, v.name, log_line=name == order[0])
-                self._apply(testbed, v)
-                result = self._one_test(testbed, v, point, rounds)
+                try:
+                    self._apply(testbed, v)
+                    result = self._one_test(testbed, v, point, rounds)
+                except SecperfError as exc:
+                    # Not measurable: recorded, and the point goes on without it.
+                    gone = list(by_name) if name == BASELINE else [name]
+                    self._variant_failed(testbed, point, v, rounds, exc, gone)
+                    for n in gone:
+                        del by_name[n]
+                        values.pop(n, None)
+                    progress.advance(self._estimate(point, 1, 1))
+                    continue
+                self.measured += 1
                 for metric, value in extract(result).items():
                     if metric in values[v.name]:
                         values[v.name][metric][rounds] = value
                 progress.advance(self._estimate(point, 1, 1))
+            if not by_name:
+                stop["reps"] = rounds
+                stop["reason"] = "failed"
+                self._write_meta()
+                return
             rounds += 1
             stop["reps"] = rounds
             reason = stats.stop_reason(
@@ -366,6 +403,50 @@ class Runner:
             )
         stop["reason"] = reason
         self._write_meta()
+
+    def _variant_failed(
+        self,
+        testbed: Testbed,
+        point: WorkloadPoint,
+        variant: Variant,
+        rep: int,
+        exc: SecperfError,
+        gone: list[str],
+    ) -> None:
+        """`variant` cannot be measured at `point` (round `rep`): an error record, a
+        stop entry of its own for each variant in `gone` (all of the point's when the
+        baseline failed) and a `failed` entry in run.json, then the host put back in the
+        plain state. A failure to put it back ends the run (the state is unknown)."""
+        why = exc.message
+        tags = {
+            "variant": variant.name,
+            "workload": point.name,
+            "point_id": point.point_id,
+            "point": point.record(),
+            "label": point.label,
+            "rep": rep,
+        }
+        self.seq += 1
+        self.run.append_record(
+            {**tags, "seq": self.seq},
+            {"type": "error", "kind": "variant_failed", "message": why, "fix": exc.fix},
+        )
+        for name in gone:
+            reason = why if name == variant.name else f"the baseline failed: {why}"
+            entry = {"point_id": point.point_id, "variant": name, "round": rep, "error": reason}
+            self.failed.append({**entry, "fix": exc.fix})
+            self.stops.append({**entry, "reason": "failed", "reps": rep, "order": []})
+        self.console.print(
+            f"[red]{point.point_id} {variant.name}: cannot be measured ({why}); "
+            + (
+                "the point ends here (no baseline to compare with)[/]"
+                if variant.name == BASELINE
+                else "the other variants go on without it[/]"
+            ),
+            highlight=False,
+        )
+        self._write_meta(failed=self.failed)
+        self._release(testbed)
 
     def _one_test(
         self, testbed: Testbed, variant: Variant, point: WorkloadPoint, rep: int
