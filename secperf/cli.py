@@ -257,7 +257,17 @@ def _show(
     _print_gate(out, outcomes)
 
 
-def _exit_for(outcomes: list[Outcome]) -> None:
+def _exit_for(outcomes: list[Outcome], meta: dict[str, Any] | None = None) -> None:
+    """Exit 4 when a variant could not be measured (the run went on to its end; the
+    report's FAILED lines say which and why), else 5 when a threshold failed."""
+    unmeasured = (meta or {}).get("failed") or []
+    if unmeasured:
+        err_console.print(
+            f"[bold red]error:[/] {len(unmeasured)} variant(s) could not be measured; "
+            "the report's FAILED lines say which and why",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
     if failed(outcomes):
         raise typer.Exit(EXIT_THRESHOLD)
 
@@ -313,14 +323,14 @@ def run(
                 "gate": [_outcome_json(o) for o in outcomes],
             }
         )
-        _exit_for(outcomes)
+        _exit_for(outcomes, meta)
         return
     _show(summary, meta, details, outcomes)
     console.print(
         f"\nrun directory: [bold]{escape(str(done.path))}[/]\nreport: [bold]{escape(str(html))}[/]"
         + ("" if details else f"\nevery table: secperf report {escape(str(done.path))} --details")
     )
-    _exit_for(outcomes)
+    _exit_for(outcomes, meta)
 
 
 @app.command()

@@ -14,8 +14,10 @@ VM). secperf composes the same functions on the DUT namespace:
   verdict (accept, for now) and logs it as one JSON line. The iptables-nft rule
   `-m conntrack --ctstate NEW -j NFQUEUE --queue-num N` has no `--queue-bypass`:
   without its daemon the kernel drops what the rule queues, so nothing new passes.
-  That is the fail-closed design; `fail_open = true` adds `--queue-bypass` to show
-  the other kind.
+  That is the fail-closed design; `fail_open = true` adds `--queue-bypass` (and has
+  a full queue accept) to show the other kind. The engine's control connection
+  passes beside the queue (secperf.mechanisms.nfq.control_bypass): it is the
+  measurement's own, not the protected traffic.
 
 The filter's chain runs at priority `filter - 10`, before the iptables-nft FORWARD
 chain, so the daemon sees (and logs) only connections the filter let through.
@@ -99,8 +101,8 @@ def render_nft(appl: ApplianceSpec, plan: TrafficPlan, table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_iptables(appl: ApplianceSpec) -> str:
-    bypass = " --queue-bypass" if appl.fail_open else ""
+def render_iptables(appl: ApplianceSpec, plan: TrafficPlan) -> str:
+    target = nfq.queue_target(appl.queue, 1, appl.fail_open)
     lines = [
         f"# secperf appliance: every new connection the filter let through goes to "
         f"secperf-nfq on queue {appl.queue}"
@@ -109,7 +111,8 @@ def render_iptables(appl: ApplianceSpec) -> str:
         ":INPUT ACCEPT [0:0]",
         ":FORWARD ACCEPT [0:0]",
         ":OUTPUT ACCEPT [0:0]",
-        f"-A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num {appl.queue}{bypass}",
+        *nfq.control_bypass("FORWARD", plan),
+        f"-A FORWARD -m conntrack --ctstate NEW -j {target}",
         "COMMIT",
     ]
     return "\n".join(lines) + "\n"
@@ -128,7 +131,7 @@ class Appliance(Mechanism):
         nft = ctx.files_dir / f"{ctx.name}.nft"
         nft.write_text(render_nft(self.spec, ctx.plan, f"{ctx.table}_appl"))
         ipt = ctx.files_dir / f"{ctx.name}.iptables"
-        ipt.write_text(render_iptables(self.spec))
+        ipt.write_text(render_iptables(self.spec, ctx.plan))
         return [RenderedFile(nft, "nft"), RenderedFile(ipt, "iptables-restore")]
 
     def backends(self) -> set[str]:
@@ -162,7 +165,11 @@ class Appliance(Mechanism):
         queue = self.spec.queue
         self._daemon = nfq.start(
             host,
-            ["--queue", str(queue), "--log", str(self.log_path(ctx))],
+            [
+                *nfq.daemon_queue_args(queue, 1, self.spec.fail_open),
+                "--log",
+                str(self.log_path(ctx)),
+            ],
             self.stderr_path(ctx),
             timeout=READY_TIMEOUT_S,
             what=f"secperf-nfq did not bind NFQUEUE {queue}",

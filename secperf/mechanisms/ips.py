@@ -9,6 +9,10 @@ not packaged on secperf's platform, so the real parts are:
   NFQUEUE` without `--queue-bypass`: without the daemon nothing passes, fail
   closed), which matches its payload against the rule file's signatures with
   Hyperscan; a matching `drop` rule gets a drop verdict, `alert` rules count.
+  `queues = N` spreads the flows over N queues (`--queue-balance`), one daemon
+  thread each; `fail_open = true` adds `--queue-bypass` (no daemon: accept) and has
+  a full queue accept uninspected instead of drop. The engine's control connection
+  passes beside the queue (secperf.mechanisms.nfq.control_bypass).
 - engine "fwsnort": Debian's fwsnort translates the same rule file into iptables
   string-match rules (LOG for every rule, DROP after the LOG for `drop` rules), run
   inside the DUT namespace with every file in the run directory, and loaded with
@@ -89,6 +93,10 @@ class IpsSpec(MechanismSpec):
     rules: RulesSweep = Path("rules/secperf-attacks.rules")
     mode: Literal["inline"] = "inline"
     queue: int = Field(default=0, ge=0, le=65535)
+    # engine nfq: queues queue .. queue+queues-1 (--queue-balance), a daemon thread each
+    queues: int = Field(default=1, ge=1, le=64)
+    # engine nfq: --queue-bypass (no daemon: accept) and a full queue accepts uninspected
+    fail_open: bool = False
     # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
     # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
     reassembly: bool = False
@@ -101,6 +109,13 @@ class IpsSpec(MechanismSpec):
             raise ValueError(
                 'reassembly = true needs engine = "nfq" (fwsnort matches each packet alone)'
             )
+        for key, default in (("queues", 1), ("fail_open", False)):
+            if getattr(self, key) != default and self.engine != "nfq":
+                raise ValueError(
+                    f'{key} needs engine = "nfq" (fwsnort matches in the kernel, no queue)'
+                )
+        if self.queue + self.queues - 1 > 65535:
+            raise ValueError(f"queues {self.queue}..{self.queue + self.queues - 1}: past 65535")
         return self
 
     @property
@@ -167,6 +182,23 @@ def fwsnort_counters(save_c: str) -> dict[str, Any]:
 FWSNORT_CONF = Path("/etc/fwsnort/fwsnort.conf")
 
 
+def render_iptables(spec: IpsSpec, ctx: MechanismContext) -> str:
+    """engine nfq: the engine's control connection past the queue, then every other
+    packet of the chain to secperf-nfq."""
+    chain = "INPUT" if ctx.hook == "input" else "FORWARD"
+    s = spec
+    how = "--queue-bypass (FAIL-OPEN)" if s.fail_open else "no --queue-bypass (fail closed)"
+    queues = f"queues {s.queue}-{s.queue + s.queues - 1}" if s.queues > 1 else f"queue {s.queue}"
+    return (
+        f"# secperf ips (nfq): every {chain.lower()}ed packet to secperf-nfq on {queues}, "
+        f"{how}; the engine's control connection (tcp port {ctx.plan.control_port}) "
+        "passes beside the queue\n"
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+        + "".join(f"{line}\n" for line in nfq.control_bypass(chain, ctx.plan))
+        + f"-A {chain} -j {nfq.queue_target(s.queue, s.queues, s.fail_open)}\nCOMMIT\n"
+    )
+
+
 class Ips(Mechanism):
     spec: IpsSpec
 
@@ -183,15 +215,8 @@ class Ips(Mechanism):
             # The .save file is written on the DUT by apply(): fwsnort probes iptables
             # where it runs, which must be the DUT's namespace.
             return [RenderedFile(ctx.files_dir / f"{ctx.name}.fwsnort.save", "iptables-restore")]
-        chain = "INPUT" if ctx.hook == "input" else "FORWARD"
-        queue = self.spec.queue
         ipt = ctx.files_dir / f"{ctx.name}.iptables"
-        ipt.write_text(
-            f"# secperf ips (nfq): every {chain.lower()}ed packet to secperf-nfq on queue "
-            f"{queue}, no --queue-bypass (fail closed)\n"
-            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
-            f"-A {chain} -j NFQUEUE --queue-num {queue}\nCOMMIT\n"
-        )
+        ipt.write_text(render_iptables(self.spec, ctx))
         return [RenderedFile(js, "ips-rules"), RenderedFile(ipt, "iptables-restore")]
 
     def backends(self) -> set[str]:
@@ -284,7 +309,7 @@ class Ips(Mechanism):
             return
         s = self.spec
         js = ctx.files_dir / f"{ctx.name}.rules.json"
-        argv = ["--queue", str(s.queue), "--rules", str(js)]
+        argv = [*nfq.daemon_queue_args(s.queue, s.queues, s.fail_open), "--rules", str(js)]
         if s.reassembly:
             argv += [
                 "--reassembly-bytes",
@@ -292,7 +317,7 @@ class Ips(Mechanism):
                 "--reassembly-flows",
                 str(s.reassembly_flows),
             ]
-        what = f"ips on queue {s.queue}"
+        what = f"ips on queue {s.queue}" + (f" (+{s.queues - 1})" if s.queues > 1 else "")
         self._matchers[nfq.host_name(host)] = nfq.start_matcher(
             host, ctx, argv, what, READY_TIMEOUT_S
         )

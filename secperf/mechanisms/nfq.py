@@ -8,6 +8,16 @@ the binary is, how it is started (ready once it prints its `listening` line) and
 stopped (SIGTERM: it writes its counters and exits), how its counters are read while
 it runs (SIGUSR2), and the rule files it reads (secperf.ips_rules's subset of the
 Snort/Suricata syntax, copied or generated into the run directory).
+
+The iptables side is written here too, once for every kind that queues: the NFQUEUE
+target (one queue, or `--queue-balance` over several, one daemon thread each; with
+`--queue-bypass` when the mechanism fails open), and the rules before it that let the
+engine's control connection pass without the queue. That connection (TCP, the engine
+server's control port) carries no measured traffic, only the test's setup, snapshots
+and results; when it waited in the same queue as the load, a daemon that could not
+keep up starved it and the whole test failed ("no reply to `snapshot` within 5 s")
+instead of reporting the loss. Every other packet, the measured traffic included, is
+queued.
 """
 
 from __future__ import annotations
@@ -23,7 +33,13 @@ from typing import Any
 
 from secperf import ips_rules
 from secperf.errors import MechanismError
-from secperf.mechanisms.base import CheckContext, Counts, MechanismContext, MechanismSpec
+from secperf.mechanisms.base import (
+    CheckContext,
+    Counts,
+    MechanismContext,
+    MechanismSpec,
+    TrafficPlan,
+)
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.tools import nfq_path
 
@@ -78,6 +94,41 @@ def kill(procs: list[ManagedProcess]) -> list[str]:
             proc.stop(timeout=5.0)  # reaps it and drops it from the ledger
             killed.append(f"{proc.label} (pid {proc.pid})")
     return killed
+
+
+# ------------------------------------------------------------------- the queue rule
+
+
+def queue_target(queue: int, queues: int, bypass: bool) -> str:
+    """The NFQUEUE target's arguments: queue `queue`, or `queues` of them from `queue`
+    on (`--queue-balance`: the kernel spreads flows over them by a hash of their
+    addresses, so a flow stays on one queue), and `--queue-bypass` (no daemon bound:
+    accept, fail open) when asked."""
+    if queues > 1:
+        target = f"NFQUEUE --queue-balance {queue}:{queue + queues - 1}"
+    else:
+        target = f"NFQUEUE --queue-num {queue}"
+    return target + (" --queue-bypass" if bypass else "")
+
+
+def control_bypass(chain: str, plan: TrafficPlan) -> list[str]:
+    """iptables-restore lines for `chain` that accept the engine's control connection
+    (TCP to or from the engine server's control port) before the NFQUEUE rule, so it
+    never waits behind the load in the queue (the module's docstring says why)."""
+    port = plan.control_port
+    return [
+        f"-A {chain} -p tcp --dport {port} -j ACCEPT",
+        f"-A {chain} -p tcp --sport {port} -j ACCEPT",
+    ]
+
+
+def daemon_queue_args(queue: int, queues: int, fail_open: bool) -> list[str]:
+    """secperf-nfq's arguments for the queues the rule sends to: the first, how many
+    (a thread each) and, failing open, that a full queue accepts rather than drops."""
+    argv = ["--queue", str(queue)]
+    if queues > 1:
+        argv += ["--queues", str(queues)]
+    return argv + (["--fail-open"] if fail_open else [])
 
 
 # ------------------------------------------------------------------- the matcher

@@ -502,6 +502,13 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         )
     if status != "complete":
         lines.append(f"warning: the run is {status}; the figures cover what was measured")
+    for f in summary.get("failed") or []:
+        before = int(f.get("round") or 0)
+        kept = f"; its {before} round(s) before are kept" if before else ""
+        lines.append(
+            f"FAILED: {f.get('variant')} at {f.get('point_id')} could not be measured "
+            f"(round {before + 1}): {f.get('error')}{kept}"
+        )
     for lost in summary.get("dropped_records") or []:
         lines.append(
             f"warning: records.jsonl line {lost.get('line')} was {lost.get('reason')} and is "

@@ -546,6 +546,8 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         "baseline": baseline_kind,
         "rows": rows,
         "errors": errors,
+        # variants that could not be measured at a point, with why (run.json "failed")
+        "failed": [dict(f) for f in meta.get("failed") or [] if isinstance(f, Mapping)],
         "checks": collect_checks(run),
         "guest_cpu": collect_guest_cpu(run, conf),
         "placement": meta.get("placement"),

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from secperf import stats
 from secperf.engine import Record
-from secperf.errors import EngineError
+from secperf.errors import EngineError, SecperfError
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.run import softirq
@@ -135,6 +135,20 @@ class Rounds:
     def _keep(self, tags: dict[str, Any], rec: Record) -> None:
         raise NotImplementedError
 
+    def _variant_failed(
+        self,
+        testbed: Testbed,
+        point: WorkloadPoint,
+        variant: Variant,
+        rep: int,
+        exc: SecperfError,
+        gone: list[str],
+    ) -> None:
+        raise NotImplementedError
+
+    # tests that gave a result (a run where none did has failed)
+    measured: int
+
     # -- the rounds --------------------------------------------------------------------
     def _measure_all(self, testbed: Testbed) -> None:
         rep = self.scenario.repeat
@@ -197,11 +211,13 @@ class Rounds:
         budget is reached; then (once) its traced round. True if a round ran."""
         rep = self.scenario.repeat
         ran = False
+        if state.done:
+            return ran
         self._shape_links(testbed, state.point, restore=False)
         try:
             if not state.calibrated:
                 self._calibrate(testbed, state)
-            while True:
+            while not state.done:
                 met = self._met(state)
                 why = next_round(
                     rounds=state.rounds,
@@ -225,7 +241,7 @@ class Rounds:
             # the traced round gives softirq per unit of work: kinds without a unit
             # (searches, latency, checks) get none
             unit = WORKLOADS.get(state.point.kind).work_unit
-            if not state.traced and rep.trace_softirq and unit is not None:
+            if not state.traced and rep.trace_softirq and unit is not None and state.variants:
                 state.traced = True
                 self._traced_round(testbed, state)
         finally:
@@ -267,13 +283,24 @@ class Rounds:
                 at, of = self.point_no
                 where = f"point {at}/{of}, round {number + 1}/{max(rep.min, number + 1)}"
                 progress.show(where, label, name, log_line=name == order[0])
-                got = self._measure_test(testbed, state.by_name[name], point, number)
+                if name not in state.by_name:
+                    continue  # failed earlier in this round (a failed baseline ends the point)
+                try:
+                    got = self._measure_test(testbed, state.by_name[name], point, number)
+                except SecperfError as exc:
+                    # Not measurable: recorded, and the point goes on without it.
+                    self._drop(testbed, state, name, number, exc)
+                    progress.advance(self._estimate(point, 1, 1))
+                    continue
+                self.measured += 1
                 for metric, value in extract(got.result).items():
                     if metric in state.primary:
                         state.values[name].setdefault(metric, {})[number] = value
                 if got.machine is not None and got.machine.disturbed(rep.disturbed_pct):
                     disturbed.append(name)
                 progress.advance(self._estimate(point, 1, 1))
+            if state.done:
+                break  # the baseline failed: nothing left to compare
             if not disturbed:
                 self.noise_persistent = False
                 break
@@ -284,6 +311,20 @@ class Rounds:
                 self.noise_persistent = retries > 0 or self.noise_persistent
         state.rounds = number + 1
         state.stop["reps"] = state.rounds
+
+    def _drop(
+        self, testbed: Testbed, state: PointState, name: str, number: int, exc: SecperfError
+    ) -> None:
+        """`name` cannot be measured at this point: recorded as failed and left out of
+        the point's later rounds; a failed baseline ends the point (nothing to compare)."""
+        gone = [v.name for v in state.variants] if name == BASELINE else [name]
+        self._variant_failed(testbed, state.point, state.by_name[name], number, exc, gone)
+        state.variants = [v for v in state.variants if v.name not in gone]
+        for n in gone:
+            state.values.pop(n, None)
+        if name == BASELINE:
+            state.done = True
+            state.stop["reason"] = "failed"
 
     def _calibrate(self, testbed: Testbed, state: PointState) -> None:
         """A point asked at a share of the closed-loop maximum (`load`): that maximum,
@@ -299,7 +340,11 @@ class Rounds:
         base = state.by_name[BASELINE]
         values: list[float] = []
         for i in range(CALIBRATION_TESTS):
-            got = self._measure_test(testbed, base, closed, i, phase="calibration")
+            try:
+                got = self._measure_test(testbed, base, closed, i, phase="calibration")
+            except SecperfError as exc:
+                self._drop(testbed, state, BASELINE, 0, exc)
+                return
             value = extract(got.result).get(offered.metric)
             if value is not None:
                 values.append(value)
@@ -343,6 +388,14 @@ class Rounds:
                 got = self._measure_test(
                     testbed, state.by_name[name], state.point, -1, phase="traced"
                 )
+            except SecperfError as exc:
+                # the measured rounds stand; only this variant's softirq figure is lost
+                self.console.print(
+                    f"[yellow]{state.point.point_id} {name}: the traced round failed "
+                    f"({exc.message}); its softirq figure is not measured[/]",
+                    highlight=False,
+                )
+                continue
             finally:
                 traced = tracer.stop()
             if traced is None:

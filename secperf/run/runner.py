@@ -19,6 +19,12 @@ its rounds, a point gets one traced round with the kernel's softirq time timed b
 BPF (secperf.run.softirq). Records are appended to the run directory the moment the
 engine writes them, so an interrupted run keeps everything it measured.
 
+A variant that cannot be measured (its test fails twice, moves nothing, or its
+mechanism cannot be applied) is recorded as failed at that point, with the reason,
+and left out of the point's later rounds; the other variants go on and keep their
+results. A baseline that cannot be measured ends its point the same way (nothing
+there could be compared), and the run goes on with the next point.
+
 What is measured (topology, points, variants, their rule files) is resolved before
 this module runs, by secperf.plan.
 """
@@ -41,7 +47,7 @@ from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, start
 from secperf.errors import EngineError, SecperfError
 from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms.base import check_flowtables_gone, flush_flow_state, reset_dut
-from secperf.plan import Plan, Variant, hostport, vm_settings
+from secperf.plan import BASELINE, Plan, Variant, hostport, vm_settings
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.run.estimate import point_seconds, slowest_link
@@ -78,6 +84,9 @@ class Runner(Rounds):
         self.applied: Variant | None = None
         self.removed = False  # the run directory was removed: it held no measurement
         self.mechanism_hosts: list[str] = []
+        # (point, variant) pairs that could not be measured, with why (run.json "failed")
+        self.failed: list[dict[str, Any]] = []
+        self.measured = 0  # tests that gave a result
         # The seed of every round's shuffled order: the scenario's, else a fresh one.
         seed = self.scenario.repeat.seed
         self.seed: int = secrets.randbits(32) if seed is None else seed
@@ -113,7 +122,13 @@ class Runner(Rounds):
         for link in self.plan.path_links(point):
             bps = link.rate_bps if restore else (rate or None)
             for end in link.ends():
-                links.reshape(testbed.host(end), testbed.ifname(link.name, end), bps, link.queue_s)
+                links.reshape(
+                    testbed.host(end),
+                    testbed.ifname(link.name, end),
+                    bps,
+                    link.queue_s,
+                    testbed.priority_ports,
+                )
 
     # -- the run ----------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -128,6 +143,7 @@ class Runner(Rounds):
             scenario_file=str(sc.source) if sc.source else None,
             scenario_text=sc.source.read_text() if sc.source else None,
             order_seed=self.seed,
+            failed=self.failed,
             host=machine_info(),
             started=now_iso(),
             finished=None,
@@ -160,6 +176,8 @@ class Runner(Rounds):
                     external=self.plan.external_interfaces(),
                     # rule files rendered into the run directory: copied to remote hosts
                     stage_dirs=[self.run.files_dir],
+                    # a load that fills a shaped link never starves the engine's control
+                    priority_ports=(CONTROL_PORT,),
                 ) as testbed,
                 install_teardown_handlers(testbed),
             ):
@@ -214,7 +232,16 @@ class Runner(Rounds):
             self._write_meta(status="failed", finished=now_iso(), error=str(exc))
             self._finish_summary()
             raise
-        self._write_meta(status="complete", finished=now_iso())
+        if self.failed and not self.measured:
+            first = self.failed[0]
+            self._write_meta(
+                status="failed",
+                finished=now_iso(),
+                error=f"no test gave a result; {first['point_id']} {first['variant']}: "
+                f"{first['error']}",
+            )
+        else:
+            self._write_meta(status="complete", finished=now_iso())
         self._finish_summary()
         return self.run
 
@@ -369,6 +396,41 @@ class Runner(Rounds):
         if links_record is not None:
             self._keep(tags, links_record)
         return Measured(result, window)
+
+    def _variant_failed(
+        self,
+        testbed: Testbed,
+        point: WorkloadPoint,
+        variant: Variant,
+        rep: int,
+        exc: SecperfError,
+        gone: list[str],
+    ) -> None:
+        """`variant` cannot be measured at `point` (round `rep`): an error record, a
+        stop entry of its own for each variant in `gone` (all of the point's when the
+        baseline failed) and a `failed` entry in run.json, then the host put back in the
+        plain state. A failure to put it back ends the run (the state is unknown)."""
+        why = exc.message
+        self._keep(
+            self._tags(variant, point, rep),
+            {"type": "error", "kind": "variant_failed", "message": why, "fix": exc.fix},
+        )
+        for name in gone:
+            reason = why if name == variant.name else f"the baseline failed: {why}"
+            entry = {"point_id": point.point_id, "variant": name, "round": rep, "error": reason}
+            self.failed.append({**entry, "fix": exc.fix})
+            self.stops.append({**entry, "reason": "failed", "reps": rep, "order": []})
+        self.console.print(
+            f"[red]{point.point_id} {variant.name}: cannot be measured ({why}); "
+            + (
+                "the point ends here (no baseline to compare with)[/]"
+                if variant.name == BASELINE
+                else "the other variants go on without it[/]"
+            ),
+            highlight=False,
+        )
+        self._write_meta(failed=self.failed)
+        self._release(testbed)
 
     def _tags(
         self, variant: Variant, point: WorkloadPoint, rep: int, *, phase: str | None = None

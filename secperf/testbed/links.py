@@ -18,12 +18,18 @@ both directions: burst = max(10 ms at the rate, 1600 B) and latency 50 ms
 and tens of ms at modem rates), or the link's own `queue`. Verified on this kernel: 100 Mbit/s holds
 ~96 Mbit/s TCP, 33.6 kbit/s holds ~32 kbit/s.
 
-Offloads (`[testbed] offloads`): a veth is born with TSO and GSO on (GRO off), so
-a TCP sender hands the stack ~64 KB segments that cross the veth, the DUT's
-forwarding path and nftables as one packet each, and are cut to the MTU only where
-a device cannot take them. With `offloads = "off"` TSO, GSO and GRO are turned off
-on both ends of every veth (`ethtool -K`), and read back: the DUT then sees, and
-its rules run once for, every wire-size packet. "on" leaves the kernel's defaults.
+A testbed built with `priority_ports` (a run's: the engine's control port) gives
+every shaped link a strict priority for them, so that a load that fills the link
+cannot starve the engine's control connection: tbf stays the root and holds the
+rate exactly as above (it cuts GSO packets to the MTU before they queue), and its
+queue becomes an htb that only orders packets: two classes far above the link's
+rate (so neither ever waits for tokens, and htb serves the lower `prio` first),
+the control connection's (TCP to or from those ports, by u32 filters; a short
+pfifo) and everything else's (a byte FIFO as deep as tbf's own queue). The
+measured traffic gets the whole rate whenever the control connection is idle,
+which is nearly always (a few hundred bytes a test). Without htb in a kernel (it
+has no prio either: FIELD-NOTES) the link keeps plain tbf, and its control
+connection no priority: `shape` returns which it got.
 """
 
 from __future__ import annotations
@@ -97,10 +103,63 @@ def create_veth(ledger: Ledger, name: str, netns: str, peer: str, peer_netns: st
         raise
 
 
-def shape(netns: str, dev: str, rate_bps: int, queue_s: float | None = None) -> None:
-    """Put tbf at `rate_bps` on the egress of `dev`."""
+CONTROL_FIFO_PACKETS = 100
+# The htb under tbf only orders packets: its classes run this many times the link's
+# rate, so they never wait for tokens (tbf holds the rate).
+PRIORITY_HEADROOM = 10
+MTU_BYTES = 1514
+
+
+def priority_commands(
+    dev: str, rate_bps: int, queue_s: float | None, priority_ports: Sequence[int]
+) -> list[list[str]]:
+    """The `tc` commands (without `tc`) that put a strict-priority htb under the tbf
+    that `tbf_params(rate_bps, queue_s)` makes on `dev` (root handle 1:): TCP to or
+    from `priority_ports` first (the module's docstring)."""
     tbf = tbf_params(rate_bps, queue_s)
-    run_command(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
+    fast = f"{rate_bps * PRIORITY_HEADROOM}bit"
+    # tbf's own queue limit: what drains in its latency at the rate, plus the burst
+    fifo = int(rate_bps / 8 * tbf.latency_ms / 1000) + tbf.burst_bytes
+    leaf = f"htb rate {fast} ceil {fast} quantum {MTU_BYTES}"
+    lines = [
+        f"qdisc add dev {dev} parent 1:1 handle 2: htb default 20",
+        f"class add dev {dev} parent 2: classid 2:1 htb rate {fast} ceil {fast}",
+        f"class add dev {dev} parent 2:1 classid 2:10 {leaf} prio 0",
+        f"class add dev {dev} parent 2:1 classid 2:20 {leaf} prio 1",
+        f"qdisc add dev {dev} parent 2:10 handle 10: pfifo limit {CONTROL_FIFO_PACKETS}",
+        f"qdisc add dev {dev} parent 2:20 handle 20: bfifo limit {fifo}",
+    ]
+    for port in priority_ports:
+        for proto, ip, pref in (("ip", "ip", 1), ("ipv6", "ip6", 2)):
+            for end in ("sport", "dport"):
+                lines.append(
+                    f"filter add dev {dev} parent 2: protocol {proto} prio {pref} u32 "
+                    f"match {ip} protocol 6 0xff match {ip} {end} {port} 0xffff flowid 2:10"
+                )
+    return [line.split() for line in lines]
+
+
+def shape(
+    netns: str,
+    dev: str,
+    rate_bps: int,
+    queue_s: float | None = None,
+    priority_ports: Sequence[int] = (),
+) -> bool:
+    """Put tbf at `rate_bps` on the egress of `dev`, with `priority_ports` first in
+    its queue; True if they got the priority (False: none asked, or no htb here)."""
+    tbf = tbf_params(rate_bps, queue_s)
+    root = ["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "handle", "1:"]
+    run_command([*root, *tbf.tc_args()])
+    if not priority_ports:
+        return False
+    try:
+        for cmd in priority_commands(dev, rate_bps, queue_s, priority_ports):
+            run_command(["tc", "-n", netns, *cmd])
+    except TestbedError:
+        run_command([*root, *tbf.tc_args()])  # plain tbf again, whatever was added
+        return False
+    return True
 
 
 class Runs(Protocol):
@@ -116,15 +175,29 @@ class Runs(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
-def reshape(host: Runs, dev: str, rate_bps: int | None, queue_s: float | None = None) -> None:
+def reshape(
+    host: Runs,
+    dev: str,
+    rate_bps: int | None,
+    queue_s: float | None = None,
+    priority_ports: Sequence[int] = (),
+) -> bool:
     """Change the egress rate of `dev` in a built testbed (a workload's `link_rate`):
-    tbf at `rate_bps`, or no qdisc at all for None (unlimited)."""
+    shaped to `rate_bps` as `shape` does (and its result), or no qdisc at all for None
+    (unlimited: nothing queues, so nothing needs a priority)."""
+    # A new root replaces the old one with everything under it (an htb's filters too).
     if rate_bps is None:
-        # No root qdisc is fine: the link is then already unlimited.
         host.run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-        return
+        return False
     tbf = tbf_params(rate_bps, queue_s)
-    host.run(["tc", "qdisc", "replace", "dev", dev, "root", *tbf.tc_args()])
+    host.run(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", *tbf.tc_args()])
+    if not priority_ports:
+        return False
+    for cmd in priority_commands(dev, rate_bps, queue_s, priority_ports):
+        if host.run(["tc", *cmd], check=False).returncode != 0:
+            host.run(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", *tbf.tc_args()])
+            return False
+    return True
 
 
 BRIDGE = "br"

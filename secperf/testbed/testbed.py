@@ -12,11 +12,13 @@ per host, the placement's cpusets (secperf.testbed.placement), a CPU quota; SSH
 hosts log in, in parallel); in a namespace testbed the
 links follow: veth pairs born inside their namespaces, then per namespace one
 `ip -batch` with loopback, addresses, links up and the routes the graph gives (a
-switch gets a bridge with its ports instead), then tbf on each shaped link and
-each link's offloads, and the receive steering (RPS) the placement asks for; then
-every host starts (a VM boots on its links). A lab of real machines has its own
-links, addresses and routes. While the testbed stands, secperf's own process runs
-on the CPUs the placement leaves to the machine (put back at teardown).
+switch gets a bridge with its ports instead), then the shaper on each shaped link
+(tbf; with a strict-priority queue for `priority_ports`, the engine's control
+connection, when the build asks: secperf.testbed.links) and each link's offloads,
+and the receive steering (RPS) the placement asks for; then every host starts (a
+VM boots on its links). A lab of real machines has its own links, addresses and
+routes. While the testbed stands, secperf's own process runs on the CPUs the
+placement leaves to the machine (put back at teardown).
 
 Teardown stops the processes the hosts started, closes every host (an SSH host
 empties its remote ledger), then removes exactly what the ledger holds
@@ -200,6 +202,8 @@ class Testbed:
         self._lock = threading.RLock()
         self.placement = Placement("shared")
         self._affinity: set[int] | None = None  # secperf's own, to put back
+        # TCP ports first on shaped links (Testbed.build); reshape() keeps them first.
+        self.priority_ports: tuple[int, ...] = ()
 
     # -- building ------------------------------------------------------------
 
@@ -219,6 +223,7 @@ class Testbed:
         stage_dirs: Sequence[Path] = (),
         external: Mapping[str, Mapping[str, str]] | None = None,
         backends: Mapping[str, HostPlan] | None = None,
+        priority_ports: Sequence[int] = (),
     ) -> Testbed:
         """Build `topology`; if any step fails, take down what was made and raise TestbedError.
 
@@ -232,7 +237,9 @@ class Testbed:
         whose files are copied to them when a command names one (the run's files).
         `external` maps host names to their interfaces by peer: devices secperf runs
         nothing on. `backends` maps host names to (backend, its settings) for any
-        backend in FACTORIES, before all of the above.
+        backend in FACTORIES, before all of the above. `priority_ports`: TCP ports whose
+        packets go first on every shaped link (a run's engine control port), so a load
+        that fills a link cannot starve them (secperf.testbed.links).
         """
         _preflight()
         prefix = check_prefix(prefix) if prefix is not None else new_prefix()
@@ -278,6 +285,7 @@ class Testbed:
             )
             tb = cls(bed, plans)
             tb.placement = placement
+            tb.priority_ports = tuple(priority_ports)
         except BaseException:
             teardown_entries(ledger)
             raise
@@ -359,7 +367,11 @@ class Testbed:
             if link.rate_bps is not None:
                 for role in link.ends():
                     links.shape(
-                        self.netns(role), self.ifname(link.name, role), link.rate_bps, link.queue_s
+                        self.netns(role),
+                        self.ifname(link.name, role),
+                        link.rate_bps,
+                        link.queue_s,
+                        self.priority_ports,
                     )
         for link in topo.links:
             links.apply_offloads(

@@ -119,9 +119,11 @@ def test_denied_flood_never_reaches_the_server_allowed_does(bed: Testbed, tmp_pa
 def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> None:
     # 10 Mbit/s links (document 002's slow network): a flood of 64-byte frames
     # fills the link at ~20 kpps. Shaped links never starve TCP to 1 % (it keeps a
-    # few %), so the test asks for 50 %: it checks the search, not a DUT.
+    # few %), so the test asks for 50 %: it checks the search, not a DUT. The engine's
+    # control connection goes first on the shaped links, as in a run: a flood that
+    # fills them must not starve it.
     topo = Topology.standard(attacker=True, link_rate_bps=10_000_000)
-    with Testbed.build(topo, state_dir=tmp_path / "state") as tb:
+    with Testbed.build(topo, state_dir=tmp_path / "state", priority_ports=(CONTROL_PORT,)) as tb:
         server = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
         try:
             kept: list[dict[str, object]] = []

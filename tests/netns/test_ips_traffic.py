@@ -5,6 +5,7 @@ string is dropped inline and passes with an alert on the mirror; clean traffic p
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.netns
 RULES = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 SERVER = "198.18.2.2"
 PORT = 5399
+CONTROL = 5201  # the engine server's control port: it passes beside the queue
 ATTACK = b"GET /SECPERF-IPS-TEST-ATTACK-7e1f"
 CLEAN = b"GET /index.html HTTP/1.0"
 TEST_SID = {"tcp": "9000001", "udp": "9000002"}
@@ -31,24 +33,28 @@ TEST_SID = {"tcp": "9000001", "udp": "9000002"}
 SEND = r"""
 import socket, sys
 proto, addr, port, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode()
+flows = int(sys.argv[5])
 try:
+  for _ in range(flows):
     if proto == "tcp":
         s = socket.create_connection((addr, port), timeout=2.0)
         s.sendall(payload); print(s.recv(64).decode())
     else:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2.0)
         s.sendto(payload, (addr, port)); print(s.recvfrom(64)[0].decode())
+    s.close()
 except OSError as exc:
     print("FAIL", type(exc).__name__); sys.exit(1)
 """
 
 
-def send(client: Host, proto: str, payload: bytes) -> bool:
-    """Whether the server answered a connection (TCP) or datagram (UDP) carrying payload."""
+def send(client: Host, proto: str, payload: bytes, port: int = PORT, flows: int = 1) -> bool:
+    """Whether the server answered a connection (TCP) or datagram (UDP) carrying payload,
+    on each of `flows` flows (a new source port each)."""
     out = client.run(
-        [sys.executable, "-c", SEND, proto, SERVER, str(PORT), payload.decode()],
+        [sys.executable, "-c", SEND, proto, SERVER, str(port), payload.decode(), str(flows)],
         check=False,
-        timeout=15,
+        timeout=15 + 3 * flows,
     )
     return out.returncode == 0 and out.stdout.strip() != ""
 
@@ -57,7 +63,7 @@ def send(client: Host, proto: str, payload: bytes) -> bool:
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EchoServer]]:
     state = tmp_path_factory.mktemp("state")
     with Testbed.build(Topology.standard(ids=True), state_dir=state) as tb:
-        echo = start_echo(tb.host("server"), "0.0.0.0", [PORT])
+        echo = start_echo(tb.host("server"), "0.0.0.0", [PORT, CONTROL])
         yield tb, echo
         echo.stop()
 
@@ -167,3 +173,83 @@ def test_nfq_ips_fails_closed_without_its_daemon(
         reset_dut(dut, ips.backends())
     assert not closed
     assert reopened
+
+
+def test_nfq_ips_on_two_queues_and_failing_open(
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
+) -> None:
+    tb, _echo = bed
+    dut, client = tb.host("dut"), tb.host("client")
+    ips = Ips(IpsSpec(engine="nfq", rules=RULES, queue=3, queues=2, fail_open=True))
+    ctx = _ctx(tb, tmp_path, "ips-2q.0")
+    ctx.rendered = ips.render(ctx)
+    try:
+        ips.apply(dut, ctx)
+        # 16 flows: --queue-balance hashes each to one of the two queues (all 16 on
+        # one queue: 1 in 32768)
+        clean = send(client, "udp", CLEAN, flows=16)
+        attack = send(client, "udp", ATTACK)
+        assert ips.kill_daemons()
+        bypassed = send(client, "udp", ATTACK)  # --queue-bypass: no daemon, no inspection
+    finally:
+        ips.release(dut, ctx)
+        reset_dut(dut, ips.backends())
+    assert clean and not attack
+    assert bypassed
+
+
+def test_nfq_ips_threads_share_the_load_of_two_queues(
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
+) -> None:
+    tb, _echo = bed
+    dut, client = tb.host("dut"), tb.host("client")
+    ips = Ips(IpsSpec(engine="nfq", rules=RULES, queue=3, queues=2))
+    ctx = _ctx(tb, tmp_path, "ips-2q-stats.0")
+    ctx.rendered = ips.render(ctx)
+    try:
+        ips.apply(dut, ctx)
+        clean = send(client, "udp", CLEAN, flows=16)
+        attack = send(client, "tcp", ATTACK)
+    finally:
+        ips.release(dut, ctx)
+        reset_dut(dut, ips.backends())
+    assert clean and not attack
+    (record,) = _stats(tmp_path, ctx.name, "dut")
+    assert record["queues"] == 2
+    # both threads had packets, and they had every packet the kernel queued
+    assert len(record["per_queue_packets"]) == 2, record
+    assert all(n > 0 for n in record["per_queue_packets"]), record
+    assert sum(record["per_queue_packets"]) == record["packets"], record
+    each = {q["queue"]: q["queued"] for q in record["kernel"]["queues"]}
+    assert set(each) == {3, 4}, record
+    assert record["packets"] == record["kernel"]["queued"], record
+    assert record["ips"]["by_sid"].get(TEST_SID["tcp"], 0) >= 1, record
+    assert record["kernel"]["queue_dropped"] == 0 and record["kernel"]["user_dropped"] == 0
+    assert record["batches"] >= 1 and record["verdict_errors"] == 0, record
+
+
+def test_the_engines_control_connection_passes_a_stalled_queue(
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
+) -> None:
+    """The daemon stopped (SIGSTOP: bound, but no verdicts): every queued packet waits
+    and the load is lost, but the engine's control port answers at once, so a test
+    through an IPS that cannot keep up reports its loss instead of timing out."""
+    tb, _echo = bed
+    dut, client = tb.host("dut"), tb.host("client")
+    ips = Ips(IpsSpec(engine="nfq", rules=RULES))
+    ctx = _ctx(tb, tmp_path, "ips-stall.0")
+    ctx.rendered = ips.render(ctx)
+    try:
+        ips.apply(dut, ctx)
+        (daemon,) = ips.daemons()
+        daemon.popen.send_signal(signal.SIGSTOP)
+        try:
+            data = send(client, "tcp", CLEAN)
+            control = send(client, "tcp", CLEAN, port=CONTROL)
+        finally:
+            daemon.popen.send_signal(signal.SIGCONT)
+    finally:
+        ips.release(dut, ctx)
+        reset_dut(dut, ips.backends())
+    assert not data
+    assert control

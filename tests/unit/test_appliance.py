@@ -49,11 +49,22 @@ def test_nft_ipv6_matches_ip6_and_lets_neighbour_discovery_in() -> None:
 
 
 def test_nfqueue_rule_is_fail_closed_unless_asked() -> None:
-    closed = render_iptables(ApplianceSpec(queue=7))
+    closed = render_iptables(ApplianceSpec(queue=7), V4)
     assert "-A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7\n" in closed
     assert "--queue-bypass" not in closed
-    opened = render_iptables(ApplianceSpec(queue=7, fail_open=True))
+    opened = render_iptables(ApplianceSpec(queue=7, fail_open=True), V4)
     assert "--queue-num 7 --queue-bypass" in opened
+
+
+def test_the_engines_control_connection_passes_beside_the_queue() -> None:
+    text = render_iptables(ApplianceSpec(queue=7), V4)
+    lines = text.splitlines()
+    queue = next(i for i, line in enumerate(lines) if "NFQUEUE" in line)
+    before = lines[:queue]
+    assert f"-A FORWARD -p tcp --dport {V4.control_port} -j ACCEPT" in before
+    assert f"-A FORWARD -p tcp --sport {V4.control_port} -j ACCEPT" in before
+    # nothing else skips the queue: the data ports are queued like all traffic
+    assert sum("-j ACCEPT" in line for line in lines) == 2
 
 
 def test_render_writes_both_files_in_load_order(tmp_path: Path) -> None:

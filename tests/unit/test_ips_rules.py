@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from secperf import ips_rules
 from secperf.errors import MechanismError
+from secperf.mechanisms import nfq
+from secperf.mechanisms.base import MechanismContext, TrafficPlan
 from secperf.mechanisms.ids import IdsSpec, render_mirror
-from secperf.mechanisms.ips import IpsSpec, fwsnort_counters, fwsnort_input, fwsnort_save
+from secperf.mechanisms.ips import (
+    Ips,
+    IpsSpec,
+    fwsnort_counters,
+    fwsnort_input,
+    fwsnort_save,
+    render_iptables,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 
@@ -88,6 +98,53 @@ def test_schema_checks_the_rule_file_before_a_run(tmp_path: Path) -> None:
     assert ok.rules == 100 and ok.on == "dut"
     ids = IdsSpec.model_validate({"kind": "ids", "rules": str(SHIPPED)})
     assert ids.on == ["dut", "ids"]
+
+
+PLAN = TrafficPlan(4, "198.18.1.2/32", "198.18.2.2/32", "198.18.1.2", "198.18.2.2")
+
+
+def test_nfq_queues_fail_open_and_the_control_connection_beside_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = MechanismContext(plan=PLAN, files_dir=tmp_path, name="ips.0", table="t")
+    one = render_iptables(IpsSpec(rules=SHIPPED), ctx).splitlines()
+    queue = next(i for i, line in enumerate(one) if "NFQUEUE" in line)
+    assert one[queue] == "-A FORWARD -j NFQUEUE --queue-num 0"  # fail closed
+    # the engine's control connection skips the queue, and nothing else does
+    assert one[:queue][-2:] == [
+        f"-A FORWARD -p tcp --dport {PLAN.control_port} -j ACCEPT",
+        f"-A FORWARD -p tcp --sport {PLAN.control_port} -j ACCEPT",
+    ]
+    spread = IpsSpec(rules=SHIPPED, queue=4, queues=2, fail_open=True)
+    text = render_iptables(spread, ctx)
+    assert "-A FORWARD -j NFQUEUE --queue-balance 4:5 --queue-bypass\n" in text
+    ctx.hook = "input"
+    assert "-A INPUT -j NFQUEUE --queue-num 0" in render_iptables(IpsSpec(rules=SHIPPED), ctx)
+    # the daemon binds what the rule sends to
+    ips = Ips(spread)
+    ips.render(ctx)
+    argv: list[list[str]] = []
+
+    def start_matcher(host: object, c: object, a: list[str], what: str, t: float) -> None:
+        argv.append(a)
+
+    monkeypatch.setattr(nfq, "start_matcher", start_matcher)
+    ips.restart_daemons(SimpleNamespace(role="dut"), ctx)  # type: ignore[arg-type]
+    assert argv[0][:5] == ["--queue", "4", "--queues", "2", "--fail-open"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"engine": "fwsnort", "queues": 2}, "queues needs engine"),
+        ({"engine": "fwsnort", "fail_open": True}, "fail_open needs engine"),
+        ({"queue": 65535, "queues": 2}, "past 65535"),
+        ({"queues": 0}, "greater than or equal to 1"),
+    ],
+)
+def test_queue_settings_are_checked(entry: dict[str, object], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        IpsSpec.model_validate({"kind": "ips", "rules": 10, **entry})
 
 
 def test_fwsnort_glue_keeps_drop_only_for_drop_rules() -> None:

@@ -7,7 +7,7 @@ from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network, ip
 import pytest
 
 from secperf.errors import TestbedError
-from secperf.testbed.links import host_ip_lines, ifname, tbf_params
+from secperf.testbed.links import host_ip_lines, ifname, priority_commands, tbf_params
 from secperf.testbed.testbed import check_prefix, new_prefix
 from secperf.testbed.topology import (
     LinkSpec,
@@ -170,3 +170,17 @@ def test_tbf_params() -> None:
     assert (slow.burst_bytes, slow.latency_ms) == (1600, 500)
     assert tbf_params(999_999).latency_ms == 500 and tbf_params(1_000_000).latency_ms == 50
     assert fast.tc_args()[:3] == ["tbf", "rate", "100000000bit"]
+
+
+def test_priority_queue_under_tbf_sends_the_control_port_first() -> None:
+    cmds = [" ".join(c) for c in priority_commands("d0", 10_000_000, None, [5201])]
+    # an htb under tbf's class 1:1, far above the rate (tbf alone holds the rate)
+    assert cmds[0] == "qdisc add dev d0 parent 1:1 handle 2: htb default 20"
+    assert "classid 2:10 htb rate 100000000bit ceil 100000000bit" in cmds[2]
+    assert cmds[2].endswith("prio 0") and cmds[3].endswith("prio 1")
+    # everything else waits in a FIFO as deep as tbf's own queue: 50 ms + the burst
+    assert cmds[5] == "qdisc add dev d0 parent 2:20 handle 20: bfifo limit 75000"
+    filters = [c for c in cmds if c.startswith("filter")]
+    assert len(filters) == 4  # sport and dport, IPv4 and IPv6
+    assert all("match" in f and "5201 0xffff flowid 2:10" in f for f in filters)
+    assert any("protocol ipv6" in f and "match ip6 dport 5201" in f for f in filters)

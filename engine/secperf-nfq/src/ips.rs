@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use hyperscan::prelude::*;
 use hyperscan::CompileFlags;
@@ -181,7 +182,9 @@ pub struct Outcome {
     pub drop: bool,
 }
 
-pub struct Matcher {
+/// What a rule file compiles to: read-only, shared by every matcher of one
+/// daemon (one per queue thread, `Matcher::fork`).
+struct Compiled {
     rules: Vec<Rule>,
     windows: Vec<Option<Window>>,
     /// Which rules use each pattern.
@@ -189,20 +192,25 @@ pub struct Matcher {
     /// Rules without patterns: their header alone decides.
     header_only: Vec<usize>,
     db: Option<BlockDatabase>,
+    /// Every pattern, kept to compile the streaming database on demand.
+    all_patterns: Vec<Pattern>,
+}
+
+/// A matcher: the shared compiled rules and this thread's scratch space and flows.
+pub struct Matcher {
+    c: Arc<Compiled>,
     scratch: Option<Scratch>,
     hit: Vec<bool>,
     touched: Vec<usize>,
     /// Bounded per-flow TCP reassembly (None: every packet is matched alone).
     reasm: Option<Reasm>,
-    /// Every pattern, kept to compile the streaming database on demand.
-    all_patterns: Vec<Pattern>,
 }
 
 /// The streaming side of the matcher: the same patterns compiled for Hyperscan's
 /// stream mode, and one stream per tracked TCP flow direction.
 struct Reasm {
     bound: Reassembly,
-    db: StreamingDatabase,
+    db: Arc<StreamingDatabase>,
     scratch: Scratch,
     flows: HashMap<FlowKey, Flow>,
     counters: ReassemblyCounters,
@@ -306,16 +314,45 @@ impl Matcher {
         };
         let n = windows.len();
         Ok(Matcher {
-            rules,
-            windows,
-            users,
-            header_only,
-            db,
+            c: Arc::new(Compiled {
+                rules,
+                windows,
+                users,
+                header_only,
+                db,
+                all_patterns: kept,
+            }),
             scratch,
             hit: vec![false; n],
             touched: Vec::new(),
             reasm: None,
-            all_patterns: kept,
+        })
+    }
+
+    /// Another matcher over the same compiled rules, with its own scratch space
+    /// and flows (for another thread): no second compile.
+    pub fn fork(&self) -> Result<Matcher, RulesError> {
+        let hs = |e: hyperscan::Error| RulesError::Hyperscan(e.to_string());
+        let scratch = match &self.c.db {
+            Some(db) => Some(db.alloc_scratch().map_err(hs)?),
+            None => None,
+        };
+        let reasm = match &self.reasm {
+            Some(r) => Some(Reasm {
+                bound: r.bound,
+                db: r.db.clone(),
+                scratch: r.db.alloc_scratch().map_err(hs)?,
+                flows: HashMap::new(),
+                counters: ReassemblyCounters::default(),
+            }),
+            None => None,
+        };
+        Ok(Matcher {
+            c: self.c.clone(),
+            scratch,
+            hit: vec![false; self.hit.len()],
+            touched: Vec::new(),
+            reasm,
         })
     }
 
@@ -325,10 +362,10 @@ impl Matcher {
     /// tracked at once (a flow beyond it is matched packet by packet); both cuts are
     /// counted.
     pub fn enable_reassembly(&mut self, bound: Reassembly) -> Result<(), RulesError> {
-        if self.all_patterns.is_empty() {
+        if self.c.all_patterns.is_empty() {
             return Ok(());
         }
-        let db: StreamingDatabase = Patterns(self.all_patterns.clone())
+        let db: StreamingDatabase = Patterns(self.c.all_patterns.clone())
             .build()
             .map_err(|e| RulesError::Hyperscan(e.to_string()))?;
         let scratch = db
@@ -336,7 +373,7 @@ impl Matcher {
             .map_err(|e| RulesError::Hyperscan(e.to_string()))?;
         self.reasm = Some(Reasm {
             bound,
-            db,
+            db: Arc::new(db),
             scratch,
             flows: HashMap::new(),
             counters: ReassemblyCounters::default(),
@@ -354,7 +391,7 @@ impl Matcher {
     }
 
     pub fn rule_count(&self) -> usize {
-        self.rules.len()
+        self.c.rules.len()
     }
 
     pub fn pattern_count(&self) -> usize {
@@ -383,9 +420,10 @@ impl Matcher {
     /// Match one payload alone (block mode).
     fn check_block(&mut self, tuple: &FiveTuple, payload: &[u8]) -> Outcome {
         let mut out = Outcome::default();
-        let mut candidates: Vec<usize> = self.header_only.clone();
-        if let (Some(db), Some(scratch), false) = (&self.db, &self.scratch, payload.is_empty()) {
-            let windows = &self.windows;
+        let c = &*self.c;
+        let mut candidates: Vec<usize> = c.header_only.clone();
+        if let (Some(db), Some(scratch), false) = (&c.db, &self.scratch, payload.is_empty()) {
+            let windows = &c.windows;
             let hit = &mut self.hit;
             let touched = &mut self.touched;
             // A scan error (none expected for block mode) leaves the packet unmatched.
@@ -402,13 +440,13 @@ impl Matcher {
                 },
             );
             for &id in &self.touched {
-                candidates.extend_from_slice(&self.users[id]);
+                candidates.extend_from_slice(&c.users[id]);
             }
         }
         candidates.sort_unstable();
         candidates.dedup();
         for ri in candidates {
-            let rule = &self.rules[ri];
+            let rule = &c.rules[ri];
             if rule.patterns.iter().all(|&p| self.hit[p]) && rule.header_matches(tuple) {
                 out.sids.push(rule.sid);
                 out.drop |= rule.action == Action::Drop;
@@ -484,8 +522,9 @@ impl Matcher {
         flow.next_seq = data_seq.wrapping_add(payload.len() as u32);
         let room = r.bound.bytes.saturating_sub(flow.scanned);
         let take = (payload.len() as u64).min(room) as usize;
+        let c = &*self.c;
         if let (Some(stream), true) = (&flow.stream, take > 0) {
-            let windows = &self.windows;
+            let windows = &c.windows;
             let hits = &mut flow.hits;
             let _ = stream.scan(
                 &payload[..take],
@@ -510,14 +549,14 @@ impl Matcher {
             }
         }
         let mut out = Outcome::default();
-        let mut candidates: Vec<usize> = self.header_only.clone();
+        let mut candidates: Vec<usize> = c.header_only.clone();
         for &id in &flow.hits {
-            candidates.extend_from_slice(&self.users[id]);
+            candidates.extend_from_slice(&c.users[id]);
         }
         candidates.sort_unstable();
         candidates.dedup();
         for ri in candidates {
-            let rule = &self.rules[ri];
+            let rule = &c.rules[ri];
             if !flow.fired.contains(&rule.sid)
                 && rule.patterns.iter().all(|p| flow.hits.contains(p))
                 && rule.header_matches(tuple)
@@ -599,6 +638,18 @@ impl IpsCounters {
         }
         if out.drop {
             self.drops += 1;
+        }
+    }
+
+    /// Add another thread's counters.
+    pub fn merge(&mut self, o: &IpsCounters) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.matched_packets += o.matched_packets;
+        self.alerts += o.alerts;
+        self.drops += o.drops;
+        for (sid, n) in &o.by_sid {
+            *self.by_sid.entry(*sid).or_default() += n;
         }
     }
 

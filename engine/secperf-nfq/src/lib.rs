@@ -1,7 +1,8 @@
 //! secperf-nfq: the appliance's user-space daemon.
 //!
-//! It binds one NFQUEUE, gives every queued packet a verdict and writes one
-//! JSON line per new connection it sees. With `--rules` it is an IPS: every
+//! It binds one or more NFQUEUEs (a thread each), gives every queued packet a
+//! verdict, batched (nfqueue: netlink spoken directly), and writes one JSON
+//! line per new connection it sees. With `--rules` it is an IPS: every
 //! packet's payload is matched against signatures (Hyperscan) and `drop` rules
 //! decide a drop verdict; with `--packet-socket IFACE` the same matcher reads a
 //! packet socket instead and only alerts (the IDS on a mirror).
@@ -11,9 +12,11 @@
 pub mod connlog;
 pub mod error;
 pub mod ips;
+pub mod nfqueue;
 pub mod packet;
 pub mod reasm;
 pub mod timefmt;
+pub mod worker;
 
 pub use connlog::{ConnLog, LogLine, SeenSet};
 pub use error::{NfqError, Result};

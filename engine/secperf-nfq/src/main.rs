@@ -1,41 +1,53 @@
-//! secperf-nfq: bind an NFQUEUE, give every packet a verdict, log each new connection.
+//! secperf-nfq: bind NFQUEUEs, give every packet a verdict, log each new connection.
 //!
 //! With `--rules FILE.json` every queued packet's payload is matched against IPS
 //! signatures: a matching `drop` rule drops it, `alert` rules count it. With
 //! `--packet-socket IFACE` there is no queue: the same matcher reads every packet
 //! arriving on IFACE (a mirror of the DUT's traffic) and only counts (the IDS).
 //!
-//! stdout carries JSON event lines: `listening` once the queue (or socket) is
-//! bound (callers poll for it instead of sleeping), `stats` on SIGUSR2, `stopped`
-//! with counters after SIGTERM or SIGINT, `error` before a non-zero exit. The
-//! last `stats`/`stopped` object is also written to `--stats FILE`.
+//! `--queues N` binds queues `--queue` .. `--queue`+N-1 (the rule's
+//! `--queue-balance`), one thread each; packets are read in batches and their
+//! verdicts sent in one call per batch (nfqueue.rs).
+//!
+//! stdout carries JSON event lines: `listening` once every queue (or the socket)
+//! is bound (callers poll for it instead of sleeping), `stats` on SIGUSR2,
+//! `stopped` with counters after SIGTERM or SIGINT, `error` before a non-zero
+//! exit. The last `stats`/`stopped` object is also written to `--stats FILE`.
 
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::Parser;
-use nfq::{Queue, Verdict};
 use serde_json::json;
 
-use secperf_nfq::{
-    parse_five_tuple, ConnLog, IpsCounters, LogLine, Matcher, NfqError, Reassembly, Result, SeenSet,
-};
+use secperf_nfq::nfqueue::{QueueConfig, QueueSocket, F_FAIL_OPEN, F_GSO};
+use secperf_nfq::worker::{Worker, WorkerStats};
+use secperf_nfq::{ConnLog, IpsCounters, Matcher, NfqError, Reassembly, Result, SeenSet};
 
-/// Set by the signal handler; read by the packet loop.
+/// Set by the signal handler; read by the loops.
 static STOP: AtomicBool = AtomicBool::new(false);
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// Set by SIGUSR2: print (and write) the counters now.
 static STATS: AtomicBool = AtomicBool::new(false);
 
+/// How often the main thread looks at the flags.
+const TICK: Duration = Duration::from_millis(10);
+
 #[derive(Parser, Debug)]
 #[command(name = "secperf-nfq", version, about)]
 struct Args {
-    /// The NFQUEUE number to bind (the rule's --queue-num).
+    /// The first NFQUEUE number to bind (the rule's --queue-num, or the first of
+    /// its --queue-balance range).
     #[arg(long, default_value_t = 0)]
     queue: u16,
+    /// Queues to bind, from --queue on, one thread each (the rule's
+    /// --queue-balance QUEUE:QUEUE+N-1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    queues: u16,
     /// Append one JSON line per new connection to this file.
     #[arg(long)]
     log: Option<PathBuf>,
@@ -53,14 +65,32 @@ struct Args {
     /// 65535, the whole packet, with --rules).
     #[arg(long)]
     copy_range: Option<u16>,
-    /// Packets the kernel holds for us before it drops new ones (fail-closed when full).
+    /// Packets each queue holds for us before the kernel drops new ones
+    /// (fail-closed when full; with --fail-open it accepts them uninspected).
     #[arg(long, default_value_t = 4096)]
     queue_len: u32,
+    /// Packets read (and verdicts sent) per system call, at most.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    batch: u32,
+    /// Each queue socket's receive buffer in bytes (what the kernel may hold
+    /// for us before it drops: `user_dropped`).
+    #[arg(long, default_value_t = 16 << 20)]
+    rcvbuf: usize,
+    /// Do not ask for GSO packets whole (NFQA_CFG_F_GSO): the kernel then cuts
+    /// them into wire-size packets before queueing them.
+    #[arg(long)]
+    no_gso: bool,
+    /// A full queue accepts new packets uninspected instead of dropping them
+    /// (NFQA_CFG_F_FAIL_OPEN). The rule's --queue-bypass is the other half:
+    /// no daemon at all.
+    #[arg(long)]
+    fail_open: bool,
     /// Bounded per-flow TCP reassembly: bytes of each flow direction matched as
     /// one stream (0: off, every packet matched alone). Needs --rules.
     #[arg(long, default_value_t = 0)]
     reassembly_bytes: u64,
-    /// Flow directions reassembled at once (a flow beyond it is matched packet by packet).
+    /// Flow directions reassembled at once, per queue (a flow beyond it is
+    /// matched packet by packet).
     #[arg(long, default_value_t = 4096)]
     reassembly_flows: usize,
     /// Connections remembered to log each one once.
@@ -78,11 +108,7 @@ extern "C" fn on_stats(_sig: libc::c_int) {
     STATS.store(true, Ordering::SeqCst);
 }
 
-extern "C" fn on_kick(_sig: libc::c_int) {
-    // Exists only so that a blocking recv returns EINTR.
-}
-
-/// Install `handler` for `sig` WITHOUT SA_RESTART, so a blocking recv returns EINTR.
+/// Install `handler` for `sig` WITHOUT SA_RESTART, so a blocking call returns EINTR.
 fn install(
     sig: libc::c_int,
     name: &'static str,
@@ -106,33 +132,27 @@ fn install(
     Ok(())
 }
 
-/// A signal can land between the loop's STOP check and the recv that then
-/// blocks until the next packet. This thread closes that window: once STOP is
-/// set it pokes the packet thread with SIGUSR1 until the process exits.
-fn start_kicker(target: libc::pthread_t) {
-    thread::spawn(move || {
-        // Safety: blocking signals in this thread only changes which thread the
-        // kernel delivers process signals to; `set` is initialised by sigemptyset.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGUSR1);
-            libc::sigaddset(&mut set, libc::SIGUSR2);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+fn install_all() -> Result<()> {
+    install(libc::SIGTERM, "SIGTERM", on_signal)?;
+    install(libc::SIGINT, "SIGINT", on_signal)?;
+    install(libc::SIGUSR2, "SIGUSR2", on_stats)?;
+    Ok(())
+}
+
+/// Blocks (`how` = SIG_BLOCK) or unblocks the daemon's signals in this thread:
+/// the queue threads are started with them blocked, so only the main thread
+/// is ever interrupted.
+fn mask_signals(how: libc::c_int) {
+    // Safety: `set` is initialised by sigemptyset before use; pthread_sigmask
+    // only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGUSR2] {
+            libc::sigaddset(&mut set, s);
         }
-        loop {
-            thread::sleep(Duration::from_millis(50));
-            if STOP.load(Ordering::SeqCst) {
-                // Safety: `target` is the main thread, which outlives this
-                // thread (the process exits when main returns).
-                unsafe {
-                    libc::pthread_kill(target, libc::SIGUSR1);
-                }
-            }
-        }
-    });
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
 }
 
 fn event(value: serde_json::Value) {
@@ -142,35 +162,26 @@ fn event(value: serde_json::Value) {
     let _ = out.flush();
 }
 
-/// Counters a run reports beside the matcher's.
-#[derive(Default)]
-struct Counters {
-    packets: u64,
-    unparsed: u64,
-    /// recv failed with ENOBUFS: the netlink socket overflowed, messages were lost.
-    enobufs: u64,
-}
-
 fn report(
     what: &str,
     mode: &str,
     args: &Args,
-    counters: &Counters,
-    ips: Option<(&IpsCounters, &Matcher)>,
+    st: &WorkerStats,
+    ips: Option<&IpsCounters>,
     extra: serde_json::Value,
 ) -> Result<()> {
     let mut v = json!({
         "event": what,
         "mode": mode,
         "signal": STOP_SIGNAL.load(Ordering::SeqCst),
-        "packets": counters.packets,
-        "unparsed": counters.unparsed,
-        "enobufs": counters.enobufs,
+        "packets": st.packets,
+        "unparsed": st.unparsed,
+        "enobufs": st.enobufs,
     });
     let obj = v.as_object_mut().expect("a json object");
-    if let Some((ips, m)) = ips {
+    if let Some(ips) = ips {
         let mut v = ips.to_json();
-        if let (Some(c), Some(o)) = (m.reassembly_counters(), v.as_object_mut()) {
+        if let (Some(c), Some(o)) = (&st.reassembly, v.as_object_mut()) {
             o.insert("reassembly".into(), c.to_json(reassembly(args)));
         }
         obj.insert("ips".into(), v);
@@ -190,33 +201,37 @@ fn report(
     Ok(())
 }
 
-/// The kernel's own counters for one queue (/proc/net/netfilter/nfnetlink_queue,
-/// per network namespace): packets dropped because the queue was full
-/// (queue_dropped) and because sending to us failed (user_dropped).
-fn queue_overflows(queue: u16) -> serde_json::Value {
+/// The kernel's own counters for queues first..first+n-1
+/// (/proc/net/netfilter/nfnetlink_queue, per network namespace), summed, and
+/// each queue's: packets waiting in it now (queue_total), ever queued to it
+/// (queued: its id sequence), dropped because it was full (queue_dropped) and
+/// because sending to us failed (user_dropped).
+fn queue_overflows(first: u16, n: u16) -> serde_json::Value {
     let Ok(text) = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue") else {
         return json!({});
     };
+    let last = u64::from(first) + u64::from(n) - 1;
+    let (mut total, mut queued, mut dropped, mut user) = (0u64, 0u64, 0u64, 0u64);
+    let mut each = Vec::new();
     for line in text.lines() {
         let f: Vec<u64> = line
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
             .collect();
-        if f.len() >= 7 && f[0] == u64::from(queue) {
-            return json!({"queue_total": f[2], "queue_dropped": f[5], "user_dropped": f[6]});
+        if f.len() >= 8 && (u64::from(first)..=last).contains(&f[0]) {
+            total += f[2];
+            dropped += f[5];
+            user += f[6];
+            queued += f[7];
+            each.push(json!({"queue": f[0], "queue_total": f[2], "queued": f[7],
+                             "queue_dropped": f[5], "user_dropped": f[6]}));
         }
     }
-    json!({})
-}
-
-fn install_all() -> Result<()> {
-    install(libc::SIGTERM, "SIGTERM", on_signal)?;
-    install(libc::SIGINT, "SIGINT", on_signal)?;
-    install(libc::SIGUSR1, "SIGUSR1", on_kick)?;
-    install(libc::SIGUSR2, "SIGUSR2", on_stats)?;
-    // Safety: pthread_self has no preconditions.
-    start_kicker(unsafe { libc::pthread_self() });
-    Ok(())
+    if each.is_empty() {
+        return json!({});
+    }
+    json!({"queue_total": total, "queued": queued, "queue_dropped": dropped,
+           "user_dropped": user, "queues": each})
 }
 
 fn reassembly(args: &Args) -> Option<Reassembly> {
@@ -239,120 +254,165 @@ fn load_matcher(args: &Args) -> Result<Option<Matcher>> {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn total(stats: &[Arc<Mutex<WorkerStats>>]) -> WorkerStats {
+    let mut t = WorkerStats::default();
+    for s in stats {
+        t.merge(&lock(s));
+    }
+    t
+}
+
 fn run(args: &Args) -> Result<()> {
     install_all()?;
-    let mut matcher = load_matcher(args)?;
+    let matcher = load_matcher(args)?;
     if let Some(iface) = &args.packet_socket {
-        let Some(m) = matcher.as_mut() else {
+        let Some(mut m) = matcher else {
             return Err(NfqError::Socket {
                 iface: iface.clone(),
                 what: "IDS mode needs --rules",
                 source: std::io::Error::from(ErrorKind::InvalidInput),
             });
         };
-        return run_sensor(args, iface, m);
+        return run_sensor(args, iface, &mut m);
     }
-    let mut log = match &args.log {
-        Some(path) => Some(ConnLog::open(path)?),
+    let log = match &args.log {
+        Some(path) => Some(Arc::new(Mutex::new(ConnLog::open(path)?))),
         None => None,
     };
-    let q = args.queue;
     let copy_range = args
         .copy_range
         .unwrap_or(if matcher.is_some() { 65535 } else { 128 });
-    let bind_err = |source| NfqError::Bind { queue: q, source };
-    let mut queue = Queue::open().map_err(bind_err)?;
-    queue.bind(q).map_err(bind_err)?;
-    queue.set_copy_range(q, copy_range).map_err(bind_err)?;
-    queue
-        .set_queue_max_len(q, args.queue_len)
-        .map_err(bind_err)?;
+    let flags = if args.no_gso { 0 } else { F_GSO } | if args.fail_open { F_FAIL_OPEN } else { 0 };
+    // Room for the netlink and queue headers around the copied bytes.
+    let buf_size = usize::from(copy_range) + 1024;
+    let mut workers = Vec::new();
+    let mut rcvbuf = 0;
+    for i in 0..args.queues {
+        let q = args.queue.checked_add(i).ok_or_else(|| NfqError::Bind {
+            queue: args.queue,
+            source: std::io::Error::new(ErrorKind::InvalidInput, "queue numbers past 65535"),
+        })?;
+        let cfg = QueueConfig {
+            queue: q,
+            copy_range: u32::from(copy_range),
+            max_len: args.queue_len,
+            flags,
+            mask: F_GSO | F_FAIL_OPEN,
+        };
+        let (sock, pending) = QueueSocket::open(&cfg, args.rcvbuf)
+            .map_err(|source| NfqError::Bind { queue: q, source })?;
+        rcvbuf = sock.rcvbuf();
+        // Each queue's thread: its own scratch space and flows, the rules shared.
+        let m = match &matcher {
+            Some(m) => Some(m.fork()?),
+            None => None,
+        };
+        workers.push((sock, pending, m));
+    }
     event(json!({
         "event": "listening",
         "mode": "nfq",
-        "queue": q,
+        "queue": args.queue,
+        "queues": args.queues,
         "pid": std::process::id(),
         "log": args.log,
         "rules": matcher.as_ref().map(|m| m.rule_count()),
         "patterns": matcher.as_ref().map(|m| m.pattern_count()),
         "reassembly": reassembly(args).map(|b| json!({"bytes": b.bytes, "flows": b.flows})),
+        "batch": args.batch,
+        "gso": !args.no_gso,
+        "fail_open": args.fail_open,
+        "copy_range": copy_range,
+        "rcvbuf": rcvbuf,
     }));
 
-    let mut seen = SeenSet::new(args.remember);
-    let mut counters = Counters::default();
-    let mut ips = IpsCounters::default();
-    let written = |log: &Option<ConnLog>| log.as_ref().map(|l| l.written);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut stats = Vec::new();
+    let mut handles = Vec::new();
+    mask_signals(libc::SIG_BLOCK);
+    for (sock, pending, m) in workers {
+        let shared = Arc::new(Mutex::new(WorkerStats::default()));
+        stats.push(shared.clone());
+        let w = Worker {
+            sock,
+            pending,
+            matcher: m,
+            log: log.clone(),
+            seen: SeenSet::new(args.remember),
+            batch: args.batch as usize,
+            buf_size,
+            stats: shared,
+        };
+        let stop = stop.clone();
+        let name = format!("nfq-q{}", w.sock.queue);
+        let h = thread::Builder::new()
+            .name(name)
+            .spawn(move || w.run(&stop))
+            .map_err(|source| NfqError::Queue {
+                queue: args.queue,
+                what: "starting a queue thread",
+                source,
+            })?;
+        handles.push(h);
+    }
+    mask_signals(libc::SIG_UNBLOCK);
+    let written = |log: &Option<Arc<Mutex<ConnLog>>>| log.as_ref().map(|l| lock(l).written);
+    let extra = |log: &Option<Arc<Mutex<ConnLog>>>| {
+        let per_queue: Vec<u64> = stats.iter().map(|s| lock(s).packets).collect();
+        json!({"queue": args.queue, "queues": args.queues, "connections": written(log),
+               "per_queue_packets": per_queue,
+               "kernel": queue_overflows(args.queue, args.queues)})
+    };
+    let ips_of = |t: &WorkerStats| matcher.as_ref().map(|_| t.ips.clone());
+    let mut failed: Option<NfqError> = None;
     while !STOP.load(Ordering::SeqCst) {
         if STATS.swap(false, Ordering::SeqCst) {
-            let extra =
-                json!({"queue": q, "connections": written(&log), "kernel": queue_overflows(q)});
-            report(
-                "stats",
-                "nfq",
-                args,
-                &counters,
-                matcher.as_ref().map(|m| (&ips, m)),
-                extra,
-            )?;
+            let t = total(&stats);
+            report("stats", "nfq", args, &t, ips_of(&t).as_ref(), extra(&log))?;
         }
-        let mut msg = match queue.recv() {
-            Ok(msg) => msg,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                counters.enobufs += 1;
-                continue;
-            }
-            Err(source) => {
-                return Err(NfqError::Queue {
-                    queue: q,
-                    what: "receiving a packet",
-                    source,
-                })
-            }
-        };
-        counters.packets += 1;
-        let pkt = msg.get_payload();
-        if let Some(log) = log.as_mut() {
-            match parse_five_tuple(pkt) {
-                Ok(tuple) => {
-                    if seen.first_time(&tuple) {
-                        log.write(&LogLine::new(SystemTime::now(), &tuple, q))?;
-                    }
-                }
-                Err(_) => counters.unparsed += 1,
-            }
+        if handles.iter().any(|h| h.is_finished()) {
+            // A queue thread ended on an error: stop the others and say why.
+            break;
         }
-        let verdict = match matcher.as_mut() {
-            Some(m) => {
-                let out = m.check(pkt);
-                ips.record(pkt.len(), &out);
-                if out.drop {
-                    Verdict::Drop
-                } else {
-                    Verdict::Accept
-                }
-            }
-            None => Verdict::Accept,
-        };
-        msg.set_verdict(verdict);
-        queue.verdict(msg).map_err(|source| NfqError::Queue {
-            queue: q,
-            what: "sending a verdict",
-            source,
-        })?;
+        thread::sleep(TICK);
     }
-    // Best effort: closing the socket unbinds the queue anyway.
-    let kernel = queue_overflows(q);
-    let _ = queue.unbind(q);
-    let extra = json!({"queue": q, "connections": written(&log), "kernel": kernel});
-    report(
-        "stopped",
-        "nfq",
-        args,
-        &counters,
-        matcher.as_ref().map(|m| (&ips, m)),
-        extra,
-    )
+    stop.store(true, Ordering::SeqCst);
+    let mut socks = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(Ok(sock)) => socks.push(sock),
+            Ok(Err(e)) => {
+                failed.get_or_insert(e);
+            }
+            Err(_) => {
+                failed.get_or_insert(NfqError::Queue {
+                    queue: args.queue,
+                    what: "a queue thread panicked",
+                    source: std::io::Error::other("panic"),
+                });
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    // The kernel's counters while the queues are still bound; closing the
+    // sockets then unbinds them.
+    let kernel_extra = extra(&log);
+    drop(socks);
+    let t = total(&stats);
+    let mut x = kernel_extra;
+    if let Some(o) = x.as_object_mut() {
+        o.insert("batches".into(), t.batches.into());
+        o.insert("gso_packets".into(), t.gso.into());
+        o.insert("truncated".into(), t.truncated.into());
+        o.insert("verdict_errors".into(), t.verdict_errors.into());
+    }
+    report("stopped", "nfq", args, &t, ips_of(&t).as_ref(), x)
 }
 
 /// A packet socket bound to one interface (SOCK_DGRAM: packets from the IP header on).
@@ -408,6 +468,24 @@ impl PacketSocket {
         if rc != 0 {
             return Err(err("bind"));
         }
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        // Safety: tv is a valid timeval and the length is its size. A receive
+        // then wakes every 100 ms, so the loop sees its stop flag.
+        if unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        } != 0
+        {
+            return Err(err("SO_RCVTIMEO"));
+        }
         let size: libc::c_int = 8 << 20;
         // Safety: size is a live c_int for the duration of the call. Best effort:
         // a smaller buffer only means more sensor drops, which are counted.
@@ -423,7 +501,8 @@ impl PacketSocket {
         Ok(sock)
     }
 
-    /// Receive one packet; Ok(None) when interrupted or for our own outgoing packets.
+    /// Receive one packet; Ok(None) when interrupted, after 100 ms without one, or
+    /// for our own outgoing packets.
     fn recv<'a>(&self, buf: &'a mut [u8]) -> Result<Option<&'a [u8]>> {
         // Safety: buf and sll outlive the call; lengths passed match their sizes.
         let (n, sll) = unsafe {
@@ -441,7 +520,7 @@ impl PacketSocket {
         };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
+            if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::WouldBlock {
                 return Ok(None);
             }
             return Err(NfqError::Socket {
@@ -497,43 +576,30 @@ fn run_sensor(args: &Args, iface: &str, matcher: &mut Matcher) -> Result<()> {
         "rules": matcher.rule_count(),
         "patterns": matcher.pattern_count(),
     }));
-    let mut counters = Counters::default();
-    let mut ips = IpsCounters::default();
+    let mut st = WorkerStats::default();
     // GRO-merged packets on a mirror can be far larger than the MTU.
     let mut buf = vec![0u8; 256 * 1024];
     while !STOP.load(Ordering::SeqCst) {
         if STATS.swap(false, Ordering::SeqCst) {
             sock.update_stats();
+            st.reassembly = matcher.reassembly_counters();
             let extra =
                 json!({"interface": iface, "sensor_seen": sock.seen, "sensor_drops": sock.drops});
-            report(
-                "stats",
-                "ids",
-                args,
-                &counters,
-                Some((&ips, matcher)),
-                extra,
-            )?;
+            report("stats", "ids", args, &st, Some(&st.ips), extra)?;
         }
         let Some(pkt) = sock.recv(&mut buf)? else {
             continue;
         };
-        counters.packets += 1;
+        st.packets += 1;
         let mut out = matcher.check(pkt);
         // The sensor never drops traffic: a drop rule is an alert here.
         out.drop = false;
-        ips.record(pkt.len(), &out);
+        st.ips.record(pkt.len(), &out);
     }
     sock.update_stats();
+    st.reassembly = matcher.reassembly_counters();
     let extra = json!({"interface": iface, "sensor_seen": sock.seen, "sensor_drops": sock.drops});
-    report(
-        "stopped",
-        "ids",
-        args,
-        &counters,
-        Some((&ips, matcher)),
-        extra,
-    )
+    report("stopped", "ids", args, &st, Some(&st.ips), extra)
 }
 
 fn main() {

@@ -102,6 +102,19 @@ pub struct ReassemblyCounters {
 }
 
 impl ReassemblyCounters {
+    /// Add another thread's counters.
+    pub fn merge(&mut self, o: &ReassemblyCounters) {
+        self.flows_tracked += o.flows_tracked;
+        self.flows_opened += o.flows_opened;
+        self.flows_refused += o.flows_refused;
+        self.flows_cut += o.flows_cut;
+        self.bytes_reassembled += o.bytes_reassembled;
+        self.bytes_past_bound += o.bytes_past_bound;
+        self.retransmitted += o.retransmitted;
+        self.gaps += o.gaps;
+        self.blocked_flow_drops += o.blocked_flow_drops;
+    }
+
     pub fn to_json(&self, bound: Option<Reassembly>) -> serde_json::Value {
         json!({
             "bytes_bound": bound.map(|b| b.bytes),
