@@ -133,13 +133,30 @@ def test_a_workdir_someone_else_controls_is_refused_before_anything_runs_there(
 # -- finding 2 ---------------------------------------------------------------------------
 
 
+APPLIANCE_ON_DUT = """
+[variants.appliance]
+mechanisms = [{ kind = "appliance" }]
+[[workloads]]
+kind = "rr"
+protocol = "tcp"
+duration = "0.5s"
+warmup = "0.2s"
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "variant", "host"),
+    [(ACL_ON_SERVER, "host-firewall", "server"), (APPLIANCE_ON_DUT, "appliance", "dut")],
+    ids=["acl-input-on-server", "appliance-on-dut"],
+)
 def test_an_input_firewall_on_an_ssh_host_keeps_its_management_session(
-    lab: Lab, tmp_path: Path
+    lab: Lab, tmp_path: Path, body: str, variant: str, host: str
 ) -> None:
-    """A stateless ACL on the server's input path (policy drop) is measured end to end:
-    the session that loads it, runs the test and takes it off is never cut."""
-    before = ruleset(lab, "server")
-    path = scenario(lab, tmp_path / "fw.toml", ACL_ON_SERVER)
+    """A stateless ACL on the server's input path (policy drop), or the appliance on
+    the DUT (input policy drop, then a conntrack flush), is measured end to end: the
+    session that loads it, runs the test and takes it off is never cut."""
+    before = ruleset(lab, host)
+    path = scenario(lab, tmp_path / "fw.toml", body)
     env = {"SECPERF_STATE_DIR": str(tmp_path / "state")}
     try:
         got = lab.secperf("run", str(path), "--out", str(tmp_path / "o"), "--json", env=env)
@@ -148,8 +165,15 @@ def test_an_input_firewall_on_an_ssh_host_keeps_its_management_session(
     assert got.returncode == 0, got.stderr[-3000:]
     meta = json.loads((Path(json.loads(got.stdout)["run_dir"]) / "run.json").read_text())
     assert meta["status"] == "complete"
-    assert meta["placements"]["host-firewall"] == [{"kind": "acl", "hosts": ["server"]}]
-    assert ruleset(lab, "server") == before
+    kind = "acl" if variant == "host-firewall" else "appliance"
+    assert meta["placements"][variant] == [{"kind": kind, "hosts": [host]}]
+    # What the host loaded: the rules with the session's accept heading the input chain.
+    run_dir = Path(json.loads(got.stdout)["run_dir"])
+    copies = list(run_dir.rglob(f"*.ssh-{host}.nft"))
+    assert len(copies) == 1, copies
+    first = [ln for ln in copies[0].read_text().splitlines() if ln.startswith("insert rule ")]
+    assert any(" input ip saddr " in ln and "tcp dport 22 accept" in ln for ln in first), first
+    assert ruleset(lab, host) == before
     assert lab.wait_quiet() == {}
 
 

@@ -171,6 +171,29 @@ def test_teardown_removes_only_what_lies_in_the_workdir_and_kills_only_real_pids
     assert not any("etc" in r or "root" in r for r in removed)
 
 
+def test_a_ledger_in_a_workdir_others_can_write_is_never_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`secperf clean` (and a run's own teardown) checks the work directory before it
+    trusts a ledger there: in one someone else can write, the ledger could name any pid
+    or path, so nothing is read, killed or removed."""
+    w = "/var/tmp/secperf"
+
+    def answer(cmd: str) -> tuple[int, str, str]:
+        if "secperf-workdir" in cmd:
+            return 3, f"{w} is writable by group or others (mode 1777)\n", ""
+        if cmd.startswith("cat "):
+            line = {"op": "add", "type": "file", "path": f"{w}/spabc"}
+            return 0, json.dumps({"op": "run", "prefix": "spabc"}) + "\n" + json.dumps(line), ""
+        return 0, "", ""
+
+    client = FakeClient(answer)
+    with pytest.raises(SecperfError, match="not safe") as err:
+        teardown.remote_teardown(client, SshSpec(name="dut", host="h", workdir=w), "spabc")
+    assert "writable by group or others" in str(err.value)
+    assert [c for c in client.sent if "secperf-workdir" not in c] == [], client.sent
+
+
 # -- finding 5: real wires are never shaped ---------------------------------------------
 
 LAB = """
