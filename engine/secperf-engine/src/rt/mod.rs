@@ -1,9 +1,10 @@
 //! The runtime every kind draws on: sockets and their options, the state a
 //! test's threads share, pacing, payloads, CPU accounting, clocks and kernel
-//! timestamps, AF_PACKET links, and the guard on target addresses. Depends on
-//! `error` and `wire` only.
+//! timestamps, AF_PACKET links, the load frames' in-kernel counter, and the
+//! guard on target addresses. Depends on `error` and `wire` only.
 
 pub mod cpu;
+pub mod loadcount;
 pub mod net;
 pub mod pacing;
 pub mod packet_tx;
