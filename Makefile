@@ -41,6 +41,7 @@ bench: setup
 	$(VENV)/python bench/timestamp_overhead.py
 	$(VENV)/python bench/flood_vs_peers.py
 	$(VENV)/python bench/latency_load_vs_trafgen.py --out bench/runs/latency_load_vs_trafgen-latest.json
+	$(VENV)/python bench/ips_nfq_vs_fwsnort.py --out bench/runs/ips_nfq_vs_fwsnort-latest.json
 	$(VENV)/python bench/http_ftp_vs_peers.py
 	$(VENV)/python bench/vpn_vs_iperf3.py
 	$(VENV)/python bench/placement.py

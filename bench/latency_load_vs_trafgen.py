@@ -1,14 +1,16 @@
 """The latency kind's packet sender (latency under load) against trafgen, in one run.
 
 Run as root from the checkout: `python bench/latency_load_vs_trafgen.py [--seconds 3]
-[--rounds 2] [--out bench/runs/latency_load_vs_trafgen-DATE.json]`.
+[--rounds 5] [--out bench/runs/latency_load_vs_trafgen-DATE.json]`.
 
 One namespace testbed as document 004's: client – DUT – server, 100 emulated hosts a
 side, offloads off. Full duplex, 64-byte frames, both ways at once:
 
 - secperf: `kind = "latency"` with `probe_every = 100` (the whole stream on the
-  AF_PACKET sender, one frame in 100 a kernel-stamped probe, every frame read by the
-  receiving engine), its record's achieved and received frames/s per direction;
+  AF_PACKET sender, one frame in 100 a kernel-stamped probe; the load frames counted
+  and dropped where they arrive by the receiving engine's socket filter, as trafgen's
+  by nft, the probes read), its record's achieved and received frames/s per direction,
+  and the sender's own ceiling it measured before the load (unpaced to a blackhole);
 - trafgen (netsniff-ng): one trafgen in the client towards the server's 100 hosts and
   one in the server towards the client's, the same 64-byte frames with sources and
   destinations stepping over the 100 hosts (dinc), counted where they arrive by an nft
@@ -162,6 +164,8 @@ def run_secperf(tb: Testbed, rate: float, seconds: float) -> dict:
             "delay_p50_us": r[d]["delay_us"]["p50"],
             "delay_p99_us": r[d]["delay_us"]["p99"],
             "probes": r[d]["delay_us"]["count"],
+            "ceiling_pps": load.get("ceiling_pps"),
+            "counted_by": load.get("counted_by"),
         }
     return out
 
@@ -173,7 +177,7 @@ def med(rows: list[dict], tool: str, asked: str, d: str, key: str) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write every run and the medians here (JSON)")
     args = parser.parse_args()
     secs: float = args.seconds
@@ -216,6 +220,14 @@ def main() -> int:
                     rows.append({"round": rnd, "tool": "secperf", "asked": asked, **s})
                     t = run_trafgen(tb, confs, rate, secs)
                     rows.append({"round": rnd, "tool": "trafgen", "asked": asked, **t})
+                    for d in ("c2s", "s2c"):
+                        c = s[d]["ceiling_pps"]
+                        print(
+                            f"round {rnd} secperf {d}: sender ceiling "
+                            + (f"{c:.0f} frames/s" if c else "not measured")
+                            + f", load counted by {s[d]['counted_by']}",
+                            flush=True,
+                        )
                     for r in rows[-2:]:
                         print(
                             f"round {rnd} {r['tool']:8} asked {asked:>7}: "

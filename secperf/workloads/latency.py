@@ -218,6 +218,9 @@ ACHIEVED_PPS = Metric("achieved_pps", "Probe rate achieved", "pkt/s", True, Fals
 LOAD_ASKED = Metric("load_asked_pps", "Load asked (both ways)", "frames/s", True, False)
 LOAD_SENT = Metric("load_sent_pps", "Load sent (both ways)", "frames/s", True, False)
 LOAD_RECEIVED = Metric("load_received_pps", "Load received (both ways)", "frames/s", True, False)
+# The senders' own ceiling, unpaced to a blackhole before the load (both summed): a
+# load short of its ask with a ceiling above it was held back by the path.
+LOAD_CEILING = Metric("load_ceiling_pps", "Sender ceiling (both ways)", "frames/s", True, False)
 
 METRICS: tuple[MetricRow, ...] = (
     # one-way delay of both directions together (the record's `combined`)
@@ -229,6 +232,7 @@ METRICS: tuple[MetricRow, ...] = (
     (LOAD_ASKED, field("combined", "load", "asked_pps")),
     (LOAD_SENT, field("combined", "load", "achieved_pps")),
     (LOAD_RECEIVED, field("combined", "load", "received_pps")),
+    (LOAD_CEILING, field("combined", "load", "ceiling_pps")),
 )
 
 KIND = WorkloadKind(

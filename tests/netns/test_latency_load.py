@@ -82,13 +82,22 @@ def test_the_load_is_offered_at_the_asked_rate_both_ways(
         # Within 2 % of the asked rate, and nothing lost on a DUT without rules.
         assert abs(load["achieved_pps"] - RATE) / RATE < 0.02, (d, tries, load)
         assert load["sent"] > 0.98 * RATE * 1.5, (d, load)
+        # Counted where they arrive by the kernel's socket filter, every one of them.
+        assert load["counted_by"] == "kernel (socket filter)", load
         assert load["lost"] == 0 and load["received"] == load["sent"], (d, load)
+        # The sender's own ceiling, measured before the load, is far above the ask.
+        assert load["ceiling_pps"] > 2 * RATE, load
+        assert "unpaced" in load["ceiling_note"], load
         # One frame in 50 is a probe; every probe sent was stamped and measured.
         assert load["probes_sent"] == pytest.approx(load["sent"] / 50, rel=0.02), load
         assert load["tx_stamps_missing"] == 0, load
         assert r[d]["delay_us"]["count"] >= r[d]["received"] - 2, r[d]
         assert 0.1 < r[d]["delay_us"]["p50"] < 5000.0, r[d]["delay_us"]
-    assert r["combined"]["load"]["achieved_pps"] == pytest.approx(2 * RATE, rel=0.02)
+    combined = r["combined"]["load"]
+    assert combined["achieved_pps"] == pytest.approx(2 * RATE, rel=0.02)
+    assert combined["ceiling_pps"] == pytest.approx(
+        r["c2s"]["load"]["ceiling_pps"] + r["s2c"]["load"]["ceiling_pps"]
+    )
 
 
 def _median_delay(tb: Testbed) -> float:

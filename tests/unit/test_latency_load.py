@@ -83,12 +83,19 @@ def test_the_achieved_load_is_a_metric_only_when_measured() -> None:
                 "asked_pps": 297_620.0,
                 "achieved_pps": 90_000.0,
                 "received_pps": 89_000.0,
+                "ceiling_pps": 600_000.0,
             },
         },
     }
     got = extract(record)
     assert got["load_asked_pps"] == 297_620.0, got
     assert got["load_sent_pps"] == 90_000.0 and got["load_received_pps"] == 89_000.0
+    assert got["load_ceiling_pps"] == 600_000.0, got
+    # A ceiling that was not measured (null) is no metric, never a 0.
+    record["combined"]["load"]["ceiling_pps"] = None  # type: ignore[index]
+    assert "load_ceiling_pps" not in extract(record)
     del record["combined"]["load"]  # type: ignore[attr-defined]
     got = extract(record)
-    assert not {"load_asked_pps", "load_sent_pps", "load_received_pps"} & set(got)
+    assert not {"load_asked_pps", "load_sent_pps", "load_received_pps", "load_ceiling_pps"} & set(
+        got
+    )

@@ -1,10 +1,12 @@
 //! The runtime every kind draws on: sockets and their options, the state a
 //! test's threads share, the event loop of the many-connection kinds, pacing,
 //! payloads, CPU accounting, clocks and kernel timestamps, AF_PACKET links,
-//! and the guard on target addresses. Depends on `error` and `wire` only.
+//! the load frames' in-kernel counter, and the guard on target addresses.
+//! Depends on `error` and `wire` only.
 
 pub mod cpu;
 pub mod evloop;
+pub mod loadcount;
 pub mod net;
 pub mod pacing;
 pub mod packet_tx;

@@ -295,6 +295,107 @@ pub fn open(link: &Link) -> io::Result<PacketSocket> {
     })
 }
 
+// ------------------------------------------------------------ the sender's ceiling
+
+/// IEEE 802 Local Experimental EtherType 1: no protocol handler takes it, so
+/// a frame with it dies on arrival.
+pub const ETHERTYPE_BLACKHOLE: u16 = 0x88b5;
+/// How long the calibration sends.
+pub const CEILING_WINDOW: Duration = Duration::from_millis(100);
+
+/// What the sender alone can do: frames/s written and handed to the kernel
+/// unpaced for `CEILING_WINDOW`, in sendmmsg batches of 64 as the load goes,
+/// on the namespace's loopback device with an EtherType nothing handles (a
+/// blackhole: no forwarding, no receiver). The load's own path adds the
+/// DUT's and the receiver's work to each frame's send (it runs in the
+/// sender's softirq), so a load short of its ask with a ceiling above it was
+/// held back by the path, not by the sender.
+#[derive(Clone, Debug, Default)]
+pub struct Ceiling {
+    pub pps: f64,
+    pub note: String,
+}
+
+/// Frames per sendmmsg call in the calibration (the load's largest batch).
+const CEILING_BATCH: usize = 64;
+
+/// Measures the ceiling: `build(buf, n)` writes frame n (`frame_len` bytes)
+/// as the load would; its EtherType is then replaced by the blackhole's.
+pub fn ceiling(frame_len: usize, mut build: impl FnMut(&mut [u8], u64)) -> io::Result<Ceiling> {
+    let name = std::ffi::CString::new("lo").expect("no NUL in a literal");
+    // Safety: name is a valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let lo = Link {
+        dev: "lo".into(),
+        ifindex,
+        src_mac: [0; 6],
+        dst_mac: [0; 6],
+        next_hop: Ipv4Addr::LOCALHOST,
+        how: "loopback",
+    };
+    let sock = open(&lo)?;
+    let mut bufs = vec![vec![0u8; frame_len]; CEILING_BATCH];
+    let t0 = Instant::now();
+    let mut n: u64 = 0;
+    while t0.elapsed() < CEILING_WINDOW {
+        for b in bufs.iter_mut() {
+            build(b, n);
+            b[12..14].copy_from_slice(&ETHERTYPE_BLACKHOLE.to_be_bytes());
+            n += 1;
+        }
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // Safety: mmsghdr is plain old data, so all-zero is a valid value.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        // Safety: every header points at an iovec over a live buffer of its
+        // length; none is resized or moved during the call.
+        let rc = unsafe {
+            libc::sendmmsg(
+                sock.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                0,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if !matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) {
+                return Err(e);
+            }
+            n -= CEILING_BATCH as u64;
+        } else {
+            n -= (CEILING_BATCH - rc as usize) as u64;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Ceiling {
+        pps: n as f64 / secs,
+        note: format!(
+            "{} frames in {:.0} ms unpaced in sendmmsg batches of {} on lo (EtherType {:#06x}: nothing takes them), before the load",
+            n,
+            secs * 1e3,
+            CEILING_BATCH,
+            ETHERTYPE_BLACKHOLE
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,6 +120,10 @@ pub struct RxReport {
     pub unstamped: u64,
     #[serde(default)]
     pub load_received: u64,
+    /// Where the load frames were counted: "kernel (socket filter)", or
+    /// "user space (…why)".
+    #[serde(default)]
+    pub load_counter: String,
     /// (value ns, count) of every non-empty bucket of the delay histogram.
     pub hist: Vec<[u64; 2]>,
 }
@@ -141,6 +145,12 @@ pub struct LoadTx {
     pub probes_sent: u64,
     pub batch: usize,
     pub note: String,
+    /// The sender's own ceiling, frames/s: unpaced to a blackhole before
+    /// the load (None: not measured, `ceiling_note` says why).
+    #[serde(default)]
+    pub ceiling_pps: Option<f64>,
+    #[serde(default)]
+    pub ceiling_note: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

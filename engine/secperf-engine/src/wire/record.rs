@@ -286,6 +286,14 @@ pub struct LoadResult {
     pub probes_sent: u64,
     pub batch: usize,
     pub note: String,
+    /// Where the receiver counted the load frames: "kernel (socket filter)", or
+    /// "user space (…why)".
+    pub counted_by: String,
+    /// The sender's own ceiling, frames/s (both senders' summed in
+    /// `combined`): unpaced to a blackhole before the load; null when not
+    /// measured (`ceiling_note` says why).
+    pub ceiling_pps: Option<f64>,
+    pub ceiling_note: String,
 }
 
 /// The three views of a finished latency test.

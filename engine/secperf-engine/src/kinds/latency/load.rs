@@ -345,6 +345,50 @@ impl Batch {
     }
 }
 
+/// What writing a batch's frames needs: slot numbers from `k`, whether the
+/// window is measured, the probes' numbering, and the addresses.
+struct Frames<'a, P: FnMut(u64) -> Option<Pair>> {
+    k: u64,
+    measured: bool,
+    probes: &'a mut Probes,
+    pick: &'a mut P,
+    first: Pair,
+    macs: ([u8; 6], [u8; 6]),
+    ip_id: &'a mut u16,
+}
+
+impl<P: FnMut(u64) -> Option<Pair>> Frames<'_, P> {
+    /// Writes the batch's frame `i` into `buf`: a probe (returns its seq) or a
+    /// load frame.
+    fn write(&mut self, buf: &mut [u8], i: usize, probe: bool) -> Option<u64> {
+        let slot = self.k + i as u64;
+        let (pair, seq) = if probe {
+            let seq = self.probes.next_seq;
+            self.probes.next_seq += 1;
+            let stamp = self.probes.take(seq);
+            encode(
+                &mut buf[PAYLOAD_AT..PAYLOAD_AT + HEADER],
+                &Probe {
+                    seq: Some(seq),
+                    measured: self.measured,
+                    stamp,
+                },
+            );
+            for x in buf[PAYLOAD_AT + HEADER..].iter_mut() {
+                *x = 0;
+            }
+            ((self.pick)(seq), Some(seq))
+        } else {
+            write_load(&mut buf[PAYLOAD_AT..], slot, self.measured);
+            ((self.pick)(slot), None)
+        };
+        *self.ip_id = self.ip_id.wrapping_add(1);
+        let (dst, src) = self.macs;
+        write_frame(buf, &dst, &src, &pair.unwrap_or(self.first), *self.ip_id);
+        seq
+    }
+}
+
 /// Paced sending of the whole stream: frame k is due at start + k / rate.
 /// `pick(k)` gives pair k (the stream spreads over the pairs), or None to
 /// wait (a server that has heard from no client yet). Returns what it did.
@@ -372,6 +416,14 @@ pub fn paced_send(
     let (dst_mac, src_mac) = (out.link.dst_mac, out.link.src_mac);
     let rate = spec.rate_pps;
     let batch = batch_for(rate);
+    // The sender's own ceiling, before the load (rt::packet_tx::ceiling).
+    let mut cal_id: u16 = 0;
+    let ceiling = packet_tx::ceiling(flen, |buf, n| {
+        let pair = pick(n).unwrap_or(first);
+        write_load(&mut buf[PAYLOAD_AT..], n, false);
+        cal_id = cal_id.wrapping_add(1);
+        write_frame(buf, &dst_mac, &src_mac, &pair, cal_id);
+    });
     // Bucket: 20 ms of frames or two batches, as the flood's: a sender
     // descheduled on a shared machine catches up (each frame's path runs to
     // the receiver within its own send, so a catch-up burst does not queue
@@ -390,6 +442,13 @@ pub fn paced_send(
         ),
         ..Default::default()
     };
+    match ceiling {
+        Ok(c) => {
+            tx.ceiling_pps = Some(c.pps);
+            tx.ceiling_note = c.note;
+        }
+        Err(e) => tx.ceiling_note = format!("not measured: {}", e),
+    }
     let mut probes = Probes {
         next_seq: 0,
         waiting: VecDeque::new(),
@@ -427,35 +486,26 @@ pub fn paced_send(
         }
         let n = (ready as usize).min(BATCH_MAX);
         probes.collect(fd)?;
-        for i in 0..n {
-            let slot = k + i as u64;
-            let is_probe = slot.is_multiple_of(probe_every);
-            stamped[i] = is_probe;
-            let buf = &mut b.bufs[i];
-            let pair = if is_probe {
-                let seq = probes.next_seq;
-                probes.next_seq += 1;
-                probe_seq[i] = seq;
-                let stamp = probes.take(seq);
-                encode(
-                    &mut buf[PAYLOAD_AT..PAYLOAD_AT + HEADER],
-                    &Probe {
-                        seq: Some(seq),
-                        measured,
-                        stamp,
-                    },
-                );
-                for x in buf[PAYLOAD_AT + HEADER..].iter_mut() {
-                    *x = 0;
-                }
-                pick(seq)
-            } else {
-                write_load(&mut buf[PAYLOAD_AT..], slot, measured);
-                pick(slot)
-            };
-            let pair = pair.unwrap_or(first);
-            ip_id = ip_id.wrapping_add(1);
-            write_frame(buf, &dst_mac, &src_mac, &pair, ip_id);
+        let mut frames = Frames {
+            k,
+            measured,
+            probes: &mut probes,
+            pick: &mut pick,
+            first,
+            macs: (dst_mac, src_mac),
+            ip_id: &mut ip_id,
+        };
+        for (i, (buf, (probe, seq))) in b
+            .bufs
+            .iter_mut()
+            .zip(stamped.iter_mut().zip(probe_seq.iter_mut()))
+            .take(n)
+            .enumerate()
+        {
+            *probe = (k + i as u64).is_multiple_of(probe_every);
+            if let Some(s) = frames.write(buf, i, *probe) {
+                *seq = s;
+            }
         }
         let res = b.send(fd, n, &stamped[..n]);
         let at = Instant::now();
@@ -469,8 +519,12 @@ pub fn paced_send(
                 ))(e))
             }
         };
+        // sendmmsg sends in order: the first `went` went
+        for s in stamped[went..n].iter_mut() {
+            *s = false;
+        }
         let now_ns = tstamp::realtime_ns();
-        for i in 0..went {
+        for i in 0..n {
             if stamped[i] {
                 probes.waiting.push_back((probe_seq[i], now_ns));
                 if measured {

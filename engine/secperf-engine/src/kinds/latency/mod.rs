@@ -24,6 +24,7 @@ use crate::kinds::base::{ClientStart, Extras, Kind, RunOptions, ServerEnv, Serve
 use crate::kinds::latency::load::Pair;
 use crate::kinds::latency::probes::{Receiver, Sender};
 use crate::kinds::timed::{self, Plan, Snap, Timed, Window};
+use crate::rt::loadcount::LoadCounter;
 use crate::rt::net::{self, SockOpts};
 use crate::rt::shared::{Role, Shared, ThreadStats};
 use crate::rt::tstamp;
@@ -170,6 +171,27 @@ fn receive(
     let v6 = spec.common.server.is_ipv6();
     let mut answer = half.then(|| Sender::new(payload_len(spec.frame_size, v6), kernel));
     let mut last_peer = None;
+    // Under load the load frames are counted, and dropped, by a socket filter in the
+    // kernel where it can be loaded (rt::loadcount); else here, one by one.
+    let counter = match spec.probe_every {
+        Some(_) => match LoadCounter::attach(fd) {
+            Ok(c) => {
+                rx.load_counter = "kernel (socket filter)".into();
+                Some(c)
+            }
+            Err(e) => {
+                rx.load_counter = format!("user space (no socket filter: {})", e);
+                None
+            }
+        },
+        None => None,
+    };
+    let filtered = |c: &Option<LoadCounter>| {
+        c.as_ref().map_or(0, |c| {
+            let (outside, inside) = c.counts();
+            outside + inside
+        })
+    };
     loop {
         match batch.recv(fd, &mut buf) {
             Ok(r) if env.is_some_and(|e| r.from.is_none_or(|f| !e.answers(f))) => {}
@@ -200,7 +222,8 @@ fn receive(
                     continue;
                 };
                 count += 1;
-                st.messages_received.store(count, Relaxed);
+                st.messages_received
+                    .store(count + filtered(&counter), Relaxed);
                 st.bytes_received.fetch_add(r.len as u64, Relaxed);
                 if let Some(d) = rx.on_datagram(&p, rx_ns) {
                     if !server {
@@ -224,6 +247,10 @@ fn receive(
                 }
             }
             Err(e) if net::would_block(&e) || e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                if counter.is_some() {
+                    st.messages_received
+                        .store(count + filtered(&counter), Relaxed);
+                }
                 if sh.quiet_end(last, QUIET) {
                     break;
                 }
@@ -237,6 +264,9 @@ fn receive(
         if !sh.aborted() {
             tx.flush(fd, from, Some(local))?;
         }
+    }
+    if let Some(c) = &counter {
+        rx.load_received += c.counts().1;
     }
     let mut g = lock(&state.report);
     g.rx = rx.report();

@@ -54,6 +54,8 @@ pub struct Receiver {
     pub unstamped: u64,
     /// Load frames (not probes) of the measured window (latency under load).
     pub load_received: u64,
+    /// Where the load frames were counted (the kernel's socket filter, or here).
+    pub load_counter: String,
     pub hist: Histogram<u64>,
 }
 
@@ -67,6 +69,7 @@ impl Default for Receiver {
             unmatched: 0,
             unstamped: 0,
             load_received: 0,
+            load_counter: String::new(),
             hist: new_delay_histogram(),
         }
     }
@@ -122,6 +125,7 @@ impl Receiver {
             unmatched: self.unmatched,
             unstamped: self.unstamped,
             load_received: self.load_received,
+            load_counter: self.load_counter.clone(),
             hist: self
                 .hist
                 .iter_recorded()

@@ -83,6 +83,9 @@ fn load_result(spec: &LatencySpec, tx: &TxReport, rx: &RxReport) -> Option<LoadR
         probes_sent: l.probes_sent,
         batch: l.batch,
         note: l.note.clone(),
+        counted_by: rx.load_counter.clone(),
+        ceiling_pps: l.ceiling_pps,
+        ceiling_note: l.ceiling_note.clone(),
     })
 }
 
@@ -110,6 +113,9 @@ fn sum_load(a: &Option<LoadResult>, b: &Option<LoadResult>) -> Option<LoadResult
         probes_sent: a.probes_sent + b.probes_sent,
         batch: a.batch.max(b.batch),
         note: a.note.clone(),
+        counted_by: a.counted_by.clone(),
+        ceiling_pps: a.ceiling_pps.zip(b.ceiling_pps).map(|(x, y)| x + y),
+        ceiling_note: a.ceiling_note.clone(),
     })
 }
 
