@@ -136,7 +136,7 @@ def test_an_rr_test_over_time_draws_its_rate_and_latency_percentiles(
 ) -> None:
     run = RunDir.open(shutil.copytree(DATA_RUN, tmp_path / "run"))
     (rr,) = [p for p in collect(run.iter_records()) if p.label.startswith("tcp-rr")]
-    # every round of both variants is a test of its own
+    # every round of every variant is a test of its own
     rounds = {(t.variant, t.rep) for t in rr.tests}
     assert len(rr.tests) == len(rounds) and {v for v, _ in rounds} == {
         "baseline",
