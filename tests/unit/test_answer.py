@@ -214,3 +214,19 @@ def test_the_html_report_leads_with_the_answer_and_says_shared_notes_once(tmp_pa
     # several tables, one note on what Δ% means
     assert html.count("<table>") > 2
     assert html.count("Δ% = cost against the baseline, positive = worse;") == 1
+
+
+def test_a_search_that_found_no_value_says_its_bounds_in_the_answer() -> None:
+    point = {"workload": "rfc2544", "point_id": "rfc2544#0", "label": "", "primary": True}
+    metric = {**point, "metric": "rfc2544_throughput_fps", "degradation_pct": None}
+    rows = [
+        {**metric, "variant": "baseline", "n": 0, "censored_n": 2,
+         "search": {"at_least_n": 2, "at_least_bound": 8127.0}},
+        {**metric, "variant": "drop", "n": 0, "censored_n": 2,
+         "search": {"below_n": 2, "below_bound": 500.0}},
+    ]  # fmt: skip
+    (v,) = verdicts({"rows": rows})
+    assert v.outcome == UNMEASURED
+    assert v.text == (
+        "not measured: the search found no value: not found down to 500 (baseline: at least 8,127)"
+    )
