@@ -28,7 +28,17 @@ from rich.table import Table
 from rich.text import Text
 
 from secperf.report.plots import figure_bytes, new_figure
-from secperf.tables import BASELINE, Chart, Row, fmt_pct, fmt_value, point_name
+from secperf.results.metrics import censored_words
+from secperf.tables import (
+    BASELINE,
+    Chart,
+    Row,
+    censored_text,
+    fmt_pct,
+    fmt_value,
+    point_name,
+    value_cell,
+)
 
 COST, BETTER, NONE, UNRESOLVED, UNMEASURED = "cost", "better", "none", "unresolved", "unmeasured"
 DEFAULT_NEGLIGIBLE_PCT = 2.0  # the scenario default of [repeat] halfwidth_pct
@@ -121,6 +131,30 @@ def judge(row: Row, x: float) -> tuple[str, str]:
     return UNRESOLVED, ""
 
 
+def _found(row: Row) -> str:
+    """What a search row found in words ("not found down to 500", "at least 8,127"), or
+    its value."""
+    words = censored_words(str(row.get("metric")))
+    if int(row.get("censored_n") or 0) and not row.get("n"):
+        return censored_text(row, words)
+    return value_cell(row, words).text
+
+
+def _why(row: Row, why: str, base: Row | None) -> str:
+    """`why` with what a search found where it found no value: the variant's bound, and
+    the baseline's bound or value, so that an answer without a number still says what
+    is known."""
+    searched = row.get("search") is not None or (base or {}).get("search") is not None
+    if not searched:
+        return why
+    mine = int(row.get("censored_n") or 0) and not row.get("n")
+    if mine:
+        why = f"the search found no value: {_found(row)}"
+    if base is not None and (mine or (int(base.get("censored_n") or 0) and not base.get("n"))):
+        why += f" (baseline: {_found(base)})"
+    return why
+
+
 def _where(row: Row) -> str:
     return point_name(str(row.get("workload", "")), str(row.get("label") or ""))
 
@@ -131,10 +165,18 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
     x = negligible_pct(summary)
     rows = [r for r in summary.get("rows") or [] if r.get("variant") != BASELINE and headline(r)]
     order = list(dict.fromkeys(str(r["variant"]) for r in rows))
+    bases = {
+        (r.get("workload"), r.get("point_id"), r.get("metric")): r
+        for r in summary.get("rows") or []
+        if r.get("variant") == BASELINE
+    }
     out: list[Verdict] = []
     for variant in order:
         for r in (r for r in rows if r["variant"] == variant):
             outcome, why = judge(r, x)
+            if outcome == UNMEASURED:
+                base = bases.get((r.get("workload"), r.get("point_id"), r.get("metric")))
+                why = _why(r, why, base)
             out.append(
                 Verdict(
                     variant=variant,

@@ -23,6 +23,7 @@ from secperf.report.answer import (
     judge,
     verdicts,
 )
+from secperf.report.html import write_html
 from secperf.report.terminal import common_notes, print_report
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
@@ -199,3 +200,33 @@ def test_png_writes_every_chart_of_the_report(tmp_path: Path) -> None:
     assert len(pngs) >= 1 + 6 + 3 + 3
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert f"{len(pngs)} PNG files" in result.output
+
+
+def test_the_html_report_leads_with_the_answer_and_says_shared_notes_once(tmp_path: Path) -> None:
+    run = RunDir.open(shutil.copytree(DATA_RUN, tmp_path / "run"))
+    html = write_html(run).read_text()
+    answer, results = html.index('<h2 id="answer">'), html.index('<h2 id="results">')
+    assert answer < results
+    # the forest plot is the report's first chart, inside the answer
+    first_chart = html.index('<figure class="chart"')
+    assert answer < first_chart < results
+    assert "What each variant costs" in html[first_chart : first_chart + 300]
+    # several tables, one note on what Δ% means
+    assert html.count("<table>") > 2
+    assert html.count("Δ% = cost against the baseline, positive = worse;") == 1
+
+
+def test_a_search_that_found_no_value_says_its_bounds_in_the_answer() -> None:
+    point = {"workload": "rfc2544", "point_id": "rfc2544#0", "label": "", "primary": True}
+    metric = {**point, "metric": "rfc2544_throughput_fps", "degradation_pct": None}
+    rows = [
+        {**metric, "variant": "baseline", "n": 0, "censored_n": 2,
+         "search": {"at_least_n": 2, "at_least_bound": 8127.0}},
+        {**metric, "variant": "drop", "n": 0, "censored_n": 2,
+         "search": {"below_n": 2, "below_bound": 500.0}},
+    ]  # fmt: skip
+    (v,) = verdicts({"rows": rows})
+    assert v.outcome == UNMEASURED
+    assert v.text == (
+        "not measured: the search found no value: not found down to 500 (baseline: at least 8,127)"
+    )

@@ -7,6 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from secperf.report import timeseries
 from secperf.report.html import write_html
 from secperf.report.timeseries import collect, round_values, series_chart, strip_charts
 from secperf.results.rundir import RunDir
@@ -126,3 +129,29 @@ def test_a_run_without_interval_records_has_no_time_series(tmp_path: Path) -> No
     assert "over time (every round)" not in html
     assert re.search(r"No interval records for w: its kind writes none", html)
     assert "<figcaption>w: every round&#x27;s value (bar: the mean)</figcaption>" in html
+
+
+def test_an_rr_test_over_time_draws_its_rate_and_latency_percentiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunDir.open(shutil.copytree(DATA_RUN, tmp_path / "run"))
+    (rr,) = [p for p in collect(run.iter_records()) if p.label.startswith("tcp-rr")]
+    # every round of every variant is a test of its own
+    rounds = {(t.variant, t.rep) for t in rr.tests}
+    assert len(rr.tests) == len(rounds) and {v for v, _ in rounds} == {
+        "baseline",
+        "acl-linear",
+        "acl-set",
+    }
+    first = rr.tests[0].points[0]
+    assert first["rate"] == 50.0 and first["p50"] == 20000.0 and first["p99"] == 30000.0
+    drawn: list[Any] = []
+    monkeypatch.setattr(timeseries, "figure_bytes", lambda fig: drawn.append(fig) or b"")
+    series_chart(rr)
+    (fig,) = drawn
+    labels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+    assert labels == ["Transactions/s", "Latency p50 (µs)", "Latency p99 (µs)"]
+    # a line per round on each panel, overlaid
+    for ax in fig.axes:
+        if ax.get_ylabel():
+            assert len([x for x in ax.get_lines() if len(x.get_xdata()) > 1]) >= len(rounds)
