@@ -45,12 +45,12 @@ from secperf.report.gate import (
     run_figures,
     summary_lines,
 )
+from secperf.report.header import header_lines
 from secperf.report.host_tables import host_tables
 from secperf.report.plots import charts, png_only, variant_sweep_charts
 from secperf.report.terminal import (
     build_tables,
     common_notes,
-    header_lines,
     in_order,
     paper_layouts,
 )

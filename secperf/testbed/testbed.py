@@ -6,17 +6,17 @@ can also be a VM (`vm_hosts`), a machine reached over SSH (`remotes`), or a devi
 secperf runs nothing on (`external`, and the switches of a lab). Everything about
 a host (its interface names, where it lives, what it can do) is asked of the host.
 
-Build order (each item written to the ledger before it is made): every host opens
-(namespaces with their sysctls and a cgroup each, secperf.testbed.cgroups: CPU
-per host, the placement's cpusets (secperf.testbed.placement), a CPU quota; SSH
-hosts log in, in parallel); in a namespace testbed the
-links follow: veth pairs born inside their namespaces, then per namespace one
-`ip -batch` with loopback, addresses, links up and the routes the graph gives (a
-switch gets a bridge with its ports instead), then the shaper on each shaped link
-(tbf; with a strict-priority queue for `priority_ports`, the engine's control
-connection, when the build asks: secperf.testbed.links) and each link's offloads,
-and the receive steering (RPS) the placement asks for; then every host starts (a
-VM boots on its links). A lab of real machines has its own links, addresses and
+Build order (each item written to the ledger before it is made): every host
+opens (namespaces with their sysctls and a cgroup each, secperf.testbed.cgroups:
+CPU per host, the placement's cpusets (secperf.testbed.placement), a CPU quota;
+SSH hosts log in, in parallel); in a namespace testbed the links follow: veth
+pairs born inside their namespaces, then per namespace one `ip -batch` with
+loopback, addresses, links up and the routes the graph gives (a switch gets a
+bridge with its ports instead), then the shaper on each shaped link (tbf; with a
+strict-priority queue for `priority_ports`, the engine's control connection,
+when the build asks: secperf.testbed.links) and each link's offloads, and the
+receive steering (RPS) the placement asks for; then every host starts (a VM
+boots on its links). A lab of real machines has its own links, addresses and
 routes. While the testbed stands, secperf's own process runs on the CPUs the
 placement leaves to the machine (put back at teardown).
 

@@ -10,7 +10,7 @@ import pytest
 from secperf.errors import ScenarioError, SecperfError
 from secperf.plan.inventory import ssh_specs
 from secperf.plan.placement import generator_hosts
-from secperf.report.terminal import header_lines
+from secperf.report.header import header_lines
 from secperf.scenario.loader import parse_scenario
 from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.hosts.remote_teardown import live_entries

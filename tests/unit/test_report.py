@@ -217,7 +217,7 @@ def test_cpu_table_shows_each_host_and_flags_a_reconciliation_gap() -> None:
 
 
 def test_header_says_which_hosts_were_pinned() -> None:
-    from secperf.report.terminal import header_lines
+    from secperf.report.header import header_lines
 
     meta = {"testbed": {"cgroups": {"pin": {"client": [0], "dut": [1]}}}, "status": "complete"}
     lines = header_lines({}, meta)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from secperf.report.terminal import build_tables, header_lines
+from secperf.report.header import header_lines
+from secperf.report.terminal import build_tables
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 
