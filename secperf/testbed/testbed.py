@@ -63,8 +63,7 @@ from secperf.testbed.signals import install_teardown_handlers
 from secperf.testbed.teardown import clean, teardown_entries
 from secperf.testbed.topology import Topology
 
-# Host and ManagedProcess are re-exported (callers import them from here), and so are
-# clean and teardown_entries (teardown by ledger, secperf.testbed.teardown).
+# Re-exported (callers import them from here): Host, ManagedProcess, clean, teardown_entries.
 __all__ = [
     "FACTORIES",
     "Host",
