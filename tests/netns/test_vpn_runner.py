@@ -83,17 +83,19 @@ def run(tmp_path: Path, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]
 def by_test(
     lines: list[dict[str, Any]], variant: str, workload: str = "tcp-stream"
 ) -> list[tuple[int, int]]:
-    """(bytes the engine received, bytes through the client's tunnel device) per test."""
+    """(bytes the engine received, bytes through the client's tunnel device) per
+    measured test (a traced round's records carry a `phase` and are left out)."""
+    measured = [ln for ln in lines if "phase" not in ln]
     results = {
         (ln["point_id"], ln["rep"]): ln["record"]["receiver"]["bytes"]
-        for ln in lines
+        for ln in measured
         if ln["variant"] == variant
         and ln["workload"] == workload
         and ln["record"]["type"] == "result"
     }
     tunnels = {
         (ln["point_id"], ln["rep"]): ln["record"]
-        for ln in lines
+        for ln in measured
         if ln["variant"] == variant
         and ln["workload"] == workload
         and ln["record"]["type"] == "mechanism"

@@ -297,7 +297,7 @@ fn spec_fields_apply_to_their_kinds() {
         r#"{"kind":"http","server":"127.0.0.1:80","data_port":5300}"#,
         r#"{"kind":"connections","server":"127.0.0.1:5201","warmup":1}"#,
         r#"{"kind":"http","server":"127.0.0.1:80","protocol":"udp"}"#,
-        r#"{"kind":"rr","server":"127.0.0.1:5201","rate":10}"#,
+        r#"{"kind":"rr","server":"127.0.0.1:5201","rate":0}"#,
         r#"{"kind":"http","server":"127.0.0.1:80","urls":["http://x/"]}"#,
         r#"{"kind":"connections","server":"127.0.0.1:5201","connections":0}"#,
     ];

@@ -363,10 +363,16 @@ impl Schedule {
     }
 }
 
+/// Outstanding requests in the order they were scheduled, and by key.
+struct Pending<K> {
+    order: VecDeque<(K, Instant)>,
+    by_key: HashMap<K, Instant>,
+}
+
 /// The requests an open-loop client has outstanding, by key (TCP: their order;
 /// UDP: their sequence number), with each one's scheduled time.
 struct Outstanding<K> {
-    due: Mutex<(VecDeque<(K, Instant)>, HashMap<K, Instant>)>,
+    due: Mutex<Pending<K>>,
     freed: Condvar,
     cap: usize,
 }
@@ -374,13 +380,16 @@ struct Outstanding<K> {
 impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
     fn new(cap: usize) -> Outstanding<K> {
         Outstanding {
-            due: Mutex::new((VecDeque::new(), HashMap::new())),
+            due: Mutex::new(Pending {
+                order: VecDeque::new(),
+                by_key: HashMap::new(),
+            }),
             freed: Condvar::new(),
             cap,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, (VecDeque<(K, Instant)>, HashMap<K, Instant>)> {
+    fn lock(&self) -> MutexGuard<'_, Pending<K>> {
         self.due.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -388,7 +397,7 @@ impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
     /// (or `key` still is); false once the test stops.
     fn add(&self, key: K, due: Instant, sh: &Shared) -> bool {
         let mut g = self.lock();
-        while g.1.len() >= self.cap || g.1.contains_key(&key) {
+        while g.by_key.len() >= self.cap || g.by_key.contains_key(&key) {
             if sh.stopped() {
                 return false;
             }
@@ -397,16 +406,16 @@ impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
                 Err(p) => p.into_inner().0,
             };
         }
-        g.0.push_back((key, due));
-        g.1.insert(key, due);
+        g.order.push_back((key, due));
+        g.by_key.insert(key, due);
         true
     }
 
     /// The oldest request (TCP answers in order).
     fn take_oldest(&self) -> Option<Instant> {
         let mut g = self.lock();
-        let (key, due) = g.0.pop_front()?;
-        g.1.remove(&key);
+        let (key, due) = g.order.pop_front()?;
+        g.by_key.remove(&key);
         drop(g);
         self.freed.notify_one();
         Some(due)
@@ -415,8 +424,8 @@ impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
     /// The request `key` (UDP answers by sequence number).
     fn take(&self, key: K) -> Option<Instant> {
         let mut g = self.lock();
-        let due = g.1.remove(&key)?;
-        g.0.retain(|(k, _)| *k != key);
+        let due = g.by_key.remove(&key)?;
+        g.order.retain(|(k, _)| *k != key);
         drop(g);
         self.freed.notify_one();
         Some(due)
@@ -426,12 +435,12 @@ impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
     fn expire(&self, now: Instant, timeout: Duration) -> u64 {
         let mut g = self.lock();
         let mut n = 0;
-        while let Some(&(key, due)) = g.0.front() {
+        while let Some(&(key, due)) = g.order.front() {
             if now.saturating_duration_since(due) < timeout {
                 break;
             }
-            g.0.pop_front();
-            g.1.remove(&key);
+            g.order.pop_front();
+            g.by_key.remove(&key);
             n += 1;
         }
         drop(g);
@@ -442,7 +451,7 @@ impl<K: Copy + Eq + std::hash::Hash> Outstanding<K> {
     }
 
     fn is_empty(&self) -> bool {
-        self.lock().1.is_empty()
+        self.lock().by_key.is_empty()
     }
 }
 
