@@ -55,6 +55,29 @@ def test_mix_through_the_dut_counts_every_fetch(testbed: Testbed, tmp_path: Path
     assert values["mix_throughput"] is not None and values["mix_throughput"] > 0
 
 
+def test_a_thousand_virtual_clients_account_for_every_fetch(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """1,000 virtual clients (machines of the engines' event loops, 500 a client
+    host), HTTP and FTP through the DUT: every fetch is counted, every byte."""
+    rec = measure(
+        testbed,
+        tmp_path,
+        point(virtual_clients=1000, requests=2, http_share=[0.9], ftp_files=["32KiB"]),
+    )
+    assert rec["virtual_clients"] == 1000
+    assert rec["attempted"] == 2000, rec["failures"]
+    assert rec["transactions"] == 2000, rec["failures"]
+    protos = rec["protocols"]
+    assert isinstance(protos, dict)
+    assert protos["http"]["ok"] + protos["ftp"]["ok"] == 2000
+    assert protos["ftp"]["ok"] > 0 and protos["http"]["ok"] > protos["ftp"]["ok"]
+    hosts = rec["client_hosts"]
+    assert isinstance(hosts, dict)
+    assert sorted(h["virtual_clients"] for h in hosts.values()) == [500, 500]
+    assert protos["ftp"]["bytes"] == protos["ftp"]["ok"] * 32 * 1024
+
+
 def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path) -> None:
     topo = testbed.topology
     proxy = Proxy(ProxySpec(dns_lookups=False))
