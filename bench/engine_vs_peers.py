@@ -1,4 +1,4 @@
-"""secperf-engine against iperf3 and sockperf, on the same paths, in one run.
+"""secperf-engine against iperf3, sockperf and netperf, on the same paths, in one run.
 
 For each path (loopback, and as root a client–dut–server testbed where the dut
 forwards) the bench runs interleaved pairs (engine, peer, engine, peer, ...)
@@ -7,8 +7,17 @@ medians:
 
   stream tcp 16 KiB / 128 KiB writes  vs  iperf3 -l 16K / 128K  (throughput)
   rr tcp / udp, 14-byte messages      vs  sockperf ping-pong    (mean round trip)
-  crr tcp                              (engine alone: connections/s; orderly close)
+  crr tcp 1/1 B, close=server-first    vs  netperf TCP_CRR -r 1,1   (connections/s)
+                                       (both: the server closes right after its
+                                       response, the client reads the end of stream
+                                       and closes: like for like)
+  crr tcp close=client-first           (engine alone: the client shuts down first,
+                                       half a round trip more per connection)
   crr tcp close=reset                  (engine alone: the RST close, for comparison)
+
+netperf is not packaged: build it outside the repository (see docs/performance.md)
+and give its binary with --netperf PATH (netserver is taken from beside it); without
+it (and none on PATH) crr runs engine alone, and says so.
 
 CPU is taken the same way for both tools, from outside: utime+stime of
 /proc/PID/stat of the client process (read once it has exited, before it is
@@ -58,11 +67,18 @@ RR_SIZE = 14
 WARMUP_S = 1.0
 FORWARD_SERVER = "198.18.2.2"
 # Fixed ports inside the testbed's own namespaces (nothing else listens there).
-FORWARD_PORTS = {"engine": 5301, "iperf3": 5201, "sockperf_tcp": 11111, "sockperf_udp": 11112}
+FORWARD_PORTS = {
+    "engine": 5301,
+    "iperf3": 5201,
+    "sockperf_tcp": 11111,
+    "sockperf_udp": 11112,
+    "netperf": 12865,
+}
 # Targets the engine is held to.
 STREAM_MIN_RATIO = 0.95
 STREAM_MAX_CPU_RATIO = 1.0
 RR_MAX_LATENCY_RATIO = 1.10
+CRR_MIN_RATIO = 1.0
 
 
 class BenchError(SecperfError):
@@ -394,6 +410,18 @@ def start_sockperf_server(spawner: Spawner, udp: bool) -> Server:
     return Server(child, addr, port)
 
 
+def start_netserver(spawner: Spawner, netperf: Path) -> Server:
+    """netserver beside the netperf binary, in the foreground (-D), one process (-f:
+    no child per test, so that its CPU is the one process's)."""
+    netserver = netperf.with_name("netserver")
+    port = spawner.port("netperf")
+    addr = spawner.server_addr
+    argv = [str(netserver), "-D", "-f", "-L", addr, "-p", str(port)]
+    child = spawner.spawn("server", argv, label="netserver", pipe=False)
+    wait_tcp(spawner, addr, port, "netserver")
+    return Server(child, addr, port)
+
+
 # -- one measurement -----------------------------------------------------------
 
 
@@ -537,6 +565,33 @@ def parse_sockperf(client: ClientRun) -> tuple[dict[str, float], float]:
     }, total_rx
 
 
+def parse_netperf(client: ClientRun) -> tuple[dict[str, float], float]:
+    """netperf -P 0 -- -k THROUGHPUT,ELAPSED_TIME,MEAN_LATENCY: key=value lines."""
+    keys = dict(
+        ln.split("=", 1) for ln in (client.stdout + client.stderr).splitlines() if "=" in ln
+    )
+    try:
+        tps, elapsed = float(keys["THROUGHPUT"]), float(keys["ELAPSED_TIME"])
+    except (KeyError, ValueError) as exc:
+        raise BenchError(
+            f"netperf printed no THROUGHPUT/ELAPSED_TIME (exit {client.rc})",
+            fix="run the netperf command by hand: " + (client.stdout + client.stderr)[-300:],
+        ) from exc
+    if client.rc != 0 or tps <= 0:
+        raise BenchError(f"netperf failed (exit {client.rc}): {client.stderr.strip()[-300:]}")
+    metrics = {"cps": tps}
+    with suppress(KeyError, ValueError):
+        metrics["connect_to_response_mean_us"] = float(keys["MEAN_LATENCY"])
+    return metrics, tps * elapsed
+
+
+PEER_PARSERS: dict[str, Parser] = {
+    "iperf3": parse_iperf3,
+    "sockperf": parse_sockperf,
+    "netperf": parse_netperf,
+}
+
+
 # -- the tests ------------------------------------------------------------------
 
 
@@ -552,7 +607,7 @@ class Case:
     name: str
     title: str
     engine_spec: dict[str, Any]
-    peer: str | None  # "iperf3", "sockperf_tcp", "sockperf_udp"
+    peer: str | None  # "iperf3", "sockperf_tcp", "sockperf_udp", "netperf"
     peer_argv: Callable[[str, int, float], list[str]] | None
     metrics: tuple[Metric, ...]
     demand_per: float  # work units per service-demand unit
@@ -608,8 +663,35 @@ def _sockperf(udp: bool) -> Callable[[str, int, float], list[str]]:
     return argv
 
 
-def tests(rcvlowat: int | None = None) -> list[Case]:
-    """Every test; `rcvlowat` overrides the engine's default for its streams."""
+def _netperf_crr(netperf: Path) -> Callable[[str, int, float], list[str]]:
+    def argv(addr: str, port: int, duration: float) -> list[str]:
+        # As long as the engine runs in all (its warm-up included); 1-byte request
+        # and response, netperf's own server-first close.
+        return [
+            str(netperf),
+            "-H",
+            addr,
+            "-p",
+            str(port),
+            "-t",
+            "TCP_CRR",
+            "-l",
+            f"{max(1, round(duration + WARMUP_S))}",
+            "-P",
+            "0",
+            "--",
+            "-r",
+            "1,1",
+            "-k",
+            "THROUGHPUT,ELAPSED_TIME,MEAN_LATENCY",
+        ]
+
+    return argv
+
+
+def tests(rcvlowat: int | None = None, netperf: Path | None = None) -> list[Case]:
+    """Every test; `rcvlowat` overrides the engine's default for its streams;
+    `netperf` (a netperf binary, netserver beside it) pairs crr with TCP_CRR."""
     base = {"duration": 0.0, "warmup": WARMUP_S, "interval": 0}
     stream = {**base, "kind": "stream"} | ({} if rcvlowat is None else {"rcvlowat": rcvlowat})
     rr = {**base, "kind": "rr", "request": RR_SIZE, "response": RR_SIZE}
@@ -656,8 +738,20 @@ def tests(rcvlowat: int | None = None) -> list[Case]:
         ),
         Case(
             "crr_tcp",
-            "crr tcp 1/1 B",
-            {**base, "kind": "crr"},  # the engine's default close: FIN both ways
+            "crr tcp 1/1 B server-first",
+            # The engine's default close, netperf TCP_CRR's order: the server first.
+            {**base, "kind": "crr", "request": 1, "response": 1, "close": "server-first"},
+            None if netperf is None else "netperf",
+            None if netperf is None else _netperf_crr(netperf),
+            (Metric("cps", "connections/s", True),),
+            1.0,
+            "CPU µs/conn",
+        ),
+        Case(
+            "crr_tcp_client_first",
+            "crr tcp 1/1 B client-first",
+            # The client shuts down first: half a round trip more per connection.
+            {**base, "kind": "crr", "request": 1, "response": 1, "close": "client-first"},
             None,
             None,
             (Metric("cps", "connections/s", True),),
@@ -667,7 +761,8 @@ def tests(rcvlowat: int | None = None) -> list[Case]:
         Case(
             "crr_tcp_reset",
             "crr tcp 1/1 B close=reset",
-            {**base, "kind": "crr", "close": "reset"},  # SO_LINGER 0: one RST, no FIN
+            # SO_LINGER 0: one RST, no FIN
+            {**base, "kind": "crr", "request": 1, "response": 1, "close": "reset"},
             None,
             None,
             (Metric("cps", "connections/s", True),),
@@ -698,6 +793,7 @@ class Plan:
     cases: list[Case]
     pairs: int
     duration: float
+    netperf: Path | None = None
 
 
 def run_path(
@@ -709,6 +805,8 @@ def run_path(
     servers["iperf3"] = start_iperf3_server(spawner)
     servers["sockperf_tcp"] = start_sockperf_server(spawner, udp=False)
     servers["sockperf_udp"] = start_sockperf_server(spawner, udp=True)
+    if plan.netperf is not None and any(t.peer == "netperf" for t in plan.cases):
+        servers["netperf"] = start_netserver(spawner, plan.netperf)
     eng = servers["engine"]
     results: list[TestResult] = []
     for test in plan.cases:
@@ -725,7 +823,7 @@ def run_path(
             if test.peer is not None and test.peer_argv is not None:
                 srv = servers[test.peer]
                 tool = test.peer.split("_")[0]
-                parse = parse_iperf3 if tool == "iperf3" else parse_sockperf
+                parse = PEER_PARSERS[tool]
                 pargv = test.peer_argv(srv.addr, srv.port, duration)
                 prun = measure(spawner, tool, srv, pargv, parse, timeout)
                 res.peer.append(prun)
@@ -830,6 +928,11 @@ def _verdict(t: Case, m: Metric, row: dict[str, Any]) -> tuple[str, str]:
         if ratio is None:
             return "NO DATA", target
         return ("PASS" if ratio <= RR_MAX_LATENCY_RATIO else "MISS"), target
+    if t.peer == "netperf" and m.key == "cps":
+        target = f"connections/s ≥ {CRR_MIN_RATIO:.2f}× netperf TCP_CRR (same close order)"
+        if ratio is None:
+            return "NO DATA", target
+        return ("PASS" if ratio >= CRR_MIN_RATIO else "MISS"), target
     return "", ""
 
 
@@ -891,7 +994,7 @@ LEGEND = (
 # -- machine and main --------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def machine(netperf: Path | None = None) -> dict[str, Any]:
     model = ""
     with open("/proc/cpuinfo") as fh:
         for line in fh:
@@ -912,6 +1015,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "iperf3": version(["iperf3", "--version"]),
         "sockperf": version(["sockperf", "--version"]),
+        "netperf": version([str(netperf), "-V"]) if netperf else "not used",
     }
 
 
@@ -969,6 +1073,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: " + ", ".join(names),
     )
     ap.add_argument(
+        "--netperf",
+        type=Path,
+        default=Path(shutil.which("netperf") or "/tmp/netperf/src/netperf"),
+        help="a netperf binary (netserver beside it) to pair crr with TCP_CRR; built "
+        "outside the repository (docs/performance.md); default: netperf on PATH, else "
+        "/tmp/netperf/src/netperf; absent: crr runs engine alone",
+    )
+    ap.add_argument(
         "--rcvlowat",
         type=int,
         help="the engine streams' rcvlowat (default: the engine's own; 1 = wake on any data)",
@@ -983,6 +1095,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("--rcvlowat must be ≥ 1 (1 = the kernel's default)")
     if args.pairs < 1 or not 0 < args.duration <= 600:
         ap.error("--pairs must be ≥ 1 and --duration in (0, 600]")
+    if not (
+        os.access(args.netperf, os.X_OK) and os.access(args.netperf.with_name("netserver"), os.X_OK)
+    ):
+        print(
+            f"note: no netperf/netserver at {args.netperf}: crr runs engine alone "
+            "(build netperf as docs/performance.md says and give --netperf PATH)",
+            file=sys.stderr,
+        )
+        args.netperf = None
     if args.path != "loopback" and not root:
         ap.error("--path forward/both builds a namespace testbed: run as root")
     return args
@@ -1017,8 +1138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine = Path(shutil.copy2(args.engine, Path(tmp.name) / "secperf-engine"))
         started = datetime.now(UTC)
         paths = ["loopback", "forward"] if args.path == "both" else [args.path]
-        cases = [t for t in tests(args.rcvlowat) if t.name in args.tests]
-        plan = Plan(cases, args.pairs, args.duration)
+        netperf = None
+        if args.netperf is not None:
+            # Private copies too, netserver beside netperf.
+            netperf = Path(shutil.copy2(args.netperf, Path(tmp.name) / "netperf"))
+            shutil.copy2(args.netperf.with_name("netserver"), Path(tmp.name) / "netserver")
+        cases = [t for t in tests(args.rcvlowat, netperf) if t.name in args.tests]
+        plan = Plan(cases, args.pairs, args.duration, netperf)
         all_rows: list[dict[str, Any]] = []
         raw: dict[str, Any] = {}
         quiet: dict[str, float | None] = {}
@@ -1068,7 +1194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         doc = {
             "date": started.isoformat(),
-            "machine": machine(),
+            "machine": machine(args.netperf),
             "config": {
                 "pairs": args.pairs,
                 "duration_s": args.duration,
@@ -1077,6 +1203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "rr_message_bytes": RR_SIZE,
                 "tests": args.tests,
                 "engine_rcvlowat": args.rcvlowat,
+                "netperf": str(args.netperf) if args.netperf else None,
             },
             "summary": all_rows,
             "other_cpu_share": quiet,

@@ -1,10 +1,17 @@
 """secperf-engine's HTTP and FTP clients against wrk and curl, on the same servers,
 in one run (root: through the forwarding DUT of a client–dut–server testbed).
 
-Interleaved pairs (engine, peer, engine, peer, ...) of each test, medians compared:
+Interleaved pairs (engine, peer, engine, peer, ...) of each test; the ratio is the
+median of the per-pair ratios:
 
-  http keep-alive   engine http, keepalive, `parallel` C   vs  wrk -t1 -c C
-  http close        engine http, one connection per fetch   vs  wrk -t1 -c C -H "Connection: close"
+  http keep-alive cC  engine http, keepalive, `parallel` C, T threads
+                                                            vs  wrk -tT -cC
+  http close cC       engine http, a new connection per fetch (nginx closes first
+                      after its response, as for wrk's header)
+                                                            vs  wrk -tT -cC -H "Connection: close"
+                      for each C of --connections (default 1, 32 and 1,000); T, the
+                      event-loop threads of both tools, is min(C, --threads) (default
+                      one per CPU), so that both drive the C connections alike
   ftp small         engine mix (FTP only, 1 client, N fetches of 64 KiB, a new
                     control connection and login each)      vs  curl fetching the same
                                                                 URL N times in one process
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -173,16 +181,46 @@ def curl_bulk(client: evp.ClientRun) -> tuple[float, float]:
 
 
 def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
-    d, c = args.duration, args.connections
+    d = args.duration
+
+    def threads(c: int) -> int:
+        return max(1, min(c, int(args.threads)))
+
+    def wrk_base(c: int) -> list[str]:
+        return ["wrk", f"-t{threads(c)}", f"-c{c}", f"-d{d + 1:g}s"]
+
+    def http_cases(c: int) -> list[Case]:
+        return [
+            Case(
+                f"http keep-alive c{c}",
+                "req/s",
+                lambda: http_spec(True, c),
+                lambda: [*wrk_base(c), url],
+                "wrk",
+                engine_http,
+                wrk,
+            ),
+            Case(
+                f"http close c{c}",
+                "req/s",
+                lambda: http_spec(False, c),
+                lambda: [*wrk_base(c), "-H", "Connection: close", url],
+                "wrk",
+                engine_http,
+                wrk,
+            ),
+        ]
+
     url = f"http://{addr}:5380/files/{HTTP_FILE}.bin"
 
-    def http_spec(keepalive: bool) -> list[str]:
+    def http_spec(keepalive: bool, c: int) -> list[str]:
         spec = {
             "kind": "http",
             "server": f"{addr}:5380",
             "urls": [f"/files/{HTTP_FILE}.bin"],
             "keepalive": keepalive,
             "parallel": c,
+            "threads": threads(c),
             "duration": d,
             "warmup": 1.0,
             "interval": 0,
@@ -201,27 +239,9 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
         return [str(engine), "run", "--spec", json.dumps(spec)]
 
     ftp = f"ftp://{addr}:5321/files/"
-    wrk_base = ["wrk", "-t1", f"-c{c}", f"-d{d + 1:g}s"]
     n = args.ftp_fetches
     return [
-        Case(
-            "http keep-alive",
-            "req/s",
-            lambda: http_spec(True),
-            lambda: [*wrk_base, url],
-            "wrk",
-            engine_http,
-            wrk,
-        ),
-        Case(
-            "http close",
-            "req/s",
-            lambda: http_spec(False),
-            lambda: [*wrk_base, "-H", "Connection: close", url],
-            "wrk",
-            engine_http,
-            wrk,
-        ),
+        *(case for c in args.connections for case in http_cases(c)),
         Case(
             f"ftp {SMALL // 1024} KiB x{n}",
             "fetch/s",
@@ -276,14 +296,17 @@ def summarize(results: list[Result]) -> list[dict[str, Any]]:
         eng = [x for x in r.runs if x.tool == "engine"]
         peer = [x for x in r.runs if x.tool != "engine"]
         row: dict[str, Any] = {"case": r.case, "unit": r.unit, "peer": r.peer}
-        for key, get in (
+        getters: tuple[tuple[str, Callable[[Run], float | None]], ...] = (
             ("rate", lambda x: x.rate if x.ok else None),
             ("cpu_us_per_request", Run.cpu_us_per_request),
             ("machine_us_per_request", Run.machine_us_per_request),
-        ):
+        )
+        for key, get in getters:
             e, p = median([get(x) for x in eng]), median([get(x) for x in peer])
             row[f"engine_{key}"], row[f"peer_{key}"] = e, p
-            row[f"{key}_ratio"] = e / p if e is not None and p else None
+            # The median of the per-pair ratios (the runs of a pair are next to each other).
+            pairs = [(get(a), get(b)) for a, b in zip(eng, peer, strict=False)]
+            row[f"{key}_ratio"] = median([a / b if a is not None and b else None for a, b in pairs])
         row["failed_runs"] = sum(not x.ok for x in r.runs)
         rows.append(row)
     return rows
@@ -295,13 +318,13 @@ def fmt(v: float | None, digits: int = 4) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'test':<18} {'engine':>10} {'peer':>10} {'ratio':>6}   "
+        f"{'test':<22} {'engine':>10} {'peer':>10} {'ratio':>6}   "
         f"{'CPU µs/req engine':>17} {'peer':>8} {'ratio':>6}   {'machine µs/req e/p':>18}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['case']:<18} {fmt(r['engine_rate']):>10} {fmt(r['peer_rate']):>10} "
+            f"{r['case']:<22} {fmt(r['engine_rate']):>10} {fmt(r['peer_rate']):>10} "
             f"{fmt(r['rate_ratio'], 3):>6}   {fmt(r['engine_cpu_us_per_request']):>17} "
             f"{fmt(r['peer_cpu_us_per_request']):>8} {fmt(r['cpu_us_per_request_ratio'], 3):>6}"
             f"   {fmt(r['engine_machine_us_per_request'])}/{fmt(r['peer_machine_us_per_request'])}"
@@ -314,12 +337,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=5.0, help="measured seconds (http)")
-    ap.add_argument("--connections", type=int, default=4, help="connections in flight (http)")
+    ap.add_argument(
+        "--connections",
+        default="1,32,1000",
+        help="comma list of connections in flight, one pair of http tests each (default 1,32,1000)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="event-loop threads of the engine and of wrk, at most the connections "
+        "(default one per CPU)",
+    )
     ap.add_argument("--ftp-fetches", type=int, default=200)
     ap.add_argument("--tests", default="", help="comma list of test-name prefixes")
     ap.add_argument("--engine", type=Path, default=evp.DEFAULT_ENGINE)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    try:
+        args.connections = [int(c) for c in args.connections.split(",") if c.strip()]
+    except ValueError:
+        ap.error(
+            f"--connections: give a comma list of counts, e.g. 1,32,1000 (got {args.connections})"
+        )
+    if not args.connections or any(not 1 <= c <= 10_000 for c in args.connections):
+        ap.error("--connections: each count must be 1..10000 (the engine's http limit)")
+    if not 1 <= args.threads <= 64:
+        ap.error("--threads must be 1..64")
     from secperf.services.nginx import start_nginx
     from secperf.services.vsftpd import start_vsftpd
     from secperf.testbed.testbed import Testbed, install_teardown_handlers

@@ -95,11 +95,23 @@ def test_every_host_gets_the_connection_sysctls(bed: tuple[Testbed, EngineServer
         assert [" ".join(v.split()) for v in got] == [str(v) for v in CONNECTION_SYSCTLS.values()]
 
 
-def test_default_close_is_orderly_through_the_dut(bed: tuple[Testbed, EngineServer]) -> None:
+@pytest.mark.parametrize(
+    ("given", "recorded"),
+    [
+        ({}, "server-first"),
+        ({"close": "client-first"}, "client-first"),
+        ({"close": "fin"}, "client-first"),
+    ],
+)
+def test_orderly_closes_go_through_the_dut(
+    bed: tuple[Testbed, EngineServer], given: dict[str, str], recorded: str
+) -> None:
+    """The default (server-first, netperf's order), client-first and its old name
+    fin: a FIN each way per connection, no RST, TIME_WAIT at the DUT."""
     tb, _ = bed
     _fresh_counters(tb)
-    r = _crr(tb)
-    assert r["close"] == "fin"
+    r = _crr(tb, **given)
+    assert r["close"] == recorded
     n = r["totals"]["client"]["connections"]
     assert n >= 300 and r["loss"]["lost"] == 0, r["loss"]
     c = _counters(tb)

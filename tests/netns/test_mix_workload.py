@@ -55,6 +55,47 @@ def test_mix_through_the_dut_counts_every_fetch(testbed: Testbed, tmp_path: Path
     assert values["mix_throughput"] is not None and values["mix_throughput"] > 0
 
 
+def test_a_thousand_virtual_clients_account_for_every_fetch(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """1,000 virtual clients (machines of the engines' event loops, 500 a client
+    host), HTTP and FTP through the DUT: every fetch is reported by the engine that
+    made it and counted once, as a success with every byte or as a failure of a
+    named kind.
+
+    Every HTTP fetch must succeed. An FTP fetch may be refused by vsftpd itself:
+    it has 50 passive ports (secperf.services.ports) and gives up on PASV after ten
+    random ports in use ("500 OOPS: vsf_sysutil_bind"), which dozens of concurrent
+    FTP sessions can meet on a loaded machine; that is the server's limit, counted
+    as `refused`, and never a fetch lost by the engine."""
+    rec = measure(
+        testbed,
+        tmp_path,
+        point(virtual_clients=1000, requests=2, http_share=[0.9], ftp_files=["32KiB"]),
+    )
+    why = (rec["failures"], rec["protocols"])
+    assert rec["virtual_clients"] == 1000
+    hosts = rec["client_hosts"]
+    assert isinstance(hosts, dict)
+    # each engine ran its 500 clients and reported each of their 1,000 fetches
+    assert sorted(h["virtual_clients"] for h in hosts.values()) == [500, 500]
+    assert [h["attempted"] for h in hosts.values()] == [1000, 1000], hosts
+    assert rec["attempted"] == 2000, why
+    assert sum(h["transactions"] for h in hosts.values()) == rec["transactions"], hosts
+    failures = rec["failures"]
+    assert isinstance(failures, dict)
+    assert rec["transactions"] + sum(failures.values()) == 2000, why
+    protos = rec["protocols"]
+    assert isinstance(protos, dict)
+    http, ftp = protos["http"], protos["ftp"]
+    assert http["attempted"] + ftp["attempted"] == 2000, why
+    assert http["ok"] + ftp["ok"] == rec["transactions"], why
+    assert http["failed"] == 0 and http["ok"] == http["attempted"], why
+    assert ftp["failed"] == failures["refused"] == sum(failures.values()), why
+    assert ftp["ok"] > 0 and http["ok"] > ftp["ok"], why
+    assert ftp["bytes"] == ftp["ok"] * 32 * 1024
+
+
 def test_mix_through_the_proxy_and_its_failures(testbed: Testbed, tmp_path: Path) -> None:
     topo = testbed.topology
     proxy = Proxy(ProxySpec(dns_lookups=False))

@@ -456,7 +456,12 @@ fn crr_closes_leave_time_wait_where_they_say() {
                 );
                 assert!(server <= 1, "{}: {} server TIME_WAIT", close, server);
             }
-            _ => assert!(client + server <= 1, "an RST leaves no TIME_WAIT"),
+            _ => assert!(
+                client + server <= 1,
+                "an RST leaves no TIME_WAIT: {} client, {} server",
+                client,
+                server
+            ),
         }
     }
 }

@@ -443,7 +443,9 @@ impl Connections {
         let mut helpers = lock(&self.helpers);
         let mut shown = lock(&self.shown);
         for (i, h) in helpers.iter_mut().enumerate() {
-            if let Some(v) = h.latest() {
+            // The state as it is now (a helper reports within its 50 ms tick);
+            // what it last said if it cannot answer.
+            if let Some(v) = h.ask(Duration::from_secs(2)).or_else(|| h.latest()) {
                 if let (Ok(s), Some(slot)) = (serde_json::from_value(v), shown.helpers.get_mut(i)) {
                     *slot = s;
                 }

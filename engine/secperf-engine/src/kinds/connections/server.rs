@@ -6,7 +6,7 @@
 
 use std::io::{self, Write};
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -240,7 +240,8 @@ pub struct HoldJob {
 }
 
 /// A server helper: holds up to `cap` connections from the handed listener,
-/// reports its state (a JSON line each tick it changed) until its stdin closes.
+/// reports its state (a JSON line each tick it changed, and at once, with
+/// `"seq": N`, when its stdin says `report N`) until its stdin closes.
 pub fn hold_worker(job: HoldJob) -> Result<()> {
     let nofile = sys::raise_nofile_to(job.nofile_want);
     let listener = sys::handed_listener().map_err(EngineError::io(
@@ -250,7 +251,8 @@ pub fn hold_worker(job: HoldJob) -> Result<()> {
         "cannot make the handed listener non-blocking",
     ))?;
     let done = Arc::new(AtomicBool::new(false));
-    watch_stdin(done.clone());
+    let asked = Arc::new(AtomicU64::new(0));
+    watch_stdin(done.clone(), asked.clone());
     let st = ServerState {
         nofile,
         processes: 1,
@@ -258,17 +260,22 @@ pub fn hold_worker(job: HoldJob) -> Result<()> {
     };
     let mut last = ServerState::default();
     let mut next = Instant::now();
+    let mut answered = 0u64;
     let mut report = |s: &ServerState| {
         let now = Instant::now();
-        if *s != last && now >= next {
+        // A snapshot of the parent waits for the state as it is now.
+        let seq = asked.load(Relaxed);
+        if (*s != last && now >= next) || seq > answered {
             let mut shown = *s;
             shown.rss_bytes = sys::rss_bytes().unwrap_or(0);
-            if let Ok(line) = serde_json::to_string(&shown) {
+            if let Ok(mut v) = serde_json::to_value(shown) {
+                v["seq"] = seq.into();
                 // A parent that is gone reads nothing: stdin's end stops the loop.
-                let _ = writeln!(io::stdout(), "{}", line);
+                let _ = writeln!(io::stdout(), "{}", v);
             }
             last = *s;
             next = now + TICK;
+            answered = seq;
         }
     };
     let stop = || done.load(Relaxed);
@@ -276,8 +283,9 @@ pub fn hold_worker(job: HoldJob) -> Result<()> {
     hold_loop(&listener, &stop, cap, job.close, st, &mut report)
 }
 
-/// Sets `done` once stdin ends (the parent closed it, or died).
-pub fn watch_stdin(done: Arc<AtomicBool>) {
+/// Sets `done` once stdin ends (the parent closed it, or died); a line
+/// `report N` sets `asked` to N.
+pub fn watch_stdin(done: Arc<AtomicBool>, asked: Arc<AtomicU64>) {
     let _ = std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
@@ -287,7 +295,13 @@ pub fn watch_stdin(done: Arc<AtomicBool>) {
                 line.clear();
                 match stdin.read_line(&mut line) {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                    Ok(_) => {
+                        if let Some(n) = line.trim().strip_prefix("report ") {
+                            if let Ok(n) = n.parse::<u64>() {
+                                asked.fetch_max(n, Relaxed);
+                            }
+                        }
+                    }
                 }
             }
             done.store(true, Relaxed);

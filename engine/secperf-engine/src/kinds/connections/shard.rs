@@ -35,6 +35,8 @@ pub struct Helper {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
+    /// The last `report N` asked of it.
+    asked: u64,
 }
 
 impl Helper {
@@ -75,6 +77,7 @@ impl Helper {
             child,
             stdin,
             lines,
+            asked: 0,
         })
     }
 
@@ -122,6 +125,25 @@ impl Helper {
                 )));
             }
             return Ok(v);
+        }
+    }
+
+    /// Its state as it is now: asks `report N` and waits (within `within`) for
+    /// the line with `"seq"` N; None if it does not answer in time.
+    pub fn ask(&mut self, within: Duration) -> Option<Value> {
+        self.asked += 1;
+        let seq = self.asked;
+        self.send(&format!("report {}", seq)).ok()?;
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self.recv(left).ok()?;
+            if v.get("seq")
+                .and_then(Value::as_u64)
+                .is_some_and(|s| s >= seq)
+            {
+                return Some(v);
+            }
         }
     }
 

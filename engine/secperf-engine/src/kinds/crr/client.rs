@@ -115,6 +115,15 @@ pub struct Loop<'a> {
     _cx: PhantomData<fn(&'a ())>,
 }
 
+/// A connection still open when its loop ends (the test aborted, or stopped
+/// it mid-way) is abandoned, not closed in order: it is reset, so that it
+/// leaves no TIME_WAIT and its server does not wait on it.
+impl Drop for Loop<'_> {
+    fn drop(&mut self) {
+        self.drop_reset();
+    }
+}
+
 impl Loop<'_> {
     fn new() -> Self {
         Loop {
