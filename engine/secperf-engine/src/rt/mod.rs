@@ -12,4 +12,5 @@ pub mod payload;
 pub mod shared;
 pub mod sys;
 pub mod target;
+pub mod tls;
 pub mod tstamp;
