@@ -137,11 +137,14 @@ def test_tls_inspect_bump_and_splice(bed: tuple[Testbed, Path], tmp_path: Path, 
         seen = issuer_seen(tb, files / "pki" / "server-ca.pem")
         log = (proxy_ca.parent / "access.log").read_text()
         cost = mech.observe()
-        assert cost is not None and cost["cpu_seconds"] > 0 and cost["memory_bytes"] > 0, cost
+        # CPU comes in 10 ms ticks: 20 spliced connections may take less than one.
+        assert cost is not None and cost["cpu_seconds"] >= 0 and cost["memory_bytes"] > 0, cost
         assert cost["logged"] >= 20, cost
         if mode == "bump":
             assert "secperf inspecting proxy CA" in seen, seen
             assert f"/files/{FILE}.bin" in log, log[-2000:]
+            # 20 certificates mimicked and 40 handshakes: well above one tick.
+            assert cost["cpu_seconds"] > 0 and cost["cpu_us_per_logged"] > 0, cost
         else:
             assert "secperf server CA" in seen, seen
             assert "/files/" not in log, log[-2000:]
