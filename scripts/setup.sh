@@ -16,7 +16,9 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins
           # the proxy study (seed 001): proxies, FTP and DNS servers, FTP clients
-          squid ftp-proxy vsftpd dnsmasq-base curl lftp
+          # squid-openssl: squid with ssl-bump (the tls_inspect mechanism); it replaces
+          # Debian's squid (GnuTLS) and serves the proxy mechanism as well
+          squid-openssl ftp-proxy vsftpd dnsmasq-base curl lftp
           # the DUT as a VM (secperf.testbed.hosts.vm): qemu only; the guest's kernel and
           # root file system are built by secperf from Debian packages it downloads
           # (apt-get download + dpkg -x into ~/.cache/secperf/vm-image), never installed

@@ -264,6 +264,11 @@ class Mechanism(ABC):
         mechanism is transparent to them."""
         return None
 
+    def trusted_ca(self, ctx: MechanismContext) -> Path | None:
+        """A CA (PEM) that TLS clients must trust to talk through this mechanism (a
+        TLS-inspecting proxy's own CA), or None when it signs nothing."""
+        return None
+
     def detector(self) -> Detector | None:
         """What detects attacks in this mechanism, or None when it detects nothing."""
         return None

@@ -22,6 +22,7 @@ from secperf.mechanisms import (
     nat,
     proxy,
     synproxy,
+    tls_inspect,
     vpn,
 )
 from secperf.mechanisms.base import MechanismKind
@@ -37,6 +38,7 @@ MECHANISMS: KindRegistry[MechanismKind[Any]] = KindRegistry(
         synproxy.KIND,
         vpn.KIND,
         proxy.KIND,
+        tls_inspect.KIND,
         ips.KIND,
         ids.KIND,
         fastpath.KIND,

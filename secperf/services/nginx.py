@@ -8,7 +8,10 @@ teardown) reaches its workers through the process group.
 It listens on HTTP_PORT on every address of its host: 5380 lies inside the
 engine's data-port range (secperf.mechanisms.base.DATA_PORTS, 5300–5399), which
 every ACL the mechanisms write already permits. The engine server skips the
-port when it picks a data port, since nginx holds it.
+port when it picks a data port, since nginx holds it. With certificates
+(`tls`), it also serves HTTPS on HTTPS_PORT (5381, in the same range): TLS 1.2
+and 1.3, every cipher suite OpenSSL offers by default, a shared session cache
+and session tickets, so the client's settings decide what is negotiated.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from pathlib import Path
 
 from secperf.engine import DATA_PORTS
 from secperf.errors import SecperfError
+from secperf.services.pki import Issued
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
+from secperf.services.ports import HTTPS_PORT as HTTPS_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
 from secperf.tools import find_program
 
 assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
+assert DATA_PORTS[0] <= HTTPS_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 START_TIMEOUT_S = 10.0
 FILES = "files"  # URL prefix and directory under the web root
 
@@ -73,8 +79,11 @@ def _missing_modules(binary: str) -> set[str]:
     }
 
 
-def render_config(directory: Path, port: int, *, ipv6: bool, missing: set[str]) -> str:
-    """The whole nginx.conf: every path inside `directory`."""
+def render_config(
+    directory: Path, port: int, *, ipv6: bool, missing: set[str], tls: Issued | None = None
+) -> str:
+    """The whole nginx.conf: every path inside `directory`; HTTPS on HTTPS_PORT too
+    when `tls` (the server's certificate and key) is given."""
     d = directory.resolve()
     temps = [f"client_body_temp_path {d}/tmp/body;", f"proxy_temp_path {d}/tmp/proxy;"]
     for module in ("fastcgi", "uwsgi", "scgi"):
@@ -83,6 +92,18 @@ def render_config(directory: Path, port: int, *, ipv6: bool, missing: set[str]) 
     listens = [f"listen {port} reuseport backlog=4096;"]
     if ipv6:
         listens.append(f"listen [::]:{port} ipv6only=on reuseport backlog=4096;")
+    https: list[str] = []
+    if tls is not None:
+        https = [f"listen {HTTPS_PORT} ssl reuseport backlog=4096;"]
+        if ipv6:
+            https.append(f"listen [::]:{HTTPS_PORT} ssl ipv6only=on reuseport backlog=4096;")
+        https += [
+            f"ssl_certificate {tls.cert.resolve()};",
+            f"ssl_certificate_key {tls.key.resolve()};",
+            "ssl_protocols TLSv1.2 TLSv1.3;",
+            "ssl_session_cache shared:secperf:16m;",
+            "ssl_session_tickets on;",
+        ]
     lines = [
         "# written by secperf: one run's web server, in the server's namespace",
         # The run directory may be private to root; workers must read the files.
@@ -101,6 +122,7 @@ def render_config(directory: Path, port: int, *, ipv6: bool, missing: set[str]) 
         *(f"    {t}" for t in temps),
         "    server {",
         *(f"        {x}" for x in listens),
+        *(f"        {x}" for x in https),
         f"        root {d}/www;",
         "    }",
         "}",
@@ -127,6 +149,10 @@ class Nginx:
     port: int
     process: ManagedProcess
     address: str
+    # HTTPS: the server's certificate and key (None: plain HTTP only).
+    tls: Issued | None = None
+    # The CA that signed `tls` (the clients trust it).
+    ca: Issued | None = None
     urls: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -151,15 +177,24 @@ class Nginx:
 
 
 def start_nginx(
-    host: Host, directory: Path, address: str, *, port: int = HTTP_PORT, ipv6: bool = False
+    host: Host,
+    directory: Path,
+    address: str,
+    *,
+    port: int = HTTP_PORT,
+    ipv6: bool = False,
+    tls: Issued | None = None,
 ) -> Nginx:
-    """Start nginx in `host` serving `directory`/www; wait until `address`:`port` accepts."""
+    """Start nginx in `host` serving `directory`/www; wait until `address`:`port` accepts
+    (and HTTPS_PORT too, with `tls`)."""
     binary = nginx_path()
     directory.mkdir(parents=True, exist_ok=True)
     for sub in ("www", "tmp"):
         (directory / sub).mkdir(exist_ok=True)
     conf = directory / "nginx.conf"
-    conf.write_text(render_config(directory, port, ipv6=ipv6, missing=_missing_modules(binary)))
+    conf.write_text(
+        render_config(directory, port, ipv6=ipv6, missing=_missing_modules(binary), tls=tls)
+    )
     errors = directory / "stderr.log"
     with errors.open("w") as err:
         proc = host.spawn(
@@ -178,12 +213,14 @@ def start_nginx(
             stderr=err,
             label="nginx",
         )
-    server = Nginx(host=host, directory=directory, port=port, process=proc, address=address)
+    server = Nginx(
+        host=host, directory=directory, port=port, process=proc, address=address, tls=tls
+    )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if not server.alive():
             break
-        if accepts(host, address, port):
+        if accepts(host, address, port) and (tls is None or accepts(host, address, HTTPS_PORT)):
             return server
     proc.stop()
     detail = (errors.read_text(errors="replace") if errors.is_file() else "") + server.error_log()

@@ -1,9 +1,14 @@
 """Kind `http`: http_load against nginx in the server host: fetches/s, bytes/s,
-latencies, errors.
+latencies, errors; over HTTPS with `tls = true` (handshake time and resumed
+sessions too).
 
 nginx starts once per testbed (on the first measurement) and stays up; it is
 spawned through the server host, so the testbed's ledger owns it and teardown
 stops it. Files are written into its web root as workloads ask for them.
+It serves HTTPS too, with a CA and a server certificate made for the run
+(secperf.services.pki, in the run directory, keys 0600); the engine trusts that
+CA, and the CA of any mechanism in the path that signs certificates of its own
+(`Mechanism.trusted_ca`, a TLS-inspecting proxy), from one bundle file.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from secperf.schema.fields import (
     one_or_sweep,
     parse_count,
 )
-from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
+from secperf.services import pki
+from secperf.services.nginx import HTTP_PORT, HTTPS_PORT, Nginx, start_nginx
 from secperf.workloads import open_loop
 from secperf.workloads.base import (
     MeasureContext,
@@ -44,6 +50,8 @@ from secperf.workloads.base import (
     engine_spec,
 )
 from secperf.workloads.open_loop import OpenLoop
+
+TlsVersion = Literal["1.2", "1.3"]
 
 # Connections in flight: machines of the engine's event loop, not threads.
 HttpParallel = Annotated[
@@ -67,6 +75,8 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
         "duration",
         "warmup",
         "rate",
+        "tls_version",
+        "cipher",
     )
 
     kind: Literal["http"]
@@ -74,6 +84,28 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     parallel: HttpParallel = 1
     keepalive: bool = False
     timeout: Timeout = 5.0
+    # HTTPS (the engine's rustls client); the other TLS keys need tls = true.
+    tls: bool = False
+    tls_version: TlsVersion | None = None
+    cipher: str | None = None
+    groups: list[str] | None = None
+    resumption: bool = True
+
+    @model_validator(mode="after")
+    def _tls_keys(self) -> HttpWorkload:
+        if not self.tls:
+            given = [k for k in ("tls_version", "cipher", "groups") if getattr(self, k) is not None]
+            if given or "resumption" in self.model_fields_set:
+                key = (given or ["resumption"])[0]
+                raise ValueError(f"{key} is a TLS setting: set tls = true, or leave {key} out")
+        if self.cipher is not None and self.tls_version is not None:
+            v13 = self.cipher.startswith("TLS13_")
+            if v13 != (self.tls_version == "1.3"):
+                raise ValueError(
+                    f"cipher {self.cipher} is not a TLS {self.tls_version} suite: "
+                    "TLS 1.3 suites start with TLS13_, TLS 1.2 ones with TLS_ECDHE_"
+                )
+        return self
 
     @model_validator(mode="after")
     def _files_total(self) -> HttpWorkload:
@@ -109,12 +141,17 @@ def nginx_for(ctx: MeasureContext) -> Nginx:
         return server
     base = ctx.extra.get("files_dir")
     root = Path(base) if base else Path(tempfile.mkdtemp(prefix=f"secperf-{key}-"))
+    address = ctx.topology.server_address(ctx.family, "dut", ctx.server)
+    certs = root / "pki"
+    ca = pki.make_ca(certs, "server-ca", "secperf server CA")
     server = start_nginx(
         ctx.testbed.host(ctx.server),
         root / "nginx",
-        ctx.topology.server_address(ctx.family, "dut", ctx.server),
+        address,
         ipv6=ctx.family == 6,
+        tls=pki.issue(certs, ca, "server", [address]),
     )
+    server.ca = ca
     _NGINX[key] = server
     return server
 
@@ -126,14 +163,40 @@ def forget(prefix: str) -> None:
         server.stop()
 
 
+def trust_bundle(ctx: MeasureContext, server: Nginx) -> Path:
+    """The CA file the engine trusts: the server's CA and every mechanism's own CA,
+    in one PEM file beside the server's certificates."""
+    assert server.ca is not None and server.tls is not None
+    cas = [server.ca.cert]
+    for mech, mctx in ctx.mechanisms:
+        ca = mech.trusted_ca(mctx)
+        if ca is not None:
+            cas.append(ca)
+    bundle = server.tls.cert.parent / f"trust-{ctx.variant}.pem"
+    bundle.write_text("".join(c.read_text() for c in cas))
+    bundle.chmod(0o600)
+    return bundle
+
+
 @dataclass(frozen=True)
 class HttpExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[HttpWorkload]) -> Record:
         p = point.spec
         server = nginx_for(ctx)
         urls = server.serve(list(p.files))
+        tls: dict[str, object] = {}
+        if p.tls:
+            tls = {
+                "tls": True,
+                "resumption": p.resumption,
+                "ca_file": str(trust_bundle(ctx, server).resolve()),
+                "server_name": pki.SERVER_NAME,
+            }
+            if p.groups is not None:
+                tls["groups"] = list(p.groups)
+        port = HTTPS_PORT if p.tls else HTTP_PORT
         spec = engine_spec(
-            p, server=hostport(target_address(ctx), HTTP_PORT), urls=urls, interval=0
+            p, server=hostport(target_address(ctx), port), urls=urls, interval=0, **tls
         )
         budget = p.duration + p.warmup + 2 * p.timeout + 15
         return run_test(
@@ -146,6 +209,7 @@ HTTP_THROUGHPUT = Metric("http_throughput", "Transfer rate", "Mbit/s", True, Fal
 FIRST_BYTE = Metric("first_byte_mean_us", "First byte mean", "µs", False, False)
 FETCH_P99 = Metric("fetch_p99_us", "Fetch p99", "µs", False, False)
 CONNECT_MEAN = Metric("connect_mean_us", "Connect mean", "µs", False, False)
+HANDSHAKE_MEAN = Metric("handshake_mean_us", "TLS handshake mean", "µs", False, False)
 SD_FETCH = Metric("sd_cpu_us_per_fetch", "Service demand", "CPU µs/fetch", False, False)
 
 METRICS: tuple[MetricRow, ...] = (
@@ -153,6 +217,7 @@ METRICS: tuple[MetricRow, ...] = (
     (HTTP_THROUGHPUT, throughput),
     (SD_FETCH, service_demand(field("fetches"))),
     (CONNECT_MEAN, sub_latency("connect", "mean")),
+    (HANDSHAKE_MEAN, sub_latency("handshake", "mean")),
     (FIRST_BYTE, sub_latency("first_byte", "mean")),
     (FETCH_P99, sub_latency("total", "p99")),
     (FAILURES, ratio_pct),

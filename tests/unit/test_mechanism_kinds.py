@@ -46,6 +46,7 @@ def test_every_kind_is_its_models_literal_and_builds_its_runtime() -> None:
         "synproxy",
         "vpn",
         "proxy",
+        "tls_inspect",
         "ips",
         "ids",
         "fastpath",
@@ -80,6 +81,7 @@ def test_what_the_kinds_declare_is_what_the_code_branched_on() -> None:
         "synproxy",
         "fastpath",
         "proxy",
+        "tls_inspect",
     }
     assert having(lambda k: k.sensor_role is not None) == {"ids"}
     assert having(lambda k: k.hosts) == {"ids"}

@@ -7,6 +7,10 @@
 //! threads share them. There is no engine server: the body length is checked
 //! against Content-Length.
 //!
+//! With `tls`, each connection is HTTPS (rustls, rt::tls): the handshake is
+//! a state of the connection's machine, timed from the TCP connect's end to
+//! the handshake's end, and resumed when the session cache allows it.
+//!
 //! A fetch belongs to the window it is due (rate) or starts (parallel) in,
 //! so with a rate the measured count is exactly rate × duration.
 
@@ -17,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use rustls::ClientConnection;
 use serde_json::{json, Map, Value};
 
 use crate::error::{EngineError, Result};
@@ -24,6 +29,7 @@ use crate::kinds::base::{self, no_server, Kind, RunOptions, ServerEnv, ServerSet
 use crate::rt::cpu::CpuProbe;
 use crate::rt::evloop::{self, Dial, Flags, Got, Io, Machine, Want};
 use crate::rt::shared::{new_histogram, summarize, Shared};
+use crate::rt::tls::{self, Recv, Step, TlsFail};
 use crate::rt::{sys, target};
 use crate::spec::{HttpSpec, KindSpec};
 use crate::wire::http::{self as http_wire, Fail, Progress, Response, ResponseReader};
@@ -43,8 +49,11 @@ struct Tally {
     started: u64,
     connections: u64,
     late: u64,
+    handshakes: u64,
+    resumed: u64,
     errors: [u64; Fail::ALL.len()],
     connect: Histogram<u64>,
+    handshake: Histogram<u64>,
     first_byte: Histogram<u64>,
     total: Histogram<u64>,
 }
@@ -58,8 +67,11 @@ impl Tally {
             started: 0,
             connections: 0,
             late: 0,
+            handshakes: 0,
+            resumed: 0,
             errors: [0; Fail::ALL.len()],
             connect: new_histogram(),
+            handshake: new_histogram(),
             first_byte: new_histogram(),
             total: new_histogram(),
         }
@@ -72,10 +84,13 @@ impl Tally {
         self.started += o.started;
         self.connections += o.connections;
         self.late += o.late;
+        self.handshakes += o.handshakes;
+        self.resumed += o.resumed;
         for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
             *a += b;
         }
         let _ = self.connect.add(&o.connect);
+        let _ = self.handshake.add(&o.handshake);
         let _ = self.first_byte.add(&o.first_byte);
         let _ = self.total.add(&o.total);
     }
@@ -91,6 +106,11 @@ impl Tally {
         if let Some(c) = f.connect {
             self.connections += 1;
             self.connect.saturating_record(ns(c));
+        }
+        if let Some(h) = f.handshake {
+            self.handshakes += 1;
+            self.resumed += f.resumed as u64;
+            self.handshake.saturating_record(ns(h));
         }
         match &f.outcome {
             Ok(resp) => {
@@ -114,6 +134,8 @@ struct Plan {
     peer: SocketAddr,
     /// Each url's request, written once.
     requests: Vec<Vec<u8>>,
+    /// HTTPS: the client configuration all connections share.
+    tls: Option<tls::Client>,
     t0: Instant,
     warm: Duration,
     end: Duration,
@@ -128,6 +150,9 @@ struct Done {
     outcome: std::result::Result<Response, Fail>,
     late: bool,
     connect: Option<Duration>,
+    /// TLS: the handshake of the connection opened for this fetch.
+    handshake: Option<Duration>,
+    resumed: bool,
     first_byte: Duration,
     total: Duration,
 }
@@ -158,6 +183,8 @@ enum St {
     /// Rate: the fetch is due then.
     Due(Instant),
     Connecting,
+    /// TLS: the handshake under way.
+    Handshake,
     Sending(usize),
     Receiving,
     /// After a `Connection: close` response: waiting for the server's FIN, so
@@ -168,6 +195,8 @@ enum St {
 /// One connection: its fetches, one after the other.
 struct Conn<'a> {
     s: Option<TcpStream>,
+    /// TLS: the session on `s`.
+    tls: Option<ClientConnection>,
     st: St,
     /// The fetch under way: its ticket, when it belongs, whether it is late.
     k: u64,
@@ -176,6 +205,8 @@ struct Conn<'a> {
     start: Instant,
     sent: Instant,
     connect: Option<Duration>,
+    handshake: Option<Duration>,
+    resumed: bool,
     first_byte: Option<Duration>,
     /// The connection was opened for this fetch (a kept-alive one was not).
     fresh: bool,
@@ -190,6 +221,7 @@ impl Conn<'_> {
         let now = Instant::now();
         Conn {
             s: None,
+            tls: None,
             st: St::Idle,
             k: 0,
             at: Duration::ZERO,
@@ -197,6 +229,8 @@ impl Conn<'_> {
             start: now,
             sent: now,
             connect: None,
+            handshake: None,
+            resumed: false,
             first_byte: None,
             fresh: false,
             retried: false,
@@ -237,6 +271,8 @@ impl Conn<'_> {
         self.late = p.t0.elapsed().saturating_sub(self.at) > LATE;
         self.start = Instant::now();
         self.connect = None;
+        self.handshake = None;
+        self.resumed = false;
         self.first_byte = None;
         self.retried = false;
         None
@@ -246,12 +282,13 @@ impl Conn<'_> {
     fn open(&mut self, io: &mut Io<'_>, cx: &mut Cx<'_>) {
         self.deadline = Some(Instant::now() + cx.timeout);
         self.fresh = true;
+        self.tls = None;
         match io.connect(&cx.dial) {
             Ok(s) => {
                 self.s = Some(s);
                 if io.blocking() {
                     self.connect = Some(self.start.elapsed());
-                    self.st = St::Sending(0);
+                    self.connected(cx);
                 } else {
                     self.st = St::Connecting;
                 }
@@ -283,11 +320,31 @@ impl Conn<'_> {
         self.finish(cx, Err(f));
     }
 
+    /// The TCP connection is up: the TLS handshake next, or the request.
+    fn connected(&mut self, cx: &mut Cx<'_>) {
+        let Some(client) = &cx.plan.tls else {
+            self.st = St::Sending(0);
+            return;
+        };
+        match client.session() {
+            Ok(c) => {
+                self.tls = Some(c);
+                self.st = St::Handshake;
+            }
+            Err(_) => {
+                self.s = None;
+                self.finish(cx, Err(Fail::Tls));
+            }
+        }
+    }
+
     fn finish(&mut self, cx: &mut Cx<'_>, outcome: std::result::Result<Response, Fail>) {
         let done = Done {
             outcome,
             late: self.late,
             connect: self.connect,
+            handshake: self.handshake,
+            resumed: self.resumed,
             first_byte: self.first_byte.unwrap_or_default(),
             total: self.start.elapsed(),
         };
@@ -329,12 +386,102 @@ impl<'a> Machine for Conn<'a> {
                     match evloop::connected(s) {
                         Ok(true) => {
                             self.connect = Some(self.start.elapsed());
-                            self.st = St::Sending(0);
+                            self.connected(cx);
                         }
                         Ok(false) => return Want::Write,
                         Err(e) => {
                             self.s = None;
                             self.finish(cx, Err(Fail::from_connect(&e)));
+                        }
+                    }
+                }
+                St::Handshake => {
+                    let (Some(s), Some(c)) = (self.s.as_ref(), self.tls.as_mut()) else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match tls::handshake(c, s) {
+                        Ok(Step::Done) => {
+                            let up = self.connect.unwrap_or_default();
+                            self.handshake = Some(self.start.elapsed().saturating_sub(up));
+                            self.resumed = tls::resumed(c);
+                            self.st = St::Sending(0);
+                        }
+                        Ok(Step::Read) => return Want::Read,
+                        Ok(Step::Write) => return Want::Write,
+                        Err(e) => {
+                            self.s = None;
+                            self.tls = None;
+                            self.finish(cx, Err(tls_fail(e, Fail::Tls)));
+                        }
+                    }
+                }
+                St::Sending(off) if self.tls.is_some() => {
+                    let (Some(s), Some(c)) = (self.s.as_ref(), self.tls.as_mut()) else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    // 0: the request is not queued yet; 1: it is, being flushed.
+                    if off == 0 {
+                        let req =
+                            &cx.plan.requests[(self.k % cx.plan.requests.len() as u64) as usize];
+                        if let Err(e) = tls::queue(c, req) {
+                            self.broke(io, cx, Fail::from_io(&e));
+                            continue;
+                        }
+                        self.st = St::Sending(1);
+                    }
+                    match tls::flush(c, s) {
+                        Ok(Step::Done) => {
+                            self.sent = Instant::now();
+                            self.reader.start(false);
+                            self.st = St::Receiving;
+                        }
+                        Ok(_) => return Want::Write,
+                        Err(e) => self.broke(io, cx, tls_fail(e, Fail::Reset)),
+                    }
+                }
+                St::Receiving if self.tls.is_some() => {
+                    let (Some(s), Some(c)) = (self.s.as_ref(), self.tls.as_mut()) else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match tls::read(c, s, &mut cx.scratch) {
+                        Ok(Recv::Data(n)) => {
+                            self.first_byte.get_or_insert_with(|| self.start.elapsed());
+                            match self.reader.feed(&cx.scratch[..n]) {
+                                Ok(Progress::More) => {}
+                                Ok(Progress::Done(resp)) => self.finish(cx, resp.judged()),
+                                Err(f) => {
+                                    self.s = None;
+                                    self.finish(cx, Err(f));
+                                }
+                            }
+                        }
+                        Ok(Recv::Wait) => return Want::Read,
+                        Ok(Recv::Eof) => match self.reader.eof() {
+                            Err(f) => self.broke(io, cx, f),
+                            Ok(resp) => {
+                                self.s = None;
+                                self.finish(cx, resp.judged());
+                            }
+                        },
+                        Err(e) => self.broke(io, cx, tls_fail(e, Fail::Reset)),
+                    }
+                }
+                St::Closing if self.tls.is_some() => {
+                    let (Some(s), Some(c)) = (self.s.as_ref(), self.tls.as_mut()) else {
+                        self.st = St::Idle;
+                        continue;
+                    };
+                    match tls::read(c, s, &mut cx.scratch) {
+                        Ok(Recv::Wait) => return Want::Read,
+                        Ok(Recv::Data(_)) => {}
+                        Ok(Recv::Eof) | Err(_) => {
+                            self.s = None;
+                            self.tls = None;
+                            self.deadline = None;
+                            self.st = St::Idle;
                         }
                     }
                 }
@@ -412,6 +559,11 @@ impl<'a> Machine for Conn<'a> {
                 self.s = None;
                 self.finish(cx, Err(Fail::ConnectTimeout));
             }
+            St::Handshake => {
+                self.s = None;
+                self.tls = None;
+                self.finish(cx, Err(Fail::Timeout));
+            }
             St::Sending(_) | St::Receiving => {
                 self.s = None;
                 self.finish(cx, Err(Fail::Timeout));
@@ -454,6 +606,15 @@ fn worker(p: &Plan, conns: usize) -> Result<()> {
     r.map_err(EngineError::io("the http event loop failed"))
 }
 
+/// Sorts a TLS move's failure; `eof` is what the peer's close means here.
+fn tls_fail(e: TlsFail, eof: Fail) -> Fail {
+    match e {
+        TlsFail::Eof => eof,
+        TlsFail::Io(e) => Fail::from_io(&e),
+        TlsFail::Tls => Fail::Tls,
+    }
+}
+
 fn errors_json(t: &Tally) -> Value {
     let mut m = Map::new();
     for f in Fail::ALL {
@@ -472,6 +633,12 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         SocketAddr::V4(a) => a.to_string(),
     };
     let warm = Duration::from_secs_f64(spec.warmup);
+    let tls = match &spec.tls {
+        Some(o) => {
+            Some(tls::Client::new(o, server.ip()).map_err(|e| EngineError::spec("ca_file", e.0))?)
+        }
+        None => None,
+    };
     let plan = Arc::new(Plan {
         spec: spec.clone(),
         peer: server,
@@ -480,6 +647,7 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
             .iter()
             .map(|u| http_wire::request(u, &host, spec.keepalive))
             .collect(),
+        tls,
         t0: Instant::now(),
         warm,
         end: warm + Duration::from_secs_f64(spec.common.duration),
@@ -571,6 +739,7 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         "t": began.elapsed().as_secs_f64(),
         "kind": "http",
         "protocol": "tcp",
+        "tls": spec.tls.is_some(),
         "duration_s": window,
         "warmup_s": spec.warmup,
         "fetches": m.fetches,
@@ -582,6 +751,8 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         "failure_ratio": if m.started > 0 { m.failed() as f64 / m.started as f64 } else { 0.0 },
         "late": m.late,
         "connections": m.connections,
+        "handshakes": m.handshakes,
+        "resumed": m.resumed,
         "bytes": m.bytes,
         "bytes_per_second": m.bytes as f64 / window,
         "bits_per_second": m.bytes as f64 * 8.0 / window,
@@ -589,6 +760,7 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         "errors": errors_json(&m),
         "latency_us": {
             "connect": summarize(&m.connect),
+            "handshake": summarize(&m.handshake),
             "first_byte": summarize(&m.first_byte),
             "total": summarize(&m.total),
             "count": m.total.len(),
@@ -601,7 +773,8 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         "nofile": nofile,
         "totals": {"client": {
             "fetches": a.fetches, "started": a.started, "failed": a.failed(),
-            "bytes": a.bytes, "connections": a.connections, "errors": errors_json(&a),
+            "bytes": a.bytes, "connections": a.connections,
+            "handshakes": a.handshakes, "resumed": a.resumed, "errors": errors_json(&a),
         }},
     });
     sink.emit(Record::Json(rec));

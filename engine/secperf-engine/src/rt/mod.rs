@@ -14,4 +14,5 @@ pub mod payload;
 pub mod shared;
 pub mod sys;
 pub mod target;
+pub mod tls;
 pub mod tstamp;

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
+use crate::rt::tls::{self, TlsOptions};
 use crate::spec::common::{
     bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only, threads_of,
     timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
@@ -24,6 +25,13 @@ server_kind_raw! {
         rate: Option<f64>,
         timeout: Option<f64>,
         threads: Option<u64>,
+        tls: Option<bool>,
+        tls_version: Option<String>,
+        cipher: Option<String>,
+        groups: Option<Vec<String>>,
+        resumption: Option<bool>,
+        ca_file: Option<String>,
+        server_name: Option<String>,
     }
 }
 
@@ -50,6 +58,8 @@ pub struct HttpSpec {
     pub rate: Option<f64>,
     /// Deadline of each connect and response; a miss is counted, not fatal.
     pub timeout: Option<f64>,
+    /// HTTPS: the TLS settings (None: plain HTTP).
+    pub tls: Option<TlsOptions>,
 }
 
 impl KindSpec for HttpSpec {
@@ -77,6 +87,15 @@ impl KindSpec for HttpSpec {
         let urls = urls_of(raw.urls)?;
         let rate = per_second_of("rate", raw.rate)?;
         let timeout = timeout_of(raw.timeout, Some(5.0))?;
+        let raw_tls = RawTls {
+            tls: raw.tls,
+            tls_version: raw.tls_version,
+            cipher: raw.cipher,
+            groups: raw.groups,
+            resumption: raw.resumption,
+            ca_file: raw.ca_file,
+            server_name: raw.server_name,
+        };
         Ok(HttpSpec {
             common,
             warmup,
@@ -90,8 +109,122 @@ impl KindSpec for HttpSpec {
             keepalive: raw.keepalive.unwrap_or(false),
             rate,
             timeout,
+            tls: tls_of(&raw_tls)?,
         })
     }
+}
+
+/// The TLS keys as given.
+struct RawTls {
+    tls: Option<bool>,
+    tls_version: Option<String>,
+    cipher: Option<String>,
+    groups: Option<Vec<String>>,
+    resumption: Option<bool>,
+    ca_file: Option<String>,
+    server_name: Option<String>,
+}
+
+/// The TLS settings: refused unless `tls` is on, each name checked against
+/// what the engine's TLS library offers.
+fn tls_of(r: &RawTls) -> Result<Option<TlsOptions>> {
+    if !r.tls.unwrap_or(false) {
+        for (key, set) in [
+            ("tls_version", r.tls_version.is_some()),
+            ("cipher", r.cipher.is_some()),
+            ("groups", r.groups.is_some()),
+            ("resumption", r.resumption.is_some()),
+            ("ca_file", r.ca_file.is_some()),
+            ("server_name", r.server_name.is_some()),
+        ] {
+            if set {
+                return Err(EngineError::spec(
+                    key,
+                    format!(
+                        "{} is a TLS setting: set tls = true, or leave {} out",
+                        key, key
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let versions: Vec<String> = match r.tls_version.as_deref() {
+        None => vec!["1.3".into(), "1.2".into()],
+        Some(v @ ("1.2" | "1.3")) => vec![v.to_string()],
+        Some(v) => {
+            return Err(EngineError::spec(
+                "tls_version",
+                format!("tls_version {:?} is not offered: give \"1.2\" or \"1.3\", or leave it out for both", v),
+            ))
+        }
+    };
+    if let Some(c) = &r.cipher {
+        match tls::cipher_version(c) {
+            None => {
+                return Err(EngineError::spec(
+                    "cipher",
+                    format!(
+                        "cipher {:?} is not offered: give one of {}",
+                        c,
+                        tls::cipher_names().join(", ")
+                    ),
+                ))
+            }
+            Some(v) if !versions.iter().any(|x| x == v) => {
+                return Err(EngineError::spec(
+                    "cipher",
+                    format!(
+                        "cipher {} is a TLS {} suite but tls_version is {}: pick a suite of that version",
+                        c, v, versions[0]
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let groups = r.groups.clone().unwrap_or_default();
+    if r.groups.is_some() && groups.is_empty() {
+        return Err(EngineError::spec(
+            "groups",
+            "groups is empty: give at least one key-exchange group, or leave it out",
+        ));
+    }
+    let offered = tls::group_names();
+    for g in &groups {
+        if !offered.contains(g) {
+            return Err(EngineError::spec(
+                "groups",
+                format!(
+                    "group {:?} is not offered: give some of {}",
+                    g,
+                    offered.join(", ")
+                ),
+            ));
+        }
+    }
+    let Some(ca_file) = r.ca_file.clone() else {
+        return Err(EngineError::spec(
+            "ca_file",
+            "tls = true needs ca_file: the PEM file of the CA that signed the server's certificate",
+        ));
+    };
+    if let Some(n) = &r.server_name {
+        if n.is_empty() || n.bytes().any(|b| b <= b' ') {
+            return Err(EngineError::spec(
+                "server_name",
+                format!("server_name {:?} is not a host name", n),
+            ));
+        }
+    }
+    Ok(Some(TlsOptions {
+        versions,
+        cipher: r.cipher.clone(),
+        groups,
+        resumption: r.resumption.unwrap_or(true),
+        ca_file,
+        server_name: r.server_name.clone(),
+    }))
 }
 
 /// `urls`: at least one path on the server (no host, no spaces).

@@ -17,11 +17,13 @@ pub enum Fail {
     BadStatus,
     ShortBody,
     BadResponse,
+    /// The TLS handshake or a TLS record failed (certificate, alert, protocol).
+    Tls,
     Other,
 }
 
 impl Fail {
-    pub const ALL: [Fail; 9] = [
+    pub const ALL: [Fail; 10] = [
         Fail::ConnectRefused,
         Fail::ConnectTimeout,
         Fail::Unreachable,
@@ -30,6 +32,7 @@ impl Fail {
         Fail::BadStatus,
         Fail::ShortBody,
         Fail::BadResponse,
+        Fail::Tls,
         Fail::Other,
     ];
 
@@ -43,6 +46,7 @@ impl Fail {
             Fail::BadStatus => "bad_status",
             Fail::ShortBody => "short_body",
             Fail::BadResponse => "bad_response",
+            Fail::Tls => "tls",
             Fail::Other => "other",
         }
     }

@@ -1,0 +1,160 @@
+"""secperf-engine's HTTPS client against wrk (built with OpenSSL) on the same nginx,
+in one run (root: through the forwarding DUT of a client–dut–server testbed).
+
+Interleaved pairs (engine, wrk, engine, wrk, ...) of each test, medians compared:
+
+  https keep-alive   engine: tls, keepalive, C in flight   vs  wrk -t1 -c C https://...
+  https close        engine: a connection and a full       vs  wrk -t1 -c C -H "Connection: close"
+                     TLS 1.3 handshake per fetch               (wrk resumes no session)
+
+Both negotiate TLS 1.3 with nginx's default suite (AES-256-GCM here; the engine
+offers every suite, as wrk does), against a certificate made for the run by
+secperf.services.pki. CPU is taken alike for both tools (bench/http_ftp_vs_peers.py:
+utime+stime of the client process, the machine's busy time over the same window).
+The result JSON (every run of every pair) goes to --out; docs/performance.md quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engine_vs_peers as evp  # noqa: E402
+import http_ftp_vs_peers as hfp  # noqa: E402
+
+HTTP_FILE = 4096
+HTTPS_PORT = 5381
+
+
+def cases(engine: Path, addr: str, ca: Path, args: argparse.Namespace) -> list[hfp.Case]:
+    d, c = args.duration, args.connections
+    url = f"https://{addr}:{HTTPS_PORT}/files/{HTTP_FILE}.bin"
+
+    def spec(keepalive: bool) -> list[str]:
+        s = {
+            "kind": "http",
+            "server": f"{addr}:{HTTPS_PORT}",
+            "urls": [f"/files/{HTTP_FILE}.bin"],
+            "keepalive": keepalive,
+            "parallel": c,
+            "duration": d,
+            "warmup": 1.0,
+            "interval": 0,
+            "tls": True,
+            "ca_file": str(ca),
+            # wrk resumes no session: the engine neither, for a like-for-like handshake.
+            "resumption": False,
+        }
+        return [str(engine), "run", "--spec", json.dumps(s)]
+
+    wrk_base = ["wrk", "-t1", f"-c{c}", f"-d{d + 1:g}s"]
+    return [
+        hfp.Case(
+            "https keep-alive",
+            "req/s",
+            lambda: spec(True),
+            lambda: [*wrk_base, url],
+            "wrk",
+            hfp.engine_http,
+            hfp.wrk,
+        ),
+        hfp.Case(
+            "https close",
+            "req/s",
+            lambda: spec(False),
+            lambda: [*wrk_base, "-H", "Connection: close", url],
+            "wrk",
+            hfp.engine_http,
+            hfp.wrk,
+        ),
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=5.0, help="measured seconds")
+    ap.add_argument("--connections", type=int, default=4, help="connections in flight")
+    ap.add_argument("--tests", default="", help="comma list of test-name prefixes")
+    ap.add_argument("--engine", type=Path, default=evp.DEFAULT_ENGINE)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    from secperf.services import pki
+    from secperf.services.nginx import start_nginx
+    from secperf.testbed.testbed import Testbed, install_teardown_handlers
+    from secperf.testbed.topology import Topology
+
+    results: list[hfp.Result] = []
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    with (
+        tempfile.TemporaryDirectory(prefix="secperf-bench-") as tmp,
+        Testbed.build(Topology.standard()) as tb,
+        install_teardown_handlers(tb),
+    ):
+        addr = evp.FORWARD_SERVER
+        certs = Path(tmp) / "pki"
+        ca = pki.make_ca(certs, "ca", "secperf bench CA")
+        web = start_nginx(
+            tb.host("server"),
+            Path(tmp) / "nginx",
+            addr,
+            tls=pki.issue(certs, ca, "server", [addr]),
+        )
+        spawner = evp.NetnsSpawner(tb)
+        try:
+            web.serve([HTTP_FILE])
+            want = [t for t in args.tests.split(",") if t]
+            todo = [
+                c
+                for c in cases(args.engine, addr, ca.cert, args)
+                if not want or any(c.name.startswith(w) for w in want)
+            ]
+            for case in todo:
+                res = hfp.Result(case.name, case.unit, case.peer_name)
+                for i in range(args.pairs):
+                    for tool in ("engine", case.peer_name):
+                        cmd = case.engine() if tool == "engine" else case.peer()
+                        parse = case.parse_engine if tool == "engine" else case.parse_peer
+                        run = hfp.one(spawner, tool, cmd, parse, args.duration + 120)
+                        res.runs.append(run)
+                        print(
+                            f"{case.name} pair {i + 1}/{args.pairs} {tool}: "
+                            + (f"{run.rate:.1f} {case.unit}" if run.ok else f"FAILED {run.error}"),
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                results.append(res)
+        finally:
+            spawner.stop_all()
+            web.stop()
+    rows = hfp.summarize(results)
+    print(hfp.table(rows))
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "bench": "https_vs_peers",
+                    "started": started,
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "machine": evp.machine(),
+                    "rows": rows,
+                    "runs": {r.case: [asdict(x) for x in r.runs] for r in results},
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
