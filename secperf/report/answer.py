@@ -27,6 +27,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from secperf.report.limits import CANNOT
 from secperf.report.plots import figure_bytes, new_figure
 from secperf.results.metrics import censored_words
 from secperf.tables import (
@@ -191,7 +192,7 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
                     high=r.get("degradation_ci_high"),
                     pairs=int(r.get("degradation_n") or 0),
                     negligible_pct=x,
-                    bottleneck=_text(r.get("bottleneck")),
+                    bottleneck=_limit(r),
                     why=why,
                 )
             )
@@ -221,6 +222,17 @@ def value_text(row: Row) -> str:
 
 def _text(x: Any) -> str | None:
     return str(x) if x not in (None, "") else None
+
+
+def _limit(row: Row) -> str | None:
+    """What limited a row, in short (the tables have it in full), marked ‼ when the
+    baseline and the variant hit the same limit outside the DUT, so that the
+    comparison cannot show the mechanism's cost."""
+    b = row.get("bottleneck")
+    short = _text(b.get("short") or b.get("text")) if isinstance(b, Mapping) else _text(b)
+    if short is None:
+        return None
+    return f"{short} {CANNOT}" if row.get("comparison") else short
 
 
 @dataclass(frozen=True)
@@ -264,6 +276,12 @@ def rule_text(summary: Mapping[str, Any]) -> str:
         f"Δ = cost against the baseline ({baseline}), positive = worse, [{conf:g} % interval, "
         f"paired by round]; no measurable cost = the interval holds 0 and lies within "
         f"±{x:g} % (the run's precision target); not resolved = it holds 0 but reaches past it"
+        + (
+            f"; {CANNOT} = the baseline and the variant hit the same limit outside the DUT, "
+            "so the comparison cannot show the mechanism's cost (the tables say what to change)"
+            if any(r.get("comparison") for r in summary.get("rows") or [])
+            else ""
+        )
     )
 
 
