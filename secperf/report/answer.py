@@ -95,7 +95,11 @@ class Verdict:
 
     @property
     def limited_by(self) -> str:
-        return f"limited by {self.bottleneck}" if self.bottleneck else ""
+        if not self.bottleneck:
+            return ""
+        if self.bottleneck.startswith(NO_LIMIT):
+            return self.bottleneck  # "limit not measured", never "limited by not measured"
+        return f"limited by {self.bottleneck}"
 
 
 def negligible_pct(summary: Mapping[str, Any]) -> float:
@@ -224,11 +228,16 @@ def _text(x: Any) -> str | None:
     return str(x) if x not in (None, "") else None
 
 
+NO_LIMIT = "limit not measured"
+
+
 def _limit(row: Row) -> str | None:
     """What limited a row, in short (the tables have it in full), marked ‼ when the
     baseline and the variant hit the same limit outside the DUT, so that the
     comparison cannot show the mechanism's cost."""
     b = row.get("bottleneck")
+    if isinstance(b, Mapping) and b.get("kind") == "not_measured":
+        return NO_LIMIT
     short = _text(b.get("short") or b.get("text")) if isinstance(b, Mapping) else _text(b)
     if short is None:
         return None
@@ -447,12 +456,18 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
                     Text(first.limited_by, style="dim"),
                 )
             else:
-                limits = sorted({v.bottleneck for v in group if v.bottleneck})
+                named = {v.bottleneck for v in group if v.bottleneck}
+                limits = sorted(named - {NO_LIMIT})
                 grid.add_row(
                     Text("  " + first.workload),
                     Text(first.metric_label),
                     Text(_range_line(group)),
-                    Text(f"limited by {', '.join(limits)}" if limits else "", style="dim"),
+                    Text(
+                        f"limited by {', '.join(limits)}"
+                        if limits
+                        else (NO_LIMIT if named else ""),
+                        style="dim",
+                    ),
                 )
         for c in (c for c in checks if c.variant == variant):
             grid.add_row(

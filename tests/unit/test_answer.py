@@ -21,6 +21,7 @@ from secperf.report.answer import (
     UNRESOLVED,
     forest_charts,
     judge,
+    rule_text,
     verdicts,
 )
 from secperf.report.html import write_html
@@ -93,6 +94,25 @@ def test_a_row_that_names_its_bottleneck_says_so_and_one_without_says_nothing() 
     print_report(console, summary, {}, details=False, header=False)
     text = console.export_text()
     assert text.count("limited by") == 1 and "limited by dut CPU" in text
+
+
+def test_the_summarys_bottleneck_record_is_named_short_flagged_or_said_unmeasured() -> None:
+    base = {"workload": "w", "point_id": "w#0", "label": "", "metric": "tps", "primary": True}
+    one_cpu = {"kind": "one_cpu", "short": "one CPU", "text": "the one CPU: client 60 %"}
+    link = {"kind": "link", "short": "link c-d", "text": "link c-d (20 Mbit/s) at 99 %"}
+    unmeasured = {"kind": "not_measured", "short": "not measured", "text": "not measured: …"}
+    rows = [
+        {**base, **row(25.0, 24.0, 26.0), "variant": "a", "bottleneck": one_cpu},
+        {**base, **row(1.0, -1.0, 3.0), "variant": "b", "bottleneck": link, "comparison": "x"},
+        {**base, **row(25.0, 24.0, 26.0), "variant": "c", "bottleneck": unmeasured},
+    ]
+    summary = {"rows": rows, "halfwidth_target_pct": 2.0}
+    a, b, c = verdicts(summary)
+    assert a.limited_by == "limited by one CPU"
+    assert b.limited_by == "limited by link c-d ‼"
+    assert c.limited_by == "limit not measured"
+    assert "‼ = the baseline and the variant hit the same limit" in rule_text(summary)
+    assert "‼" not in rule_text({"rows": rows[:1]})
 
 
 def test_the_forest_plot_has_every_variant_and_metric(tmp_path: Path) -> None:
