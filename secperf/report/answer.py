@@ -103,10 +103,13 @@ class Verdict:
 
 
 def negligible_pct(summary: Mapping[str, Any]) -> float:
-    """x of the rule: the run's precision target, [repeat] halfwidth_pct."""
-    target = summary.get("halfwidth_target_pct")
-    if isinstance(target, int | float) and math.isfinite(target) and target > 0:
-        return float(target)
+    """x of the rule: the run's precision target for a degradation, [repeat]
+    degradation_pp (a Δ % is judged in its own unit), else (a summary written before
+    that target existed) [repeat] halfwidth_pct."""
+    for key in ("degradation_target_pp", "halfwidth_target_pct"):
+        target = summary.get(key)
+        if isinstance(target, int | float) and math.isfinite(target) and target > 0:
+            return float(target)
     return DEFAULT_NEGLIGIBLE_PCT
 
 
