@@ -20,6 +20,7 @@ received, achieved frames/s).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
@@ -56,11 +57,28 @@ FrameSize = Annotated[
 ]
 
 
+def _positive_rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number of frames per second, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"a rate must be a finite number of frames per second, not {value}")
+    return float(value)
+
+
+# Frames (or probes) per second each way; a list sweeps the offered load (where a
+# mechanism starts to lose, e.g. an inline IPS).
+RatePps = Annotated[
+    float | list[float],
+    PlainValidator(one_or_sweep(bounded(_positive_rate, 1, 10_000_000, "a rate (frames/s)"))),
+]
+
+
 class LatencyWorkload(WorkloadSpec):
     """Timestamped UDP probes at a fixed rate: one-way delay per direction (document 004).
 
     `load` is a fraction of `testbed.link_rate` counted on the wire (frame + 20 B
-    preamble and inter-frame gap); `rate_pps` gives probes/s per direction instead.
+    preamble and inter-frame gap); `rate_pps` gives probes/s per direction instead
+    (a list sweeps the offered load).
     `hosts = "all"` sends from every emulated host on the client side to its peer on
     the server side; an int uses that many. `rejected_stream` runs a second stream at
     the same rate from the ACL's excluded address concurrently (the ACL must have
@@ -71,14 +89,14 @@ class LatencyWorkload(WorkloadSpec):
     itself, and the achieved load in the record (IPv4, full duplex only).
     """
 
-    sweepable: ClassVar[dict[str, str]] = {"frame": "size"}
+    sweepable: ClassVar[dict[str, str]] = {"frame": "size", "rate_pps": "count"}
     engine_fields: ClassVar[tuple[str, ...]] = ("frame", "duplex", "duration", "warmup")
     engine_names: ClassVar[dict[str, str]] = {"frame": "frame_size"}
 
     kind: Literal["latency"]
     frame: FrameSize = 64
     load: float | None = Field(default=None, gt=0, le=1)
-    rate_pps: float | None = Field(default=None, gt=0, le=10_000_000)
+    rate_pps: RatePps | None = None
     duplex: Literal["full", "half"] = "full"
     hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
     rejected_stream: bool = False
@@ -110,7 +128,7 @@ def probe_rate(spec: LatencyWorkload, link_rate_bps: int | None) -> float | None
     """Probes (or frames) per second per direction: `rate_pps`, or `load` of the link;
     None: the engine's default."""
     if spec.rate_pps is not None:
-        return float(spec.rate_pps)
+        return float(scalar(spec.rate_pps))
     if spec.load is None:
         return None
     if not link_rate_bps:

@@ -99,3 +99,33 @@ def test_the_achieved_load_is_a_metric_only_when_measured() -> None:
     assert not {"load_asked_pps", "load_sent_pps", "load_received_pps", "load_ceiling_pps"} & set(
         got
     )
+
+
+def test_a_rate_list_sweeps_the_offered_load_one_point_per_rate() -> None:
+    from secperf.workloads.base import scalar
+
+    w = scenario({"rate_pps": [20000, 148810], "sender": "packet"}).workloads[0]
+    assert isinstance(w, LatencyWorkload)
+    assert w.swept_values() == {"rate_pps": [20000.0, 148810.0]}
+    one = w.model_copy(update={"rate_pps": 20000.0})
+    assert latency_spec(one)["rate_pps"] == 20000.0
+    with pytest.raises(ValueError, match="one value"):
+        scalar(w.rate_pps)
+    for bad, fragment in (
+        ([1000, 1000], "repeats a value"),
+        ([0.5], "a rate"),
+        (["x"], "per second"),
+    ):
+        with pytest.raises(ValidationError) as info:
+            scenario({"rate_pps": bad})
+        assert fragment in str(info.value)
+
+
+def test_an_ids_without_a_sensor_mirrors_and_detects_nothing() -> None:
+    from secperf.mechanisms.ids import Ids, IdsSpec
+
+    plain = IdsSpec.model_validate({"kind": "ids"})
+    mirror_only = IdsSpec.model_validate({"kind": "ids", "sensor": False})
+    assert plain.sensor is True and mirror_only.sensor is False
+    assert Ids(plain).detector() is not None
+    assert Ids(mirror_only).detector() is None
