@@ -53,6 +53,10 @@ class IdsSpec(MechanismSpec):
     rules: Annotated[Path | int, PlainValidator(rule_file_or_count)] = Path(
         "rules/secperf-attacks.rules"
     )
+    # False: the mirror alone, nobody listening on the sensor (its kernel drops the
+    # copies): what the copy costs the router, apart from what the sensor's matching
+    # costs a machine whose CPUs it shares.
+    sensor: bool = True
 
 
 def _addresses(host: Host) -> list[tuple[str, str]]:
@@ -125,13 +129,14 @@ class Ids(Mechanism):
         sensor_if, sensor_addr = sensor_addrs[0]
         sensor_net = ipaddress.ip_interface(sensor_addr).network
         js = ctx.files_dir / f"{ctx.name}.rules.json"
-        self._matchers[nfq.host_name(sensor)] = nfq.start_matcher(
-            sensor,
-            ctx,
-            ["--packet-socket", sensor_if, "--rules", str(js)],
-            "ids sensor",
-            READY_TIMEOUT_S,
-        )
+        if self.spec.sensor:
+            self._matchers[nfq.host_name(sensor)] = nfq.start_matcher(
+                sensor,
+                ctx,
+                ["--packet-socket", sensor_if, "--rules", str(js)],
+                "ids sensor",
+                READY_TIMEOUT_S,
+            )
         for router in routers:
             addrs = _addresses(router)
             to_sensor = [d for d, a in addrs if ipaddress.ip_interface(a).network == sensor_net]
@@ -161,7 +166,9 @@ class Ids(Mechanism):
         self._matchers.clear()
 
     # -- what an attack mix asks -------------------------------------------------------
-    def detector(self) -> Detector:
+    def detector(self) -> Detector | None:
+        if not self.spec.sensor:
+            return None  # a mirror nobody reads detects nothing
         return Detector("ids", blocks=False)  # a mirror never blocks
 
     def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:
