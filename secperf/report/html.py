@@ -411,7 +411,7 @@ def parts_of(run: RunDir, summary: Mapping[str, Any], meta: Mapping[str, Any]) -
     the scenario's gate."""
     order = variant_order(summary)
     parts = Parts(
-        distributions=delay_charts(run.iter_records()),
+        distributions=delay_charts(run.iter_records(), summary.get("distributions")),
         series=series_charts(run.iter_records(), order),
         strips=strip_charts(summary, round_values(run), order),
     )

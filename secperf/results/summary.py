@@ -17,6 +17,8 @@ from secperf.results import evidence
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
+from secperf.results.delays import collect as collect_delays
+from secperf.results.delays import to_json as delays_json
 from secperf.results.metrics import (
     METRICS,
     CpuBreakdown,
@@ -557,4 +559,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the traced round: the kernel's softirq time per unit, and each variant's own cost
         "softirq": evidence.mechanism_cost(traced, cpu),
         "softirq_note": (meta.get("softirq") or {}).get("why"),
+        # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
+        # of document 004): a kept run draws its distributions from these
+        "distributions": delays_json(collect_delays(run.iter_records())),
     }

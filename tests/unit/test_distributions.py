@@ -159,3 +159,30 @@ def test_many_variants_split_into_charts_that_each_keep_the_baseline(tmp_path: P
     assert all(s[0] == "baseline" for s in shown)
     assert [v for s in shown for v in s[1:]] == ["acl-1000", *names]
     assert parts[1].label == "delay (2 of 2)"
+
+
+def test_the_summary_keeps_the_merged_histograms_and_a_kept_run_draws_them(
+    tmp_path: Path,
+) -> None:
+    from secperf.report.distributions import delay_charts
+    from secperf.results.delays import from_json, to_json
+    from secperf.results.summary import build_summary
+
+    run = latency_run(tmp_path)
+    rows = build_summary(run)["distributions"]
+    # a row per direction and variant, the repetitions merged
+    assert {(r["direction"], r["variant"]) for r in rows} == {
+        (d, v) for d in ("c2s", "s2c") for v in ("baseline", "acl-1000")
+    }
+    base = next(r for r in rows if (r["direction"], r["variant"]) == ("c2s", "baseline"))
+    assert base["histogram"]["counts"] == [3, 11, 19, 7, 1] and base["reps"] == 2
+    assert base["histogram"]["overflow"] == 1
+    # back from the summary alone (no records): the same points and counts
+    back = from_json(rows)
+    assert to_json(back) == rows
+    assert [c.title for c in delay_charts([], rows)] == [
+        c.title for c in delay_charts(run.iter_records())
+    ]
+    # rows that do not parse are left out, not guessed
+    assert from_json([{"direction": "c2s", "histogram": {"counts": "x"}}, 3]) == []
+    assert delay_charts([], None) == []
