@@ -253,3 +253,35 @@ def test_the_engines_control_connection_passes_a_stalled_queue(
         reset_dut(dut, ips.backends())
     assert not data
     assert control
+
+
+def _rx_packets(host: Host) -> int:
+    """Packets received on the host's interfaces but loopback."""
+    links = json.loads(host.run(["ip", "-s", "-j", "link", "show"]).stdout or "[]")
+    return sum(int(link["stats64"]["rx"]["packets"]) for link in links if link["ifname"] != "lo")
+
+
+def test_a_mirror_without_a_sensor_copies_every_packet_and_nobody_reads_them(
+    bed: tuple[Testbed, EchoServer], tmp_path: Path
+) -> None:
+    tb, _echo = bed
+    dut, sensor, client = tb.host("dut"), tb.host("ids"), tb.host("client")
+    ids = Ids(IdsSpec(rules=RULES, sensor=False))
+    ctx = _ctx(tb, tmp_path, "ids-mirror-only.0")
+    ctx.hosts = ("dut", "ids")
+    ctx.rendered = ids.render(ctx)
+    before = _rx_packets(sensor)
+    try:
+        ids.apply_group([dut, sensor], ctx)
+        passed = {proto: send(client, proto, ATTACK) for proto in ("tcp", "udp")}
+        copied = _rx_packets(sensor) - before
+        assert ids.detection_counts([dut, sensor], ctx) is None
+    finally:
+        ids.release_group([dut, sensor], ctx)
+        reset_dut(dut, ids.backends())
+    assert passed == {"tcp": True, "udp": True}
+    # the copies of both exchanges reached the sensor's interface (TCP: at least the
+    # handshake, the request, the answer; UDP: the datagram and its answer)
+    assert copied >= 6, copied
+    # and no matcher ran: no counters were written
+    assert not (tmp_path / f"{ctx.name}.ids.ips-stats.jsonl").exists()
