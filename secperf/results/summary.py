@@ -30,6 +30,7 @@ from secperf.results.metrics import (
     metrics_for_kind,
     searches,
 )
+from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
 
 FORMAT = 1
@@ -562,4 +563,6 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
         # of document 004): a kept run draws its distributions from these
         "distributions": delays_json(collect_delays(run.iter_records())),
+        # the scenario's [[paper]] rows, each with the run's figure and a verdict
+        "paper": paper_verdicts(scenario, rows, {k: g.values for k, g in groups.items()}, conf),
     }
