@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -28,6 +28,8 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
+from secperf.mechanisms.dut_counters import METRICS as COUNTER_METRICS
+from secperf.mechanisms.dut_counters import Observer
 from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
@@ -39,6 +41,10 @@ class CustomSpec(MechanismSpec):
     file: Path = Field(strict=False)
     format: Literal["nft", "iptables"]
     backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
+    # After each test, a `mechanism` record of what the DUT counted over it: the
+    # file's named nft counters and the DUT's IP forwarding, fragmentation and
+    # reassembly counters (secperf.mechanisms.dut_counters; RFC 3511 §5.9).
+    counters: bool = False
 
     @field_validator("file")
     @classmethod
@@ -62,6 +68,7 @@ class Custom(Mechanism):
 
     def __init__(self, spec: CustomSpec) -> None:
         super().__init__(spec)
+        self._counts = Observer() if spec.counters else None
 
     def backends(self) -> set[str]:
         return {self.spec.loader}
@@ -104,6 +111,14 @@ class Custom(Mechanism):
 
     def apply(self, host: Host, ctx: MechanismContext) -> None:
         apply_files(host, ctx.rendered, self.spec.backend, ctx.plan.family)
+        if self._counts is not None:
+            self._counts.start(host)
+
+    def observe(self) -> dict[str, Any] | None:
+        """With `counters`: the file's named counters and the DUT's IP counters over
+        the test just measured."""
+        observed = self._counts.observe() if self._counts is not None else None
+        return None if observed is None else {"kind": self.kind, **observed}
 
 
 # iptables' own verdicts, and the target extensions of Debian's xtables (iptables 1.8).
@@ -246,4 +261,6 @@ KIND = MechanismKind(
     check=check,
     kernel_check=kernel_check,
     kernel_check_note="rule files NOT checked by nft -c / iptables-restore --test",
+    # with `counters = true`: what the DUT counted over each test
+    metrics=COUNTER_METRICS,
 )
