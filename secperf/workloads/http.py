@@ -111,13 +111,16 @@ def verdict(v: Validation, record: Record, offered: float | None) -> dict[str, o
     initiated = conns + sum(err.get(k, 0.0) for k in ("connect_refused", "connect_timeout"))
     rst = err.get("reset", 0.0) + err.get("connect_refused", 0.0)
     rate = num(record.get("fetches_per_second"))
+    # no connection opened in the window (all kept alive from the warm-up): any RST
+    # ended one of them
+    rst_pct = rst / initiated * 100 if initiated else (None if not started else 100.0 * (rst > 0))
     figures: dict[str, tuple[float | None, str, str]] = {
         "max_failed_pct": (
             (num(record.get("failed")) or 0.0) / started * 100 if started else None,
             "failed transactions",
             " %",
         ),
-        "max_reset_pct": (rst / initiated * 100 if initiated else None, "TCP RSTs", " %"),
+        "max_reset_pct": (rst_pct, "TCP RSTs", " %"),
         "min_rate_pct": (
             rate / offered * 100 if rate is not None and offered else None,
             "fetch rate achieved (of the rate offered)",

@@ -44,6 +44,11 @@ def test_the_rfc_criteria_pass_a_clean_test_and_fail_one_failure_in_10000() -> N
     assert v["passed"] is False
     details = [c["detail"] for c in v["criteria"]]  # type: ignore[union-attr]
     assert details == ["failed transactions 0.01 % > 0.001 %", "TCP RSTs 0.01 % > 0.001 %"]
+    # connections all opened in the warm-up and kept alive: none initiated in the window
+    kept = {**result(1000), "connections": 0}
+    assert verdict(RFC, kept, None)["passed"] is True
+    kept["errors"] = {"reset": 1}
+    assert verdict(RFC, kept, None)["criteria"][1]["detail"] == "TCP RSTs 100 % > 0.001 %"  # type: ignore[index]
 
 
 def test_an_offered_rate_not_kept_and_a_latency_limit_fail() -> None:
