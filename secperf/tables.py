@@ -186,8 +186,9 @@ def _interval_text(row: Row) -> str:
 
 
 def failed_text(row: Row) -> str:
-    """ "FAILED ×2 of 3: failed transactions 0.4 % > 0.001 %": the repetitions that
-    missed their validation criteria, with the criteria ("" when none did)."""
+    """ "FAILED 2 of 3: failed transactions 0.4 % > 0.001 %" (all of them: "FAILED ×3"): the
+    repetitions that missed their validation criteria, with the criteria ("" when none
+    did)."""
     v: Mapping[str, Any] = row.get("validation") or {}
     k = int(v.get("failed_n") or 0)
     if not k:
