@@ -185,11 +185,27 @@ def _interval_text(row: Row) -> str:
     return text
 
 
+def failed_text(row: Row) -> str:
+    """ "FAILED 2 of 3: failed transactions 0.4 % > 0.001 %" (all of them: "FAILED ×3"): the
+    repetitions that missed their validation criteria, with the criteria ("" when none
+    did)."""
+    v: Mapping[str, Any] = row.get("validation") or {}
+    k = int(v.get("failed_n") or 0)
+    if not k:
+        return ""
+    of = int(v.get("checked_n") or k)
+    count = "" if k == of == 1 else (f" ×{k}" if k == of else f" {k} of {of}")
+    return f"FAILED{count}: " + "; ".join(str(c) for c in v.get("failed") or [])
+
+
 def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:
     """A variant's value: mean ± half width (marked when the CI target was missed), a
     search's mean [interval], or what a search that found nothing found (`words`)."""
     if row is None:
         return Cell("–")
+    failed = failed_text(row)
+    if failed and not row.get("n") and not row.get("censored_n"):
+        return Cell(failed, missed=True)  # the test failed its criteria: no number
     censored = int(row.get("censored_n") or 0)
     if censored and not row.get("n"):
         return Cell(censored_text(row, words))  # no number to show: say what was found
@@ -201,6 +217,8 @@ def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:
     hw = row.get("halfwidth_pct")
     if hw is not None and not search:
         text += f" ±{hw:.1f}%"
+    if failed:
+        return Cell(f"{text} (and {failed})", missed=True)
     missed = not row.get("ci_target_met", False)
     if missed:
         text += MISSED
@@ -231,4 +249,5 @@ def reps(row: Row | None) -> str:
     """Repetitions measured, a search that found nothing included."""
     if row is None:
         return "0"
-    return str(int(row.get("n") or 0) + int(row.get("censored_n") or 0))
+    failed = int((row.get("validation") or {}).get("failed_n") or 0)
+    return str(int(row.get("n") or 0) + int(row.get("censored_n") or 0) + failed)

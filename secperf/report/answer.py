@@ -35,6 +35,7 @@ from secperf.tables import (
     Chart,
     Row,
     censored_text,
+    failed_text,
     fmt_pct,
     fmt_value,
     point_name,
@@ -121,6 +122,8 @@ def judge(row: Row, x: float) -> tuple[str, str]:
         row.get("degradation_ci_high"),
     )
     if pct is None:
+        if (failed := failed_text(row)) and not row.get("n"):
+            return UNMEASURED, failed  # its validation criteria, not a number
         censored = int(row.get("censored_n") or 0)
         if censored and not row.get("n"):
             return UNMEASURED, "the search found no value (see its table)"
@@ -152,6 +155,8 @@ def _why(row: Row, why: str, base: Row | None) -> str:
     """`why` with what a search found where it found no value: the variant's bound, and
     the baseline's bound or value, so that an answer without a number still says what
     is known."""
+    if base is not None and (failed := failed_text(base)) and not base.get("n"):
+        why += f" (baseline {failed})"
     searched = row.get("search") is not None or (base or {}).get("search") is not None
     if not searched:
         return why

@@ -65,3 +65,32 @@ def collect_checks(run: RunDir) -> list[dict[str, Any]]:
         entry["checks"] = list(entry["checks"].values())
         out.append(entry)
     return out
+
+
+def validation_failures(record: Mapping[str, Any]) -> dict[str, str] | None:
+    """The criteria a result record's test missed, by name, each with its detail (its
+    `validation` verdict, written by a kind with validation criteria such as `http`);
+    None: it has no verdict or passed. Such a test is FAILED, not a number: its
+    figures go in no row's mean."""
+    verdict = record.get("validation")
+    if not isinstance(verdict, Mapping) or verdict.get("passed") is not False:
+        return None
+    return {
+        str(c.get("name")): str(c.get("detail"))
+        for c in verdict.get("criteria") or []
+        if isinstance(c, Mapping) and c.get("passed") is not True
+    }
+
+
+def validation_field(
+    checked: int, failed: Mapping[int, Mapping[str, str]]
+) -> dict[str, Any] | None:
+    """A row's `validation`: repetitions checked and failed, and each criterion missed
+    once, worded by its first failure; None when no repetition had criteria."""
+    if not checked:
+        return None
+    missed: dict[str, str] = {}
+    for rep in sorted(failed):
+        for name, detail in failed[rep].items():
+            missed.setdefault(name, detail)
+    return {"checked_n": checked, "failed_n": len(failed), "failed": list(missed.values())}

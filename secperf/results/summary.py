@@ -15,7 +15,7 @@ from typing import Any
 from secperf import stats
 from secperf.results import evidence
 from secperf.results.bottleneck import comparison
-from secperf.results.checks import collect_checks
+from secperf.results.checks import collect_checks, validation_failures, validation_field
 from secperf.results.cpu import collect_guest_cpu, cpu_row
 from secperf.results.delays import collect as collect_delays
 from secperf.results.delays import to_json as delays_json
@@ -62,6 +62,11 @@ class Group:
     links: dict[int, dict[str, Any]] = field(default_factory=dict)
     # the traced round: its result and its `softirq` record
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # validation criteria: rounds checked, rep -> the criteria a FAILED round missed
+    # (its figures in no mean), and the metrics those rounds had
+    checked: set[int] = field(default_factory=set)
+    invalid: dict[int, dict[str, str]] = field(default_factory=dict)
+    invalid_metrics: set[str] = field(default_factory=set)
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
@@ -140,6 +145,16 @@ def collect(run: RunDir) -> dict[GroupKey, Group]:
             group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
             continue
         group.kind = group.kind or str(record.get("kind", ""))
+        if isinstance(record.get("validation"), Mapping):
+            group.checked.add(rep)
+        missed = validation_failures(record)
+        if missed is not None:  # FAILED: the criteria, not a number
+            group.invalid[rep] = missed
+            group.invalid_metrics.update(extract(record))
+            for series in group.values.values():
+                series.pop(rep, None)
+            continue
+        group.invalid.pop(rep, None)  # a round measured again, passed this time
         for name, value in extract(record, irq_time_accounting=irq).items():
             group.values.setdefault(name, {})[rep] = value
         cpu = cpu_breakdown(record, irq_time_accounting=irq)
@@ -407,6 +422,7 @@ def _row(
         # repetitions whose search found no value; they are in no mean or interval
         "censored_n": len(group.censored(metric.name)),
         "search": search,
+        "validation": validation_field(len(group.checked), group.invalid),
         "baseline_mean": None,
         "degradation_pct": None,
         "degradation_ci_low": None,
@@ -509,7 +525,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
             else None
         )
         for name in names:
-            if not group.series(name) and not group.censored(name):
+            if not (group.series(name) or group.censored(name) or name in group.invalid_metrics):
                 continue  # e.g. loss for TCP
             row = _row(group, METRICS[name], base, conf, target, stop, target_pp)
             row["bottleneck"] = limit.describe() if limit is not None else None

@@ -34,6 +34,9 @@ assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside th
 assert DATA_PORTS[0] <= HTTPS_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 START_TIMEOUT_S = 10.0
 FILES = "files"  # URL prefix and directory under the web root
+# `/k<n>/<file>` serves the same files on connections nginx closes after n requests
+# (keepalive_requests in a location of its own, so that one server serves every n).
+MAX_PER_CONNECTION = 100
 
 
 class NginxError(SecperfError):
@@ -52,11 +55,12 @@ def file_name(size: int) -> str:
     return f"{size}.bin"
 
 
-def url_for(size: int) -> str:
-    return f"/{FILES}/{file_name(size)}"
+def url_for(size: int, per_connection: int | None = None) -> str:
+    prefix = FILES if per_connection is None else f"k{per_connection}"
+    return f"/{prefix}/{file_name(size)}"
 
 
-def write_files(root: Path, sizes: list[int]) -> list[str]:
+def write_files(root: Path, sizes: list[int], per_connection: int | None = None) -> list[str]:
     """Write one file per size (random, incompressible; same bytes every run); return URLs."""
     directory = root / FILES
     directory.mkdir(parents=True, exist_ok=True)
@@ -65,7 +69,7 @@ def write_files(root: Path, sizes: list[int]) -> list[str]:
         path = directory / file_name(size)
         if not path.is_file() or path.stat().st_size != size:
             path.write_bytes(random.Random(size).randbytes(size))
-        urls.append(url_for(size))
+        urls.append(url_for(size, per_connection))
     return urls
 
 
@@ -124,6 +128,10 @@ def render_config(
         *(f"        {x}" for x in listens),
         *(f"        {x}" for x in https),
         f"        root {d}/www;",
+        *(
+            f"        location /k{n}/ {{ alias {d}/www/{FILES}/; keepalive_requests {n}; }}"
+            for n in range(1, MAX_PER_CONNECTION + 1)
+        ),
         "    }",
         "}",
     ]
@@ -162,10 +170,12 @@ class Nginx:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def serve(self, sizes: list[int]) -> list[str]:
-        """Make sure a file of each size is served; their URLs, in order."""
-        urls = write_files(self.root, sizes)
-        self.urls.update(zip(sizes, urls, strict=True))
+    def serve(self, sizes: list[int], per_connection: int | None = None) -> list[str]:
+        """Make sure a file of each size is served; their URLs, in order (on
+        connections closed after `per_connection` requests, when given)."""
+        urls = write_files(self.root, sizes, per_connection)
+        if per_connection is None:
+            self.urls.update(zip(sizes, urls, strict=True))
         return urls
 
     def stop(self) -> None:

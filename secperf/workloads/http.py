@@ -26,6 +26,8 @@ from secperf.metric import (
     Metric,
     MetricRow,
     field,
+    num,
+    path,
     ratio_pct,
     service_demand,
     sub_latency,
@@ -33,6 +35,7 @@ from secperf.metric import (
 )
 from secperf.schema.fields import (
     FileSizes,
+    StrictModel,
     Timeout,
     bounded,
     check_file_sets_total,
@@ -40,7 +43,13 @@ from secperf.schema.fields import (
     parse_count,
 )
 from secperf.services import pki
-from secperf.services.nginx import HTTP_PORT, HTTPS_PORT, Nginx, start_nginx
+from secperf.services.nginx import (
+    HTTP_PORT,
+    HTTPS_PORT,
+    MAX_PER_CONNECTION,
+    Nginx,
+    start_nginx,
+)
 from secperf.workloads import open_loop
 from secperf.workloads.base import (
     MeasureContext,
@@ -57,6 +66,80 @@ TlsVersion = Literal["1.2", "1.3"]
 HttpParallel = Annotated[
     int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 10_000, "parallel")))
 ]
+
+
+Pct = Annotated[float, Field(ge=0, le=100)]
+Micros = Annotated[float, Field(gt=0)]
+
+
+class Validation(StrictModel):
+    """A test's validation criteria (RFC 9411 §7's, and limits of one's own): a test
+    that misses one is FAILED with that criterion, not a number (docs/methodology.md,
+    "Validation criteria"). Each key left out is not checked."""
+
+    # failed transactions (any error, a status other than 2xx) in % of those attempted
+    max_failed_pct: Pct | None = None
+    # connections ended by a TCP RST (refused or reset) in % of those initiated
+    max_reset_pct: Pct | None = None
+    # open loop: the fetch rate achieved in % of the rate offered (the target objective)
+    min_rate_pct: Pct | None = None
+    # mean time to first byte / to last byte (TTFB, TTLB) in µs
+    max_ttfb_us: Micros | None = None
+    max_ttlb_us: Micros | None = None
+
+
+def _criterion(name: str, value: float, limit: float, what: str, unit: str) -> dict[str, object]:
+    at_least = name.startswith("min_")
+    passed = value >= limit if at_least else value <= limit
+    sign = ("<" if at_least else ">") if not passed else ("≥" if at_least else "≤")
+    return {
+        "name": name,
+        "value": value,
+        "limit": limit,
+        "passed": passed,
+        "detail": f"{what} {value:.4g}{unit} {sign} {limit:g}{unit}",
+    }
+
+
+def verdict(v: Validation, record: Record, offered: float | None) -> dict[str, object]:
+    """The record checked against `v`: {"passed", "criteria": [{name, value, limit,
+    passed, detail}]}; a criterion whose figure the record lacks is not met."""
+    errors = record.get("errors") or {}
+    err = {k: num(errors.get(k)) or 0.0 for k in errors}
+    started = num(record.get("started")) or 0.0
+    conns = num(record.get("connections")) or 0.0
+    initiated = conns + sum(err.get(k, 0.0) for k in ("connect_refused", "connect_timeout"))
+    rst = err.get("reset", 0.0) + err.get("connect_refused", 0.0)
+    rate = num(record.get("fetches_per_second"))
+    # no connection opened in the window (all kept alive from the warm-up): any RST
+    # ended one of them
+    rst_pct = rst / initiated * 100 if initiated else (None if not started else 100.0 * (rst > 0))
+    figures: dict[str, tuple[float | None, str, str]] = {
+        "max_failed_pct": (
+            (num(record.get("failed")) or 0.0) / started * 100 if started else None,
+            "failed transactions",
+            " %",
+        ),
+        "max_reset_pct": (rst_pct, "TCP RSTs", " %"),
+        "min_rate_pct": (
+            rate / offered * 100 if rate is not None and offered else None,
+            "fetch rate achieved (of the rate offered)",
+            " %",
+        ),
+        "max_ttfb_us": (path(record, "latency_us", "first_byte", "mean"), "TTFB mean", " µs"),
+        "max_ttlb_us": (path(record, "latency_us", "total", "mean"), "TTLB mean", " µs"),
+    }
+    criteria: list[dict[str, object]] = []
+    for name, limit in v.model_dump(exclude_none=True).items():
+        value, what, unit = figures[name]
+        if name == "min_rate_pct" and not offered:
+            continue  # closed loop: the maximum a `load` is a share of, measured first
+        if value is None:
+            missing = {"name": name, "value": None, "limit": limit, "passed": False}
+            criteria.append({**missing, "detail": f"{what}: not measured"})
+        else:
+            criteria.append(_criterion(name, value, limit, what, unit))
+    return {"passed": all(c["passed"] for c in criteria), "criteria": criteria}
 
 
 class HttpWorkload(OpenLoop, WorkloadSpec):
@@ -83,6 +166,9 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     files: FileSizes = Field(default_factory=lambda: [10240])
     parallel: HttpParallel = 1
     keepalive: bool = False
+    # Transactions a connection carries before the server closes it (nginx's
+    # keepalive_requests; keepalive implied); None: as `keepalive` says.
+    requests_per_connection: int | None = Field(default=None, ge=1, le=MAX_PER_CONNECTION)
     timeout: Timeout = 5.0
     # HTTPS (the engine's rustls client); the other TLS keys need tls = true.
     tls: bool = False
@@ -90,6 +176,8 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     cipher: str | None = None
     groups: list[str] | None = None
     resumption: bool = True
+    # RFC 9411 §7's validation criteria: a test that misses one is FAILED, not a number.
+    validation: Validation | None = None
 
     @model_validator(mode="after")
     def _tls_keys(self) -> HttpWorkload:
@@ -105,6 +193,16 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
                     f"cipher {self.cipher} is not a TLS {self.tls_version} suite: "
                     "TLS 1.3 suites start with TLS13_, TLS 1.2 ones with TLS_ECDHE_"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _rate_criterion(self) -> HttpWorkload:
+        v = self.validation
+        if v is not None and v.min_rate_pct is not None and not self.open_loop:
+            raise ValueError(
+                "validation.min_rate_pct compares the rate achieved with the rate "
+                "offered: give rate or load, or leave min_rate_pct out"
+            )
         return self
 
     @model_validator(mode="after")
@@ -183,7 +281,7 @@ class HttpExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[HttpWorkload]) -> Record:
         p = point.spec
         server = nginx_for(ctx)
-        urls = server.serve(list(p.files))
+        urls = server.serve(list(p.files), p.requests_per_connection)
         tls: dict[str, object] = {}
         if p.tls:
             tls = {
@@ -195,13 +293,23 @@ class HttpExecutor:
             if p.groups is not None:
                 tls["groups"] = list(p.groups)
         port = HTTPS_PORT if p.tls else HTTP_PORT
+        if p.requests_per_connection is not None:
+            tls["keepalive"] = True
         spec = engine_spec(
             p, server=hostport(target_address(ctx), port), urls=urls, interval=0, **tls
         )
         budget = p.duration + p.warmup + 2 * p.timeout + 15
-        return run_test(
-            ctx.testbed.host(ctx.client), spec, on_record=ctx.keep, timeout=budget
-        ).result
+        keep = ctx.keep
+        if p.validation is not None:
+            checked = p.validation
+
+            def keep(rec: Record) -> None:
+                # the verdict travels with the result (records.jsonl, then the summary)
+                if rec.get("type") == "result":
+                    rec["validation"] = verdict(checked, rec, p.rate)
+                ctx.keep(rec)
+
+        return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
 
 
 FETCH_RATE = Metric("fetch_rate", "Fetch rate", "fetches/s", True, True)
