@@ -26,7 +26,14 @@ The switches the paper turned, one key each:
   from 198.19.0.0/16, which no testbed host has) and the one that admits the
   testbed comes `first` or `last` (`match`); anything else is denied. `deny` lists
   destination addresses refused before every other rule (for tests and demos).
-  ftp-proxy has no rule base of its own: rules apply to HTTP only.
+  ftp-proxy has no rule base of its own: the same N rules are an nft chain on the
+  DUT's input path that every packet to ftp-proxy's ports (control and passive data)
+  walks, the paper's FTP daemon, which checked "each packet via the rule base".
+- `rule_cache` (Raptor's HTTP rule cache, `-f`): set, squid asks an external ACL
+  helper (a small program of this module that walks the N rules in order) for each
+  request's verdict, and keeps the helper's answers for 60 s (`true`: the paper's
+  "rule base checked once a minute") or keeps none (`false`: every request walks the
+  rule base); unset, squid's own `http_access` list holds the rules, as before.
 - `dns_lookups`: on, the admitting rule also needs the client's reverse name to be
   in the testbed's domain (`srcdomain`), and squid's name cache is off
   (`fqdncache_size 0`), so every request makes a PTR look-up against dnsmasq, like
@@ -89,6 +96,10 @@ FTP_PASV_PORTS = (40000, 49999)
 assert FTP_PASV_PORTS[1] < 61000 and not (DATA_PORTS[0] <= FTP_PASV_PORTS[1] <= DATA_PORTS[1])
 DNS_ADDRESS = "127.0.0.1"
 CACHE_MEM_MB = 64
+RULE_CACHE_TTL_S = 60  # Raptor's HTTPD rule cache "is updated by the rule base once per minute"
+PYTHON = "/usr/bin/python3"  # runs the rule helper as squid's user (the venv may be unreadable)
+RULE_HELPER = "rule_helper.py"
+RULE_FILE = "rules.txt"
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 
@@ -125,9 +136,14 @@ class ProxySpec(MechanismSpec):
     deny: list[str] = Field(default_factory=list)
     # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
     level: Level = "application"
+    # Raptor's HTTP rule cache: the rule base in an external ACL helper whose verdicts
+    # squid caches for RULE_CACHE_TTL_S (true) or not at all (false); None: http_access.
+    rule_cache: bool | None = None
 
     @model_validator(mode="after")
     def _circuit_switches(self) -> ProxySpec:
+        if self.level == "circuit" and self.rule_cache is not None:
+            raise ValueError('level = "circuit" (dante) has no rule cache: leave rule_cache out')
         if self.level == "circuit" and (self.dns_lookups or not self.cache):
             raise ValueError(
                 'level = "circuit" (dante) makes no DNS look-ups here and has no cache: '
@@ -173,6 +189,54 @@ def shm_paths(ctx: MechanismContext) -> list[Path]:
     """The shared-memory files squid makes under its service name, outside the
     namespace; recorded in the ledger before squid starts and removed at release."""
     return [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
+
+
+# squid's external ACL helper for `rule_cache`: reads "SRC DST" lines, answers OK or ERR
+# from the first rule of the rule file that matches (none: ERR), one line each, in order.
+RULE_HELPER_SOURCE = """\
+import ipaddress
+import sys
+
+rules = []
+with open(sys.argv[1]) as f:
+    for line in f:
+        verdict, src, dst = line.split()
+        rules.append((verdict == "allow", ipaddress.ip_network(src), ipaddress.ip_network(dst)))
+for line in sys.stdin:
+    answer = "ERR"
+    try:
+        src, dst = (ipaddress.ip_address(x) for x in line.split()[:2])
+    except ValueError:
+        src = dst = None
+    if src is not None:
+        for allow, s, d in rules:
+            if src in s and dst in d:
+                answer = "OK" if allow else "ERR"
+                break
+    sys.stdout.write(answer + "\\n")
+    sys.stdout.flush()
+"""
+
+
+ANY = "0.0.0.0/0"
+
+
+def rule_lines(proxy: ProxySpec) -> list[tuple[str, str]]:
+    """The rule base as (source, destination) pairs, all admitting: N-1 that never
+    match and the testbed's, first or last as `match` says."""
+    fillers = [(filler_net(2 * i), filler_net(2 * i + 1)) for i in range(proxy.rules - 1)]
+    admit = ("198.18.0.0/16", ANY)
+    return [admit, *fillers] if proxy.match == "first" else [*fillers, admit]
+
+
+def render_rule_file(proxy: ProxySpec) -> str:
+    return "".join(f"allow {s} {d}\n" for s, d in rule_lines(proxy))
+
+
+def squid_copies(proxy: ProxySpec, directory: Path) -> list[Path]:
+    """The files squid reads, copied into its folder."""
+    extra = [RULE_HELPER, RULE_FILE] if proxy.rule_cache is not None else []
+    return [directory / name for name in ("hosts", *extra)]
 
 
 def squid_writes(proxy: ProxySpec) -> tuple[str, ...]:
@@ -236,10 +300,31 @@ def render_squid(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> st
         else:
             lines += ["debug_options ALL,1"]
         lines += [f"logformat secperf {fmt}", f"access_log stdio:{d}/access.log secperf"]
+    names = " testbed_names" if proxy.dns_lookups else ""
+    if proxy.rule_cache is not None:
+        # The rule base in a helper, its verdicts cached for a minute or not at all
+        # (cache=0: squid keeps no entry, so every request asks the helper).
+        keep = (
+            f"ttl={RULE_CACHE_TTL_S} negative_ttl={RULE_CACHE_TTL_S}"
+            if proxy.rule_cache
+            else "ttl=0 negative_ttl=0 cache=0"
+        )
+        acls = [
+            f"external_acl_type secperf_rules {keep} children-startup=2 children-max=8 "
+            f"%SRC %DST {PYTHON} -S {d}/{RULE_HELPER} {d}/{RULE_FILE}",
+            "acl rulebase external secperf_rules",
+        ]
+        if proxy.deny:
+            acls.append("acl denied dst " + " ".join(proxy.deny))
+        lines += acls
+        if proxy.deny:
+            lines.append("http_access deny denied")
+        lines += [f"http_access allow rulebase{names}", "http_access deny all"]
+        return "\n".join(lines) + "\n"
     # The rule base: the admitting rule first or last among `rules`.
-    admit = "http_access allow testbed" + (" testbed_names" if proxy.dns_lookups else "")
+    admit = "http_access allow testbed" + names
     fillers: list[str] = []
-    acls: list[str] = ["acl testbed src 198.18.0.0/16"]
+    acls = ["acl testbed src 198.18.0.0/16"]
     for i in range(proxy.rules - 1):
         acls += [f"acl r{i}s src {filler_net(2 * i)}", f"acl r{i}d dst {filler_net(2 * i + 1)}"]
         fillers.append(f"http_access allow r{i}s r{i}d")
@@ -339,7 +424,26 @@ def render_danted(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> s
     return "\n".join(lines) + "\n"
 
 
-def render_nft(table: str) -> str:
+def render_nft(table: str, proxy: ProxySpec | None = None) -> str:
+    """The redirect to the proxies and, with `proxy`, its rule base for FTP: a chain
+    every packet to ftp-proxy's ports walks (the admitting rule first or last)."""
+    ftp_rules = ""
+    if proxy is not None:
+        walk = "".join(
+            f"    ip saddr {s}" + (f" ip daddr {d}" if d != ANY else "") + " accept\n"
+            for s, d in rule_lines(proxy)
+        )
+        ftp_rules = (
+            "  chain ftp_rules {\n"
+            f"{walk}"
+            "    drop\n"
+            "  }\n"
+            "  chain input {\n"
+            "    type filter hook input priority filter; policy accept;\n"
+            f"    tcp dport {{ {FTP_PROXY_PORT}, {FTP_PASV_PORTS[0]}-{FTP_PASV_PORTS[1]} }} "
+            "jump ftp_rules\n"
+            "  }\n"
+        )
     return (
         f"# secperf proxy: forwarded HTTP and FTP connections go to the proxies\n"
         f"table ip {table} {{\n"
@@ -351,6 +455,7 @@ def render_nft(table: str) -> str:
         # connect to the server's address on the proxy's passive port: to the proxy.
         f"    tcp dport {FTP_PASV_PORTS[0]}-{FTP_PASV_PORTS[1]} redirect\n"
         "  }\n"
+        f"{ftp_rules}"
         "}\n"
     )
 
@@ -408,9 +513,12 @@ class Proxy(Mechanism):
         (d / "squid.conf").write_text(render_squid(self.spec, ctx, d))
         topology = ctx.topology
         (d / "hosts").write_text(dns.render_hosts(topology) if topology is not None else "")
+        if self.spec.rule_cache is not None:
+            (d / RULE_HELPER).write_text(RULE_HELPER_SOURCE)
+            (d / RULE_FILE).write_text(render_rule_file(self.spec))
         (d / "ftp-proxy.conf").write_text(render_ftp_proxy(self.spec, ctx, d))
         nft = ctx.files_dir / f"{ctx.name}.nft"
-        nft.write_text(render_nft(f"{ctx.table}_proxy"))
+        nft.write_text(render_nft(f"{ctx.table}_proxy", self.spec))
         return [RenderedFile(nft, "nft")]
 
     def backends(self) -> set[str]:
@@ -482,7 +590,9 @@ class Proxy(Mechanism):
         binary = _binary("squid", "squid")
         # squid drops to the proxy user: it writes in a folder of its own, nothing else.
         own = squid_dir(ctx)
-        privdrop.make_folder(dut.ledger, own, "proxy", squid_writes(self.spec), [d / "hosts"])
+        privdrop.make_folder(
+            dut.ledger, own, "proxy", squid_writes(self.spec), squid_copies(self.spec, d)
+        )
         self._squid = (dut.ledger, own)
         conf = d / "squid.conf"
         check = dut.run([binary, "-k", "parse", "-f", str(conf.resolve())], check=False)

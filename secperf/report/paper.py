@@ -16,12 +16,15 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
     return [v for v in summary.get("paper") or [] if isinstance(v, Mapping)]
 
 
-def _where(v: Verdict) -> str:
+def _row_text(v: Verdict) -> str:
     label = str(v.get("label") or "")
     row = str(v.get("row"))
     # a row that addresses several points gets a line per point: say which
-    extra = f" ({label})" if label and label not in row else ""
-    return f"{v.get('figure')}, {row}{extra}"
+    return f"{row} ({label})" if label and label not in row else row
+
+
+def _where(v: Verdict) -> str:
+    return f"{v.get('figure')}, {_row_text(v)}"
 
 
 def outcome(v: Verdict) -> str:
@@ -122,7 +125,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
     out = ["| Paper | Row | Paper's | Ours | Verdict |", "|---|---|---|---|---|"]
     for v in items:
         out.append(
-            f"| {_cell(v.get('figure'))} | {_cell(_where(v).split(', ', 1)[-1])} | "
+            f"| {_cell(v.get('figure'))} | {_cell(_row_text(v))} | "
             f"{_cell(v.get('paper'))} | {_cell(v.get('ours') or '—')} | {_cell(outcome(v))} |"
         )
     out.append("")

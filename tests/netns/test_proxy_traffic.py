@@ -226,3 +226,27 @@ def test_dns_off_asks_nobody_and_limits_hold(
     assert int((memory / "memory.limit_in_bytes").read_text()) == 128 * 2**20
     pids = {int(p) for p in (cpuset / "cgroup.procs").read_text().split()}
     assert {p.pid for p in proxy.daemons()} <= pids
+
+
+@pytest.mark.parametrize(
+    "applied",
+    [Proxy(ProxySpec(rules=100, rule_cache=True, cache=False)), Proxy(ProxySpec(rule_cache=False))],
+    indirect=True,
+)
+def test_the_rule_helper_admits_http_and_ftp_walks_the_rule_chain(
+    bed: Bed, applied: tuple[Proxy, MechanismContext]
+) -> None:
+    proxy, ctx = applied
+    out = fetch(bed, f"http://{bed.server}:{HTTP_PORT}/files/{SIZE}.bin")
+    assert out.stdout.split()[0] == expected_digest()
+    # squid asked its external ACL helper: the helper processes run in the DUT.
+    ps = bed.tb.host("dut").run(["ps", "-eo", "args"], check=True).stdout
+    assert "rule_helper.py" in ps
+    out = fetch(bed, file_url(bed.server, SIZE))
+    assert out.stdout.split()[0] == expected_digest()
+    # FTP's packets went through the same rule base, an nft chain of N rules and a drop.
+    chain = bed.tb.host("dut").run(
+        ["nft", "list", "chain", "ip", f"{ctx.table}_proxy", "ftp_rules"], check=True
+    )
+    walked = [ln for ln in chain.stdout.splitlines() if "accept" in ln or "drop" in ln]
+    assert len(walked) == proxy.spec.rules + 1

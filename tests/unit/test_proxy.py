@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from secperf.mechanisms.base import Mechanism, MechanismContext, MechanismSpec, traffic_plan
-from secperf.mechanisms.proxy import Proxy, ProxySpec, render_ftp_proxy, render_nft, render_squid
+from secperf.mechanisms.proxy import (
+    RULE_HELPER_SOURCE,
+    Proxy,
+    ProxySpec,
+    render_ftp_proxy,
+    render_nft,
+    render_rule_file,
+    render_squid,
+)
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.scenario import Variant
 from secperf.testbed.topology import Topology
@@ -92,3 +102,48 @@ def test_circuit_level_renders_dante_with_the_rule_base(tmp_path: Path) -> None:
     )
     mech = build(v.mechanisms[0])
     assert isinstance(mech, Proxy) and mech.spec.level == "circuit"
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_rule_cache_moves_the_rule_base_into_a_helper_whose_verdicts_are_kept_or_not(
+    tmp_path: Path, cached: bool
+) -> None:
+    proxy = ProxySpec(rules=100, rule_cache=cached, cache=False)
+    conf = render_squid(proxy, ctx(tmp_path), tmp_path)
+    helper = next(line for line in conf.splitlines() if line.startswith("external_acl_type"))
+    # on: Raptor's "rule base checked once a minute"; off: squid keeps no verdict at all
+    assert ("ttl=60 negative_ttl=60" in helper) is cached
+    assert ("cache=0" in helper) is not cached
+    assert http_access(conf) == [
+        "http_access allow rulebase testbed_names",
+        "http_access deny all",
+    ]
+    rules = render_rule_file(proxy).splitlines()
+    assert len(rules) == 100 and rules[-1] == "allow 198.18.0.0/16 0.0.0.0/0"
+    with pytest.raises(ValidationError, match="rule cache"):
+        ProxySpec(level="circuit", dns_lookups=False, rule_cache=True)
+
+
+def test_the_rule_helper_answers_from_the_first_matching_rule(tmp_path: Path) -> None:
+    (tmp_path / "h.py").write_text(RULE_HELPER_SOURCE)
+    (tmp_path / "r.txt").write_text(render_rule_file(ProxySpec(rules=3, match="first")))
+    out = subprocess.run(
+        [sys.executable, "-S", str(tmp_path / "h.py"), str(tmp_path / "r.txt")],
+        input="198.18.1.2 198.18.2.3\n10.1.1.1 198.18.2.3\nnot-an-address\n",
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    assert out.stdout.split() == ["OK", "ERR", "ERR"]
+
+
+@pytest.mark.parametrize("match", ["first", "last"])
+def test_ftp_packets_walk_the_same_rule_base(match: str) -> None:
+    nft = render_nft("secperf_t_proxy", ProxySpec(rules=100, match=match))  # type: ignore[arg-type]
+    chain = nft.split("chain ftp_rules {")[1].split("}")[0].strip().splitlines()
+    assert len(chain) == 101 and chain[-1].strip() == "drop"
+    admit = [i for i, line in enumerate(chain) if "198.18.0.0/16" in line]
+    assert admit == [0 if match == "first" else 99]
+    assert "tcp dport { 2121, 40000-49999 } jump ftp_rules" in nft
+    assert "ftp_rules" not in render_nft("secperf_t_proxy")
