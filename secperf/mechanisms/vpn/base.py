@@ -561,3 +561,25 @@ def memory(vpn: Vpn) -> dict[str, int]:
         if rss is not None:
             out[end] = rss
     return out
+
+
+def cpu_seconds(pids: Sequence[int], proc_root: Path = Path("/proc")) -> float | None:
+    """The summed CPU time of `pids` so far, in seconds, from /proc/PID/schedstat (the
+    scheduler's exact on-CPU time, in ns; the kernel work a daemon's system calls do is
+    in it); None if none of them runs. A pid that exited in between counts 0."""
+    total, seen = 0, False
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((proc_root / str(pid) / "schedstat").read_text().split()[0])
+            seen = True
+    return total / 1e9 if seen else None
+
+
+def daemon_cpu(vpn: Vpn) -> dict[str, float]:
+    """End name -> CPU seconds its daemon has used so far (only ends whose daemon runs)."""
+    out: dict[str, float] = {}
+    for end, pids in vpn.pids().items():
+        cpu = cpu_seconds(pids)
+        if cpu is not None:
+            out[end] = cpu
+    return out
