@@ -291,9 +291,12 @@ def test_rss_sums_vmrss_of_the_pids(tmp_path: Path) -> None:
 
 
 def test_cpu_seconds_sums_the_schedstat_of_the_pids(tmp_path: Path) -> None:
-    for pid, ns in ((10, 1_500_000_000), (11, 500_000_000)):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "schedstat").write_text(f"{ns} 123 45\n")
+    """Every thread of each pid (a Go daemon works in many), or the pid's own line."""
+    for tid, ns in ((10, 1_000_000_000), (12, 500_000_000)):
+        (tmp_path / "10" / "task" / str(tid)).mkdir(parents=True)
+        (tmp_path / "10" / "task" / str(tid) / "schedstat").write_text(f"{ns} 123 45\n")
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "schedstat").write_text("500000000 1 2\n")
     assert cpu_seconds([10, 11, 99], proc_root=tmp_path) == pytest.approx(2.0)
     assert cpu_seconds([99], proc_root=tmp_path) is None
     assert (cpu_seconds([os.getpid()]) or 0) > 0

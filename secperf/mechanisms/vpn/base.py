@@ -564,14 +564,19 @@ def memory(vpn: Vpn) -> dict[str, int]:
 
 
 def cpu_seconds(pids: Sequence[int], proc_root: Path = Path("/proc")) -> float | None:
-    """The summed CPU time of `pids` so far, in seconds, from /proc/PID/schedstat (the
-    scheduler's exact on-CPU time, in ns; the kernel work a daemon's system calls do is
-    in it); None if none of them runs. A pid that exited in between counts 0."""
+    """The summed CPU time of `pids` so far, in seconds: every thread's scheduler time
+    (/proc/PID/task/TID/schedstat, exact, in ns; wireguard-go works in many threads),
+    the kernel work their system calls do included; None if none of them runs. A pid
+    or thread that exited in between counts 0."""
     total, seen = 0, False
     for pid in pids:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            total += int((proc_root / str(pid) / "schedstat").read_text().split()[0])
-            seen = True
+        base = proc_root / str(pid)
+        with contextlib.suppress(OSError):
+            files = sorted(base.glob("task/*/schedstat")) or [base / "schedstat"]
+            for f in files:
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    total += int(f.read_text().split()[0])
+                    seen = True
     return total / 1e9 if seen else None
 
 
