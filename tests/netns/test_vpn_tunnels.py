@@ -27,6 +27,7 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.vpn import (
     TunnelEnd,
     Vpn,
+    daemon_cpu,
     device_counters,
     make,
     memory,
@@ -219,10 +220,12 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("wireguard", {}),
     ("openvpn", {"cipher": "aes-256-gcm"}),
     ("openvpn", {"cipher": "aes-256-cbc", "compression": "lzo", "auth": "static"}),
+    ("openvpn", {"cipher": "bf-cbc"}),  # document 003's Blowfish (OpenSSL's legacy provider)
     ("openvpn", {"cipher": "chacha20-poly1305", "compression": "lz4", "transport": "tcp"}),
     ("ipsec", {"cipher": "aes-128-gcm"}),
     ("ipsec", {"cipher": "aes-256-cbc"}),
     ("tinc", {"cipher": "aes-256-cbc", "compression": "zlib"}),
+    ("tinc", {"cipher": "blowfish"}),  # OpenSSL 3's legacy provider, or tinc falls back to TCP
     ("vtun", {"cipher": "aes-128-ecb", "compression": "lzo"}),
     # encryption off: the capture must show the text (the paper's "encryption off")
     ("openvpn", {"cipher": "none"}),
@@ -288,6 +291,8 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         # (0) each end's daemon has resident memory
         mem = memory(vpn)
         assert set(mem) == {"client", "server"} and all(v > 1_000_000 for v in mem.values()), mem
+        cpu0 = daemon_cpu(vpn)  # and a CPU time that the transfer below adds to
+        assert set(cpu0) == {"client", "server"}, cpu0
 
         # (1) an engine fixed transfer (ttcp-style) of text to the server's inner
         # address: exactly N bytes arrive, and the tunnel devices carried them (the
@@ -314,6 +319,13 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
         received = s1.rx_bytes - s0.rx_bytes
         assert TRANSFER_BYTES <= received <= TRANSFER_BYTES * 1.1 + 65536, (received, s0, s1)
         assert c1.tx_bytes - c0.tx_bytes >= received - 65536, (c0, c1, received)
+        # each end's daemon worked for the transfer (its CPU time grew: tunnel_cpu_*)
+        cpu1 = daemon_cpu(vpn)
+        assert all(cpu1[end] > cpu0[end] for end in cpu0), (cpu0, cpu1)
+        # every key exchange worked: no daemon fell back from its cipher (tinc carries
+        # packets over its TCP meta connection when OpenSSL refuses the UDP key)
+        for log in (tmp_path / "files").rglob("*.log"):
+            assert "unsupported" not in log.read_text(errors="replace"), log
 
         # (2) a known text through the tunnel: not in clear on the DUT's underlay interface
         cap = Capture(tb.host("dut"), tb.ifname("client-dut", "dut"), tmp_path / "tunnel.pcap")

@@ -22,6 +22,7 @@ from secperf.mechanisms.vpn import (
     TunnelEnd,
     VpnSpec,
     base,
+    cpu_seconds,
     from_spec,
     ipsec,
     make,
@@ -166,6 +167,18 @@ def test_openvpn_tcp_static_and_none() -> None:
         openvpn.OpenVpn(cipher="aes-256-gcm", auth="static")
 
 
+def test_openvpn_blowfish_loads_the_legacy_provider() -> None:
+    """BF-CBC (document 003's Blowfish) is in OpenSSL 3's legacy provider only."""
+    bf = openvpn.OpenVpn(cipher="bf-cbc")
+    conf = _ovpn_conf(bf, True).splitlines()
+    for line in ("data-ciphers BF-CBC", "data-ciphers-fallback BF-CBC",
+                 "providers legacy default", "auth SHA256"):  # fmt: skip
+        assert line in conf, line
+    assert "providers legacy default" not in _ovpn_conf(openvpn.OpenVpn(), True)
+    static = _ovpn_conf(openvpn.OpenVpn(cipher="bf-cbc", auth="static"), False)
+    assert "cipher BF-CBC" in static and "providers legacy default" in static
+
+
 def test_openvpn_certificates_verify_and_carry_key_usage(tmp_path: Path) -> None:
     needs("openssl")
     files = openvpn.make_tls_files(tmp_path, "sp1v0")
@@ -275,6 +288,18 @@ def test_rss_sums_vmrss_of_the_pids(tmp_path: Path) -> None:
     assert rss_bytes([10, 11, 99], proc_root=tmp_path) == 1024 * 1024
     assert rss_bytes([99], proc_root=tmp_path) is None
     assert os.getpid() in base.group_pids(os.getpgrp()) or os.getpid() != os.getpgrp()
+
+
+def test_cpu_seconds_sums_the_schedstat_of_the_pids(tmp_path: Path) -> None:
+    """Every thread of each pid (a Go daemon works in many), or the pid's own line."""
+    for tid, ns in ((10, 1_000_000_000), (12, 500_000_000)):
+        (tmp_path / "10" / "task" / str(tid)).mkdir(parents=True)
+        (tmp_path / "10" / "task" / str(tid) / "schedstat").write_text(f"{ns} 123 45\n")
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "schedstat").write_text("500000000 1 2\n")
+    assert cpu_seconds([10, 11, 99], proc_root=tmp_path) == pytest.approx(2.0)
+    assert cpu_seconds([99], proc_root=tmp_path) is None
+    assert (cpu_seconds([os.getpid()]) or 0) > 0
 
 
 def test_memory_reads_each_running_ends_daemons() -> None:

@@ -217,6 +217,24 @@ def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
     assert extract(rec) == {"tunnel_rss_server_mib": 12.0}
 
 
+def test_tunnel_cpu_per_kb_is_a_metric_of_its_mechanism_record() -> None:
+    """Each end's daemon CPU over the test per kB (1000 B) through its own device."""
+    rec = {
+        "type": "mechanism",
+        "kind": "vpn",
+        "hosts": ["gw-a", "gw-b"],
+        "device_bytes": {"gw-a": 2_000_000, "gw-b": 4_000_000},
+        "cpu_seconds": {"gw-a": 0.03, "gw-b": 0.02},
+    }
+    got = extract(rec)
+    assert got["tunnel_cpu_client_us_per_kb"] == pytest.approx(15.0)
+    assert got["tunnel_cpu_server_us_per_kb"] == pytest.approx(5.0)
+    # an end whose daemon was not read, or whose device moved nothing, has no figure
+    rec["cpu_seconds"] = {"gw-b": 0.02}
+    rec["device_bytes"] = {"gw-a": 2_000_000, "gw-b": 0}
+    assert not any(k.startswith("tunnel_cpu") for k in extract(rec))
+
+
 def test_the_estimate_takes_the_slowest_link_of_a_topology() -> None:
     from secperf.run.estimate import slowest_link
 

@@ -561,3 +561,30 @@ def memory(vpn: Vpn) -> dict[str, int]:
         if rss is not None:
             out[end] = rss
     return out
+
+
+def cpu_seconds(pids: Sequence[int], proc_root: Path = Path("/proc")) -> float | None:
+    """The summed CPU time of `pids` so far, in seconds: every thread's scheduler time
+    (/proc/PID/task/TID/schedstat, exact, in ns; wireguard-go works in many threads),
+    the kernel work their system calls do included; None if none of them runs. A pid
+    or thread that exited in between counts 0."""
+    total, seen = 0, False
+    for pid in pids:
+        base = proc_root / str(pid)
+        with contextlib.suppress(OSError):
+            files = sorted(base.glob("task/*/schedstat")) or [base / "schedstat"]
+            for f in files:
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    total += int(f.read_text().split()[0])
+                    seen = True
+    return total / 1e9 if seen else None
+
+
+def daemon_cpu(vpn: Vpn) -> dict[str, float]:
+    """End name -> CPU seconds its daemon has used so far (only ends whose daemon runs)."""
+    out: dict[str, float] = {}
+    for end, pids in vpn.pids().items():
+        cpu = cpu_seconds(pids)
+        if cpu is not None:
+            out[end] = cpu
+    return out

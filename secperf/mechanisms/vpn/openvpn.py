@@ -9,6 +9,10 @@ kind of certificate. With `auth = "static"` one pre-shared key comes from
 AEAD, so AES-GCM and ChaCha20-Poly1305 are refused there (the schema says so
 first).
 
+`cipher = "bf-cbc"` is Blowfish (128-bit key, CBC, HMAC-SHA256), the cipher of the
+paper's CIPE and vpnd; OpenSSL 3 keeps it in its legacy provider, which the config
+loads (`providers legacy default`).
+
 `cipher = "none"` turns encryption and the data channel's HMAC off (`cipher
 none`, `auth none`): the paper's "encryption off". Compression is lz4 or lzo
 under `allow-compression yes` (OpenVPN refuses to compress otherwise; it warns,
@@ -43,8 +47,14 @@ CIPHERS = {
     "aes-128-gcm": "AES-128-GCM",
     "chacha20-poly1305": "CHACHA20-POLY1305",
     "aes-256-cbc": "AES-256-CBC",
+    "bf-cbc": "BF-CBC",
     "none": "none",
 }
+# Ciphers with a separate HMAC (SHA-256) on the data channel, beside "none" the ones a
+# static key can use; Blowfish (BF-CBC, OpenVPN's default before 2.5, 128-bit key) is in
+# OpenSSL 3's legacy provider only, which OpenVPN loads when asked (`providers`).
+CBC = ("aes-256-cbc", "bf-cbc")
+LEGACY = ("bf-cbc",)
 AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
 COMPRESSION = ("none", "lz4", "lzo")
 TRANSPORTS = ("udp", "tcp")
@@ -70,7 +80,7 @@ def check_params(cipher: str, compression: str, transport: str, auth: str) -> No
         raise MechanismError(
             f"openvpn static-key mode cannot use {cipher}: it has no AEAD ciphers "
             "(GCM, ChaCha20-Poly1305 need TLS mode's per-session keys and packet ids)",
-            fix='use auth = "tls", or cipher = "aes-256-cbc" or "none" with a static key',
+            fix='use auth = "tls", or cipher = "aes-256-cbc", "bf-cbc" or "none" with a static key',
         )
 
 
@@ -113,13 +123,15 @@ def render_conf(
             f"remote-cert-tls {'client' if server else 'server'}",
             f"data-ciphers {CIPHERS[vpn.cipher]}",
         ]
-        if vpn.cipher in ("none", "aes-256-cbc"):
+        if vpn.cipher == "none" or vpn.cipher in CBC:
             lines.append(f"data-ciphers-fallback {CIPHERS[vpn.cipher]}")
     else:
         lines += [f"secret {files['static']} {0 if server else 1}", f"cipher {CIPHERS[vpn.cipher]}"]
+    if vpn.cipher in LEGACY:
+        lines.append("providers legacy default")
     if vpn.cipher == "none":
         lines.append("auth none")
-    elif vpn.cipher == "aes-256-cbc":
+    elif vpn.cipher in CBC:
         lines.append("auth SHA256")
     if vpn.compression != "none":
         lines += ["allow-compression yes", f"compress {vpn.compression}"]
@@ -227,7 +239,7 @@ class OpenVpn(DaemonTunnel):
             "cipher": self.cipher,
             "data_auth": "none"
             if self.cipher == "none"
-            else ("SHA256" if self.cipher == "aes-256-cbc" else "aead"),
+            else ("SHA256" if self.cipher in CBC else "aead"),
             "mode": "tunnel",
             "transport": self.transport,
             "auth": self.auth,

@@ -19,7 +19,7 @@ VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
 # Per implementation: the ciphers secperf runs, the first being its default.
 VPN_CIPHERS: dict[str, tuple[str, ...]] = {
     "wireguard": ("chacha20-poly1305",),
-    "openvpn": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
+    "openvpn": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "bf-cbc", "none"),
     "ipsec": ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305", "aes-256-cbc", "none"),
     "tinc": ("aes-256-cbc", "aes-128-cbc", "blowfish", "none"),
     "vtun": ("aes-128-ecb", "none"),
@@ -144,7 +144,7 @@ class VpnSpec(MechanismSpec):
             raise ValueError(
                 f"openvpn static-key mode cannot use {cipher}: it has no AEAD ciphers "
                 '(GCM and ChaCha20-Poly1305 need TLS mode); use auth = "tls", or cipher = '
-                '"aes-256-cbc" or "none" with auth = "static"'
+                '"aes-256-cbc", "bf-cbc" or "none" with auth = "static"'
             )
         if impl == "ipsec" and compression != "none":
             raise ValueError("ipsec has no compression here (IPComp is not set up): remove it")

@@ -40,6 +40,21 @@ CIPHERS = {
     "blowfish": "bf-cbc",
     "none": "none",
 }
+# Blowfish is in OpenSSL 3's legacy provider only: without it tincd 1.0 fails every
+# UDP key exchange ("digital envelope routines::unsupported") and quietly carries the
+# packets over its TCP meta connection instead. OPENSSL_CONF points it at this.
+LEGACY = ("blowfish",)
+OPENSSL_LEGACY_CONF = """openssl_conf = openssl_init
+[openssl_init]
+providers = provider_sect
+[provider_sect]
+default = default_sect
+legacy = legacy_sect
+[default_sect]
+activate = 1
+[legacy_sect]
+activate = 1
+"""
 DIGESTS = {"sha256": "sha256", "sha1": "sha1", "none": "none"}
 COMPRESSION = ("none", "zlib", "lzo")
 LZO_BEST = 11
@@ -150,6 +165,9 @@ class Tinc(DaemonTunnel):
             if end is a:
                 conf += f"ConnectTo = {node_name(b)}\n"
             (d / "tinc.conf").write_text(conf)
+            if self.cipher in LEGACY:
+                (d / "openssl.cnf").write_text(OPENSSL_LEGACY_CONF)
+                out.append(d / "openssl.cnf")
             up = d / "tinc-up"
             up.write_text(render_up(end))
             up.chmod(0o755)
@@ -167,6 +185,8 @@ class Tinc(DaemonTunnel):
     def launch(self, end: TunnelEnd, peer: TunnelEnd, server: bool) -> None:
         d = self._dirs[end.name]
         argv = ["tincd", "-c", str(d), "-D", "-d", "1", f"--pidfile={d / 'tincd.pid'}"]
+        if self.cipher in LEGACY:
+            argv = ["env", f"OPENSSL_CONF={d / 'openssl.cnf'}", *argv]
         self._ds.spawn(end, argv, self.files / f"{self._names[end.name]}.tincd.log", "tincd")
 
     def listener(self) -> tuple[int, str]:

@@ -9,8 +9,8 @@ other end into the tunnel and the workload targets the server as usual.
 Keys, certificates and configurations are made on the first apply (they need the
 hosts), once per run; the daemons start before every test and stop after it, as
 every mechanism is loaded afresh. After each test the runner asks `observe()` for
-what the tunnel did: its devices' byte counters over the test, the daemons'
-resident memory, and what ran (implementation, cipher, backend).
+what the tunnel did: its devices' byte counters and its daemons' CPU time over the
+test, the daemons' resident memory, and what ran (implementation, cipher, backend).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from secperf.mechanisms.base import (
 from secperf.mechanisms.vpn.base import (
     TunnelEnd,
     Vpn,
+    daemon_cpu,
     device_counters,
     memory,
     tunnel_addresses,
@@ -92,6 +93,7 @@ class Tunnel(Mechanism):
         self._rendered = False
         self._ends: tuple[TunnelEnd, TunnelEnd] | None = None
         self._before: dict[str, int] = {}
+        self._cpu_before: dict[str, float] = {}
         self._attempts = 0  # starts it took before this test (2: the first failed)
 
     # -- the Mechanism interface -------------------------------------------------------
@@ -129,6 +131,7 @@ class Tunnel(Mechanism):
                 second.message = f"{second.message}\n(the first start failed too: {first})"
                 raise
         self._before = self._device_bytes()
+        self._cpu_before = daemon_cpu(self.vpn)
 
     def release_group(self, hosts: Sequence[Host], ctx: MechanismContext) -> None:
         self.vpn.stop()
@@ -143,13 +146,17 @@ class Tunnel(Mechanism):
 
     # -- what the tunnel did -------------------------------------------------------------
     def observe(self) -> dict[str, Any]:
-        """Bytes through each end's device since the tunnel started, the daemons'
-        memory now, and what ran."""
+        """Bytes through each end's device and its daemon's CPU seconds since the tunnel
+        started, the daemons' memory now, and what ran."""
         after = self._device_bytes()
+        cpu = daemon_cpu(self.vpn)
         return {
             "kind": self.kind,
             "tunnel": self.vpn.describe(),
             "device_bytes": {end: after[end] - self._before.get(end, 0) for end in after},
+            "cpu_seconds": {
+                end: cpu[end] - self._cpu_before[end] for end in cpu if end in self._cpu_before
+            },
             "memory_bytes": memory(self.vpn),
             "start_attempts": self._attempts,
         }
@@ -249,7 +256,40 @@ def _tunnel_rss(end: int) -> Extractor:
     return get
 
 
-# A tunnel's daemons (document 003, Figs. 2-3 give memory beside CPU), each end's RSS.
+def _tunnel_cpu(end: int) -> Extractor:
+    """A tunnel mechanism record's daemon CPU at one end (0: the client's side, 1: the
+    server's) per kB (1000 B) through that end's tunnel device over the test, in µs:
+    the daemon's own service demand, whatever else its host runs."""
+
+    def get(r: Record) -> float | None:
+        hosts, cpu, moved = r.get("hosts"), r.get("cpu_seconds"), r.get("device_bytes")
+        if not isinstance(hosts, list) or len(hosts) != 2:
+            return None
+        if not isinstance(cpu, Mapping) or not isinstance(moved, Mapping):
+            return None
+        seconds, nbytes = num(cpu.get(hosts[end])), num(moved.get(hosts[end]))
+        if seconds is None or not nbytes:
+            return None
+        return seconds * 1e6 / (nbytes / 1000)
+
+    return get
+
+
+# A tunnel's daemons (document 003, Figs. 2-3): each end's CPU per kB and memory (RSS).
+TUNNEL_CPU_CLIENT = Metric(
+    "tunnel_cpu_client_us_per_kb",
+    "Tunnel daemon CPU per kB, client end",
+    "CPU µs/kB (1 kB = 1000 B through its device)",
+    False,
+    False,
+)
+TUNNEL_CPU_SERVER = Metric(
+    "tunnel_cpu_server_us_per_kb",
+    "Tunnel daemon CPU per kB, server end",
+    "CPU µs/kB (1 kB = 1000 B through its device)",
+    False,
+    False,
+)
 TUNNEL_RSS_CLIENT = Metric(
     "tunnel_rss_client_mib", "Tunnel daemon memory, client end", "MiB (RSS)", False, False
 )
@@ -266,6 +306,11 @@ KIND = MechanismKind(
     known_tools=tuple(t for impl in IMPLEMENTATIONS.values() for t in impl.TOOLS),
     traits=frozenset({"tunnels"}),
     check=check,
-    # its `mechanism` records: each end's daemon memory beside the test's throughput
-    metrics=((TUNNEL_RSS_CLIENT, _tunnel_rss(0)), (TUNNEL_RSS_SERVER, _tunnel_rss(1))),
+    # its `mechanism` records: each end's daemon CPU and memory beside the throughput
+    metrics=(
+        (TUNNEL_CPU_CLIENT, _tunnel_cpu(0)),
+        (TUNNEL_CPU_SERVER, _tunnel_cpu(1)),
+        (TUNNEL_RSS_CLIENT, _tunnel_rss(0)),
+        (TUNNEL_RSS_SERVER, _tunnel_rss(1)),
+    ),
 )
