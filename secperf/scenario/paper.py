@@ -35,6 +35,7 @@ _TOLERANCE = re.compile(
     r"^\s*(?:(?P<factor>[x×])\s*(?P<f>\d+\.?\d*)|(?P<pp>\d+\.?\d*)\s*pp|(?P<rel>\d+\.?\d*)\s*%"
     r"|(?P<direction>direction))\s*$"
 )
+_WORDS = re.compile(r"[^\s\[]*\[[^\]]*\]\S*|\S+")
 _CHANGE = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*%?\s*$")
 
 
@@ -106,7 +107,8 @@ class Selector:
 def parse_selector(text: str, metrics: Iterable[str]) -> Selector:
     """ "VARIANT [vs OTHER] [WORKLOAD[#i]] [METRIC]"; a word that is a metric name is the
     metric, another the workload."""
-    words = text.split()
+    # a swept variant's name holds spaces inside its brackets: "vtun[cipher=x lzo=y]"
+    words = _WORDS.findall(text)
     if not words:
         raise ValueError("shown_by is empty: name the variant whose row shows the cause")
     variant, rest = words[0], words[1:]

@@ -19,7 +19,7 @@ from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED, paper_
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.paper import PaperRow, parse_tolerance
+from secperf.scenario.paper import PaperRow, parse_selector, parse_tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_RUN = ROOT / "tests" / "data" / "runs" / "20261122T010203Z-quick"
@@ -202,3 +202,13 @@ def test_a_run_carries_its_verdicts_under_its_tables_and_as_markdown(tmp_path: P
     assert md.output.startswith("| Paper | Row | Paper's | Ours | Verdict |")
     assert "| Table 2 | linear vs set | -25 % | -25." in md.output
     assert (run_path / "report.html").read_text().count('class="verdict"') == 1
+
+
+def test_shown_by_reads_a_swept_variant_whose_name_holds_spaces() -> None:
+    sel = parse_selector("vtun[cipher=x lzo=y] vs plain[a=1 b=2] tcp-rr#1 tps", {"tps"})
+    assert (sel.variant, sel.against, sel.workload, sel.metric) == (
+        "vtun[cipher=x lzo=y]",
+        "plain[a=1 b=2]",
+        "tcp-rr#1",
+        "tps",
+    )
