@@ -41,6 +41,7 @@ from secperf.report.gate import (
     write_junit,
 )
 from secperf.report.html import scenario_expectations, write_html, write_pngs
+from secperf.report.paper import markdown as paper_markdown
 from secperf.report.rebuild import rebuild
 from secperf.report.terminal import print_report
 from secperf.results.metrics import METRICS
@@ -190,23 +191,6 @@ def _check_names(sc: Scenario, expectations: list[Expect]) -> None:
             _usage(f"--expect {e.describe()!r}: its {key} {message}")
 
 
-def _outcome_json(o: Outcome) -> dict[str, Any]:
-    return {
-        "expect": o.expect.describe(),
-        "rule": o.rule,
-        "workload": o.workload,
-        "point": o.point,
-        "variant": o.variant,
-        "metric": o.metric,
-        "status": o.status,
-        "mean": o.estimate.mean,
-        "ci_low": o.estimate.low,
-        "ci_high": o.estimate.high,
-        "why": o.estimate.why or None,
-        "failed": o.failed,
-    }
-
-
 def _gate(
     expectations: list[Expect],
     figures: Figures,
@@ -320,7 +304,7 @@ def run(
                 "run_dir": str(done.path),
                 "report": str(html),
                 **summary,
-                "gate": [_outcome_json(o) for o in outcomes],
+                "gate": [o.to_json() for o in outcomes],
             }
         )
         _exit_for(outcomes, meta)
@@ -426,6 +410,14 @@ def report(
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
     junit: Annotated[Path | None, JUNIT] = None,
+    paper_md: Annotated[
+        bool,
+        typer.Option(
+            "--paper-markdown",
+            help="Print the verdicts against the paper as a "
+            "Markdown table (docs/methodology.md) on stdout, nothing else.",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the tables and report.html from a run directory alone, print the answer,
     and check the thresholds (the scenario's and --expect; exit 5 when one fails).
@@ -461,13 +453,16 @@ def report(
         {"run": str(rd.path)},
     )
     charts = write_pngs(rd) if png else []
+    if paper_md:
+        sys.stdout.write(paper_markdown(summary))
+        return
     if as_json:
         _print_json(
             {
                 "run_dir": str(rd.path),
                 "report": str(rd.report_html_path),
                 **summary,
-                "gate": [_outcome_json(o) for o in outcomes],
+                "gate": [o.to_json() for o in outcomes],
             }
         )
         _exit_for(outcomes)
@@ -545,7 +540,7 @@ def compare(
                 "b": str(b.path),
                 "warnings": warnings,
                 "rows": rows,
-                "gate": [_outcome_json(o) for o in outcomes],
+                "gate": [o.to_json() for o in outcomes],
             }
         )
         _exit_for(outcomes)
@@ -565,10 +560,9 @@ def clean() -> None:
         removed = clean_ledgers()
     except SecperfError as exc:
         raise fail(exc) from None
-    if removed:
-        for item in removed:
-            console.print(f"removed {item}", markup=False)
-    else:
+    for item in removed:
+        console.print(f"removed {item}", markup=False)
+    if not removed:
         console.print("nothing to clean: no ledger of a dead run")
 
 

@@ -69,6 +69,23 @@ class Outcome:
     estimate: Estimate
     status: str  # PASS, FAIL, INCONCLUSIVE, UNMEASURED
 
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as `--json` prints it."""
+        return {
+            "expect": self.expect.describe(),
+            "rule": self.rule,
+            "workload": self.workload,
+            "point": self.point,
+            "variant": self.variant,
+            "metric": self.metric,
+            "status": self.status,
+            "mean": self.estimate.mean,
+            "ci_low": self.estimate.low,
+            "ci_high": self.estimate.high,
+            "why": self.estimate.why or None,
+            "failed": self.failed,
+        }
+
     @property
     def failed(self) -> bool:
         return self.status in (FAIL, UNMEASURED)

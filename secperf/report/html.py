@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from secperf.report import paper
 from secperf.report.answer import (
     BETTER,
     COST,
@@ -71,6 +72,7 @@ th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; }
 th { background: #eee; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.sig { font-weight: bold; color: #a00; } td.missed { background: #fff4d6; }
 p.note { font-size: 0.85em; color: #555; margin: 0.1em 0; }
+p.verdict { font-size: 0.9em; margin: 0.1em 0 0.1em 1em; }
 .header p { margin: 0.15em 0; font-size: 0.9em; } figure { margin: 0.6em 0; }
 figcaption { font-size: 0.85em; color: #555; } pre { background: #f6f6f6; padding: 1em;
 overflow-x: auto; font-size: 0.8em; }
@@ -269,7 +271,9 @@ def render_html(
     figures = charts(summary) + variant_sweep_charts(summary, run_meta.get("variant_sweeps") or {})
     parts.charts += figures
     placed = _placed(tables, figures)
-    for table, beside in zip(tables, placed, strict=False):
+    keys = [(t.workload, t.metric) for t in tables]
+    against = paper.lines_under(summary, keys)
+    for table, beside, verdict_lines in zip(tables, placed, against, strict=False):
         if beside:
             # the title above: the table and its charts side by side under it
             body += [f"<h3>{escape(table.title)}</h3>", '<div class="row"><div>']
@@ -278,7 +282,12 @@ def render_html(
             body.append("</div>")
         else:
             body.append(_table_html(table))
+        body += [f'<p class="verdict">{escape(v)}</p>' for v in verdict_lines]
     body += [_figure_html(c) for c in placed[-1]]
+    counts = paper.figure_counts(summary)
+    if counts:
+        body.append('<h2 id="paper">Against the paper</h2>')
+        body += [f"<p>{escape(v)}</p>" for v in [*paper.unplaced(summary, keys), *counts]]
     checks = run_check_tables(summary, run_meta)
     if checks:
         body.append("<h2>Checks</h2>")

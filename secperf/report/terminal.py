@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from secperf.report import paper
 from secperf.report.answer import answer_tables
 from secperf.report.checks import check_tables
 from secperf.report.header import header_lines
@@ -526,9 +527,27 @@ def print_report(
         console.print("Reading the tables:", markup=False)
         for note in common:
             console.print(f"  {note}", markup=False, highlight=False)
-    for table in tables:
+    against = paper.lines_under(summary, [(t.workload, t.metric) for t in tables])
+    for table, verdict_lines in zip(tables, against, strict=True):
         console.print()
         console.print(fit(table, width))
+        for text in verdict_lines:
+            console.print(f"  {text}", markup=False, highlight=False)
+    _print_paper_counts(
+        console, summary, paper.unplaced(summary, [(t.workload, t.metric) for t in tables])
+    )
     for check in run_check_tables(summary, run_meta):
         console.print()
         console.print(to_rich(check))
+
+
+def _print_paper_counts(console: Console, summary: Mapping[str, Any], rest: Sequence[str]) -> None:
+    """The count of verdicts against the source paper per figure (and the verdicts on
+    workloads that no table shows)."""
+    counts = paper.figure_counts(summary)
+    if not counts:
+        return
+    console.print()
+    console.print("Against the paper (docs/methodology.md):", markup=False)
+    for text in [*rest, *counts]:
+        console.print(f"  {text}", markup=False, highlight=False)

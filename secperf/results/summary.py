@@ -28,6 +28,7 @@ from secperf.results.metrics import (
     metrics_for_kind,
     searches,
 )
+from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
 
 FORMAT = 1
@@ -557,4 +558,6 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the traced round: the kernel's softirq time per unit, and each variant's own cost
         "softirq": evidence.mechanism_cost(traced, cpu),
         "softirq_note": (meta.get("softirq") or {}).get("why"),
+        # the scenario's [[paper]] rows, each with the run's figure and a verdict
+        "paper": paper_verdicts(scenario, rows, {k: g.values for k, g in groups.items()}, conf),
     }

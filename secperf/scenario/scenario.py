@@ -28,6 +28,7 @@ from pydantic import (
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.expect import Expect, problems
+from secperf.scenario.paper import PaperRow, paper_problems
 from secperf.schema.fields import (
     Name,
     NonNegativeDuration,
@@ -205,6 +206,8 @@ class Scenario(StrictModel):
     workloads: list[Workload]
     # Thresholds for a change review (secperf.report.gate): checked after the run.
     expect: list[Expect] = Field(default_factory=list)
+    # The source paper's numbers beside the run's (secperf.report.paper gives verdicts).
+    paper: list[PaperRow] = Field(default_factory=list)
     # Where the scenario came from; set by the loader, never read from the file.
     source: Path | None = Field(default=None, exclude=True, strict=False)
 
@@ -256,6 +259,9 @@ class Scenario(StrictModel):
         for i, e in enumerate(self.expect):
             for key, message in problems(e, variants, found):
                 raise ValueError(f"expect[{i}].{key} {message}")
+        for i, row in enumerate(self.paper):
+            for key, message in paper_problems(row, variants, found):
+                raise ValueError(f"paper[{i}].{key} {message}")
         return self
 
     def variant_names(self) -> list[str]:

@@ -1,0 +1,130 @@
+"""The verdicts against the source paper (summary.json "paper", built by
+secperf.results.paper), as lines under the report's tables, a count per figure, and a
+Markdown table for docs/methodology.md (`secperf report RUN --paper-markdown`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED
+
+Verdict = Mapping[str, Any]
+
+
+def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
+    return [v for v in summary.get("paper") or [] if isinstance(v, Mapping)]
+
+
+def _where(v: Verdict) -> str:
+    label = str(v.get("label") or "")
+    row = str(v.get("row"))
+    # a row that addresses several points gets a line per point: say which
+    extra = f" ({label})" if label and label not in row else ""
+    return f"{v.get('figure')}, {row}{extra}"
+
+
+def outcome(v: Verdict) -> str:
+    """The verdict in words: "agrees", "differs because …; shown by X: +3 %", …"""
+    kind = v.get("verdict")
+    if kind == AGREES:
+        return f"agrees (within {v.get('tolerance')})"
+    if kind == EXPLAINED:
+        return f"differs because {v.get('because')}; shown by {v.get('shown_by')}: {v.get('shown')}"
+    if kind == DIFFERS:
+        why = str(v.get("why") or "")
+        if v.get("because"):
+            shown = f"; {why}" if why else ", not shown by a row of this run"
+            return f'differs, unexplained: "{v.get("because")}" is asserted{shown}'
+        return "differs, unexplained"
+    return f"not measured: {v.get('why') or 'no figure'}"
+
+
+def line(v: Verdict) -> str:
+    ours = v.get("ours")
+    figures = f"paper {v.get('paper')}" + (f", ours {ours}" if ours else "")
+    note = f" [{v.get('note')}]" if v.get("note") else ""
+    return f"{_where(v)}: {figures} — {outcome(v)}{note}"
+
+
+def lines_under(summary: Mapping[str, Any], tables: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """For each (workload, metric) table of the report, the verdict lines printed under
+    it: those on its workload and metric, and under a workload's last table those on a
+    metric no table of it shows."""
+    items = verdicts(summary)
+    placed = set(tables)
+    last = {w: i for i, (w, _) in enumerate(tables)}
+    out: list[list[str]] = []
+    for i, (workload, metric) in enumerate(tables):
+        mine = [
+            line(v)
+            for v in items
+            if v.get("workload") == workload
+            and (
+                v.get("metric") == metric
+                or (last[workload] == i and (workload, str(v.get("metric"))) not in placed)
+            )
+        ]
+        out.append(list(dict.fromkeys(mine)) if (workload, metric) not in tables[:i] else [])
+    return out
+
+
+def unplaced(summary: Mapping[str, Any], tables: Sequence[tuple[str, str]]) -> list[str]:
+    """Lines of verdicts on a workload no table of the report shows."""
+    workloads = {w for w, _ in tables}
+    return [line(v) for v in verdicts(summary) if str(v.get("workload")) not in workloads]
+
+
+def _count(items: Sequence[Verdict]) -> dict[str, int]:
+    return {
+        k: sum(v.get("verdict") == k for v in items)
+        for k in (AGREES, EXPLAINED, DIFFERS, UNMEASURED)
+    }
+
+
+def count_line(items: Sequence[Verdict], title: str) -> str:
+    """ "Table I: 4 rows; 3 agree, 1 differs with its cause shown (100 % agree or are
+    explained)"."""
+    c = _count(items)
+    parts = [f"{c[AGREES]} agree{'s' if c[AGREES] == 1 else ''}"]
+    if c[EXPLAINED]:
+        parts.append(
+            f"{c[EXPLAINED]} differ{'s' if c[EXPLAINED] == 1 else ''} with the cause shown"
+        )
+    if c[DIFFERS]:
+        parts.append(f"{c[DIFFERS]} differ{'s' if c[DIFFERS] == 1 else ''} unexplained")
+    if c[UNMEASURED]:
+        parts.append(f"{c[UNMEASURED]} not measured")
+    share = 100.0 * (c[AGREES] + c[EXPLAINED]) / len(items) if items else 0.0
+    rows = f"{len(items)} row{'' if len(items) == 1 else 's'}"
+    return f"{title}: {rows}; {', '.join(parts)} ({share:.0f} % agree or are explained)"
+
+
+def figure_counts(summary: Mapping[str, Any]) -> list[str]:
+    """A count per figure of the paper, then one for all of them."""
+    items = verdicts(summary)
+    if not items:
+        return []
+    figures = list(dict.fromkeys(str(v.get("figure")) for v in items))
+    out = [count_line([v for v in items if str(v.get("figure")) == f], f) for f in figures]
+    return [*out, count_line(items, "Against the paper, all rows")]
+
+
+def _cell(text: object) -> str:
+    return str(text or "").replace("|", "\\|")
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    """The verdicts as the side-by-side table of docs/methodology.md, with the counts."""
+    items = verdicts(summary)
+    if not items:
+        return "(this run's scenario has no [[paper]] rows)\n"
+    out = ["| Paper | Row | Paper's | Ours | Verdict |", "|---|---|---|---|---|"]
+    for v in items:
+        out.append(
+            f"| {_cell(v.get('figure'))} | {_cell(_where(v).split(', ', 1)[-1])} | "
+            f"{_cell(v.get('paper'))} | {_cell(v.get('ours') or '—')} | {_cell(outcome(v))} |"
+        )
+    out.append("")
+    out += [f"- {c}" for c in figure_counts(summary)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,204 @@
+"""[[paper]] rows: the source paper's numbers beside the run's, with a verdict each
+(agrees / differs with the cause shown by a row of the same run / differs unexplained /
+not measured), in summary.json, under the report's tables and as Markdown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from secperf.cli import app
+from secperf.errors import ScenarioError
+from secperf.report import paper as paper_report
+from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED, paper_verdicts
+from secperf.results.rundir import RunDir
+from secperf.results.summary import build_summary
+from secperf.scenario.loader import load_scenario
+from secperf.scenario.paper import PaperRow, parse_tolerance
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_RUN = ROOT / "tests" / "data" / "runs" / "20261122T010203Z-quick"
+cli = CliRunner()
+
+
+def _row(**kw: Any) -> dict[str, Any]:
+    base = {
+        "workload": "tcp-rr",
+        "point_id": "tcp-rr#0",
+        "label": "tcp-rr",
+        "metric": "tps",
+        "unit": "trans/s",
+        "higher_is_better": True,
+        "variant": "acl",
+    }
+    return base | kw
+
+
+def _verdict(rows: list[dict[str, Any]], **paper: Any) -> dict[str, Any]:
+    raw = {"figure": "Table 1", "row": "r", "variant": "acl", "metric": "tps"} | paper
+    (v,) = paper_verdicts({"paper": [raw]}, rows, {}, 0.95)
+    return v
+
+
+# A 54 % drop of throughput: degradation +54 (worse), change -54 %.
+DROP = _row(degradation_pct=54.0, degradation_ci_low=52.0, degradation_ci_high=56.0)
+
+
+def test_a_drop_agrees_with_the_papers_drop_within_its_factor() -> None:
+    v = _verdict([DROP], change="-60%")
+    assert v["verdict"] == AGREES
+    assert v["ours"] == "-54.0 % [-56.0, -52.0]"  # signed as the value moves
+    assert _verdict([DROP], change="-20%")["verdict"] == DIFFERS  # 54/20 > 2
+    assert _verdict([DROP], change="+60%")["verdict"] == DIFFERS  # the other way
+    assert _verdict([DROP], change="-50%", tolerance="3pp")["verdict"] == DIFFERS
+    assert _verdict([DROP], change="-50%", tolerance="5pp")["verdict"] == AGREES
+
+
+def test_a_ratio_reads_as_treatment_over_baseline() -> None:
+    delay = _row(
+        metric="delay_mean_us",
+        higher_is_better=False,
+        degradation_pct=870.0,
+        degradation_ci_low=810.0,
+        degradation_ci_high=930.0,
+    )
+    v = _verdict([delay], metric="delay_mean_us", ratio=10.2)
+    assert v["verdict"] == AGREES and v["paper"] == "×10.2"
+    assert v["ours"].startswith("×9.70")
+
+
+def test_direction_needs_the_whole_interval_on_the_papers_side() -> None:
+    wide = _row(degradation_pct=3.0, degradation_ci_low=-1.0, degradation_ci_high=7.0)
+    assert _verdict([wide], change="-5%", tolerance="direction")["verdict"] == DIFFERS
+    assert _verdict([DROP], change="-5%", tolerance="direction")["verdict"] == AGREES
+
+
+def test_a_value_is_compared_in_its_unit() -> None:
+    row = _row(variant="baseline", mean=92.6, ci_low=92.0, ci_high=93.2, unit="Mbit/s")
+    v = _verdict([row], variant="baseline", value=95.0, tolerance="5%")
+    assert v["verdict"] == AGREES and v["paper"] == "95.0 Mbit/s"
+    assert _verdict([row], variant="baseline", value=120.0, tolerance="5%")["verdict"] == DIFFERS
+
+
+def test_a_difference_is_explained_only_by_a_row_measured_in_the_same_run() -> None:
+    capped = _row(variant="acl-capped", degradation_pct=50.0, degradation_ci_low=45.0,
+                  degradation_ci_high=55.0)  # fmt: skip
+    small = _row(degradation_pct=5.0, degradation_ci_low=4.0, degradation_ci_high=6.0)
+    cause = {"because": "the link limits", "shown_by": "acl-capped"}
+    v = _verdict([small, capped], change="-54%", **cause)
+    assert v["verdict"] == EXPLAINED
+    assert v["shown"] == "-50.0 % [-55.0, -45.0]"
+    assert "shown by acl-capped: -50.0 %" in paper_report.outcome(v)
+    # the same cause, its row not measured: asserted, not shown, counted as unexplained
+    v = _verdict([small], change="-54%", **cause)
+    assert v["verdict"] == DIFFERS and "acl-capped was not measured" in v["why"]
+    v = _verdict([small], change="-54%", because="the link limits")
+    assert v["verdict"] == DIFFERS
+    assert "asserted, not shown" in paper_report.outcome(v)
+
+
+def test_a_row_the_run_lacks_is_not_measured_never_a_number() -> None:
+    v = _verdict([DROP], variant="other", change="-54%")
+    assert v["verdict"] == UNMEASURED and v["ours"] is None
+    unpaired = _row(degradation_pct=None)
+    assert _verdict([unpaired], change="-54%")["verdict"] == UNMEASURED
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({}, "exactly one of the paper's numbers"),
+        ({"change": "-5%", "ratio": 1.2}, "exactly one"),
+        ({"change": "5"}, ""),  # a number alone is %
+        ({"change": "five"}, "expected the paper's change"),
+        ({"change": "0%"}, "cannot hold for it"),
+        ({"value": 3.0, "tolerance": "5pp"}, "a value is compared within a factor"),
+        ({"change": "-5%", "tolerance": "10%"}, "compares values"),
+        ({"change": "-5%", "tolerance": "x1"}, "above 1"),
+        ({"change": "-5%", "tolerance": "close"}, "expected a tolerance"),
+        ({"change": "-5%", "shown_by": "x"}, "say it in because"),
+    ],
+)
+def test_bad_paper_rows_say_what_is_wrong(fields: dict[str, Any], says: str) -> None:
+    raw = {"figure": "F", "row": "r", "variant": "acl", "metric": "tps"} | fields
+    if not says:
+        assert PaperRow.model_validate(raw).paper_change == 5.0
+        return
+    with pytest.raises(ValueError, match=says):
+        PaperRow.model_validate(raw)
+
+
+def test_tolerances_print_as_written() -> None:
+    assert [str(parse_tolerance(t)) for t in ("x2", "×1.5", "5pp", "10%", "direction")] == [
+        "x2",
+        "x1.5",
+        "5pp",
+        "10%",
+        "direction",
+    ]
+
+
+def _scenario(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "q.toml"
+    path.write_text((ROOT / "scenarios" / "quick.toml").read_text() + "\n" + text)
+    return path
+
+
+def test_scenario_paper_rows_name_what_exists(tmp_path: Path) -> None:
+    good = (
+        '[[paper]]\nfigure = "Fig. 1"\nrow = "set"\nvariant = "acl-set"\nworkload = "tcp-crr"\n'
+        'metric = "cps"\nchange = "-10%"\nbecause = "b"\nshown_by = "acl-linear tcp-crr cps"\n'
+    )
+    sc = load_scenario(_scenario(tmp_path, good))
+    assert sc.paper[0].paper_change == -10.0
+    assert sc.to_json_dict()["paper"][0]["tolerance"] is None
+    for bad, says in [
+        (good.replace('variant = "acl-set"', 'variant = "acl-st"'), "not a variant"),
+        (good.replace('workload = "tcp-crr"', 'workload = "crr"'), "not a workload"),
+        (good.replace('metric = "cps"', 'metric = "cpx"'), "no workload here measures"),
+        (good.replace('"acl-linear tcp-crr cps"', '"acl-lin"'), "shown_by names 'acl-lin'"),
+        (good.replace('"acl-linear tcp-crr cps"', '"acl-linear crr"'), "neither a workload"),
+    ]:
+        with pytest.raises(ScenarioError, match=says):
+            load_scenario(_scenario(tmp_path, bad))
+
+
+def test_a_run_carries_its_verdicts_under_its_tables_and_as_markdown(tmp_path: Path) -> None:
+    run_path = shutil.copytree(DATA_RUN, tmp_path / "run")
+    meta = json.loads((run_path / "run.json").read_text())
+    meta["scenario"]["paper"] = [
+        # acl-linear is ~25 % slower than acl-set on tcp-rr (75 against ~100 trans/s)
+        {
+            "figure": "Table 2",
+            "row": "linear vs set",
+            "variant": "acl-linear",
+            "against": "acl-set",
+            "workload": "tcp-rr",
+            "metric": "tps",
+            "change": "-25%",
+        },
+        {"figure": "Table 2", "row": "gone", "variant": "nope", "metric": "tps", "ratio": 0.5},
+    ]
+    (run_path / "run.json").write_text(json.dumps(meta))
+    summary = build_summary(RunDir.open(run_path))
+    agrees, gone = summary["paper"]
+    assert agrees["verdict"] == AGREES, agrees
+    assert agrees["ours_mean"] == pytest.approx(-25.0, abs=1.0)  # paired by round
+    assert gone["verdict"] == UNMEASURED
+    shown = cli.invoke(app, ["report", str(run_path), "--details"])
+    out = shown.output
+    assert "Table 2, linear vs set: paper -25 %, ours -25." in out
+    # under the tcp-rr table, before the next workload's
+    tables = out.index("tcp-rr — Transaction rate")
+    assert tables < out.index("Table 2, linear vs set") < out.index("tcp-rr — Service demand")
+    assert "Table 2: 2 rows; 1 agrees, 1 not measured (50 % agree or are explained)" in out
+    md = cli.invoke(app, ["report", str(run_path), "--paper-markdown"])
+    assert md.exit_code == 0, md.output
+    assert md.output.startswith("| Paper | Row | Paper's | Ours | Verdict |")
+    assert "| Table 2 | linear vs set | -25 % | -25." in md.output
+    assert (run_path / "report.html").read_text().count('class="verdict"') == 1
