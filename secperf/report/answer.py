@@ -29,6 +29,7 @@ from rich.text import Text
 
 from secperf.report.limits import CANNOT
 from secperf.report.plots import figure_bytes, new_figure
+from secperf.report.tags import tag_name, variant_tags
 from secperf.results.metrics import censored_words
 from secperf.tables import (
     BASELINE,
@@ -443,6 +444,7 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
     if not found and not checks and not alone:
         return []
     about = descriptions(run_meta)
+    tags = variant_tags(run_meta)
     collapse = len(found) > COLLAPSE_ABOVE
     out: list[Any] = [Text("The answer — " + rule_text(summary), style="bold")] if found else []
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
@@ -485,7 +487,8 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
                 Text(""),
             )
         what = f": {_first_line(about[variant])}" if variant in about else ""
-        out.append(Group(Text(f"{variant}{what}", style="bold"), grid))
+        name = tag_name(variant, tags)
+        out.append(Group(Text(f"{name}{what}", style="bold"), grid))
     if alone:
         grid = Table.grid(padding=(0, 2))
         for r in alone:

@@ -37,7 +37,6 @@ from secperf.report.answer import (
     value_text,
     verdicts,
 )
-from secperf.report.checks import check_tables
 from secperf.report.distributions import delay_charts
 from secperf.report.gate import (
     GateError,
@@ -49,11 +48,12 @@ from secperf.report.gate import (
 from secperf.report.header import header_lines
 from secperf.report.host_tables import host_tables
 from secperf.report.plots import charts, png_only, variant_sweep_charts
+from secperf.report.tags import tag_name, variant_tags
 from secperf.report.terminal import (
-    build_tables,
     common_notes,
     in_order,
-    paper_layouts,
+    run_check_tables,
+    run_tables,
 )
 from secperf.report.timeseries import round_values, series_charts, strip_charts
 from secperf.report.topology_svg import render_topology_svg
@@ -157,10 +157,12 @@ def _answer_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     if not found and not checks and not alone:
         return []
     about = descriptions(run_meta)
+    tags = variant_tags(run_meta)
     out = ['<table class="answer" id="verdicts">']
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
         what = f" — {escape(about[variant])}" if variant in about else ""
-        out.append(f'<tr class="variant"><td colspan="4"><b>{escape(variant)}</b>{what}</td></tr>')
+        name = escape(tag_name(variant, tags))
+        out.append(f'<tr class="variant"><td colspan="4"><b>{name}</b>{what}</td></tr>')
         for v in (v for v in found if v.variant == variant):
             out.append(
                 f"<tr><td>{escape(v.where)}</td><td>{escape(v.metric_label)}</td>"
@@ -254,7 +256,7 @@ def render_html(
         body.append("</div>")
     body += ['<div class="header">', *(f"<p>{escape(line)}</p>" for line in rest), "</div>"]
     body.append('<h2 id="results">Results</h2>')
-    common, tables = common_notes(build_tables(summary, paper_layouts(run_meta)))
+    common, tables = common_notes(run_tables(summary, run_meta))
     if not tables:
         body.append("<p>No result records: nothing to report.</p>")
     if common:
@@ -286,7 +288,7 @@ def render_html(
     if counts:
         body.append('<h2 id="paper">Against the paper</h2>')
         body += [f"<p>{escape(v)}</p>" for v in [*paper.unplaced(summary, keys), *counts]]
-    checks = check_tables(summary)
+    checks = run_check_tables(summary, run_meta)
     if checks:
         body.append("<h2>Checks</h2>")
         body += [_table_html(t) for t in checks]

@@ -29,6 +29,7 @@ from secperf.report.limits import (
     softirq_table,
     target_note,
 )
+from secperf.report.tags import tag_notes, tag_tables, variant_tags
 from secperf.results.metrics import censored_words
 from secperf.results.summary import in_variant_order
 from secperf.tables import (
@@ -458,7 +459,19 @@ def _width(table: Table) -> int:
 
 def render_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Table]:
     """The report's tables as rich Tables (footnotes in each caption); layouts from the scenario."""
-    return [to_rich(t) for t in build_tables(summary, paper_layouts(run_meta))]
+    return [to_rich(t) for t in run_tables(summary, run_meta)]
+
+
+def run_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[ReportTable]:
+    """A run's tables (`build_tables` in its paper layouts), each variant named with what
+    the run recorded about it (a VM's accelerator: `secperf.report.tags`)."""
+    tables = build_tables(summary, paper_layouts(run_meta))
+    return tag_tables(tables, variant_tags(run_meta), tag_notes(run_meta))
+
+
+def run_check_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[ReportTable]:
+    """The checks' tables, their variants tagged as in `run_tables`."""
+    return tag_tables(check_tables(summary), variant_tags(run_meta), tag_notes(run_meta))
 
 
 def in_order(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -506,7 +519,7 @@ def print_report(
     if not details:
         return
     width = None if console.width >= 100_000 else console.width
-    common, tables = common_notes(build_tables(summary, paper_layouts(run_meta)))
+    common, tables = common_notes(run_tables(summary, run_meta))
     if not tables:
         console.print("no result records: nothing to report", markup=False)
     if common:
@@ -523,7 +536,7 @@ def print_report(
     _print_paper_counts(
         console, summary, paper.unplaced(summary, [(t.workload, t.metric) for t in tables])
     )
-    for check in check_tables(summary):
+    for check in run_check_tables(summary, run_meta):
         console.print()
         console.print(to_rich(check))
 
