@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED
+from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED, UNRESOLVED
 
 Verdict = Mapping[str, Any]
 
@@ -40,6 +40,8 @@ def outcome(v: Verdict) -> str:
             shown = f"; {why}" if why else ", not shown by a row of this run"
             return f'differs, unexplained: "{v.get("because")}" is asserted{shown}'
         return "differs, unexplained"
+    if kind == UNRESOLVED:
+        return f"not resolved: {v.get('why')} (more rounds or a quieter machine)"
     return f"not measured: {v.get('why') or 'no figure'}"
 
 
@@ -81,7 +83,7 @@ def unplaced(summary: Mapping[str, Any], tables: Sequence[tuple[str, str]]) -> l
 def _count(items: Sequence[Verdict]) -> dict[str, int]:
     return {
         k: sum(v.get("verdict") == k for v in items)
-        for k in (AGREES, EXPLAINED, DIFFERS, UNMEASURED)
+        for k in (AGREES, EXPLAINED, DIFFERS, UNRESOLVED, UNMEASURED)
     }
 
 
@@ -96,6 +98,8 @@ def count_line(items: Sequence[Verdict], title: str) -> str:
         )
     if c[DIFFERS]:
         parts.append(f"{c[DIFFERS]} differ{'s' if c[DIFFERS] == 1 else ''} unexplained")
+    if c[UNRESOLVED]:
+        parts.append(f"{c[UNRESOLVED]} not resolved")
     if c[UNMEASURED]:
         parts.append(f"{c[UNMEASURED]} not measured")
     share = 100.0 * (c[AGREES] + c[EXPLAINED]) / len(items) if items else 0.0

@@ -16,11 +16,13 @@ from typing import Any
 from secperf import stats
 from secperf.scenario.expect import BASELINE
 from secperf.scenario.paper import PaperRow, Selector, Tolerance, parse_selector
+from secperf.schema.units import plain_number
 
 AGREES = "agrees"
 EXPLAINED = "explained"
 DIFFERS = "differs"
 UNMEASURED = "not measured"
+UNRESOLVED = "not resolved"
 
 # (workload, point_id, variant) -> metric -> round -> value
 Values = Mapping[tuple[str, str, str], Mapping[str, Mapping[int, float]]]
@@ -97,6 +99,20 @@ def _holds(
     if paper > 0:
         return (low if low is not None else ours) > 0
     return (high if high is not None else ours) < 0
+
+
+def _unresolved(tol: Tolerance, low: float | None, high: float | None, value: bool) -> str:
+    """Why the run's interval is too wide to compare with the paper ("" when it is not):
+    a change whose interval holds 0, or is wider than the points it is judged within."""
+    if value or low is None or high is None:
+        return ""
+    if tol.kind == "pp":
+        if (high - low) / 2 > tol.amount:
+            return f"its interval is wider than ±{plain_number(tol.amount)} points"
+        return ""
+    if low <= 0 <= high:
+        return "its interval holds 0: no change told from none"
+    return ""
 
 
 def _num(x: float) -> str:
@@ -218,6 +234,10 @@ def verdict(
             else change_text(ours, low, high, p.ratio is not None)
         )
         entry |= {"ours": text, "ours_mean": ours, "ours_low": low, "ours_high": high}
+        unresolved = _unresolved(p.tolerance_or_default, low, high, p.value is not None)
+        if unresolved:
+            out.append({**entry, "verdict": UNRESOLVED, "why": unresolved})
+            continue
         if _holds(p.tolerance_or_default, ours, low, high, paper_number):
             out.append({**entry, "verdict": AGREES})
             continue

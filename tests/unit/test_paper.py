@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 from secperf.cli import app
 from secperf.errors import ScenarioError
 from secperf.report import paper as paper_report
-from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED, paper_verdicts
+from secperf.results.paper import (
+    AGREES,
+    DIFFERS,
+    EXPLAINED,
+    UNMEASURED,
+    UNRESOLVED,
+    paper_verdicts,
+)
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
@@ -74,7 +81,9 @@ def test_a_ratio_reads_as_treatment_over_baseline() -> None:
 
 def test_direction_needs_the_whole_interval_on_the_papers_side() -> None:
     wide = _row(degradation_pct=3.0, degradation_ci_low=-1.0, degradation_ci_high=7.0)
-    assert _verdict([wide], change="-5%", tolerance="direction")["verdict"] == DIFFERS
+    assert _verdict([wide], change="-5%", tolerance="direction")["verdict"] == UNRESOLVED
+    other_way = _row(degradation_pct=-5.0, degradation_ci_low=-7.0, degradation_ci_high=-3.0)
+    assert _verdict([other_way], change="-5%", tolerance="direction")["verdict"] == DIFFERS
     assert _verdict([DROP], change="-5%", tolerance="direction")["verdict"] == AGREES
 
 
@@ -212,3 +221,12 @@ def test_shown_by_reads_a_swept_variant_whose_name_holds_spaces() -> None:
         "tcp-rr#1",
         "tps",
     )
+
+
+def test_an_interval_too_wide_to_compare_is_not_resolved_never_agreed() -> None:
+    wide = _row(degradation_pct=20.0, degradation_ci_low=-80.0, degradation_ci_high=119.5)
+    v = _verdict([wide], change="-25%")
+    assert v["verdict"] == UNRESOLVED and "holds 0" in v["why"]
+    loose = _row(degradation_pct=4.0, degradation_ci_low=-2.0, degradation_ci_high=10.0)
+    assert _verdict([loose], change="-5%", tolerance="5pp")["verdict"] == UNRESOLVED
+    assert _verdict([DROP], change="-50%", tolerance="5pp")["verdict"] == AGREES
