@@ -101,10 +101,13 @@ def _holds(
     return (high if high is not None else ours) < 0
 
 
-def _unresolved(tol: Tolerance, low: float | None, high: float | None, value: bool) -> str:
+def _unresolved(
+    tol: Tolerance, low: float | None, high: float | None, value: bool, paper: float
+) -> str:
     """Why the run's interval is too wide to compare with the paper ("" when it is not):
-    a change whose interval holds 0, or is wider than the points it is judged within."""
-    if value or low is None or high is None:
+    it holds the paper's change and also 0 (or, judged in points, is wider than them).
+    An interval that excludes the paper's change is resolved, however wide."""
+    if value or low is None or high is None or not low <= paper <= high:
         return ""
     if tol.kind == "pp":
         if (high - low) / 2 > tol.amount:
@@ -234,7 +237,9 @@ def verdict(
             else change_text(ours, low, high, p.ratio is not None)
         )
         entry |= {"ours": text, "ours_mean": ours, "ours_low": low, "ours_high": high}
-        unresolved = _unresolved(p.tolerance_or_default, low, high, p.value is not None)
+        unresolved = _unresolved(
+            p.tolerance_or_default, low, high, p.value is not None, paper_number
+        )
         if unresolved:
             out.append({**entry, "verdict": UNRESOLVED, "why": unresolved})
             continue

@@ -74,6 +74,9 @@ class RunDir:
         """Make a new, unique `root/<YYYYmmddTHHMMSSZ>-<name>` directory."""
         stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
         base = f"{stamp}-{_safe_name(scenario_name)}"
+        # absolute: every path derived from it stays right in a process that does not
+        # start in this directory (a VM's daemons, a helper with its own cwd)
+        root = root.absolute()
         root.mkdir(parents=True, exist_ok=True)
         for n in range(1, 1000):
             path = root / (base if n == 1 else f"{base}-{n}")

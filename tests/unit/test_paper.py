@@ -64,6 +64,12 @@ def test_a_drop_agrees_with_the_papers_drop_within_its_factor() -> None:
     assert _verdict([DROP], change="+60%")["verdict"] == DIFFERS  # the other way
     assert _verdict([DROP], change="-50%", tolerance="3pp")["verdict"] == DIFFERS
     assert _verdict([DROP], change="-50%", tolerance="5pp")["verdict"] == AGREES
+    # a narrow interval around 0 that excludes the paper's -10 % is resolved: it differs
+    none = _row(degradation_pct=0.0, degradation_ci_low=-0.1, degradation_ci_high=0.1)
+    assert _verdict([none], change="-10%")["verdict"] == DIFFERS
+    # a wide one that excludes the paper's change is resolved too
+    away = _row(degradation_pct=-40.0, degradation_ci_low=-70.0, degradation_ci_high=-10.0)
+    assert _verdict([away], change="-1%", tolerance="5pp")["verdict"] == DIFFERS
 
 
 def test_a_ratio_reads_as_treatment_over_baseline() -> None:
@@ -230,3 +236,9 @@ def test_an_interval_too_wide_to_compare_is_not_resolved_never_agreed() -> None:
     loose = _row(degradation_pct=4.0, degradation_ci_low=-2.0, degradation_ci_high=10.0)
     assert _verdict([loose], change="-5%", tolerance="5pp")["verdict"] == UNRESOLVED
     assert _verdict([DROP], change="-50%", tolerance="5pp")["verdict"] == AGREES
+    # a narrow interval around 0 that excludes the paper's -10 % is resolved: it differs
+    none = _row(degradation_pct=0.0, degradation_ci_low=-0.1, degradation_ci_high=0.1)
+    assert _verdict([none], change="-10%")["verdict"] == DIFFERS
+    # a wide one that excludes the paper's change is resolved too
+    away = _row(degradation_pct=-40.0, degradation_ci_low=-70.0, degradation_ci_high=-10.0)
+    assert _verdict([away], change="-1%", tolerance="5pp")["verdict"] == DIFFERS
