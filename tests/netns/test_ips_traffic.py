@@ -216,10 +216,11 @@ def test_nfq_ips_threads_share_the_load_of_two_queues(
     assert clean and not attack
     (record,) = _stats(tmp_path, ctx.name, "dut")
     assert record["queues"] == 2
-    # both threads had packets, and they had every packet the kernel queued
+    # a thread a queue, and together they had every packet the kernel queued (which queue
+    # a flow lands on is the kernel's hash of its addresses and protocol with a seed drawn
+    # once a boot: between one pair of hosts both protocols may share one queue)
     assert len(record["per_queue_packets"]) == 2, record
-    assert all(n > 0 for n in record["per_queue_packets"]), record
-    assert sum(record["per_queue_packets"]) == record["packets"], record
+    assert sum(record["per_queue_packets"]) == record["packets"] > 0, record
     each = {q["queue"]: q["queued"] for q in record["kernel"]["queues"]}
     assert set(each) == {3, 4}, record
     assert record["packets"] == record["kernel"]["queued"], record
