@@ -11,10 +11,10 @@ rounds show, on average over the measured window:
 4. placement "one": the one CPU, when it was ≥ 90 % busy (exact: its idle
    residency; the hosts, ksoftirqd and, on a shared machine, other processes): the
    whole path's CPU per unit of work;
-5. the DUT: its processes (a user-space mechanism's daemons) ≥ 90 % of a CPU (of
+5. the DUT: its processes (a user-space mechanism's daemons) ≥ 90 % of a CPU (80 % of
    its CPU quota, where it has one), or, placement "split", the DUT's own CPUs
    ≥ 90 % busy;
-6. the generator: a client host's processes ≥ 90 % of a CPU or of its quota (on a
+6. the generator: a client host's processes ≥ 90 % of a CPU or 80 % of its quota (on a
    namespace testbed the DUT's kernel work runs in the sender's softirq and is in
    that figure);
 7. the server: the same; then any other host the same way;
@@ -35,6 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CPU_SATURATED_PCT = 90.0
+# A host under a CPU quota is held in bursts (CFS bandwidth: its share of each 100 ms
+# period, then nothing): over a test of a second or two it shows less than its quota
+# even when the quota limits it (22 % of a 25 % quota, seen in a fresh-clone CI run).
+QUOTA_SATURATED_PCT = 80.0
 OFFERED_MET = 0.95
 
 # Limits that say nothing about the mechanism when both sides of a comparison hit them.
@@ -183,7 +187,10 @@ def bottleneck(e: Evidence) -> Bottleneck:
     by_role = sorted(e.host_pct.items(), key=lambda kv: -kv[1])
 
     def full(host: str, pct: float) -> bool:
-        return pct >= CPU_SATURATED_PCT / 100.0 * e.caps.get(host, 100.0)
+        cap = e.caps.get(host)
+        if cap is None:
+            return pct >= CPU_SATURATED_PCT
+        return pct >= QUOTA_SATURATED_PCT / 100.0 * cap
 
     def at(host: str, pct: float) -> str:
         cap = e.caps.get(host)
