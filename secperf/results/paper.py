@@ -16,7 +16,6 @@ from typing import Any
 from secperf import stats
 from secperf.scenario.expect import BASELINE
 from secperf.scenario.paper import PaperRow, Selector, Tolerance, parse_selector
-from secperf.schema.units import plain_number
 
 AGREES = "agrees"
 EXPLAINED = "explained"
@@ -83,39 +82,15 @@ def _change(
     return d, lo, hi, ""
 
 
-def _holds(
-    tol: Tolerance, ours: float, low: float | None, high: float | None, paper: float
-) -> bool:
-    if tol.kind == "factor":
-        if ours == 0 or paper == 0 or (ours > 0) != (paper > 0):
-            return False
-        q = ours / paper
-        return 1 / tol.amount <= q <= tol.amount
-    if tol.kind == "pp":
-        return abs(ours - paper) <= tol.amount
-    if tol.kind == "relative":
-        return abs(ours - paper) <= abs(paper) * tol.amount / 100.0
-    # direction: the interval on the paper's side of 0 (the mean alone with one round)
-    if paper > 0:
-        return (low if low is not None else ours) > 0
-    return (high if high is not None else ours) < 0
-
-
 def _unresolved(
     tol: Tolerance, low: float | None, high: float | None, value: bool, paper: float
 ) -> str:
     """Why the run's interval is too wide to compare with the paper ("" when it is not):
-    it holds the paper's change and also 0 (or, judged in points, is wider than them).
+    it holds the paper's change and cannot tell it from none (the tolerance says how).
     An interval that excludes the paper's change is resolved, however wide."""
     if value or low is None or high is None or not low <= paper <= high:
         return ""
-    if tol.kind == "pp":
-        if (high - low) / 2 > tol.amount:
-            return f"its interval is wider than ±{plain_number(tol.amount)} points"
-        return ""
-    if low <= 0 <= high:
-        return "its interval holds 0: no change told from none"
-    return ""
+    return tol.unresolved(low, high)
 
 
 def _num(x: float) -> str:
@@ -243,7 +218,7 @@ def verdict(
         if unresolved:
             out.append({**entry, "verdict": UNRESOLVED, "why": unresolved})
             continue
-        if _holds(p.tolerance_or_default, ours, low, high, paper_number):
+        if p.tolerance_or_default.holds(ours, low, high, paper_number):
             out.append({**entry, "verdict": AGREES})
             continue
         shown = _shown(p, row, rows, values, confidence) if p.shown_by else None

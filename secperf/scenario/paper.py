@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import PlainSerializer, PlainValidator, model_validator
 
@@ -41,19 +41,82 @@ _CHANGE = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*%?\s*$")
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How close counts as agreeing: a factor on the change ("x2"), percentage points
-    ("5pp"), a relative difference of values ("10%"), or the direction alone."""
+    """How close counts as agreeing; each form is a subclass that says, as data, what it
+    compares (changes, values) and, as methods, when ours agrees with the paper's and
+    when our interval is too wide to tell."""
 
-    kind: Literal["factor", "pp", "relative", "direction"]
     amount: float = 0.0
+    compares_changes: ClassVar[bool] = True
+    compares_values: ClassVar[bool] = False
+    holds_for_zero: ClassVar[bool] = False  # can it judge a paper's change of 0?
+
+    def holds(self, ours: float, low: float | None, high: float | None, paper: float) -> bool:
+        raise NotImplementedError
+
+    def unresolved(self, low: float, high: float) -> str:
+        """Why an interval that holds the paper's number cannot be judged ("": it can)."""
+        return "its interval holds 0: no change told from none" if low <= 0 <= high else ""
+
+
+@dataclass(frozen=True)
+class Factor(Tolerance):
+    """ "x2": ours within a factor of the paper's, on the same side of 0."""
+
+    compares_values: ClassVar[bool] = True
 
     def __str__(self) -> str:
-        return {
-            "factor": f"x{plain_number(self.amount)}",
-            "pp": f"{plain_number(self.amount)}pp",
-            "relative": f"{plain_number(self.amount)}%",
-            "direction": "direction",
-        }[self.kind]
+        return f"x{plain_number(self.amount)}"
+
+    def holds(self, ours: float, low: float | None, high: float | None, paper: float) -> bool:
+        if ours == 0 or paper == 0 or (ours > 0) != (paper > 0):
+            return False
+        return 1 / self.amount <= ours / paper <= self.amount
+
+
+@dataclass(frozen=True)
+class Points(Tolerance):
+    """ "5pp": our change within so many percentage points of the paper's."""
+
+    holds_for_zero: ClassVar[bool] = True
+
+    def __str__(self) -> str:
+        return f"{plain_number(self.amount)}pp"
+
+    def holds(self, ours: float, low: float | None, high: float | None, paper: float) -> bool:
+        return abs(ours - paper) <= self.amount
+
+    def unresolved(self, low: float, high: float) -> str:
+        if (high - low) / 2 > self.amount:
+            return f"its interval is wider than ±{plain_number(self.amount)} points"
+        return ""
+
+
+@dataclass(frozen=True)
+class Relative(Tolerance):
+    """ "10%": our value within so many % of the paper's."""
+
+    compares_changes: ClassVar[bool] = False
+    compares_values: ClassVar[bool] = True
+
+    def __str__(self) -> str:
+        return f"{plain_number(self.amount)}%"
+
+    def holds(self, ours: float, low: float | None, high: float | None, paper: float) -> bool:
+        return abs(ours - paper) <= abs(paper) * self.amount / 100.0
+
+
+@dataclass(frozen=True)
+class Direction(Tolerance):
+    """ "direction": our whole interval on the paper's side of 0 (the mean alone with one
+    round)."""
+
+    def __str__(self) -> str:
+        return "direction"
+
+    def holds(self, ours: float, low: float | None, high: float | None, paper: float) -> bool:
+        if paper > 0:
+            return (low if low is not None else ours) > 0
+        return (high if high is not None else ours) < 0
 
 
 def parse_tolerance(value: object) -> Tolerance:
@@ -69,12 +132,12 @@ def parse_tolerance(value: object) -> Tolerance:
         factor = float(match.group("f"))
         if factor <= 1:
             raise ValueError(f"a factor tolerance must be above 1, got {toml_repr(value)}")
-        return Tolerance("factor", factor)
+        return Factor(factor)
     if match.group("pp"):
-        return Tolerance("pp", float(match.group("pp")))
+        return Points(float(match.group("pp")))
     if match.group("rel"):
-        return Tolerance("relative", float(match.group("rel")))
-    return Tolerance("direction")
+        return Relative(float(match.group("rel")))
+    return Direction()
 
 
 def parse_change(value: object) -> float:
@@ -158,17 +221,17 @@ class PaperRow(StrictModel):
                 raise ValueError(f"{key} must be a positive number, got {plain_number(x)}")
         tol = self.tolerance
         if tol is not None:
-            if self.value is not None and tol.kind in ("pp", "direction"):
+            if self.value is not None and not tol.compares_values:
                 raise ValueError(
                     f'a value is compared within a factor ("x2") or a relative difference '
                     f'("10%"), not with tolerance = "{tol}"'
                 )
-            if self.value is None and tol.kind == "relative":
+            if self.value is None and not tol.compares_changes:
                 raise ValueError(
                     f'tolerance = "{tol}" compares values: for a change use "x2", "5pp" or '
                     '"direction"'
                 )
-        if self.paper_change == 0 and self.tolerance_or_default.kind in ("factor", "direction"):
+        if self.paper_change == 0 and not self.tolerance_or_default.holds_for_zero:
             raise ValueError(
                 f'the paper\'s change is 0: tolerance = "{self.tolerance_or_default}" cannot '
                 'hold for it; give one in percentage points, e.g. tolerance = "2pp"'
@@ -184,7 +247,7 @@ class PaperRow(StrictModel):
 
     @property
     def tolerance_or_default(self) -> Tolerance:
-        return self.tolerance if self.tolerance is not None else Tolerance("factor", 2.0)
+        return self.tolerance if self.tolerance is not None else Factor(2.0)
 
     @property
     def paper_change(self) -> float | None:
