@@ -8,7 +8,7 @@ intervals and, for each variant, the paired degradation against the baseline.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from secperf.results import evidence
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import collect_checks, validation_failures, validation_field
 from secperf.results.cpu import collect_guest_cpu, cpu_row
+from secperf.results.delays import DIRECTIONS
 from secperf.results.delays import collect as collect_delays
 from secperf.results.delays import to_json as delays_json
 from secperf.results.metrics import (
@@ -96,15 +97,16 @@ def _point_index(point_id: str) -> float:
         return math.inf
 
 
-def collect(run: RunDir) -> dict[GroupKey, Group]:
-    """Group the run's result records, ordered: workloads in scenario order,
-    points in sweep order, baseline first then variants in scenario order."""
+def collect(run: RunDir, lines: Iterable[Mapping[str, Any]] | None = None) -> dict[GroupKey, Group]:
+    """Group the run's result records (`lines`: the run's, read here when None),
+    ordered: workloads in scenario order, points in sweep order, baseline first then
+    variants in scenario order."""
     meta = run.read_run_json()
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     irq = irq_time_accounting(meta)
     groups: dict[GroupKey, Group] = {}
     seen_reps: dict[GroupKey, int] = {}
-    for line in run.iter_records():
+    for line in run.iter_records() if lines is None else lines:
         record = line["record"]
         rtype = record.get("type")
         key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
@@ -496,6 +498,17 @@ def _bracket_degradation(
     row["significant"] = lo > 0 or hi < 0
 
 
+def _noting_delays(
+    lines: Iterable[Mapping[str, Any]], into: list[Mapping[str, Any]]
+) -> Iterator[Mapping[str, Any]]:
+    """The lines, as they are, keeping aside the results that carry delay histograms."""
+    for line in lines:
+        record = line.get("record")
+        if isinstance(record, Mapping) and any(d in record for d, _ in DIRECTIONS):
+            into.append(line)
+        yield line
+
+
 def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
     """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
     meta = run.read_run_json()
@@ -503,7 +516,9 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     target_pp = degradation_target(meta)
     conf = scen_conf if confidence is None else confidence
     stops = _stops(meta)
-    groups = collect(run)
+    # one pass over records.jsonl: the groups, and the delay histograms beside them
+    delay_lines: list[Mapping[str, Any]] = []
+    groups = collect(run, _noting_delays(run.iter_records(), delay_lines))
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     limits = {
@@ -578,7 +593,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         "softirq_note": (meta.get("softirq") or {}).get("why"),
         # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
         # of document 004): a kept run draws its distributions from these
-        "distributions": delays_json(collect_delays(run.iter_records())),
+        "distributions": delays_json(collect_delays(delay_lines)),
         # the scenario's [[paper]] rows, each with the run's figure and a verdict
         "paper": paper_verdicts(scenario, rows, {k: g.values for k, g in groups.items()}, conf),
     }
