@@ -46,6 +46,7 @@ from secperf.services.nginx import accepts
 from secperf.services.ports import HTTPS_PORT
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.testbed.ledger import Ledger
+from secperf.testbed.procfs import rss_bytes
 from secperf.tools import Tool, find_program
 
 FORWARD_PORT = 3138  # squid insists on one plain http_port; never used by the tests
@@ -157,16 +158,6 @@ def _children(pid: int) -> list[int]:
         if int(parts[1]) == pid:
             out.append(int(stat.parent.name))
     return out
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class TlsInspect(Mechanism):
@@ -325,7 +316,7 @@ class TlsInspect(Mechanism):
         cpu, lines = self._cpu(), self._log_lines()
         used, conns = cpu - self._cpu0, lines - self._lines0
         self._cpu0, self._lines0 = cpu, lines
-        memory = sum(_rss_bytes(p) for p in pids)
+        memory = rss_bytes(pids) or 0
         return {
             "kind": "tls_inspect",
             "mode": self.spec.mode,

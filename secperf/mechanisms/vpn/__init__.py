@@ -22,11 +22,9 @@ from secperf.mechanisms.vpn.base import (
     TUNNEL_NET6,
     TunnelEnd,
     Vpn,
-    cpu_seconds,
     daemon_cpu,
     device_counters,
     memory,
-    rss_bytes,
     tunnel_addresses,
     tunnel_name,
 )
@@ -37,6 +35,7 @@ from secperf.mechanisms.vpn.tinc import Tinc
 from secperf.mechanisms.vpn.tunnel import IMPLEMENTATIONS, KIND, Tunnel, from_spec, make
 from secperf.mechanisms.vpn.vtun import Vtun
 from secperf.mechanisms.vpn.wireguard import Wireguard
+from secperf.testbed.procfs import cpu_seconds, rss_bytes
 
 __all__ = [
     "IMPLEMENTATIONS",

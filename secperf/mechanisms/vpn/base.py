@@ -24,7 +24,6 @@ does not come up is an error that quotes the daemons' last log lines.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import re
 import subprocess
@@ -38,6 +37,7 @@ from secperf.errors import MechanismError
 from secperf.testbed import topology
 from secperf.testbed.hosts import Host, InterfaceCounters, ManagedProcess
 from secperf.testbed.ledger import proc_state
+from secperf.testbed.procfs import cpu_seconds, rss_bytes
 from secperf.tools import Tool
 
 TUNNEL_NET4 = topology.TUNNEL_NET4  # 198.18.240.0/20, which no link of the graph uses
@@ -537,22 +537,6 @@ def device_counters(host: Host, device: str) -> InterfaceCounters:
     return counters[device]
 
 
-def rss_bytes(pids: Sequence[int], proc_root: Path = Path("/proc")) -> int | None:
-    """The summed resident set (VmRSS) of `pids`, in bytes; None if none of them runs.
-
-    A pid that exited between listing and reading counts 0; a kernel thread has no
-    VmRSS line and counts 0 as well."""
-    total, seen = 0, False
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            text = (proc_root / str(pid) / "status").read_text()
-            seen = True
-            m = re.search(r"^VmRSS:\s+(\d+)\s+kB", text, re.MULTILINE)
-            if m:
-                total += int(m.group(1)) * 1024
-    return total if seen else None
-
-
 def memory(vpn: Vpn) -> dict[str, int]:
     """End name -> resident memory of its daemon in bytes (only ends whose daemon runs)."""
     out: dict[str, int] = {}
@@ -561,23 +545,6 @@ def memory(vpn: Vpn) -> dict[str, int]:
         if rss is not None:
             out[end] = rss
     return out
-
-
-def cpu_seconds(pids: Sequence[int], proc_root: Path = Path("/proc")) -> float | None:
-    """The summed CPU time of `pids` so far, in seconds: every thread's scheduler time
-    (/proc/PID/task/TID/schedstat, exact, in ns; wireguard-go works in many threads),
-    the kernel work their system calls do included; None if none of them runs. A pid
-    or thread that exited in between counts 0."""
-    total, seen = 0, False
-    for pid in pids:
-        base = proc_root / str(pid)
-        with contextlib.suppress(OSError):
-            files = sorted(base.glob("task/*/schedstat")) or [base / "schedstat"]
-            for f in files:
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    total += int(f.read_text().split()[0])
-                    seen = True
-    return total / 1e9 if seen else None
 
 
 def daemon_cpu(vpn: Vpn) -> dict[str, float]:
