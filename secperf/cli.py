@@ -47,7 +47,7 @@ from secperf.report.terminal import print_report
 from secperf.results.metrics import METRICS
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
-from secperf.run.estimate import estimate, fmt_eta
+from secperf.run.estimate import estimate, fmt_eta, least_rounds
 from secperf.run.preflight import (
     all_tools,
     check_kernel,
@@ -363,7 +363,7 @@ def check(
             console.print(
                 f"{mark} {escape(str(path))}: {variants} variant(s) + baseline, "
                 f"{points} workload point(s); estimated run time {fmt_eta(est.minimum)} at "
-                f"{sc.repeat.min} rounds"
+                f"{least_rounds(sc)}"
                 + (" and the traced round" if est.traced else "")
                 + (
                     f", up to {fmt_eta(est.planned)} within its budget of "

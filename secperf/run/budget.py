@@ -5,6 +5,8 @@ conntrack flushes, rounds measured again, the traced round; not the testbed's bu
 A point always runs its `min` rounds. Beyond them, rounds go on while the point's
 asked intervals are not met, it has rounds left under `max`, and the time allows:
 
+A workload's `min_rounds` raises its points' minimum (and their cap with it).
+
 - pass 1 visits the points in order; each may use an equal share of the budget
   still left (left / points not yet visited), so a point that meets its targets
   early leaves its time to the points after it;
@@ -88,15 +90,16 @@ def next_round(
 
 
 def estimate_rounds(
-    budget_s: float, min_rounds: int, max_rounds: int, round_s: list[float]
+    budget_s: float, bounds: list[tuple[int, int]], round_s: list[float]
 ) -> list[int]:
     """Rounds each point could run with the budget shared equally (at least its
-    minimum, at most `max_rounds`): `round_s` is one round of each point (planned
-    seconds). For `secperf check` and the estimate before a run."""
+    minimum, at most its maximum): `bounds` are each point's (min, max) rounds,
+    `round_s` one round of each point (planned seconds). For `secperf check` and the
+    estimate before a run."""
     if not round_s:
         return []
     per_point = budget_s / len(round_s)
     return [
-        max(min_rounds, min(max_rounds, int(per_point // r) if r > 0 else max_rounds))
-        for r in round_s
+        max(low, min(high, int(per_point // r) if r > 0 else high))
+        for (low, high), r in zip(bounds, round_s, strict=True)
     ]

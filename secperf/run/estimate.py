@@ -27,12 +27,13 @@ def point_seconds(
 
 
 def planned_rounds(scenario: Scenario, points: Sequence[tuple[WorkloadPoint, int]]) -> list[int]:
-    """Rounds each point can run within the budget shared equally (at least `min`, at
-    most `max`): `points` are (point, configurations measured at it)."""
+    """Rounds each point can run within the budget shared equally (at least its
+    minimum, at most its maximum): `points` are (point, configurations measured at it)."""
     bps = slowest_link(scenario)
     rep = scenario.repeat
     one = [point_seconds(p, 1, tests, bps) for p, tests in points]
-    return estimate_rounds(rep.budget, rep.min, rep.max, one)
+    bounds = [(p.min_rounds(rep.min), p.max_rounds(rep.max)) for p, _t in points]
+    return estimate_rounds(rep.budget, bounds, one)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Estimate:
     """The run's planned measuring time (testbed build, teardown and searches' extra
     probes are not in it)."""
 
-    minimum: float  # every point at `min` rounds: the least the run takes
+    minimum: float  # every point at its minimum rounds: the least the run takes
     planned: float  # the rounds the budget allows each point (at most `max`)
     budget: float  # [repeat] budget
     rounds: list[int]  # the rounds planned for each point
@@ -64,7 +65,8 @@ def estimate(scenario: Scenario) -> Estimate:
         """The traced round: one more round for a point with a unit of work."""
         return int(scenario.repeat.trace_softirq and WORKLOADS.get(p.kind).work_unit is not None)
 
-    minimum = sum(point_seconds(p, scenario.repeat.min + traced(p), t, bps) for p, t in pairs)
+    least = scenario.repeat.min
+    minimum = sum(point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs)
     planned = sum(
         point_seconds(p, n + traced(p), t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
     )
@@ -76,6 +78,12 @@ def estimate_seconds(scenario: Scenario) -> tuple[float, float]:
     """(at `repeat.min` rounds, within the budget): the run's planned measuring time."""
     e = estimate(scenario)
     return e.minimum, max(e.minimum, e.planned)
+
+
+def least_rounds(scenario: Scenario) -> str:
+    """`3 rounds`, or `3 rounds (delay: 8)` when workloads ask for more of their own."""
+    own = [f"{w.name}: {w.min_rounds}" for w in scenario.workloads if w.min_rounds]
+    return f"{scenario.repeat.min} rounds" + (f" ({', '.join(own)})" if own else "")
 
 
 def slowest_link(scenario: Scenario) -> int | None:

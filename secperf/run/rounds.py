@@ -32,7 +32,7 @@ from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.run import softirq
 from secperf.run.budget import Budget, Visit, next_round
-from secperf.run.estimate import fmt_eta, planned_rounds
+from secperf.run.estimate import fmt_eta, least_rounds, planned_rounds
 from secperf.run.progress import RunProgress
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint
@@ -159,7 +159,8 @@ class Rounds:
         )
         self.console.print(
             f"{len(states)} point(s) x {len(self.plan.variant_names())} configuration(s), "
-            f"{rep.min} to {rep.max} rounds each within a budget of {fmt_eta(rep.budget)}: "
+            f"at least {least_rounds(self.scenario)}, at most {rep.max} each, within a budget "
+            f"of {fmt_eta(rep.budget)}: "
             f"about {fmt_eta(total)}",
             highlight=False,
         )
@@ -221,8 +222,8 @@ class Rounds:
                 met = self._met(state)
                 why = next_round(
                     rounds=state.rounds,
-                    min_rounds=rep.min,
-                    max_rounds=rep.max,
+                    min_rounds=state.point.min_rounds(rep.min),
+                    max_rounds=state.point.max_rounds(rep.max),
                     met=met is not False,
                     longest_round_s=state.longest_round_s,
                     visit=visit,
@@ -232,7 +233,7 @@ class Rounds:
                         state.done = True
                         state.stop["reason"] = "unpaired" if met is None else why
                     break
-                if state.rounds >= rep.min:
+                if state.rounds >= state.point.min_rounds(rep.min):
                     progress.grow(self._estimate(state.point, 1, len(state.variants)))
                 began = self.clock()
                 self._round(testbed, state, progress)
@@ -252,7 +253,7 @@ class Rounds:
     def _met(self, state: PointState) -> bool | None:
         """Are the point's asked intervals met (None: no round paired anything)?"""
         rep = self.scenario.repeat
-        if state.rounds < max(stats.MIN_ROUNDS_TO_STOP, rep.min):
+        if state.rounds < max(stats.MIN_ROUNDS_TO_STOP, state.point.min_rounds(rep.min)):
             return False
         return stats.targets_met(
             state.values,
@@ -281,7 +282,8 @@ class Rounds:
             disturbed: list[str] = []
             for name in order:
                 at, of = self.point_no
-                where = f"point {at}/{of}, round {number + 1}/{max(rep.min, number + 1)}"
+                least = point.min_rounds(rep.min)
+                where = f"point {at}/{of}, round {number + 1}/{max(least, number + 1)}"
                 progress.show(where, label, name, log_line=name == order[0])
                 if name not in state.by_name:
                     continue  # failed earlier in this round (a failed baseline ends the point)

@@ -48,7 +48,7 @@ ATTACKER = "attacker"  # the host floods come from
 
 # Keys that describe the workload rather than parametrize one test: not in a point's record.
 NOT_PARAMS = frozenset(
-    {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants"}
+    {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants", "min_rounds"}
 )
 
 T = TypeVar("T")
@@ -94,6 +94,10 @@ class WorkloadSpec(StrictModel):
     # The variants this workload measures beside the baseline (names of [variants];
     # a swept variant by its own name, all its values); empty = every variant.
     variants: list[VariantName] = Field(default_factory=list)
+    # At least this many rounds at each of this workload's points ([repeat] min
+    # otherwise; [repeat] max rises to it): the points whose small effects a study's
+    # [[paper]] rows ask about need more rounds than a sweep beside them.
+    min_rounds: int | None = Field(default=None, ge=2, le=1000)
     _derived_name: bool = PrivateAttr(default=False)
 
     @property
@@ -224,6 +228,15 @@ class WorkloadPoint(Generic[S_co]):
         """The variants measured at this point beside the baseline (their names in
         [variants]; a swept one covers all its values); () = every variant."""
         return tuple(self.spec.variants)
+
+    def min_rounds(self, default: int) -> int:
+        """The rounds this point always runs: its workload's `min_rounds`, else `default`
+        ([repeat] min)."""
+        return self.spec.min_rounds or default
+
+    def max_rounds(self, default: int) -> int:
+        """Its cap on rounds: `default` ([repeat] max), raised to its own minimum."""
+        return max(default, self.min_rounds(0))
 
     def measures(self, variant: str) -> bool:
         """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]')."""

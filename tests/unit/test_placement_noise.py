@@ -172,4 +172,6 @@ def test_budget_shares_and_the_next_round() -> None:
     )
     # what is left is shared: 44 s between 2 points
     assert budget.share(2) == pytest.approx(22.0)
-    assert estimate_rounds(60.0, 3, 10, [5.0, 2.0, 20.0]) == [4, 10, 3]
+    assert estimate_rounds(60.0, [(3, 10)] * 3, [5.0, 2.0, 20.0]) == [4, 10, 3]
+    # a point's own minimum holds however long its rounds are
+    assert estimate_rounds(60.0, [(3, 10), (12, 12), (3, 10)], [5.0, 2.0, 20.0]) == [4, 12, 3]

@@ -13,9 +13,11 @@ from rich.console import Console
 from secperf.engine import Record
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.rundir import RunDir
+from secperf.run.estimate import estimate, least_rounds
 from secperf.run.rounds import Measured, round_order
 from secperf.run.runner import Runner
 from secperf.scenario.scenario import Scenario
+from secperf.scenario.sweep import expand_scenario
 
 NAMES = [BASELINE, "a", "b", "c"]
 
@@ -179,6 +181,29 @@ def test_the_minimum_rounds_run_whatever_the_budget(tmp_path: Path) -> None:
     _, meta = measure(tmp_path, scenario(seed=1, budget=1, min=4), noisy)
     (stop,) = meta["stops"]
     assert stop["reps"] == 4 and stop["reason"] == "budget_spent"
+
+
+def test_a_workloads_own_minimum_runs_past_the_budget_and_the_cap(tmp_path: Path) -> None:
+    # two points, a 1 s budget, [repeat] min 3 and max 8: the second workload asks for
+    # 10 rounds of its own, more than the file's cap; the first keeps the file's 3
+    sc = scenario(workloads=2, seed=2, budget=1)
+    sc.workloads[1].min_rounds = 10
+    _, meta = measure(tmp_path, sc, lambda v, r: noisy(v, r % 8))
+    first, second = meta["stops"]
+    assert first["reps"] == 3 and second["reps"] == 10
+    assert second["reason"] == "max_reached"  # its cap rose to its own minimum
+
+
+def test_a_workloads_minimum_is_checked_and_planned(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="min_rounds"):
+        Scenario.model_validate({"name": "t", "workloads": [{"kind": "rr", "min_rounds": 1}]})
+    sc = scenario(workloads=2, seed=2, budget=1)
+    sc.workloads[1].min_rounds = 10
+    est = estimate(sc)
+    assert est.rounds == [3, 10]
+    assert least_rounds(sc) == f"3 rounds ({sc.workloads[1].name}: 10)"
+    # not a parameter of the test: records carry the same point either way
+    assert "min_rounds" not in expand_scenario(sc)[1].record()
 
 
 def test_a_point_that_converges_leaves_its_time_to_the_next(tmp_path: Path) -> None:
