@@ -92,14 +92,16 @@ def next_round(
 def estimate_rounds(
     budget_s: float, bounds: list[tuple[int, int]], round_s: list[float]
 ) -> list[int]:
-    """Rounds each point could run with the budget shared equally (at least its
-    minimum, at most its maximum): `bounds` are each point's (min, max) rounds,
-    `round_s` one round of each point (planned seconds). For `secperf check` and the
-    estimate before a run."""
-    if not round_s:
-        return []
-    per_point = budget_s / len(round_s)
-    return [
-        max(low, min(high, int(per_point // r) if r > 0 else high))
-        for (low, high), r in zip(bounds, round_s, strict=True)
-    ]
+    """Rounds each point could run as pass 1 shares the budget (at least its minimum,
+    at most its maximum): `bounds` are each point's (min, max) rounds, `round_s` one
+    round of each point (planned seconds). Each point in order gets an equal share of
+    what is left, so a point's minimum past its share leaves less to the ones after it.
+    For `secperf check` and the estimate before a run."""
+    rounds: list[int] = []
+    left = budget_s
+    for index, ((low, high), r) in enumerate(zip(bounds, round_s, strict=True)):
+        share = max(0.0, left) / (len(round_s) - index)
+        n = max(low, min(high, int(share // r) if r > 0 else high))
+        rounds.append(n)
+        left -= n * r
+    return rounds

@@ -175,3 +175,6 @@ def test_budget_shares_and_the_next_round() -> None:
     assert estimate_rounds(60.0, [(3, 10)] * 3, [5.0, 2.0, 20.0]) == [4, 10, 3]
     # a point's own minimum holds however long its rounds are
     assert estimate_rounds(60.0, [(3, 10), (12, 12), (3, 10)], [5.0, 2.0, 20.0]) == [4, 12, 3]
+    # and what it spends past its share is not there for the points after it
+    assert estimate_rounds(60.0, [(10, 10), (3, 10), (3, 10)], [5.0, 1.0, 1.0]) == [10, 5, 5]
+    assert estimate_rounds(60.0, [(3, 10), (3, 10), (3, 10)], [5.0, 1.0, 1.0]) == [4, 10, 10]
