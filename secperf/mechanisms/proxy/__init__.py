@@ -245,39 +245,21 @@ class Proxy(Mechanism):
             for path in shm_paths(ctx):
                 ledger.add("file", path=str(path))
             self._shm = (ledger, shm_paths(ctx))
-        with privdrop.open_nofollow(d / "squid.stderr") as err:
-            proc = dut.spawn(
-                [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
-                stdout=err,
-                stderr=err,
-                label="squid",
-            )
-        self._procs.append(proc)
-        self._wait(dut, proc, FORWARD_PORT, d / "squid.stderr", "squid")
-        self._confine(proc)
+        self._launch(
+            dut,
+            [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
+            "squid",
+            FORWARD_PORT,
+            d,
+        )
 
     def _start_danted(self, dut: Host, d: Path) -> None:
         binary = daemon_binary("danted", "dante-server")
         conf = d / "danted.conf"
-        with (d / "danted.stderr").open("w") as err:
-            proc = dut.spawn(
-                [
-                    binary,
-                    "-f",
-                    str(conf.resolve()),
-                    "-N",
-                    "1",
-                    "-p",
-                    str((d / "danted.pid").resolve()),
-                ],
-                stdout=err,
-                stderr=err,
-                label="danted",
-            )
-        self._procs.append(proc)
+        pid = (d / "danted.pid").resolve()
+        argv = [binary, "-f", str(conf.resolve()), "-N", "1", "-p", str(pid)]
         # dante writes its errors (a config it rejects) to its log, not to stderr.
-        self._wait(dut, proc, SOCKS_PORT, d / "danted.log", "danted")
-        self._confine(proc)
+        self._launch(dut, argv, "danted", SOCKS_PORT, d, log=d / "danted.log")
 
     def socks_endpoint(self, ctx: MechanismContext) -> str | None:
         """ADDR:PORT the clients name as their SOCKS proxy (circuit level only)."""
@@ -289,15 +271,20 @@ class Proxy(Mechanism):
     def _start_ftp_proxy(self, dut: Host, d: Path) -> None:
         binary = daemon_binary("ftp-proxy", "ftp-proxy")
         conf = d / "ftp-proxy.conf"
-        with (d / "ftp-proxy.stderr").open("w") as err:
-            proc = dut.spawn(
-                [binary, "-d", "-n", "-f", str(conf.resolve())],
-                stdout=err,
-                stderr=err,
-                label="ftp-proxy",
-            )
+        argv = [binary, "-d", "-n", "-f", str(conf.resolve())]
+        self._launch(dut, argv, "ftp-proxy", FTP_PROXY_PORT, d)
+
+    def _launch(
+        self, dut: Host, argv: list[str], label: str, port: int, d: Path, log: Path | None = None
+    ) -> None:
+        """Start a daemon with its output in `d`/LABEL.stderr (never through a link),
+        wait until it accepts on `port` (its errors read from `log`, that file unless
+        said) and move it into the proxy's limits."""
+        out = d / f"{label}.stderr"
+        with privdrop.open_nofollow(out) as err:
+            proc = dut.spawn(argv, stdout=err, stderr=err, label=label)
         self._procs.append(proc)
-        self._wait(dut, proc, FTP_PROXY_PORT, d / "ftp-proxy.stderr", "ftp-proxy")
+        self._wait(dut, proc, port, log or out, label)
         self._confine(proc)
 
     @staticmethod
