@@ -2,10 +2,9 @@
 
 `[repeat] budget` is the run's measuring time (tests and their set-up: rule loads,
 conntrack flushes, rounds measured again, the traced round; not the testbed's build).
-A point always runs its `min` rounds. Beyond them, rounds go on while the point's
-asked intervals are not met, it has rounds left under `max`, and the time allows:
-
-A workload's `min_rounds` raises its points' minimum (and their cap with it).
+A point always runs its `min` rounds (its workload's `min_rounds` when set, the cap
+rising to it). Beyond them, rounds go on while the point's asked intervals are not
+met, it has rounds left under `max`, and the time allows:
 
 - pass 1 visits the points in order; each may use an equal share of the budget
   still left (left / points not yet visited), so a point that meets its targets
