@@ -77,6 +77,9 @@ RulesSweep = Annotated[Path | int | list[int], PlainValidator(_rules_or_sweep)]
 ReassemblyBytes = Annotated[
     int, PlainValidator(bounded(parse_size, 64, 64 * 1024**2, "a reassembly bound"))
 ]
+PendingBytes = Annotated[
+    int, PlainValidator(bounded(parse_size, 0, 64 * 1024**2, "a bound on held segments"))
+]
 
 
 class IpsSpec(MechanismSpec):
@@ -98,10 +101,12 @@ class IpsSpec(MechanismSpec):
     # engine nfq: --queue-bypass (no daemon: accept) and a full queue accepts uninspected
     fail_open: bool = False
     # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
-    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once.
+    # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once,
+    # and `reassembly_pending` bytes of each held out of order until their gap fills.
     reassembly: bool = False
     reassembly_bytes: ReassemblyBytes = 1024**2
     reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
+    reassembly_pending: PendingBytes = 64 * 1024
 
     @model_validator(mode="after")
     def _reassembly_needs_nfq(self) -> IpsSpec:
@@ -316,6 +321,8 @@ class Ips(Mechanism):
                 str(s.reassembly_bytes),
                 "--reassembly-flows",
                 str(s.reassembly_flows),
+                "--reassembly-pending",
+                str(s.reassembly_pending),
             ]
         what = f"ips on queue {s.queue}" + (f" (+{s.queues - 1})" if s.queues > 1 else "")
         self._matchers[nfq.host_name(host)] = nfq.start_matcher(

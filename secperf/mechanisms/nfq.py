@@ -209,6 +209,8 @@ def snapshot(m: Matcher, host: str) -> Counts | None:
                     "user_dropped": rec.get("kernel", {}).get("user_dropped"),
                     "enobufs": rec.get("enobufs"),
                     "sensor_drops": rec.get("sensor_drops"),
+                    # with reassembly on: its counters (docs/data-format.md)
+                    "reassembly": ips.get("reassembly"),
                 }
         time.sleep(0.02)
     raise MechanismError(

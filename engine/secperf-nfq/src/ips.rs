@@ -507,47 +507,57 @@ impl Matcher {
         let data_seq = if syn { seq.wrapping_add(1) } else { seq };
         let flow = r.flows.get_mut(&key)?;
         let ahead = data_seq.wrapping_sub(flow.next_seq) as i32;
+        let mut data = payload;
         if ahead < 0 {
-            r.counters.retransmitted += 1;
-            return None;
-        }
-        if ahead > 0 {
-            // A gap: what lies between never reached us; restart the stream here.
+            let behind = ahead.unsigned_abs() as usize;
+            if behind >= payload.len() {
+                r.counters.retransmitted += 1;
+                return None;
+            }
+            // Its start was scanned already: only the new bytes join the stream.
+            r.counters.overlapped += 1;
+            data = &payload[behind..];
+        } else if ahead > 0 {
+            if flow.hold(data_seq, payload, r.bound.pending) {
+                // Early: held until the gap fills, let through on its own match.
+                r.counters.out_of_order += 1;
+                r.counters.pending_bytes += payload.len() as u64;
+                return Some(self.check_held(&key, tuple, payload));
+            }
+            // Past the bound on held bytes: restart the stream here.
             r.counters.gaps += 1;
+            r.counters.pending_bytes -= flow.pending_bytes;
+            flow.drop_pending();
             if let Some(old) = flow.stream.take() {
                 let _ = old.close(&r.scratch, |_, _, _, _| Matching::Continue);
             }
             flow.stream = r.db.open_stream().ok();
+            flow.next_seq = data_seq;
         }
-        flow.next_seq = data_seq.wrapping_add(payload.len() as u32);
-        let room = r.bound.bytes.saturating_sub(flow.scanned);
-        let take = (payload.len() as u64).min(room) as usize;
-        let c = &*self.c;
-        if let (Some(stream), true) = (&flow.stream, take > 0) {
-            let windows = &c.windows;
-            let hits = &mut flow.hits;
-            let _ = stream.scan(
-                &payload[..take],
-                &r.scratch,
-                |id: u32, _from: u64, to: u64, _flags: u32| {
-                    let id = id as usize;
-                    if !hits.contains(&id) && windows[id].is_none_or(|w| w.allows(to as usize)) {
-                        hits.push(id);
-                    }
-                    Matching::Continue
-                },
-            );
-        }
-        flow.scanned += take as u64;
-        r.counters.bytes_reassembled += take as u64;
-        let past = payload.len() - take;
-        if past > 0 {
-            r.counters.bytes_past_bound += past as u64;
-            if !flow.cut {
-                flow.cut = true;
-                r.counters.flows_cut += 1;
+        // Scan the segment, then every held segment its data now joins.
+        let windows = &self.c.windows;
+        let mut alone: Vec<Vec<u8>> = Vec::new();
+        let mut next = Some(data.to_vec());
+        while let Some(bytes) = next {
+            flow.next_seq = flow.next_seq.wrapping_add(bytes.len() as u32);
+            let past = scan_into(flow, &r.scratch, r.bound.bytes, windows, &bytes);
+            r.counters.bytes_reassembled += (bytes.len() - past) as u64;
+            if past > 0 {
+                r.counters.bytes_past_bound += past as u64;
+                if !flow.cut {
+                    flow.cut = true;
+                    r.counters.flows_cut += 1;
+                }
+                alone.push(bytes[bytes.len() - past..].to_vec());
+            }
+            let held_before = flow.pending_bytes;
+            next = flow.next_joining(&mut r.counters.overlapped);
+            r.counters.pending_bytes -= held_before - flow.pending_bytes;
+            if next.is_some() {
+                r.counters.joined += 1;
             }
         }
+        let c = &*self.c;
         let mut out = Outcome::default();
         let mut candidates: Vec<usize> = c.header_only.clone();
         for &id in &flow.hits {
@@ -566,12 +576,12 @@ impl Matcher {
                 out.drop |= rule.action == Action::Drop;
             }
         }
-        flow.blocked = out.drop;
-        if past > 0 {
-            // Past the bound: the rest of this segment is matched alone.
-            let alone = self.check_block(tuple, &payload[take..]);
-            out.drop |= alone.drop;
-            out.sids.extend(alone.sids);
+        flow.blocked |= out.drop;
+        for bytes in alone {
+            // Past the bound: matched alone.
+            let a = self.check_block(tuple, &bytes);
+            out.drop |= a.drop;
+            out.sids.extend(a.sids);
         }
         if fin_rst && !out.drop {
             if let Some(r) = self.reasm.as_mut() {
@@ -580,12 +590,54 @@ impl Matcher {
         }
         Some(out)
     }
+
+    /// The verdict on a held (early) segment: its own data matched alone; what it
+    /// fires counts for its flow (a rule alerts once per flow), and a drop blocks it.
+    fn check_held(&mut self, key: &FlowKey, tuple: &FiveTuple, payload: &[u8]) -> Outcome {
+        let mut out = self.check_block(tuple, payload);
+        if let Some(flow) = self.reasm.as_mut().and_then(|r| r.flows.get_mut(key)) {
+            out.sids.retain(|sid| !flow.fired.contains(sid));
+            flow.fired.extend_from_slice(&out.sids);
+            flow.blocked |= out.drop;
+        }
+        out
+    }
+}
+
+/// Scan `data` into the flow's stream up to its `bytes` bound, noting the patterns
+/// found; returns how many bytes were past the bound (not scanned).
+fn scan_into(
+    flow: &mut Flow,
+    scratch: &Scratch,
+    bound: u64,
+    windows: &[Option<Window>],
+    data: &[u8],
+) -> usize {
+    let room = bound.saturating_sub(flow.scanned);
+    let take = (data.len() as u64).min(room) as usize;
+    if let (Some(stream), true) = (&flow.stream, take > 0) {
+        let hits = &mut flow.hits;
+        let _ = stream.scan(
+            &data[..take],
+            scratch,
+            |id: u32, _from: u64, to: u64, _flags: u32| {
+                let id = id as usize;
+                if !hits.contains(&id) && windows[id].is_none_or(|w| w.allows(to as usize)) {
+                    hits.push(id);
+                }
+                Matching::Continue
+            },
+        );
+    }
+    flow.scanned += take as u64;
+    data.len() - take
 }
 
 impl Reasm {
-    /// Forget one flow direction (its stream state freed).
+    /// Forget one flow direction (its stream state and held segments freed).
     fn close(&mut self, key: &FlowKey) {
         if let Some(mut flow) = self.flows.remove(key) {
+            self.counters.pending_bytes -= flow.pending_bytes;
             if let Some(stream) = flow.stream.take() {
                 let _ = stream.close(&self.scratch, |_, _, _, _| Matching::Continue);
             }
@@ -852,6 +904,7 @@ mod tests {
         m.enable_reassembly(Reassembly {
             bytes: 1 << 20,
             flows: 16,
+            pending: 1 << 16,
         })
         .unwrap();
         assert_eq!(m.check(&tcp(1000, 99, 0x02, b"")), Outcome::default()); // SYN
@@ -873,16 +926,93 @@ mod tests {
         assert!(m.check(&tcp(2000, 1, ACK, b"() {")).sids.is_empty());
         assert_eq!(m.check(&tcp(2000, 5, ACK, b" :; }")).sids, vec![2]);
         assert!(m.check(&tcp(2000, 10, ACK, b"() { ;")).sids.is_empty());
-        // A retransmission is matched alone; a gap restarts the stream.
+        // A retransmission is matched alone; an early segment is held (a gap never
+        // filled here: nothing matches).
         assert!(m.check(&tcp(2000, 1, ACK, b"() {")).sids.is_empty());
         assert!(m.check(&tcp(3000, 1, ACK, b"SECPERF-")).sids.is_empty());
         assert!(m.check(&tcp(3000, 50, ACK, b"ATTACK")).sids.is_empty());
         let c = m.reassembly_counters().unwrap();
-        assert_eq!((c.flows_opened, c.retransmitted, c.gaps), (3, 1, 1));
+        assert_eq!((c.flows_opened, c.retransmitted, c.out_of_order), (3, 1, 1));
+        assert_eq!((c.gaps, c.pending_bytes), (0, 6));
         assert_eq!(c.blocked_flow_drops, 1);
         // FIN closes the flow.
         m.check(&tcp(3000, 56, ACK | 0x01, b""));
         assert_eq!(m.reassembly_counters().unwrap().flows_tracked, 2);
+    }
+
+    fn reordering() -> Matcher {
+        let mut m = Matcher::new(&split_rules()).unwrap();
+        m.enable_reassembly(Reassembly {
+            bytes: 1 << 20,
+            flows: 16,
+            pending: 64,
+        })
+        .unwrap();
+        m
+    }
+
+    #[test]
+    fn reordered_segments_join_when_the_gap_fills() {
+        const ACK: u8 = 0x10;
+        // The attack's second half arrives first: held and let through; the first
+        // half fills the gap, the joined stream matches, and that segment is dropped.
+        const SYN: u8 = 0x02;
+        let mut m = reordering();
+        m.check(&tcp(1000, 99, SYN, b""));
+        assert_eq!(
+            m.check(&tcp(1000, 113, ACK, b"TACK yy")),
+            Outcome::default()
+        );
+        assert_eq!(m.reassembly_counters().unwrap().pending_bytes, 7);
+        let o = m.check(&tcp(1000, 100, ACK, b"xx SECPERF-AT"));
+        assert_eq!(
+            o,
+            Outcome {
+                sids: vec![1],
+                drop: true
+            }
+        );
+        // Its retransmission is dropped too: the flow is blocked.
+        assert!(m.check(&tcp(1000, 100, ACK, b"xx SECPERF-AT")).drop);
+        let c = m.reassembly_counters().unwrap();
+        assert_eq!(
+            (c.out_of_order, c.joined, c.pending_bytes, c.gaps),
+            (1, 1, 0, 0)
+        );
+
+        // Three pieces in reverse order, the middle one overlapping both neighbours.
+        m.check(&tcp(2000, 0, SYN, b""));
+        assert!(m.check(&tcp(2000, 12, ACK, b"ACK")).sids.is_empty());
+        assert!(m.check(&tcp(2000, 6, ACK, b"RF-ATTA")).sids.is_empty());
+        assert_eq!(m.check(&tcp(2000, 1, ACK, b"SECPERF")).sids, vec![1]);
+        let c = m.reassembly_counters().unwrap();
+        assert_eq!((c.out_of_order, c.joined, c.overlapped), (3, 3, 2));
+
+        // A segment overlapping the stream's end: only its new bytes are scanned.
+        assert!(m.check(&tcp(3000, 1, ACK, b"SECPERF-AT")).sids.is_empty());
+        assert_eq!(m.check(&tcp(3000, 5, ACK, b"ERF-ATTACK")).sids, vec![1]);
+    }
+
+    #[test]
+    fn held_bytes_are_bounded() {
+        const ACK: u8 = 0x10;
+        const SYN: u8 = 0x02;
+        let mut m = reordering();
+        m.check(&tcp(1000, 0, SYN, b""));
+        // 40 bytes held; 30 more would pass the bound (64): that gap restarts the
+        // stream at the new segment and what was held is forgotten.
+        assert!(m.check(&tcp(1000, 100, ACK, &[b'a'; 40])).sids.is_empty());
+        assert!(m.check(&tcp(1000, 200, ACK, &[b'b'; 30])).sids.is_empty());
+        let c = m.reassembly_counters().unwrap();
+        assert_eq!((c.out_of_order, c.gaps, c.pending_bytes), (1, 1, 0));
+        // The stream goes on from the restart: a split attack after it still matches.
+        assert!(m.check(&tcp(1000, 230, ACK, b"SECPERF-")).sids.is_empty());
+        assert_eq!(m.check(&tcp(1000, 238, ACK, b"ATTACK")).sids, vec![1]);
+        // An early segment that matches alone is dropped at once and blocks its flow.
+        m.check(&tcp(4000, 0, SYN, b""));
+        let o = m.check(&tcp(4000, 50, ACK, b"SECPERF-ATTACK"));
+        assert!(o.drop && o.sids == vec![1]);
+        assert!(m.check(&tcp(4000, 1, ACK, b"x")).drop);
     }
 
     #[test]
@@ -892,6 +1022,7 @@ mod tests {
         m.enable_reassembly(Reassembly {
             bytes: 16,
             flows: 1,
+            pending: 1 << 16,
         })
         .unwrap();
         // 12 bytes, then 10 more: the bound (16) cuts the second segment at 4.

@@ -93,6 +93,10 @@ struct Args {
     /// matched packet by packet).
     #[arg(long, default_value_t = 4096)]
     reassembly_flows: usize,
+    /// Bytes of each flow direction held out of order until the gap before them
+    /// fills (0: none held, a gap restarts the flow's stream).
+    #[arg(long, default_value_t = 65536)]
+    reassembly_pending: u64,
     /// Connections remembered to log each one once.
     #[arg(long, default_value_t = 65536)]
     remember: usize,
@@ -238,6 +242,7 @@ fn reassembly(args: &Args) -> Option<Reassembly> {
     (args.reassembly_bytes > 0).then_some(Reassembly {
         bytes: args.reassembly_bytes,
         flows: args.reassembly_flows,
+        pending: args.reassembly_pending,
     })
 }
 
@@ -322,7 +327,8 @@ fn run(args: &Args) -> Result<()> {
         "log": args.log,
         "rules": matcher.as_ref().map(|m| m.rule_count()),
         "patterns": matcher.as_ref().map(|m| m.pattern_count()),
-        "reassembly": reassembly(args).map(|b| json!({"bytes": b.bytes, "flows": b.flows})),
+        "reassembly": reassembly(args)
+            .map(|b| json!({"bytes": b.bytes, "flows": b.flows, "pending": b.pending})),
         "batch": args.batch,
         "gso": !args.no_gso,
         "fail_open": args.fail_open,

@@ -2,14 +2,23 @@
 //! direction, its bounds and its counters. The matching itself (Hyperscan's
 //! stream mode, one stream per flow direction) lives in `ips.rs`.
 //!
-//! Only in-order data is reassembled: a segment that starts where the flow's
+//! Data is scanned in sequence order: a segment that starts where the flow's
 //! stream ends is scanned into the stream, so a pattern split across segments
-//! matches. A retransmission (data before that point) is matched alone; a gap
-//! (data after it: a segment lost before the IPS) restarts the flow's stream at
-//! the new segment. Two bounds keep the memory fixed: `bytes` of each flow
-//! direction are reassembled (later data is matched packet by packet) and at
-//! most `flows` flow directions are tracked at once (a flow beyond that is
-//! matched packet by packet). Every cut is counted.
+//! matches. A segment that arrives early (after a gap: an earlier segment was
+//! reordered or lost on the way) is held, a copy of its data, up to `pending`
+//! bytes of each flow direction, and scanned when the gap fills; the packet
+//! itself is let through (matched alone for its verdict), as a receiving TCP
+//! keeps it too but cannot deliver it before the gap's data, and the segment
+//! that fills the gap is the one dropped if the joined stream matches. Data
+//! already scanned is not scanned again: a retransmission is matched alone,
+//! and the new part of a segment that overlaps the stream's end is scanned
+//! (the first copy of a byte wins). Past the `pending` bound, a gap restarts
+//! the flow's stream at the new segment, as it did before any buffer.
+//!
+//! Three bounds keep the memory fixed: `bytes` of each flow direction are
+//! reassembled (later data is matched packet by packet), `pending` bytes of it
+//! held out of order, and at most `flows` flow directions tracked at once (a
+//! flow beyond that is matched packet by packet). Every cut is counted.
 
 use std::net::IpAddr;
 
@@ -25,6 +34,8 @@ pub struct Reassembly {
     pub bytes: u64,
     /// Flow directions tracked at once.
     pub flows: usize,
+    /// Bytes of each flow direction held out of order until their gap fills.
+    pub pending: u64,
 }
 
 /// One direction of a TCP connection.
@@ -62,6 +73,10 @@ pub struct Flow {
     pub blocked: bool,
     /// The `bytes` bound was reached.
     pub cut: bool,
+    /// Segments that arrived ahead of `next_seq`: (their sequence number, their data).
+    pub pending: Vec<(u32, Vec<u8>)>,
+    /// Bytes held in `pending`.
+    pub pending_bytes: u64,
 }
 
 impl Flow {
@@ -74,7 +89,49 @@ impl Flow {
             fired: Vec::new(),
             blocked: false,
             cut: false,
+            pending: Vec::new(),
+            pending_bytes: 0,
         }
+    }
+
+    /// Hold a segment that arrived ahead of the stream; false when the bound is
+    /// reached (nothing is held then).
+    pub fn hold(&mut self, seq: u32, data: &[u8], bound: u64) -> bool {
+        if self.pending_bytes + data.len() as u64 > bound {
+            return false;
+        }
+        self.pending_bytes += data.len() as u64;
+        self.pending.push((seq, data.to_vec()));
+        true
+    }
+
+    /// Take the next held segment that now joins the stream (starts at or before
+    /// `next_seq`), trimmed of what was scanned already; held segments wholly
+    /// behind the stream are dropped on the way (counted in `overlapped`).
+    pub fn next_joining(&mut self, overlapped: &mut u64) -> Option<Vec<u8>> {
+        loop {
+            let i = self
+                .pending
+                .iter()
+                .position(|(seq, _)| (seq.wrapping_sub(self.next_seq) as i32) <= 0)?;
+            let (seq, data) = self.pending.swap_remove(i);
+            self.pending_bytes -= data.len() as u64;
+            let behind = self.next_seq.wrapping_sub(seq) as usize;
+            if behind >= data.len() {
+                *overlapped += 1;
+                continue;
+            }
+            if behind > 0 {
+                *overlapped += 1;
+            }
+            return Some(data[behind..].to_vec());
+        }
+    }
+
+    /// Forget what is held (the stream restarted past it).
+    pub fn drop_pending(&mut self) {
+        self.pending.clear();
+        self.pending_bytes = 0;
     }
 }
 
@@ -95,7 +152,17 @@ pub struct ReassemblyCounters {
     pub bytes_past_bound: u64,
     /// Segments with data already scanned (retransmissions), matched alone.
     pub retransmitted: u64,
-    /// Segments after a gap: the flow's stream restarted there.
+    /// Segments whose start overlapped data already scanned or held: only their
+    /// new bytes were scanned.
+    pub overlapped: u64,
+    /// Segments that arrived ahead of the stream and were held until the gap filled.
+    pub out_of_order: u64,
+    /// Held segments scanned into the stream once their gap filled.
+    pub joined: u64,
+    /// Bytes held out of order now (at most `pending` of each flow direction).
+    pub pending_bytes: u64,
+    /// Segments after a gap the `pending` bound could not hold: the flow's stream
+    /// restarted there.
     pub gaps: u64,
     /// Packets dropped because their flow was blocked before.
     pub blocked_flow_drops: u64,
@@ -111,6 +178,10 @@ impl ReassemblyCounters {
         self.bytes_reassembled += o.bytes_reassembled;
         self.bytes_past_bound += o.bytes_past_bound;
         self.retransmitted += o.retransmitted;
+        self.overlapped += o.overlapped;
+        self.out_of_order += o.out_of_order;
+        self.joined += o.joined;
+        self.pending_bytes += o.pending_bytes;
         self.gaps += o.gaps;
         self.blocked_flow_drops += o.blocked_flow_drops;
     }
@@ -119,6 +190,7 @@ impl ReassemblyCounters {
         json!({
             "bytes_bound": bound.map(|b| b.bytes),
             "flows_bound": bound.map(|b| b.flows),
+            "pending_bound": bound.map(|b| b.pending),
             "flows_tracked": self.flows_tracked,
             "flows_opened": self.flows_opened,
             "flows_refused": self.flows_refused,
@@ -126,6 +198,10 @@ impl ReassemblyCounters {
             "bytes_reassembled": self.bytes_reassembled,
             "bytes_past_bound": self.bytes_past_bound,
             "retransmitted": self.retransmitted,
+            "overlapped": self.overlapped,
+            "out_of_order": self.out_of_order,
+            "joined": self.joined,
+            "pending_bytes": self.pending_bytes,
             "gaps": self.gaps,
             "blocked_flow_drops": self.blocked_flow_drops,
         })
