@@ -18,7 +18,9 @@ from secperf.workloads.attack_mix import (
     attack_payload,
     attacks_from,
     is_attack,
+    rst_filter,
     summarize,
+    tcp_attacker,
 )
 from secperf.workloads.delivery import FloodMatch, counter_rules
 
@@ -149,6 +151,80 @@ attack_share = 0.01
     bad = text.replace("0.01", "0")
     with pytest.raises(ValidationError, match="attack_share"):
         Scenario.model_validate(tomllib.loads(bad), context={"check_files": False})
+
+
+def test_schema_tcp_pieces() -> None:
+    import tomllib
+
+    text = """
+name = "t"
+[variants.v]
+mechanisms = [{ kind = "ips" }]
+[[workloads]]
+kind = "attack_mix"
+protocol = "tcp"
+segments = 3
+order = "reverse"
+"""
+    s = Scenario.model_validate(tomllib.loads(text), context={"check_files": False})
+    w = s.workloads[0]
+    assert (w.segments, w.order, w.name) == (3, "reverse", "attack-mix-tcp")  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match='protocol = "tcp"'):
+        Scenario.model_validate(
+            tomllib.loads(text.replace('"tcp"', '"udp"')), context={"check_files": False}
+        )
+    with pytest.raises(ValidationError, match=r"reassembly_pending|held"):
+        _scenario('{ kind = "ips", reassembly = true, reassembly_pending = -1 }')
+
+
+def test_tcp_attack_pieces_cut_inside_the_attack_string() -> None:
+    body = b"SECPERF-IPS-TEST-ATTACK-7e1f "
+    msg = tcp_attacker.message(body, 256, b"abcdefghij" * 30, 7, "9000001")
+    assert len(msg) == 256 and msg.endswith(b"|SPMX0000000007:9000001\n")
+    for segments in (1, 2, 3, 16):
+        ps = tcp_attacker.pieces(msg, len(body), segments, "in-order")
+        assert b"".join(d for _, d in ps) == msg
+        assert [o for o, _ in ps] == sorted(o for o, _ in ps)
+        assert len(ps) == segments
+        # no piece holds the whole string once it is cut
+        assert segments == 1 or not any(body.strip() in d for _, d in ps)
+    rev = tcp_attacker.pieces(msg, len(body), 3, "reverse")
+    assert [o for o, _ in rev] == sorted((o for o, _ in rev), reverse=True)
+    # a string shorter than the pieces asked: cut at every byte at most
+    assert len(tcp_attacker.pieces(b"ab" + b"x" * 10, 2, 8, "in-order")) == 2
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"), [("198.18.1.2", "198.18.2.2"), ("2001:2::1", "2001:2:0:2::2")]
+)
+def test_tcp_segment_checksum_verifies(src: str, dst: str) -> None:
+    import socket
+    import struct
+
+    seg = tcp_attacker.segment(src, dst, 65100, 80, 2**32 - 1, 5, 0x18, b"odd")
+    sport, dport, seq, ack, flags, n = tcp_attacker.parse(seg, v6=True) or (0,) * 6
+    assert (sport, dport, seq, ack, flags, n) == (65100, 80, 2**32 - 1, 5, 0x18, 3)
+    fam = socket.AF_INET6 if ":" in src else socket.AF_INET
+    a, b = socket.inet_pton(fam, src), socket.inet_pton(fam, dst)
+    pseudo = (
+        a + b + struct.pack("!IxxxB", len(seg), 6)
+        if fam == socket.AF_INET6
+        else a + b + struct.pack("!xBH", 6, len(seg))
+    )
+    # a segment with a right checksum sums to zero with its pseudo-header
+    assert tcp_attacker.checksum(pseudo + seg) == 0
+
+
+def test_tcp_receiver_tag_pattern() -> None:
+    stream = b"junk" + tcp_attacker.tag(3, "clean") + b"x" + tcp_attacker.tag(4, "9000101")
+    assert [m.group(2) for m in tcp_attacker.TAG.finditer(stream)] == [b"clean", b"9000101"]
+    assert len(tcp_attacker.tag(9_999_999_999, "9999999")) < tcp_attacker.TAG_MAX
+
+
+def test_rst_filter_spares_the_senders_own() -> None:
+    text = rst_filter("secperf_x_atk")
+    assert "tcp sport 65100-65499" in text and "meta mark != 0x5ec7 drop" in text
+    assert text.index("delete table") < text.rindex("table inet secperf_x_atk {")
 
 
 def test_flowtable_rules() -> None:

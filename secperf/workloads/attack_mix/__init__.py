@@ -1,13 +1,20 @@
 """Kind `attack_mix`: detection under load, normal traffic with attacks mixed in.
 
-The client sends UDP datagrams to the server at `rate` messages/s (the load level;
-a list is a sweep) for the workload's duration; a share `attack_share` of them
-carries an attack string taken from the rule file (`rules`): one attack per rule
-that applies to UDP and is built from content patterns alone, placed where the
-rule's offset/depth asks, sent to the rule's destination port (or the workload's
-port). The attacks are spread evenly over the run and cycle through the rules.
-Every datagram ends with a tag (sequence number and which attack, or none), which
-is how the receiver tells what arrived; the tag holds no attack string.
+The client sends messages to the server at `rate` messages/s (the load level; a list
+is a sweep) for the workload's duration; a share `attack_share` of them carries an
+attack string taken from the rule file (`rules`): one attack per rule that applies to
+the protocol and is built from content patterns alone, placed where the rule's
+offset/depth asks, sent to the rule's destination port (or the workload's port). The
+attacks are spread evenly over the run and cycle through the rules. Every message
+ends with a tag (sequence number and which attack, or none), which is how the
+receiver tells what arrived; the tag holds no attack string.
+
+`protocol = "udp"`: each message is a datagram. `protocol = "tcp"`: the clean
+messages go over one TCP connection, each attack over a connection of its own whose
+data is cut into `segments` pieces inside the attack string and sent in `order`
+(in order, or in reverse: each piece ahead of the one before it in the stream), by a
+user-space TCP (secperf.workloads.attack_mix.tcp_attacker), so that an IPS that matches packet by
+packet, or reassembles in-order data only, misses it.
 
 Three sources of evidence, read over the same window, make the record:
 
@@ -23,7 +30,8 @@ sent of it); `blocked` = attacks of drop rules that did not arrive, at most what
 the IPS dropped; `missed` = attacks sent that nothing detected; `leaked` = attacks
 of drop rules that reached the server (0 means the policy held under this load);
 `clean_delivered_pct` is the normal traffic's delivery, the cost beside them.
-UDP, so one attack is one packet: no retransmission counts an attack twice.
+Over UDP one attack is one packet; over TCP each piece is sent once (no
+retransmission), so an engine that counts per packet counts an attack once either way.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PlainValidator, ValidationInfo
+from pydantic import Field, PlainValidator, ValidationInfo, model_validator
 
 from secperf import ips_rules
 from secperf.engine import Record
@@ -48,6 +56,7 @@ from secperf.mechanisms.base import Counts, Detector
 from secperf.metric import Metric, MetricRow, busy_us_per, field, path
 from secperf.schema.fields import bounded, one_or_sweep, parse_count, rule_file
 from secperf.testbed.testbed import Host
+from secperf.workloads.attack_mix import tcp_attacker
 from secperf.workloads.base import (
     MeasureContext,
     WorkloadKind,
@@ -91,7 +100,11 @@ class AttackMixWorkload(WorkloadSpec):
     sweepable: ClassVar[dict[str, str]] = {"rate": "count"}
 
     kind: Literal["attack_mix"]
-    protocol: Literal["udp"] = "udp"
+    protocol: Literal["udp", "tcp"] = "udp"
+    # tcp: each attack's data in this many pieces, cut inside the attack string ...
+    segments: int = Field(default=1, ge=1, le=16)
+    # ... sent in order, or last piece first (every piece ahead of its predecessor)
+    order: Literal["in-order", "reverse"] = "in-order"
     rate: AttackRate = 1000
     attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
     size: int = Field(default=512, ge=64, le=1400)
@@ -99,8 +112,17 @@ class AttackMixWorkload(WorkloadSpec):
     # A string (the resolved path), so that the point's record stays plain JSON.
     rules: AttackRules = "rules/secperf-attacks.rules"
 
+    @model_validator(mode="after")
+    def _pieces_need_tcp(self) -> AttackMixWorkload:
+        if self.protocol == "udp" and (self.segments != 1 or self.order != "in-order"):
+            raise ValueError(
+                'segments and order cut an attack into TCP segments: set protocol = "tcp" '
+                "(a UDP attack is one datagram)"
+            )
+        return self
+
     def default_name(self) -> str:
-        return "attack-mix"
+        return "attack-mix" if self.protocol == "udp" else "attack-mix-tcp"
 
 
 @dataclass(frozen=True)
@@ -205,6 +227,26 @@ while True:
 """
 
 
+TCP_PROGRAM = Path(tcp_attacker.__file__).read_text()
+
+
+def rst_filter(table: str) -> str:
+    """The client's table that keeps its kernel from answering the hand-spoken attack
+    connections (it knows no socket for them and would reset each one); the sender's
+    own RSTs carry its mark and pass. Recreated from scratch, safe to load twice."""
+    lo, hi = tcp_attacker.ATTACK_PORTS
+    return (
+        f"table inet {table} {{}}\n"
+        f"delete table inet {table}\n"
+        f"table inet {table} {{\n"
+        "  chain output {\n"
+        "    type filter hook output priority raw; policy accept;\n"
+        f"    tcp sport {lo}-{hi} tcp flags & rst == rst meta mark != {tcp_attacker.MARK:#x} drop\n"
+        "  }\n"
+        "}\n"
+    )
+
+
 def _read_json(proc: Any, deadline: float) -> dict[str, Any]:
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -245,6 +287,9 @@ def _delta(after: Snapshot, before: Snapshot) -> Snapshot:
             out[key] = {s: n for s, n in diff.items() if n}
         elif isinstance(value, int) and isinstance(old, int):
             out[key] = value - old
+        elif isinstance(value, dict) and isinstance(old, dict):
+            # counters grouped (reassembly's): the change of each, bounds as they are
+            out[key] = _delta(value, old)
         else:
             out[key] = value
     return out
@@ -309,13 +354,12 @@ class AttackMixExecutor:
         p = point.spec
         rules_path = Path(p.rules)
         if not rules_path.is_absolute() and not rules_path.is_file():
-            rules_path = Path(__file__).resolve().parents[2] / rules_path  # the shipped file
+            rules_path = Path(__file__).resolve().parents[3] / rules_path  # the shipped file
         protocol = p.protocol
         port = p.port
         rate = float(scalar(p.rate))
         share = p.attack_share
         size = p.size
-        duration = p.duration
         attacks = attacks_from(ips_rules.parse_rules(rules_path), protocol, port)
         if not attacks:
             raise AttackMixError(
@@ -325,11 +369,12 @@ class AttackMixExecutor:
         client, server = ctx.testbed.host(ctx.client), ctx.testbed.host(ctx.server)
         server_addr = ctx.target.rsplit(":", 1)[0].strip("[]")
         ports = sorted({port, *(a.port for a in attacks)})
+        program = [RECEIVER] if protocol == "udp" else [TCP_PROGRAM, "receive"]
         receiver = server.spawn(
             [
                 sys.executable,
                 "-c",
-                RECEIVER,
+                *program,
                 "0.0.0.0" if ctx.family == 4 else "::",
                 ",".join(map(str, ports)),
             ],
@@ -337,12 +382,15 @@ class AttackMixExecutor:
             stderr=subprocess.PIPE,
             label="attack-mix-receiver",
         )
+        table = f"secperf_{ctx.testbed.prefix}_atk"
         try:
-            record = self._run(
-                ctx, client, receiver, server_addr, attacks, port, rate, share, size, duration
-            )
+            if protocol == "tcp":
+                client.run(["nft", "-f", "-"], input=rst_filter(table))
+            record = self._run(ctx, client, receiver, server_addr, attacks, p)
         finally:
             receiver.stop(timeout=5.0)
+            if protocol == "tcp":
+                client.run(["nft", "delete", "table", "inet", table], check=False)
         record.update(
             {
                 "type": "result",
@@ -357,6 +405,8 @@ class AttackMixExecutor:
                 "attacks": [{"sid": a.sid, "action": a.action, "port": a.port} for a in attacks],
             }
         )
+        if protocol == "tcp":
+            record.update({"segments": p.segments, "order": p.order})
         ctx.keep(record)
         return record
 
@@ -367,11 +417,7 @@ class AttackMixExecutor:
         receiver: Any,
         server_addr: str,
         attacks: list[Attack],
-        port: int,
-        rate: float,
-        share: float,
-        size: int,
-        duration: float,
+        p: AttackMixWorkload,
     ) -> Record:
         line = receiver.stdout.readline().strip()
         if line != "ready":
@@ -381,17 +427,22 @@ class AttackMixExecutor:
         cpu_before = {h: ctx.testbed.host(h).cpu_seconds() for h in hosts}
         args = {
             "server": server_addr,
-            "port": port,
-            "rate": rate,
-            "share": share,
-            "size": size,
-            "duration": duration,
+            "port": p.port,
+            "rate": float(scalar(p.rate)),
+            "share": p.attack_share,
+            "size": p.size,
+            "duration": p.duration,
+            "segments": p.segments,
+            "order": p.order,
             "attacks": [
                 {"payload": a.payload.hex(), "port": a.port, "sid": a.sid} for a in attacks
             ],
         }
+        program = [SENDER] if p.protocol == "udp" else [TCP_PROGRAM, "send"]
         proc = client.run(
-            [sys.executable, "-c", SENDER, json.dumps(args)], check=False, timeout=duration + 60
+            [sys.executable, "-c", *program, json.dumps(args)],
+            check=False,
+            timeout=p.duration + 60,
         )
         if proc.returncode != 0:
             raise AttackMixError(f"the attack-mix sender failed: {proc.stderr.strip()[-500:]}")
@@ -420,6 +471,9 @@ class AttackMixExecutor:
                 "detector_counts": counts,
             }
         )
+        for key in ("attack_outcomes", "attack_pieces_sent"):  # tcp: the sender's view
+            if key in sender:
+                record[key] = sender[key]
         host_cpu: dict[str, float] = {}
         for name, before_s in cpu_before.items():
             after_s = ctx.testbed.host(name).cpu_seconds()
