@@ -84,7 +84,13 @@ def _missing_modules(binary: str) -> set[str]:
 
 
 def render_config(
-    directory: Path, port: int, *, ipv6: bool, missing: set[str], tls: Issued | None = None
+    directory: Path,
+    port: int,
+    *,
+    ipv6: bool,
+    missing: set[str],
+    tls: Issued | None = None,
+    tls_resumption: bool = True,
 ) -> str:
     """The whole nginx.conf: every path inside `directory`; HTTPS on HTTPS_PORT too
     when `tls` (the server's certificate and key) is given."""
@@ -105,8 +111,14 @@ def render_config(
             f"ssl_certificate {tls.cert.resolve()};",
             f"ssl_certificate_key {tls.key.resolve()};",
             "ssl_protocols TLSv1.2 TLSv1.3;",
-            "ssl_session_cache shared:secperf:16m;",
-            "ssl_session_tickets on;",
+            # Resumption off: every handshake is a full one (certificate and signature),
+            # whatever the client offers; a client cannot be trusted to resume nothing
+            # (wrk, through OpenSSL's SSL_clear, offers the last session again).
+            *(
+                ("ssl_session_cache shared:secperf:16m;", "ssl_session_tickets on;")
+                if tls_resumption
+                else ("ssl_session_cache off;", "ssl_session_tickets off;")
+            ),
         ]
     lines = [
         "# written by secperf: one run's web server, in the server's namespace",
@@ -194,16 +206,24 @@ def start_nginx(
     port: int = HTTP_PORT,
     ipv6: bool = False,
     tls: Issued | None = None,
+    tls_resumption: bool = True,
 ) -> Nginx:
     """Start nginx in `host` serving `directory`/www; wait until `address`:`port` accepts
-    (and HTTPS_PORT too, with `tls`)."""
+    (and HTTPS_PORT too, with `tls`; `tls_resumption` False: no session is ever resumed)."""
     binary = nginx_path()
     directory.mkdir(parents=True, exist_ok=True)
     for sub in ("www", "tmp"):
         (directory / sub).mkdir(exist_ok=True)
     conf = directory / "nginx.conf"
     conf.write_text(
-        render_config(directory, port, ipv6=ipv6, missing=_missing_modules(binary), tls=tls)
+        render_config(
+            directory,
+            port,
+            ipv6=ipv6,
+            missing=_missing_modules(binary),
+            tls=tls,
+            tls_resumption=tls_resumption,
+        )
     )
     errors = directory / "stderr.log"
     with errors.open("w") as err:

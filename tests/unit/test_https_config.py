@@ -74,6 +74,10 @@ def test_nginx_serves_https_only_with_certificates(tmp_path: Path) -> None:
     assert f"listen {HTTPS_PORT} ssl" in conf and f"listen [::]:{HTTPS_PORT} ssl" in conf
     assert f"ssl_certificate {tls.cert.resolve()};" in conf
     assert "ssl_protocols TLSv1.2 TLSv1.3;" in conf
+    assert "ssl_session_tickets on;" in conf and "ssl_session_cache shared:" in conf
+    full = render_config(tmp_path, 5380, ipv6=False, missing=set(), tls=tls, tls_resumption=False)
+    assert "ssl_session_tickets off;" in full and "ssl_session_cache off;" in full
+    assert "ssl_session_tickets on;" not in full
 
 
 def test_squid_bumps_or_splices(tmp_path: Path) -> None:
