@@ -24,6 +24,7 @@ from pathlib import Path
 
 from secperf.engine import DATA_PORTS
 from secperf.errors import SecperfError
+from secperf.services import pki
 from secperf.services.pki import Issued
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.services.ports import HTTPS_PORT as HTTPS_PORT  # re-exported
@@ -260,3 +261,37 @@ def start_nginx(
         where=str(conf),
         fix="check that the port is free in that host and the config above loads (`nginx -t -c`)",
     )
+
+
+# The one nginx of each testbed host, keyed by (testbed prefix, host name).
+_SHARED: dict[tuple[str, str], Nginx] = {}
+
+
+def testbed_nginx(prefix: str, host: Host, root: Path, address: str, *, ipv6: bool) -> Nginx:
+    """The nginx of a testbed's host, started the first time a workload needs it and
+    shared by every workload after it (http, mix, ...). Every nginx of secperf listens
+    on HTTP_PORT with `reuseport`, so a second one in the same host would silently take
+    half the new connections and answer 404 for files only the first one serves. It
+    serves HTTPS too, with a CA and a certificate made for it (`ca` set)."""
+    key = (prefix, host.name)
+    server = _SHARED.get(key)
+    if server is not None and server.alive():
+        return server
+    certs = root / "pki"
+    ca = pki.make_ca(certs, "server-ca", "secperf server CA")
+    server = start_nginx(
+        host,
+        root / "nginx",
+        address,
+        ipv6=ipv6,
+        tls=pki.issue(certs, ca, "server", [address]),
+    )
+    server.ca = ca
+    _SHARED[key] = server
+    return server
+
+
+def forget_testbed(prefix: str) -> None:
+    """Stop and forget a testbed's nginx servers (tests that reuse nothing)."""
+    for key in [k for k in _SHARED if k[0] == prefix]:
+        _SHARED.pop(key).stop()

@@ -48,7 +48,8 @@ from secperf.services.nginx import (
     HTTPS_PORT,
     MAX_PER_CONNECTION,
     Nginx,
-    start_nginx,
+    forget_testbed,
+    testbed_nginx,
 )
 from secperf.workloads import open_loop
 from secperf.workloads.base import (
@@ -217,10 +218,6 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
         return "http"
 
 
-# One nginx per testbed, keyed by the testbed's prefix (unique per run).
-_NGINX: dict[str, Nginx] = {}
-
-
 def hostport(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
@@ -232,33 +229,22 @@ def target_address(ctx: MeasureContext) -> str:
 
 
 def nginx_for(ctx: MeasureContext) -> Nginx:
-    """The testbed's nginx, started in the server host the first time it is needed."""
-    key = ctx.testbed.prefix
-    server = _NGINX.get(key)
-    if server is not None and server.alive():
-        return server
+    """The server host's nginx (secperf.services.nginx.testbed_nginx: one per host,
+    shared with the mix workload), started the first time it is needed."""
     base = ctx.extra.get("files_dir")
-    root = Path(base) if base else Path(tempfile.mkdtemp(prefix=f"secperf-{key}-"))
-    address = ctx.topology.server_address(ctx.family, "dut", ctx.server)
-    certs = root / "pki"
-    ca = pki.make_ca(certs, "server-ca", "secperf server CA")
-    server = start_nginx(
+    root = Path(base) if base else Path(tempfile.mkdtemp(prefix=f"secperf-{ctx.testbed.prefix}-"))
+    return testbed_nginx(
+        ctx.testbed.prefix,
         ctx.testbed.host(ctx.server),
-        root / "nginx",
-        address,
+        root / "web" / ctx.server,
+        ctx.topology.server_address(ctx.family, "dut", ctx.server),
         ipv6=ctx.family == 6,
-        tls=pki.issue(certs, ca, "server", [address]),
     )
-    server.ca = ca
-    _NGINX[key] = server
-    return server
 
 
 def forget(prefix: str) -> None:
     """Drop (and stop) the nginx of a testbed, e.g. in tests that reuse nothing."""
-    server = _NGINX.pop(prefix, None)
-    if server is not None:
-        server.stop()
+    forget_testbed(prefix)
 
 
 def trust_bundle(ctx: MeasureContext, server: Nginx) -> Path:

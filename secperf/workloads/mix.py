@@ -55,7 +55,7 @@ from secperf.schema.fields import (
     one_or_sweep,
     parse_count,
 )
-from secperf.services.nginx import HTTP_PORT, Nginx, start_nginx
+from secperf.services.nginx import HTTP_PORT, Nginx, forget_testbed, testbed_nginx
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
@@ -178,7 +178,8 @@ def servers_for(ctx: MeasureContext, sizes: list[int]) -> dict[str, tuple[Nginx,
         if pair is None or not (pair[0].alive() and pair[1].alive()):
             host = ctx.testbed.host(name)
             addr = ctx.topology.primary_address(name)
-            web = start_nginx(host, root / "mix" / name / "nginx", addr)
+            # the host's one nginx, shared with the http workload (same port)
+            web = testbed_nginx(key, host, root / "web" / name, addr, ipv6=ctx.family == 6)
             ftp = start_vsftpd(host, root / "mix" / name / "vsftpd", addr)
             pair = running[name] = (web, ftp)
         pair[0].serve(sizes)
@@ -187,9 +188,9 @@ def servers_for(ctx: MeasureContext, sizes: list[int]) -> dict[str, tuple[Nginx,
 
 
 def forget(prefix: str) -> None:
-    for web, ftp in _SERVERS.pop(prefix, {}).values():
-        web.stop()
+    for _web, ftp in _SERVERS.pop(prefix, {}).values():
         ftp.stop()
+    forget_testbed(prefix)
 
 
 def proc_stat() -> tuple[list[int], int]:

@@ -86,7 +86,7 @@ def test_https_through_the_dut_with_run_certificates(bed: tuple[Testbed, Path]) 
     assert r["handshakes"] == 20 and r["latency_us"]["handshake"]["count"] == 20, r
     assert r["resumed"] >= 10, r  # nginx's session cache and tickets
     # Certificates of the run, keys private.
-    pkidir = files / "pki"
+    pkidir = files / "web" / "server" / "pki"
     for key in ("server-ca.key", "server.key"):
         assert stat.S_IMODE((pkidir / key).stat().st_mode) == 0o600
     assert "secperf server CA" in issuer_seen(tb, pkidir / "server-ca.pem")
@@ -134,7 +134,7 @@ def test_tls_inspect_bump_and_splice(bed: tuple[Testbed, Path], tmp_path: Path, 
             (r["errors"], r["started"], r["failed"], r["latency_us"])
         )
         assert r["bytes"] == 20 * FILE
-        seen = issuer_seen(tb, files / "pki" / "server-ca.pem")
+        seen = issuer_seen(tb, files / "web" / "server" / "pki" / "server-ca.pem")
         log = (proxy_ca.parent / "access.log").read_text()
         cost = mech.observe()
         # CPU comes in 10 ms ticks: 20 spliced connections may take less than one.
@@ -152,7 +152,9 @@ def test_tls_inspect_bump_and_splice(bed: tuple[Testbed, Path], tmp_path: Path, 
         mech.release(tb.host("dut"), ctx)
         reset_dut(tb.host("dut"), {"nft"})
     # Without the proxy the client sees the server's certificate again.
-    assert "secperf server CA" in issuer_seen(tb, files / "pki" / "server-ca.pem")
+    assert "secperf server CA" in issuer_seen(
+        tb, files / "web" / "server" / "pki" / "server-ca.pem"
+    )
 
 
 def test_untrusted_proxy_ca_fails_the_fetches(bed: tuple[Testbed, Path], tmp_path: Path) -> None:
