@@ -13,8 +13,8 @@ receiver tells what arrived; the tag holds no attack string.
 messages go over one TCP connection, each attack over a connection of its own whose
 data is cut into `segments` pieces inside the attack string and sent in `order`
 (in order, or in reverse: each piece ahead of the one before it in the stream), by a
-user-space TCP (secperf.workloads.attack_mix.tcp_attacker), so that an IPS that matches packet by
-packet, or reassembles in-order data only, misses it.
+user-space TCP (tcp_attacker.py beside this file), so that an IPS that matches packet
+by packet, or reassembles in-order data only, misses it.
 
 Three sources of evidence, read over the same window, make the record:
 
@@ -91,11 +91,12 @@ AttackRate = Annotated[
 
 
 class AttackMixWorkload(WorkloadSpec):
-    """Detection under load (issue 13): UDP datagrams at `rate` messages/s (the load
-    level; a list sweeps it), `attack_share` of them carrying an attack string built
-    from the rule file's content rules. The record gives detected / blocked / missed /
-    leaked attacks from the sender's, the server's and the IPS/IDS's own counts, and
-    the clean traffic's delivery beside them."""
+    """Detection under load (issue 13): messages at `rate` messages/s (the load level;
+    a list sweeps it), `attack_share` of them carrying an attack string built from the
+    rule file's content rules; UDP datagrams, or over TCP each attack on a connection of
+    its own cut into `segments` pieces sent in `order` (issue 24). The record gives
+    detected / blocked / missed / leaked attacks from the sender's, the server's and the
+    IPS/IDS's own counts, and the clean traffic's delivery beside them."""
 
     sweepable: ClassVar[dict[str, str]] = {"rate": "count"}
 
