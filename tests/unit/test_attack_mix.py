@@ -133,46 +133,33 @@ def test_schema_reassembly_needs_nfq_and_fastpath_parses() -> None:
     assert _scenario('{ kind = "fastpath" }').variants["v"].mechanisms[0].kind == "fastpath"
 
 
-def test_schema_attack_mix() -> None:
+def _mix(keys: str) -> Scenario:
+    """A scenario with an IPS variant and one attack_mix workload of `keys` (TOML lines)."""
     import tomllib
 
-    text = """
+    text = f"""
 name = "t"
 [variants.v]
-mechanisms = [{ kind = "ips" }]
+mechanisms = [{{ kind = "ips" }}]
 [[workloads]]
 kind = "attack_mix"
-rate = [1000, 5000]
-attack_share = 0.01
+{keys}
 """
-    s = Scenario.model_validate(tomllib.loads(text), context={"check_files": False})
-    w = s.workloads[0]
+    return Scenario.model_validate(tomllib.loads(text), context={"check_files": False})
+
+
+def test_schema_attack_mix() -> None:
+    w = _mix("rate = [1000, 5000]\nattack_share = 0.01").workloads[0]
     assert w.rate == [1000, 5000] and w.name == "attack-mix"  # type: ignore[union-attr]
-    bad = text.replace("0.01", "0")
     with pytest.raises(ValidationError, match="attack_share"):
-        Scenario.model_validate(tomllib.loads(bad), context={"check_files": False})
+        _mix("rate = [1000, 5000]\nattack_share = 0")
 
 
 def test_schema_tcp_pieces() -> None:
-    import tomllib
-
-    text = """
-name = "t"
-[variants.v]
-mechanisms = [{ kind = "ips" }]
-[[workloads]]
-kind = "attack_mix"
-protocol = "tcp"
-segments = 3
-order = "reverse"
-"""
-    s = Scenario.model_validate(tomllib.loads(text), context={"check_files": False})
-    w = s.workloads[0]
+    w = _mix('protocol = "tcp"\nsegments = 3\norder = "reverse"').workloads[0]
     assert (w.segments, w.order, w.name) == (3, "reverse", "attack-mix-tcp")  # type: ignore[union-attr]
     with pytest.raises(ValidationError, match='protocol = "tcp"'):
-        Scenario.model_validate(
-            tomllib.loads(text.replace('"tcp"', '"udp"')), context={"check_files": False}
-        )
+        _mix('protocol = "udp"\nsegments = 3\norder = "reverse"')
     with pytest.raises(ValidationError, match=r"reassembly_pending|held"):
         _scenario('{ kind = "ips", reassembly = true, reassembly_pending = -1 }')
 

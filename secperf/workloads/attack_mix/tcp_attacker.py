@@ -147,8 +147,7 @@ class Attacks:
         self.sock = socket.socket(fam, socket.SOCK_RAW, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, MARK)
         self.sock.setblocking(False)
-        self.segments, self.order, self.size = a["segments"], a["order"], a["size"]
-        self.fill = (b"abcdefghij0123456789" * (self.size // 20 + 2))[: self.size]
+        self.segments, self.order = a["segments"], a["order"]
         self.conns: dict[int, dict[str, Any]] = {}
         self.reusable: dict[int, float] = {}  # port: when it may start a new attack
         # a random start: a new sender does not reuse the last one's ports first
@@ -262,10 +261,8 @@ def send(a: dict[str, Any]) -> None:
     size, share, rate = a["size"], a["share"], a["rate"]
     n = int(rate * a["duration"])
     fill = (b"abcdefghij0123456789" * (size // 20 + 2))[:size]
-    fam = socket.AF_INET6 if ":" in a["server"] else socket.AF_INET
     clean = socket.create_connection((a["server"], a["port"]), timeout=5.0)
     clean.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    assert clean.family == fam
     raw = Attacks(a)
     due: list[tuple[float, bytes, int, int]] = []  # (when, message, attack length, port)
     lock = threading.Lock()
