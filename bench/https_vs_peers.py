@@ -3,14 +3,21 @@ in one run (root: through the forwarding DUT of a client–dut–server testbed)
 
 Interleaved pairs (engine, wrk, engine, wrk, ...) of each test, medians compared:
 
-  https keep-alive       engine: tls, keepalive, C in flight   vs  wrk -t1 -c C https://...
-  https close, full      a connection and a full TLS 1.3 handshake per fetch, nginx with
+  https keep-alive tT    engine: tls, keepalive, C in flight,  vs  wrk -tT -cC https://...
+                         T threads
+  https close, full tT   a connection and a full TLS 1.3 handshake per fetch, nginx with
                          session resumption off (no cache, no tickets): neither client
                          can resume, both pay the certificate and the signature
-  https close, resumed   a connection per fetch, nginx with resumption on; the engine
+  https close, resumed tT  a connection per fetch, nginx with resumption on; the engine
                          with `resumption = true`, wrk as it is: it reuses its SSL
                          objects (SSL_clear keeps the session) and so offers the last
                          session's ticket on every new connection
+
+for each T of --threads (default 1 and 2): both tools get the same event-loop threads.
+Until 2026-11-26 (afternoon) the engine ran its default (a thread per CPU, 2 here)
+against wrk -t1: on two CPUs shared with nginx the second thread costs more than it
+gives (keep-alive: engine 2 threads ~53 k req/s, 1 thread ~61 k; wrk 1 thread ~58 k,
+2 threads ~43 k), and the 0.85x kept that morning was that difference.
 
 Until 2026-11-26 this bench ran the engine with resumption off against wrk on a
 server with resumption on, believing wrk resumed nothing: wrk resumed every
@@ -60,13 +67,14 @@ def cases(engine: Path, addr: str, ca: Path, args: argparse.Namespace) -> list[h
     d, c = args.duration, args.connections
     url = f"https://{addr}:{HTTPS_PORT}/files/{HTTP_FILE}.bin"
 
-    def spec(keepalive: bool, resumption: bool) -> list[str]:
+    def spec(keepalive: bool, resumption: bool, threads: int) -> list[str]:
         s = {
             "kind": "http",
             "server": f"{addr}:{HTTPS_PORT}",
             "urls": [f"/files/{HTTP_FILE}.bin"],
             "keepalive": keepalive,
             "parallel": c,
+            "threads": threads,
             "duration": d,
             "warmup": 1.0,
             "interval": 0,
@@ -76,41 +84,46 @@ def cases(engine: Path, addr: str, ca: Path, args: argparse.Namespace) -> list[h
         }
         return [str(engine), "run", "--spec", json.dumps(s)]
 
-    wrk_base = ["wrk", "-t1", f"-c{c}", f"-d{d + 1:g}s"]
-    close = [*wrk_base, "-H", "Connection: close", url]
-    return [
-        hfp.Case(
-            "https keep-alive",
-            "req/s",
-            lambda: spec(True, False),
-            lambda: [*wrk_base, url],
-            "wrk",
-            hfp.engine_http,
-            hfp.wrk,
-        ),
-        hfp.Case(
-            "https close, full",
-            "req/s",
-            lambda: spec(False, False),
-            lambda: close,
-            "wrk",
-            hfp.engine_http,
-            hfp.wrk,
-        ),
-        hfp.Case(
-            "https close, resumed",
-            "req/s",
-            lambda: spec(False, True),
-            lambda: close,
-            "wrk",
-            hfp.engine_http,
-            hfp.wrk,
-        ),
-    ]
+    out: list[hfp.Case] = []
+    for t in args.threads:
+        wrk_base = ["wrk", f"-t{t}", f"-c{c}", f"-d{d + 1:g}s"]
+        close = [*wrk_base, "-H", "Connection: close", url]
+        # Default arguments pin this iteration's values in each lambda.
+        out += [
+            hfp.Case(
+                f"https keep-alive t{t}",
+                "req/s",
+                lambda t=t: spec(True, False, t),
+                lambda wrk_base=wrk_base: [*wrk_base, url],
+                "wrk",
+                hfp.engine_http,
+                hfp.wrk,
+            ),
+            hfp.Case(
+                f"https close, full t{t}",
+                "req/s",
+                lambda t=t: spec(False, False, t),
+                lambda close=close: close,
+                "wrk",
+                hfp.engine_http,
+                hfp.wrk,
+            ),
+            hfp.Case(
+                f"https close, resumed t{t}",
+                "req/s",
+                lambda t=t: spec(False, True, t),
+                lambda close=close: close,
+                "wrk",
+                hfp.engine_http,
+                hfp.wrk,
+            ),
+        ]
+    return out
 
 
 # The server's session resumption, per test: a full handshake needs it off for both.
-SERVER_RESUMES = {"https close, full": False}
+def server_resumes(case: str) -> bool:
+    return not case.startswith("https close, full")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,10 +131,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=5.0, help="measured seconds")
     ap.add_argument("--connections", type=int, default=4, help="connections in flight")
+    ap.add_argument(
+        "--threads",
+        default="1,2",
+        help="comma list of event-loop thread counts, each given to both tools alike "
+        "(the engine's `threads`, wrk's -t); one set of tests each (default 1,2)",
+    )
     ap.add_argument("--tests", default="", help="comma list of test-name prefixes")
     ap.add_argument("--engine", type=Path, default=evp.DEFAULT_ENGINE)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    try:
+        args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--threads must be a comma list of integers (got {args.threads!r})")
+    if not args.threads or not all(1 <= t <= args.connections for t in args.threads):
+        ap.error(f"each of --threads must be 1..--connections ({args.connections})")
     from secperf.services import pki
     from secperf.services.nginx import start_nginx
     from secperf.testbed.testbed import Testbed, install_teardown_handlers
@@ -148,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not want or any(c.name.startswith(w) for w in want)
             ]
             for case in todo:
-                resumes = SERVER_RESUMES.get(case.name, True)
+                resumes = server_resumes(case.name)
                 if web is None or web.resumes != resumes:
                     if web is not None:
                         web.server.stop()
