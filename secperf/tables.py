@@ -198,6 +198,19 @@ def failed_text(row: Row) -> str:
     return f"FAILED{count}: " + "; ".join(str(c) for c in v.get("failed") or [])
 
 
+def noted_text(row: Row) -> str:
+    """ "SHOULD missed 1 of 3: traffic rate's largest deviation … 6.1 % > 5 %": the
+    counted repetitions that missed a SHOULD criterion (their numbers stand; "" when
+    none did)."""
+    v: Mapping[str, Any] = row.get("validation") or {}
+    k = int(v.get("noted_n") or 0)
+    if not k:
+        return ""
+    of = int(row.get("n") or k)
+    count = f" ×{k}" if k == of and k > 1 else ("" if k == of else f" {k} of {of}")
+    return f"SHOULD missed{count}: " + "; ".join(str(c) for c in v.get("noted") or [])
+
+
 def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:
     """A variant's value: mean ± half width (marked when the CI target was missed), a
     search's mean [interval], or what a search that found nothing found (`words`)."""
@@ -222,6 +235,8 @@ def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:
     missed = not row.get("ci_target_met", False)
     if missed:
         text += MISSED
+    if noted := noted_text(row):
+        text += f" ({noted})"
     return Cell(text, missed=missed)
 
 

@@ -10,6 +10,7 @@ and the detail of its first failure (or of its last round when it never failed).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from secperf.results.rundir import RunDir
@@ -75,22 +76,80 @@ def validation_failures(record: Mapping[str, Any]) -> dict[str, str] | None:
     verdict = record.get("validation")
     if not isinstance(verdict, Mapping) or verdict.get("passed") is not False:
         return None
+    return _missed(verdict, required=True)
+
+
+def validation_notes(record: Mapping[str, Any]) -> dict[str, str]:
+    """The SHOULD criteria (`"required": false`, such as RFC 9411's deviations) a
+    result record's test missed, by name with its detail: noted beside its number,
+    which stands."""
+    verdict = record.get("validation")
+    return _missed(verdict, required=False) if isinstance(verdict, Mapping) else {}
+
+
+def _missed(verdict: Mapping[str, Any], *, required: bool) -> dict[str, str]:
     return {
         str(c.get("name")): str(c.get("detail"))
         for c in verdict.get("criteria") or []
-        if isinstance(c, Mapping) and c.get("passed") is not True
+        if isinstance(c, Mapping)
+        and c.get("passed") is not True
+        and (c.get("required", True) is not False) == required
     }
 
 
+@dataclass
+class Validity:
+    """A summary row's validation criteria over its rounds: those checked, the
+    criteria each FAILED round missed (its figures in no mean) and the SHOULD
+    criteria each counted round missed (its figures stand). A round measured again
+    replaces what its earlier attempt said."""
+
+    checked: set[int] = field(default_factory=set)
+    failed: dict[int, dict[str, str]] = field(default_factory=dict)
+    noted: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def see(self, rep: int, record: Mapping[str, Any]) -> bool:
+        """Takes round `rep`'s result; False when it is FAILED (not a number)."""
+        if isinstance(record.get("validation"), Mapping):
+            self.checked.add(rep)
+        self.failed.pop(rep, None)
+        self.noted.pop(rep, None)
+        missed = validation_failures(record)
+        if missed is not None:
+            self.failed[rep] = missed
+            return False
+        if notes := validation_notes(record):
+            self.noted[rep] = notes
+        return True
+
+    def summary(self) -> dict[str, Any] | None:
+        """The row's `validation` field (validation_field)."""
+        return validation_field(len(self.checked), self.failed, self.noted)
+
+
 def validation_field(
-    checked: int, failed: Mapping[int, Mapping[str, str]]
+    checked: int,
+    failed: Mapping[int, Mapping[str, str]],
+    noted: Mapping[int, Mapping[str, str]] | None = None,
 ) -> dict[str, Any] | None:
     """A row's `validation`: repetitions checked and failed, and each criterion missed
-    once, worded by its first failure; None when no repetition had criteria."""
+    once, worded by its first failure; the same for the SHOULD criteria missed by
+    repetitions that count (`noted_n`, `noted`); None when no repetition had criteria."""
     if not checked:
         return None
-    missed: dict[str, str] = {}
-    for rep in sorted(failed):
-        for name, detail in failed[rep].items():
-            missed.setdefault(name, detail)
-    return {"checked_n": checked, "failed_n": len(failed), "failed": list(missed.values())}
+
+    def first(by_rep: Mapping[int, Mapping[str, str]]) -> list[str]:
+        missed: dict[str, str] = {}
+        for rep in sorted(by_rep):
+            for name, detail in by_rep[rep].items():
+                missed.setdefault(name, detail)
+        return list(missed.values())
+
+    noted = noted or {}
+    return {
+        "checked_n": checked,
+        "failed_n": len(failed),
+        "failed": first(failed),
+        "noted_n": len(noted),
+        "noted": first(noted),
+    }

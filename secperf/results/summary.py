@@ -15,7 +15,7 @@ from typing import Any
 from secperf import stats
 from secperf.results import evidence
 from secperf.results.bottleneck import comparison
-from secperf.results.checks import collect_checks, validation_failures, validation_field
+from secperf.results.checks import Validity, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
 from secperf.results.delays import DIRECTIONS
 from secperf.results.delays import collect as collect_delays
@@ -63,11 +63,9 @@ class Group:
     links: dict[int, dict[str, Any]] = field(default_factory=dict)
     # the traced round: its result and its `softirq` record
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # validation criteria: rounds checked, rep -> the criteria a FAILED round missed
-    # (its figures in no mean), and the metrics those rounds had
-    checked: set[int] = field(default_factory=set)
-    invalid: dict[int, dict[str, str]] = field(default_factory=dict)
-    invalid_metrics: set[str] = field(default_factory=set)
+    # validation criteria: the rounds checked, FAILED and noted
+    validity: Validity = field(default_factory=Validity)
+    invalid_metrics: set[str] = field(default_factory=set)  # the FAILED rounds' metrics
 
     def series(self, metric: str) -> dict[int, float]:
         return self.values.get(metric, {})
@@ -147,16 +145,11 @@ def collect(run: RunDir, lines: Iterable[Mapping[str, Any]] | None = None) -> di
             group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
             continue
         group.kind = group.kind or str(record.get("kind", ""))
-        if isinstance(record.get("validation"), Mapping):
-            group.checked.add(rep)
-        missed = validation_failures(record)
-        if missed is not None:  # FAILED: the criteria, not a number
-            group.invalid[rep] = missed
+        if not group.validity.see(rep, record):  # FAILED: the criteria, not a number
             group.invalid_metrics.update(extract(record))
             for series in group.values.values():
                 series.pop(rep, None)
             continue
-        group.invalid.pop(rep, None)  # a round measured again, passed this time
         for name, value in extract(record, irq_time_accounting=irq).items():
             group.values.setdefault(name, {})[rep] = value
         cpu = cpu_breakdown(record, irq_time_accounting=irq)
@@ -424,7 +417,7 @@ def _row(
         # repetitions whose search found no value; they are in no mean or interval
         "censored_n": len(group.censored(metric.name)),
         "search": search,
-        "validation": validation_field(len(group.checked), group.invalid),
+        "validation": group.validity.summary(),
         "baseline_mean": None,
         "degradation_pct": None,
         "degradation_ci_low": None,

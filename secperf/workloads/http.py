@@ -87,6 +87,20 @@ class Validation(StrictModel):
     # mean time to first byte / to last byte (TTFB, TTLB) in µs
     max_ttfb_us: Micros | None = None
     max_ttlb_us: Micros | None = None
+    # RFC 9411's "constant rate" and "constant concurrent connections" through the
+    # sustain phase: the largest deviation of one period's traffic rate (body bits/s)
+    # or mean open connections from the window's mean, in % of that mean
+    max_rate_deviation_pct: Pct | None = None
+    max_open_deviation_pct: Pct | None = None
+    # the period those deviations are taken over, in seconds (the engine's `interval`)
+    deviation_interval: Annotated[float, Field(ge=0.05, le=60)] = 1.0
+    # RFC 9411 says SHOULD for both deviations: missed, they are noted beside the
+    # number (false), or they fail the test like the others (true)
+    deviations_fail: bool = False
+
+    def deviations(self) -> bool:
+        """Whether a criterion needs the engine's interval records."""
+        return self.max_rate_deviation_pct is not None or self.max_open_deviation_pct is not None
 
 
 def _criterion(name: str, value: float, limit: float, what: str, unit: str) -> dict[str, object]:
@@ -102,9 +116,36 @@ def _criterion(name: str, value: float, limit: float, what: str, unit: str) -> d
     }
 
 
-def verdict(v: Validation, record: Record, offered: float | None) -> dict[str, object]:
-    """The record checked against `v`: {"passed", "criteria": [{name, value, limit,
-    passed, detail}]}; a criterion whose figure the record lacks is not met."""
+def deviation_pct(values: list[float]) -> float | None:
+    """The largest distance of a value from their mean, in % of the mean (None with
+    fewer than two values, or a mean of 0: nothing to judge a deviation on)."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return None
+    return max(abs(x - mean) for x in values) / mean * 100
+
+
+def sustain_periods(intervals: list[Record], period: float) -> list[Record]:
+    """The measured window's interval records that span a whole period (the last
+    one, cut by the window's end, does when the duration is a multiple of it)."""
+    out = []
+    for r in intervals:
+        t0, t1 = num(r.get("t_start")), num(r.get("t_end"))
+        if r.get("warmup") or t0 is None or t1 is None:
+            continue
+        if t1 - t0 >= period * 0.999:
+            out.append(r)
+    return out
+
+
+def verdict(
+    v: Validation, record: Record, offered: float | None, intervals: list[Record] | None = None
+) -> dict[str, object]:
+    """The record checked against `v` (and the test's interval records, for the
+    deviations): {"passed", "criteria": [{name, value, limit, passed, detail}]}; a
+    criterion whose figure the record lacks is not met."""
     errors = record.get("errors") or {}
     err = {k: num(errors.get(k)) or 0.0 for k in errors}
     started = num(record.get("started")) or 0.0
@@ -115,6 +156,8 @@ def verdict(v: Validation, record: Record, offered: float | None) -> dict[str, o
     # no connection opened in the window (all kept alive from the warm-up): any RST
     # ended one of them
     rst_pct = rst / initiated * 100 if initiated else (None if not started else 100.0 * (rst > 0))
+    # a SHOULD criterion (the deviations, unless `deviations_fail`) missed is noted, not failed
+    noted = set() if v.deviations_fail else {"max_rate_deviation_pct", "max_open_deviation_pct"}
     figures: dict[str, tuple[float | None, str, str]] = {
         "max_failed_pct": (
             (num(record.get("failed")) or 0.0) / started * 100 if started else None,
@@ -130,17 +173,34 @@ def verdict(v: Validation, record: Record, offered: float | None) -> dict[str, o
         "max_ttfb_us": (path(record, "latency_us", "first_byte", "mean"), "TTFB mean", " µs"),
         "max_ttlb_us": (path(record, "latency_us", "total", "mean"), "TTLB mean", " µs"),
     }
+    if v.deviations():
+        periods = sustain_periods(intervals or [], v.deviation_interval)
+        each = f"per {v.deviation_interval:g} s, {len(periods)} periods"
+        figures["max_rate_deviation_pct"] = (
+            deviation_pct([num(r.get("bits_per_second")) or 0.0 for r in periods]),
+            f"traffic rate's largest deviation from its mean ({each})",
+            " %",
+        )
+        figures["max_open_deviation_pct"] = (
+            deviation_pct([num(r.get("open")) or 0.0 for r in periods]),
+            f"concurrent connections' largest deviation from their mean ({each})",
+            " %",
+        )
     criteria: list[dict[str, object]] = []
     for name, limit in v.model_dump(exclude_none=True).items():
+        if name in ("deviation_interval", "deviations_fail"):
+            continue  # settings of the two deviations, not criteria
         value, what, unit = figures[name]
         if name == "min_rate_pct" and not offered:
             continue  # closed loop: the maximum a `load` is a share of, measured first
         if value is None:
             missing = {"name": name, "value": None, "limit": limit, "passed": False}
-            criteria.append({**missing, "detail": f"{what}: not measured"})
+            crit = {**missing, "detail": f"{what}: not measured"}
         else:
-            criteria.append(_criterion(name, value, limit, what, unit))
-    return {"passed": all(c["passed"] for c in criteria), "criteria": criteria}
+            crit = _criterion(name, value, limit, what, unit)
+        criteria.append({**crit, "required": name not in noted})
+    passed = all(c["passed"] for c in criteria if c["required"])
+    return {"passed": passed, "criteria": criteria}
 
 
 class HttpWorkload(OpenLoop, WorkloadSpec):
@@ -203,6 +263,18 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
             raise ValueError(
                 "validation.min_rate_pct compares the rate achieved with the rate "
                 "offered: give rate or load, or leave min_rate_pct out"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _deviation_periods(self) -> HttpWorkload:
+        v = self.validation
+        if v is not None and v.deviations() and self.duration < 2 * v.deviation_interval:
+            raise ValueError(
+                f"validation's deviations compare periods of {v.deviation_interval:g} s, and "
+                f"a {self.duration:g} s window holds fewer than two: make duration at least "
+                f"{2 * v.deviation_interval:g} s or set validation.deviation_interval to at "
+                f"most {self.duration / 2:g}"
             )
         return self
 
@@ -281,18 +353,25 @@ class HttpExecutor:
         port = HTTPS_PORT if p.tls else HTTP_PORT
         if p.requests_per_connection is not None:
             tls["keepalive"] = True
+        # interval records only for the deviations (they are what those are judged on)
+        period = (
+            p.validation.deviation_interval if p.validation and p.validation.deviations() else 0
+        )
         spec = engine_spec(
-            p, server=hostport(target_address(ctx), port), urls=urls, interval=0, **tls
+            p, server=hostport(target_address(ctx), port), urls=urls, interval=period, **tls
         )
         budget = p.duration + p.warmup + 2 * p.timeout + 15
         keep = ctx.keep
         if p.validation is not None:
             checked = p.validation
+            intervals: list[Record] = []
 
             def keep(rec: Record) -> None:
                 # the verdict travels with the result (records.jsonl, then the summary)
-                if rec.get("type") == "result":
-                    rec["validation"] = verdict(checked, rec, p.rate)
+                if rec.get("type") == "interval":
+                    intervals.append(rec)
+                elif rec.get("type") == "result":
+                    rec["validation"] = verdict(checked, rec, p.rate, intervals)
                 ctx.keep(rec)
 
         return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result

@@ -122,6 +122,8 @@ def test_a_failed_test_is_failed_with_its_criterion_not_a_number(tmp_path: Path)
         "checked_n": 2,
         "failed_n": 2,
         "failed": ["failed transactions 10 % > 0.001 %", "TCP RSTs 10 % > 0.001 %"],
+        "noted_n": 0,
+        "noted": [],
     }
     cell = value_cell(bad).text
     assert cell.startswith("FAILED ×2: failed transactions 10 % > 0.001 %") and reps(bad) == "2"
@@ -142,3 +144,85 @@ def test_one_failed_round_of_two_leaves_the_other_as_a_number_marked(tmp_path: P
     bad = rows["reset"]
     assert bad["n"] == 1 and bad["validation"]["failed_n"] == 1
     assert "(and FAILED 1 of 2: failed transactions 0.1 % > 0.001 %)" in value_cell(bad).text
+
+
+def periods(rates: list[float], opens: list[float], warmup: int = 1) -> list[dict[str, Any]]:
+    """Interval records: `warmup` warm-up periods, then one a second of each rate."""
+    out: list[dict[str, Any]] = [
+        {"type": "interval", "t_start": 0.0, "t_end": 1.0, "warmup": True, "bits_per_second": 1.0}
+    ] * warmup
+    for i, (bps, op) in enumerate(zip(rates, opens, strict=True)):
+        t = float(warmup + i)
+        out.append(
+            {
+                "type": "interval",
+                "t_start": t,
+                "t_end": t + 1.0,
+                "warmup": False,
+                "bits_per_second": bps,
+                "open": op,
+            }
+        )
+    return out
+
+
+def test_the_rfc_deviations_judge_each_period_against_the_windows_mean() -> None:
+    v = Validation(max_rate_deviation_pct=5, max_open_deviation_pct=10, deviations_fail=True)
+    # 100, 104, 96 Mbit/s: 4 % from the mean; 32, 30, 31 connections: 3.2 %
+    steady = periods([100e6, 104e6, 96e6], [32, 30, 31])
+    ok = verdict(v, result(1000), None, steady)
+    assert ok["passed"] is True, ok
+    # one period at 90 of a mean of 98: 8.2 % > 5 %; the warm-up's 1 bit/s counts nowhere
+    dip = verdict(v, result(1000), None, periods([100e6, 104e6, 90e6], [32, 32, 32]))
+    crit = {c["name"]: c for c in dip["criteria"]}  # type: ignore[union-attr]
+    assert dip["passed"] is False and crit["max_open_deviation_pct"]["passed"] is True
+    assert crit["max_rate_deviation_pct"]["detail"] == (
+        "traffic rate's largest deviation from its mean (per 1 s, 3 periods) 8.163 % > 5 %"
+    )
+    # connections that drain half way: 32 then 16 (mean 24, 33 %)
+    drain = verdict(v, result(1000), None, periods([100e6, 100e6], [32, 16]))
+    assert [c["passed"] for c in drain["criteria"]] == [True, False]  # type: ignore[union-attr]
+    # fewer than two whole periods (a cut last one does not count): not measured, not met
+    cut = [
+        *periods([100e6], [32]),
+        {"type": "interval", "t_start": 2.0, "t_end": 2.5, "warmup": False, "bits_per_second": 1e6},
+    ]
+    short = verdict(v, result(1000), None, cut)
+    assert short["passed"] is False
+    assert all("not measured" in c["detail"] for c in short["criteria"])  # type: ignore[union-attr]
+
+
+def test_deviations_need_two_periods_in_the_window() -> None:
+    with pytest.raises(ValidationError, match="fewer than two"):
+        HttpWorkload(kind="http", duration=1.0, validation={"max_rate_deviation_pct": 5})
+    w = HttpWorkload(
+        kind="http",
+        duration=1.0,
+        validation={"max_open_deviation_pct": 10, "deviation_interval": 0.2},
+    )
+    assert w.validation is not None and w.validation.deviations()
+    assert not Validation(max_failed_pct=0.001).deviations()
+
+
+def test_a_should_deviation_missed_is_noted_beside_a_number_that_stands(tmp_path: Path) -> None:
+    # RFC 9411 says SHOULD for the deviations: by default a miss does not fail the test
+    v = Validation(max_failed_pct=0.001, max_rate_deviation_pct=5)
+    wobbly = periods([100e6, 80e6], [32, 32])  # 11 % from the mean of 90
+    rec = result(50_000)
+    noted = verdict(v, rec, None, wobbly)
+    assert noted["passed"] is True
+    assert [c["required"] for c in noted["criteria"]] == [True, False]  # type: ignore[union-attr]
+    steady = verdict(v, rec, None, periods([100e6, 101e6], [32, 32]))
+    run = make_run(
+        tmp_path,
+        {
+            "baseline": [{**rec, "validation": steady}] * 2,
+            "reset": [{**rec, "validation": steady}, {**rec, "validation": noted}],
+        },
+    )
+    rows = {r["variant"]: r for r in build_summary(run)["rows"] if r["metric"] == "fetch_rate"}
+    bad = rows["reset"]
+    assert bad["n"] == 2 and bad["mean"] == 1000.0  # both rounds count
+    assert bad["validation"]["noted_n"] == 1 and bad["validation"]["failed_n"] == 0
+    assert "(SHOULD missed 1 of 2: traffic rate's largest deviation" in value_cell(bad).text
+    assert "SHOULD" not in value_cell(rows["baseline"]).text

@@ -66,6 +66,11 @@ fn serve_http(mut s: TcpStream) {
 }
 
 fn run(server: SocketAddr, spec_json: &str) -> Value {
+    run_all(server, spec_json).pop().expect("records")
+}
+
+/// Every record of a run (start, intervals, result), checked as `run` does.
+fn run_all(server: SocketAddr, spec_json: &str) -> Vec<Value> {
     let mut v: Value = serde_json::from_str(spec_json).expect("spec JSON");
     v["server"] = Value::String(server.to_string());
     let spec = Spec::from_value(v).expect("valid spec");
@@ -78,9 +83,9 @@ fn run(server: SocketAddr, spec_json: &str) -> Value {
         .map(|r| serde_json::from_str(&r.to_line()).expect("record is JSON"))
         .collect();
     assert_eq!(values.first().unwrap()["type"], "start");
-    let last = values.last().unwrap().clone();
+    let last = values.last().unwrap();
     assert_eq!(last["type"], "result", "{:?}", last);
-    last
+    values
 }
 
 fn u(v: &Value) -> u64 {
@@ -102,6 +107,45 @@ fn http_rate_gives_exact_fetch_and_byte_counts() {
     assert_eq!(u(&r["totals"]["client"]["fetches"]), 60);
     assert!(r["latency_us"]["total"]["p50"].as_f64().unwrap() > 0.0);
     assert!(r["latency_us"]["connect"]["count"].as_u64().unwrap() == 50);
+}
+
+#[test]
+fn http_interval_records_count_each_fetch_once_and_the_open_connections() {
+    let addr = http_responder();
+    // 40 fetches a second, kept alive on 3 connections (each carries ~20 a second:
+    // the responder's two writes meet the client's delayed ACK): 0.25 s of warm-up
+    // in one interval, then four of 0.25 s each.
+    let all = run_all(
+        addr,
+        r#"{"kind":"http","urls":["/ok"],"rate":40,"parallel":3,"keepalive":true,"duration":1,"warmup":0.25,"interval":0.25}"#,
+    );
+    let iv: Vec<&Value> = all.iter().filter(|r| r["type"] == "interval").collect();
+    assert_eq!(iv.len(), 5, "{:?}", iv);
+    assert_eq!(iv[0]["warmup"], true);
+    assert!(iv[1..].iter().all(|r| r["warmup"] == false));
+    let ends: Vec<f64> = iv.iter().map(|r| r["t_end"].as_f64().unwrap()).collect();
+    assert_eq!(ends, vec![0.25, 0.5, 0.75, 1.0, 1.25]);
+    let result = all.last().unwrap();
+    // every fetch that ended in the window is in one interval (by the time it
+    // ended); those still under way at its end (at most one a connection) in none
+    let total: u64 = iv.iter().map(|r| u(&r["fetches"])).sum();
+    let all_fetches = u(&result["totals"]["client"]["fetches"]);
+    assert!(
+        total <= all_fetches && total + 3 >= all_fetches,
+        "{} of {}: {:?}",
+        total,
+        all_fetches,
+        iv
+    );
+    for r in &iv[1..] {
+        let n = u(&r["fetches"]);
+        assert!((7..=13).contains(&n), "about 10 a period: {}", r);
+        assert_eq!(u(&r["bytes"]), n * 1000);
+        assert_eq!(r["rate"].as_f64().unwrap(), n as f64 / 0.25);
+        // the connections stay open through the window: 3, kept alive
+        let open = r["open"].as_f64().unwrap();
+        assert!((2.5..=3.0).contains(&open), "{}", r);
+    }
 }
 
 #[test]

@@ -13,10 +13,17 @@
 //!
 //! A fetch belongs to the window it is due (rate) or starts (parallel) in,
 //! so with a rate the measured count is exactly rate × duration.
+//!
+//! Every `interval` an `interval` record says what ended in it (fetches,
+//! failures, bytes, by the time each fetch ended) and how many connections
+//! were open on average (sampled every 10 ms): the figures RFC 9411's
+//! "constant rate" and "constant concurrent connections" criteria are
+//! judged on.
 
 use std::marker::PhantomData;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +33,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::base::{self, no_server, Kind, RunOptions, ServerEnv, ServerSetup};
+use crate::kinds::timed::schedule;
 use crate::rt::cpu::CpuProbe;
 use crate::rt::evloop::{self, Dial, Flags, Got, Io, Machine, Want};
 use crate::rt::shared::{new_histogram, summarize, Shared};
@@ -38,6 +46,8 @@ use crate::wire::record::{Record, Sink};
 /// A fetch more than this behind its due time counts as `late` (the client
 /// could not keep the rate).
 const LATE: Duration = Duration::from_millis(10);
+/// How often the open connections are sampled for an interval's mean.
+const OPEN_SAMPLE: Duration = Duration::from_millis(10);
 /// Read size of a thread's scratch buffer (the responses' bytes are counted, not kept).
 const SCRATCH: usize = 64 * 1024;
 
@@ -129,6 +139,68 @@ fn ns(d: Duration) -> u64 {
     (d.as_nanos() as u64).max(1)
 }
 
+/// What the interval records read while the threads run: each fetch counted
+/// as it ends (warm-up included), and the connections open now.
+#[derive(Default)]
+struct Live {
+    fetches: AtomicU64,
+    failed: AtomicU64,
+    bytes: AtomicU64,
+    open: Arc<AtomicI64>,
+}
+
+/// A snapshot of `Live` (and the open connections' mean since the last one).
+#[derive(Clone, Copy, Default)]
+struct LiveSnap {
+    fetches: u64,
+    failed: u64,
+    bytes: u64,
+    open: i64,
+    open_mean: f64,
+}
+
+impl Live {
+    fn snap(&self) -> LiveSnap {
+        LiveSnap {
+            fetches: self.fetches.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            open: self.open.load(Relaxed),
+            open_mean: 0.0,
+        }
+    }
+}
+
+/// A connection's socket, counted in `Live::open` while it exists (every
+/// way a connection ends drops it).
+struct Sock {
+    s: TcpStream,
+    open: Arc<AtomicI64>,
+}
+
+impl Sock {
+    fn new(s: TcpStream, open: &Arc<AtomicI64>) -> Sock {
+        open.fetch_add(1, Relaxed);
+        Sock {
+            s,
+            open: open.clone(),
+        }
+    }
+}
+
+impl Deref for Sock {
+    type Target = TcpStream;
+    fn deref(&self) -> &TcpStream {
+        &self.s
+    }
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
+}
+
 struct Plan {
     spec: HttpSpec,
     peer: SocketAddr,
@@ -143,6 +215,7 @@ struct Plan {
     abort: AtomicBool,
     measured: Mutex<Tally>,
     all: Mutex<Tally>,
+    live: Live,
 }
 
 /// A finished fetch.
@@ -194,7 +267,7 @@ enum St {
 
 /// One connection: its fetches, one after the other.
 struct Conn<'a> {
-    s: Option<TcpStream>,
+    s: Option<Sock>,
     /// TLS: the session on `s`.
     tls: Option<ClientConnection>,
     st: St,
@@ -249,7 +322,14 @@ impl Conn<'_> {
                 Some(r) => {
                     let due = Duration::from_secs_f64(self.k as f64 / r);
                     if due >= p.end {
-                        return Some(Want::Done);
+                        // Nothing more due: the connection stays open to the
+                        // window's end, as the concurrent connections count.
+                        let end = p.t0 + p.end;
+                        return Some(if Instant::now() < end {
+                            Want::Until(end)
+                        } else {
+                            Want::Done
+                        });
                     }
                     self.at = due;
                     self.st = St::Due(p.t0 + due);
@@ -285,7 +365,7 @@ impl Conn<'_> {
         self.tls = None;
         match io.connect(&cx.dial) {
             Ok(s) => {
-                self.s = Some(s);
+                self.s = Some(Sock::new(s, &cx.plan.live.open));
                 if io.blocking() {
                     self.connect = Some(self.start.elapsed());
                     self.connected(cx);
@@ -350,6 +430,16 @@ impl Conn<'_> {
         };
         if done.outcome.is_err() {
             self.s = None;
+        }
+        let live = &cx.plan.live;
+        match &done.outcome {
+            Ok(r) => {
+                live.fetches.fetch_add(1, Relaxed);
+                live.bytes.fetch_add(r.body, Relaxed);
+            }
+            Err(_) => {
+                live.failed.fetch_add(1, Relaxed);
+            }
         }
         cx.all.count(&done);
         if self.at >= cx.plan.warm {
@@ -655,6 +745,7 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         abort: AtomicBool::new(false),
         measured: Mutex::new(Tally::new()),
         all: Mutex::new(Tally::new()),
+        live: Live::default(),
     });
     sink.emit(base::start_record(
         spec.to_value(),
@@ -679,16 +770,58 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         handles.push(h);
     }
     // CPU over the measured window, as the other kinds report it.
-    let sleep_to = |d: Duration| {
+    // Waits until `d` after the start; with interval records, sampling the
+    // open connections every OPEN_SAMPLE meanwhile (their sum and count).
+    let sample = spec.interval > 0.0;
+    let sleep_to = |d: Duration, open: &mut (i64, u64)| loop {
         let now = plan.t0.elapsed();
-        if d > now {
-            std::thread::sleep(d - now);
+        if d <= now {
+            break;
+        }
+        std::thread::sleep(if sample {
+            (d - now).min(OPEN_SAMPLE)
+        } else {
+            d - now
+        });
+        if sample {
+            open.0 += plan.live.open.load(Relaxed).max(0);
+            open.1 += 1;
         }
     };
-    sleep_to(plan.warm);
+    // CPU at the warm-up boundary and at the end; an interval record at each
+    // boundary of the schedule when `interval` asks for them.
     let probe = CpuProbe::new(&spec.common.cpu_groups);
-    let (cpu0, stat0) = (sys::process_cpu(), probe.read());
-    sleep_to(plan.end);
+    let mut at_warm = (spec.warmup <= 0.0).then(|| (sys::process_cpu(), probe.read()));
+    let (mut last, mut last_t) = (LiveSnap::default(), 0.0);
+    for b in schedule(spec.warmup, spec.common.duration, spec.interval) {
+        let mut open = (0, 0);
+        sleep_to(Duration::from_secs_f64(b), &mut open);
+        let mut now = plan.live.snap();
+        now.open_mean = if open.1 > 0 {
+            open.0 as f64 / open.1 as f64
+        } else {
+            now.open as f64
+        };
+        if at_warm.is_none() && b >= spec.warmup - 1e-9 {
+            at_warm = Some((sys::process_cpu(), probe.read()));
+        }
+        if spec.interval > 0.0 {
+            sink.emit(interval_record(
+                last_t,
+                b,
+                b <= spec.warmup + 1e-9 && spec.warmup > 0.0,
+                &last,
+                &now,
+                began,
+            ));
+        }
+        (last, last_t) = (now, b);
+    }
+    let Some((cpu0, stat0)) = at_warm else {
+        return Err(EngineError::Internal(
+            "the warm-up boundary was not reached: report this bug".into(),
+        ));
+    };
     let (cpu1, stat1) = (sys::process_cpu(), probe.read());
     // Fetches already under way end by their own timeout; then give up on them.
     let timeout = Duration::from_secs_f64(spec.timeout.unwrap_or(5.0));
@@ -779,6 +912,38 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
     });
     sink.emit(Record::Json(rec));
     Ok(())
+}
+
+/// What ended between two snapshots, `t0`..`t1` seconds after the traffic
+/// started: fetches, failures and body bytes by the time each fetch ended,
+/// and the connections open (their mean over the interval, and at `t1`).
+fn interval_record(
+    t0: f64,
+    t1: f64,
+    warmup: bool,
+    a: &LiveSnap,
+    b: &LiveSnap,
+    began: Instant,
+) -> Record {
+    let span = (t1 - t0).max(1e-9);
+    let fetches = b.fetches.saturating_sub(a.fetches);
+    let bytes = b.bytes.saturating_sub(a.bytes);
+    Record::Json(json!({
+        "type": "interval",
+        "t": began.elapsed().as_secs_f64(),
+        "kind": "http",
+        "t_start": t0,
+        "t_end": t1,
+        "warmup": warmup,
+        "fetches": fetches,
+        "transactions": fetches,
+        "rate": fetches as f64 / span,
+        "failed": b.failed.saturating_sub(a.failed),
+        "bytes": bytes,
+        "bits_per_second": bytes as f64 * 8.0 / span,
+        "open": b.open_mean,
+        "open_end": b.open.max(0),
+    }))
 }
 
 /// Kind `http`: the client alone, against a web server.
