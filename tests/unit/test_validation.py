@@ -226,3 +226,9 @@ def test_a_should_deviation_missed_is_noted_beside_a_number_that_stands(tmp_path
     assert bad["validation"]["noted_n"] == 1 and bad["validation"]["failed_n"] == 0
     assert "(SHOULD missed 1 of 2: traffic rate's largest deviation" in value_cell(bad).text
     assert "SHOULD" not in value_cell(rows["baseline"]).text
+
+
+def test_nginx_never_corks_its_responses(tmp_path: Path) -> None:
+    # TCP_CORK held kept-alive responses back: the server set the rate, not the path
+    conf = render_config(tmp_path, 5380, ipv6=False, missing=set())
+    assert "tcp_nopush off;" in conf and "tcp_nopush on" not in conf
