@@ -270,12 +270,15 @@ def start_nginx(
 _SHARED: dict[tuple[str, str], Nginx] = {}
 
 
-def testbed_nginx(prefix: str, host: Host, root: Path, address: str, *, ipv6: bool) -> Nginx:
+def testbed_nginx(prefix: str, host: Host, root: Path, address: str) -> Nginx:
     """The nginx of a testbed's host, started the first time a workload needs it and
     shared by every workload after it (http, mix, ...). Every nginx of secperf listens
     on HTTP_PORT with `reuseport`, so a second one in the same host would silently take
     half the new connections and answer 404 for files only the first one serves. It
-    serves HTTPS too, with a CA and a certificate made for it (`ca` set)."""
+    listens on both families whichever workload starts it (every testbed interface has
+    its 2001:2::/48 address too, and a later workload may run over IPv6), and serves
+    HTTPS too, with a CA and a certificate made for it (`ca` set; the certificate
+    names SERVER_NAME, which the engine checks, so one fits both families)."""
     key = (prefix, host.name)
     server = _SHARED.get(key)
     if server is not None and server.alive():
@@ -286,7 +289,7 @@ def testbed_nginx(prefix: str, host: Host, root: Path, address: str, *, ipv6: bo
         host,
         root / "nginx",
         address,
-        ipv6=ipv6,
+        ipv6=True,
         tls=pki.issue(certs, ca, "server", [address]),
     )
     server.ca = ca

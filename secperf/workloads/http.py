@@ -310,7 +310,6 @@ def nginx_for(ctx: MeasureContext) -> Nginx:
         ctx.testbed.host(ctx.server),
         root / "web" / ctx.server,
         ctx.topology.server_address(ctx.family, "dut", ctx.server),
-        ipv6=ctx.family == 6,
     )
 
 

@@ -179,7 +179,7 @@ def servers_for(ctx: MeasureContext, sizes: list[int]) -> dict[str, tuple[Nginx,
             host = ctx.testbed.host(name)
             addr = ctx.topology.primary_address(name)
             # the host's one nginx, shared with the http workload (same port)
-            web = testbed_nginx(key, host, root / "web" / name, addr, ipv6=ctx.family == 6)
+            web = testbed_nginx(key, host, root / "web" / name, addr)
             ftp = start_vsftpd(host, root / "mix" / name / "vsftpd", addr)
             pair = running[name] = (web, ftp)
         pair[0].serve(sizes)

@@ -242,9 +242,10 @@ def test_circuit_proxy_dante_carries_http_and_ftp(testbed: Testbed, tmp_path: Pa
 
 def test_mix_and_http_share_one_nginx_per_host(testbed: Testbed, tmp_path: Path) -> None:
     """RFC 9411's scenario runs the mix first, then http points on other sizes: both
-    kinds must use the host's one nginx. Two would both listen on the HTTP port with
-    reuseport, and the kernel would hand half the connections to the one that lacks
-    the file (the full rfc9411 run's 16 KiB tests failed 50 % of fetches so)."""
+    kinds must use the host's one nginx, over either family. Two would both listen on
+    the HTTP port with reuseport, and the kernel would hand half the connections to
+    the one that lacks the file (the full rfc9411 run's 16 KiB tests failed 50 % of
+    fetches so)."""
     from secperf.workloads import http
 
     mix_rec = measure(testbed, tmp_path, point(virtual_clients=2, requests=4))
@@ -256,6 +257,15 @@ def test_mix_and_http_share_one_nginx_per_host(testbed: Testbed, tmp_path: Path)
     rec = http.HttpExecutor().measure(ctx, one_point(table))
     assert int(rec["fetches"]) > 100, rec
     assert rec["failed"] == 0 and rec["errors"]["bad_status"] == 0, rec
+    # and over IPv6, plain and HTTPS, from the same nginx (started by an IPv4 workload)
+    addr6 = testbed.topology.server_address(6, "dut", "dmz-s1")
+    ctx6 = MeasureContext.on(
+        testbed, f"[{addr6}]:5201", family=6, client="inside-c1", server="dmz-s1"
+    )
+    ctx6.extra["files_dir"] = str(tmp_path)
+    for tls in (False, True):
+        rec6 = http.HttpExecutor().measure(ctx6, one_point({**table, "tls": tls}))
+        assert int(rec6["fetches"]) > 20 and rec6["failed"] == 0, rec6
     # One nginx master in dmz-s1's namespace (pgrep sees every namespace's processes).
     host = testbed.host("dmz-s1")
     pids = host.run(["pgrep", "-f", "nginx: master"], check=False).stdout.split()
