@@ -15,7 +15,12 @@
 //!
 //! The rule a machine keeps: it returns `Want::Read` or `Want::Write` only
 //! after an operation on its socket would block (or in blocking mode timed
-//! out), so an edge it may have consumed earlier is never needed again.
+//! out), so an edge it may have consumed earlier is never needed again. One
+//! exception: right after sending a request, before its answer can have
+//! come, it may return `Want::Read` at once: Linux raises the readable edge
+//! anew for every segment that arrives, so the answer's arrival wakes it
+//! (and a read that could only fail costs a busy client a system call a
+//! request).
 //! Knows no kind.
 
 use std::cmp::Reverse;
