@@ -228,7 +228,9 @@ def test_a_should_deviation_missed_is_noted_beside_a_number_that_stands(tmp_path
     assert "SHOULD" not in value_cell(rows["baseline"]).text
 
 
-def test_nginx_never_corks_its_responses(tmp_path: Path) -> None:
-    # TCP_CORK held kept-alive responses back: the server set the rate, not the path
+def test_nginx_writes_header_and_body_at_once(tmp_path: Path) -> None:
+    # sendfile split each response in two writes: corked (tcp_nopush) they waited on
+    # kept-alive connections, uncorked a small one cost two segments; either way the
+    # server set the rate, not the path
     conf = render_config(tmp_path, 5380, ipv6=False, missing=set())
-    assert "tcp_nopush off;" in conf and "tcp_nopush on" not in conf
+    assert "sendfile off;" in conf and "sendfile on" not in conf and "tcp_nopush on" not in conf
