@@ -98,7 +98,7 @@ def _missed(verdict: Mapping[str, Any], *, required: bool) -> dict[str, str]:
 
 
 @dataclass
-class Validity:
+class ValidationRounds:
     """A summary row's validation criteria over its rounds: those checked, the
     criteria each FAILED round missed (its figures in no mean) and the SHOULD
     criteria each counted round missed (its figures stand). A round measured again

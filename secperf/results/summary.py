@@ -15,7 +15,7 @@ from typing import Any
 from secperf import stats
 from secperf.results import evidence
 from secperf.results.bottleneck import comparison
-from secperf.results.checks import Validity, collect_checks
+from secperf.results.checks import ValidationRounds, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
 from secperf.results.delays import DIRECTIONS
 from secperf.results.delays import collect as collect_delays
@@ -64,7 +64,7 @@ class Group:
     # the traced round: its result and its `softirq` record
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
     # validation criteria: the rounds checked, FAILED and noted
-    validity: Validity = field(default_factory=Validity)
+    validation: ValidationRounds = field(default_factory=ValidationRounds)
     invalid_metrics: set[str] = field(default_factory=set)  # the FAILED rounds' metrics
 
     def series(self, metric: str) -> dict[int, float]:
@@ -145,7 +145,7 @@ def collect(run: RunDir, lines: Iterable[Mapping[str, Any]] | None = None) -> di
             group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
             continue
         group.kind = group.kind or str(record.get("kind", ""))
-        if not group.validity.see(rep, record):  # FAILED: the criteria, not a number
+        if not group.validation.see(rep, record):  # FAILED: the criteria, not a number
             group.invalid_metrics.update(extract(record))
             for series in group.values.values():
                 series.pop(rep, None)
@@ -417,7 +417,7 @@ def _row(
         # repetitions whose search found no value; they are in no mean or interval
         "censored_n": len(group.censored(metric.name)),
         "search": search,
-        "validation": group.validity.summary(),
+        "validation": group.validation.summary(),
         "baseline_mean": None,
         "degradation_pct": None,
         "degradation_ci_low": None,
