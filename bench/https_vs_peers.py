@@ -88,36 +88,24 @@ def cases(engine: Path, addr: str, ca: Path, args: argparse.Namespace) -> list[h
     for t in args.threads:
         wrk_base = ["wrk", f"-t{t}", f"-c{c}", f"-d{d + 1:g}s"]
         close = [*wrk_base, "-H", "Connection: close", url]
-        # Default arguments pin this iteration's values in each lambda.
-        out += [
-            hfp.Case(
-                f"https keep-alive t{t}",
-                "req/s",
-                lambda t=t: spec(True, False, t),
-                lambda wrk_base=wrk_base: [*wrk_base, url],
-                "wrk",
-                hfp.engine_http,
-                hfp.wrk,
-            ),
-            hfp.Case(
-                f"https close, full t{t}",
-                "req/s",
-                lambda t=t: spec(False, False, t),
-                lambda close=close: close,
-                "wrk",
-                hfp.engine_http,
-                hfp.wrk,
-            ),
-            hfp.Case(
-                f"https close, resumed t{t}",
-                "req/s",
-                lambda t=t: spec(False, True, t),
-                lambda close=close: close,
-                "wrk",
-                hfp.engine_http,
-                hfp.wrk,
-            ),
-        ]
+        tests = (
+            ("https keep-alive", True, False, [*wrk_base, url]),
+            ("https close, full", False, False, close),
+            ("https close, resumed", False, True, close),
+        )
+        for name, keepalive, resumption, peer in tests:
+            # Default arguments pin this iteration's values in each lambda.
+            out.append(
+                hfp.Case(
+                    f"{name} t{t}",
+                    "req/s",
+                    lambda k=keepalive, r=resumption, t=t: spec(k, r, t),
+                    lambda peer=peer: peer,
+                    "wrk",
+                    hfp.engine_http,
+                    hfp.wrk,
+                )
+            )
     return out
 
 
