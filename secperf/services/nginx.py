@@ -135,10 +135,10 @@ def render_config(
         # No sendfile: with it nginx sends a response's header and body as two writes,
         # which TCP_CORK (tcp_nopush) joins but holds back on kept-alive connections
         # (4 KiB, 8 connections: 18 k fetches/s corked, 78 k uncorked), and without
-        # the cork a small response costs two segments (1 KiB, 10 a connection: 55 k);
-        # read into its buffers, nginx writes header and body at once: 83-97 k in both
-        # cases, and 256 KiB and a connection per fetch no slower (docs/performance.md).
-        # The server, not the path, set those rates.
+        # the cork a small response costs two segments (1 KiB, 10 a connection: 56-59 k);
+        # read into its buffers, nginx writes header and body at once: 84-86 k in both
+        # cases, and 256 KiB and a connection per fetch no slower (bench/nginx_configs.py,
+        # docs/performance.md). The server, not the path, set those rates.
         "    sendfile off;",
         "    keepalive_requests 1000000;",
         "    default_type application/octet-stream;",
