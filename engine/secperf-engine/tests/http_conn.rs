@@ -13,9 +13,16 @@ use secperf_engine::{Record, Spec};
 use serde_json::Value;
 
 /// Serves /ok (1000 bytes), /missing (404), /short (claims 1000, sends 500
-/// and closes); honours Connection: keep-alive.
+/// and closes); honours Connection: keep-alive. Its listen queue holds a
+/// thousand connections: std's 128 overflowed under the mix's thousand
+/// clients (SYN cookies, dropped ACKs) and, once in a CI run, reset one.
 fn http_responder() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind responder");
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("responder socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    s.bind(&any.into()).expect("bind responder");
+    s.listen(1024).expect("listen");
+    let l: TcpListener = s.into();
     let addr = l.local_addr().expect("addr");
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
