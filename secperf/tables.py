@@ -198,17 +198,25 @@ def failed_text(row: Row) -> str:
     return f"FAILED{count}: " + "; ".join(str(c) for c in v.get("failed") or [])
 
 
-def noted_text(row: Row) -> str:
-    """ "SHOULD missed 1 of 3: traffic rate's largest deviation … 6.1 % > 5 %": the
-    counted repetitions that missed a SHOULD criterion (their numbers stand; "" when
-    none did)."""
-    v: Mapping[str, Any] = row.get("validation") or {}
-    k = int(v.get("noted_n") or 0)
+def noted_count(row: Row) -> str:
+    """ "SHOULD missed 1 of 3": how many counted repetitions missed a SHOULD criterion
+    ("" when none did)."""
+    k = int((row.get("validation") or {}).get("noted_n") or 0)
     if not k:
         return ""
     of = int(row.get("n") or k)
     count = f" ×{k}" if k == of and k > 1 else ("" if k == of else f" {k} of {of}")
-    return f"SHOULD missed{count}: " + "; ".join(str(c) for c in v.get("noted") or [])
+    return f"SHOULD missed{count}"
+
+
+def noted_text(row: Row) -> str:
+    """ "SHOULD missed 1 of 3: traffic rate's largest deviation … 6.1 % > 5 %": the
+    counted repetitions that missed a SHOULD criterion, and which (their numbers
+    stand; "" when none did)."""
+    count = noted_count(row)
+    if not count:
+        return ""
+    return f"{count}: " + "; ".join(str(c) for c in row["validation"].get("noted") or [])
 
 
 def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:

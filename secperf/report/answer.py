@@ -39,6 +39,7 @@ from secperf.tables import (
     failed_text,
     fmt_pct,
     fmt_value,
+    noted_count,
     point_name,
     value_cell,
 )
@@ -73,6 +74,9 @@ class Verdict:
     negligible_pct: float
     bottleneck: str | None = None
     why: str = ""  # for UNMEASURED: what is missing
+    # SHOULD criteria the variant's or the baseline's rounds missed: the numbers stand,
+    # the reader is told (RFC 9411's deviations)
+    noted: str = ""
 
     @property
     def interval(self) -> str:
@@ -82,7 +86,12 @@ class Verdict:
 
     @property
     def text(self) -> str:
-        """The verdict in words, e.g. "costs +25.0 % [+24.1, +25.9]"."""
+        """The verdict in words, e.g. "costs +25.0 % [+24.1, +25.9]", and the SHOULD
+        criteria its rounds missed."""
+        return f"{self._outcome_text} ({self.noted})" if self.noted else self._outcome_text
+
+    @property
+    def _outcome_text(self) -> str:
         if self.outcome == COST:
             return f"costs {fmt_pct(self.pct)} % {self.interval}"
         if self.outcome == BETTER:
@@ -169,6 +178,15 @@ def _why(row: Row, why: str, base: Row | None) -> str:
     return why
 
 
+def _noted(row: Row, base: Row | None) -> str:
+    """How many rounds of the variant and of the baseline missed a SHOULD criterion,
+    in short (the tables say which criterion, by how much)."""
+    notes = [noted_count(row)]
+    if base is not None and (count := noted_count(base)):
+        notes.append(f"baseline {count}")
+    return "; ".join(n for n in notes if n)
+
+
 def _where(row: Row) -> str:
     return point_name(str(row.get("workload", "")), str(row.get("label") or ""))
 
@@ -188,8 +206,8 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
     for variant in order:
         for r in (r for r in rows if r["variant"] == variant):
             outcome, why = judge(r, x)
+            base = bases.get((r.get("workload"), r.get("point_id"), r.get("metric")))
             if outcome == UNMEASURED:
-                base = bases.get((r.get("workload"), r.get("point_id"), r.get("metric")))
                 why = _why(r, why, base)
             out.append(
                 Verdict(
@@ -207,6 +225,7 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
                     negligible_pct=x,
                     bottleneck=_limit(r),
                     why=why,
+                    noted=_noted(r, base),
                 )
             )
     return out

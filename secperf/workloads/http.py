@@ -14,6 +14,7 @@ CA, and the CA of any mechanism in the path that signs certificates of its own
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
@@ -64,8 +65,10 @@ from secperf.workloads.open_loop import OpenLoop
 TlsVersion = Literal["1.2", "1.3"]
 
 # Connections in flight: machines of the engine's event loop, not threads.
+MAX_PARALLEL = 10_000
 HttpParallel = Annotated[
-    int | list[int], PlainValidator(one_or_sweep(bounded(parse_count, 1, 10_000, "parallel")))
+    int | list[int],
+    PlainValidator(one_or_sweep(bounded(parse_count, 1, MAX_PARALLEL, "parallel"))),
 ]
 
 
@@ -101,6 +104,24 @@ class Validation(StrictModel):
     def deviations(self) -> bool:
         """Whether a criterion needs the engine's interval records."""
         return self.max_rate_deviation_pct is not None or self.max_open_deviation_pct is not None
+
+    @model_validator(mode="after")
+    def _deviation_settings_need_a_deviation(self) -> Validation:
+        # the two settings only shape the deviation criteria: set alone they would be
+        # read as a check that is never made (judged by value, not by presence: a run
+        # directory's scenario is read back with every default written out)
+        given = [
+            name
+            for name in ("deviation_interval", "deviations_fail")
+            if getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if given and not self.deviations():
+            raise ValueError(
+                f"validation.{given[0]} applies to max_rate_deviation_pct and "
+                "max_open_deviation_pct, and neither is given: add one of them or "
+                f"leave {' and '.join(given)} out"
+            )
+        return self
 
 
 def _criterion(name: str, value: float, limit: float, what: str, unit: str) -> dict[str, object]:
@@ -333,47 +354,49 @@ def trust_bundle(ctx: MeasureContext, server: Nginx) -> Path:
     return bundle
 
 
+def fetch_test(ctx: MeasureContext, p: HttpWorkload, keep: Callable[[Record], None]) -> Record:
+    """One engine `http` test of `p` against the server host's nginx: its records go
+    to `keep` (a result with its `validation` verdict when `p` has criteria); the
+    result is returned."""
+    server = nginx_for(ctx)
+    urls = server.serve(list(p.files), p.requests_per_connection)
+    tls: dict[str, object] = {}
+    if p.tls:
+        tls = {
+            "tls": True,
+            "resumption": p.resumption,
+            "ca_file": str(trust_bundle(ctx, server).resolve()),
+            "server_name": pki.SERVER_NAME,
+        }
+        if p.groups is not None:
+            tls["groups"] = list(p.groups)
+    port = HTTPS_PORT if p.tls else HTTP_PORT
+    if p.requests_per_connection is not None:
+        tls["keepalive"] = True
+    # interval records only for the deviations (they are what those are judged on)
+    period = p.validation.deviation_interval if p.validation and p.validation.deviations() else 0
+    spec = engine_spec(
+        p, server=hostport(target_address(ctx), port), urls=urls, interval=period, **tls
+    )
+    budget = p.duration + p.warmup + 2 * p.timeout + 15
+    checked = p.validation
+    intervals: list[Record] = []
+
+    def on_record(rec: Record) -> None:
+        # the verdict travels with the result (records.jsonl, then the summary)
+        if checked is not None and rec.get("type") == "interval":
+            intervals.append(rec)
+        elif checked is not None and rec.get("type") == "result":
+            rec["validation"] = verdict(checked, rec, p.rate, intervals)
+        keep(rec)
+
+    return run_test(ctx.testbed.host(ctx.client), spec, on_record=on_record, timeout=budget).result
+
+
 @dataclass(frozen=True)
 class HttpExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[HttpWorkload]) -> Record:
-        p = point.spec
-        server = nginx_for(ctx)
-        urls = server.serve(list(p.files), p.requests_per_connection)
-        tls: dict[str, object] = {}
-        if p.tls:
-            tls = {
-                "tls": True,
-                "resumption": p.resumption,
-                "ca_file": str(trust_bundle(ctx, server).resolve()),
-                "server_name": pki.SERVER_NAME,
-            }
-            if p.groups is not None:
-                tls["groups"] = list(p.groups)
-        port = HTTPS_PORT if p.tls else HTTP_PORT
-        if p.requests_per_connection is not None:
-            tls["keepalive"] = True
-        # interval records only for the deviations (they are what those are judged on)
-        period = (
-            p.validation.deviation_interval if p.validation and p.validation.deviations() else 0
-        )
-        spec = engine_spec(
-            p, server=hostport(target_address(ctx), port), urls=urls, interval=period, **tls
-        )
-        budget = p.duration + p.warmup + 2 * p.timeout + 15
-        keep = ctx.keep
-        if p.validation is not None:
-            checked = p.validation
-            intervals: list[Record] = []
-
-            def keep(rec: Record) -> None:
-                # the verdict travels with the result (records.jsonl, then the summary)
-                if rec.get("type") == "interval":
-                    intervals.append(rec)
-                elif rec.get("type") == "result":
-                    rec["validation"] = verdict(checked, rec, p.rate, intervals)
-                ctx.keep(rec)
-
-        return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
+        return fetch_test(ctx, point.spec, ctx.keep)
 
 
 FETCH_RATE = Metric("fetch_rate", "Fetch rate", "fetches/s", True, True)

@@ -204,6 +204,17 @@ def test_deviations_need_two_periods_in_the_window() -> None:
     assert not Validation(max_failed_pct=0.001).deviations()
 
 
+def test_deviation_settings_without_a_deviation_are_refused() -> None:
+    # a period or a fail switch alone would read as a check that is never made
+    with pytest.raises(ValidationError, match="neither is given"):
+        Validation(max_failed_pct=0.001, deviation_interval=0.5)
+    with pytest.raises(ValidationError, match="deviations_fail"):
+        Validation(deviations_fail=True)
+    # a run directory's scenario comes back with the defaults written out
+    dumped = Validation(max_failed_pct=0.001).model_dump(mode="json")
+    assert Validation.model_validate(dumped).deviation_interval == 1.0
+
+
 def test_a_should_deviation_missed_is_noted_beside_a_number_that_stands(tmp_path: Path) -> None:
     # RFC 9411 says SHOULD for the deviations: by default a miss does not fail the test
     v = Validation(max_failed_pct=0.001, max_rate_deviation_pct=5)
@@ -226,6 +237,9 @@ def test_a_should_deviation_missed_is_noted_beside_a_number_that_stands(tmp_path
     assert bad["validation"]["noted_n"] == 1 and bad["validation"]["failed_n"] == 0
     assert "(SHOULD missed 1 of 2: traffic rate's largest deviation" in value_cell(bad).text
     assert "SHOULD" not in value_cell(rows["baseline"]).text
+    # the answer says it too, beside the verdict
+    (answer,) = [v for v in verdicts(build_summary(run)) if v.metric == "fetch_rate"]
+    assert answer.text.endswith("(SHOULD missed 1 of 2)")
 
 
 def test_nginx_writes_header_and_body_at_once(tmp_path: Path) -> None:
