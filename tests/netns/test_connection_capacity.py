@@ -11,7 +11,6 @@ old value back, also when it fails.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,21 +21,12 @@ from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.connections import ConnectionsExecutor
+from tests.netns.conntrack import TRACKING, limited_conntrack
 
 pytestmark = pytest.mark.netns
 
 SERVER = "198.18.2.2"
 LIMIT = 50_000
-CT_MAX = Path("/proc/sys/net/netfilter/nf_conntrack_max")
-# A rule that makes the DUT track every forwarded connection (its table then fills).
-TRACKING = """
-table inet capacity {
-    chain through {
-        type filter hook forward priority 0; policy accept;
-        ct state new counter
-    }
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +42,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Eng
 @pytest.fixture
 def conntrack_max() -> Iterator[None]:
     """nf_conntrack_max at LIMIT for the test, the old value back after it."""
-    if not CT_MAX.exists():
-        pytest.skip("this kernel has no nf_conntrack_max")
-    old = CT_MAX.read_text().strip()
-    try:
-        CT_MAX.write_text(f"{LIMIT}\n")
-    except OSError as exc:
-        pytest.skip(f"cannot set nf_conntrack_max here: {exc}")
-    try:
+    with limited_conntrack(LIMIT):
         yield
-    finally:
-        CT_MAX.write_text(f"{old}\n")
 
 
 def capacity_test(tb: Testbed, connections: int, sources: int) -> dict[str, Any]:

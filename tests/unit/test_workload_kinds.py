@@ -25,6 +25,7 @@ SHIPPED = [
     "min_flood_rate",
     "latency",
     "http",
+    "http_capacity",
     "mix",
     "connections",
     "conn_rate",
