@@ -1019,6 +1019,19 @@ def machine(netperf: Path | None = None) -> dict[str, Any]:
     }
 
 
+def write_result(out: Path, bench: str, started: str, args: Any, **fields: Any) -> None:
+    """A bench's kept result: which bench, when, with what arguments on what machine,
+    then its own fields (the shape docs/performance.md's figures are read from)."""
+    doc = {
+        "bench": bench,
+        "started": started,
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine(),
+        **fields,
+    }
+    out.write_text(json.dumps(doc, indent=1))
+
+
 @contextmanager
 def sigterm_exits() -> Iterator[None]:
     """SIGTERM raises SystemExit so that every finally block (process stops) runs."""

@@ -195,18 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = hfp.summarize(results)
     print(hfp.table(rows))
     if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "bench": "https_vs_peers",
-                    "started": started,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "machine": evp.machine(),
-                    "rows": rows,
-                    "runs": {r.case: [asdict(x) for x in r.runs] for r in results},
-                },
-                indent=1,
-            )
+        evp.write_result(
+            args.out,
+            "https_vs_peers",
+            started,
+            args,
+            rows=rows,
+            runs={r.case: [asdict(x) for x in r.runs] for r in results},
         )
     return 0
 

@@ -121,18 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = [f"{min(v):,.0f}–{max(v):,.0f}" for v in rates[config].values()]
         print(f"{config:18} " + " | ".join(cells))
     if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "bench": "nginx_configs",
-                    "started": started,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "machine": evp.machine(),
-                    "rates": rates,
-                },
-                indent=1,
-            )
-        )
+        evp.write_result(args.out, "nginx_configs", started, args, rates=rates)
     return 0
 
 
