@@ -381,14 +381,15 @@ def _search_note(searches: Sequence[Mapping[str, Any]]) -> str:
     measure = (
         "the flood rate achieved"
         if all(s.get("measure") == "achieved" for s in searches)
-        else "the rate asked (each passing trial achieved ≥ 95 % of it)"
+        else "the value asked, a rate or a connection count (each passing trial "
+        "achieved ≥ 95 % of it)"
     )
     return (
         "a search per repetition, placed by "
         f"{measure}: value [interval] = mean of the searches that found a value, its "
         f"interval widened by their brackets, so never narrower than their resolution{res}; "
-        "a search whose lowest rate already failed reads '< x' (or 'denied already at x'), "
-        "one whose highest rate passed '≥ x' (or 'not denied up to x'): those are in no "
+        "a search whose lowest value already failed reads '< x' (or 'denied already at x'), "
+        "one whose highest value passed '≥ x' (or 'not denied up to x'): those are in no "
         "mean, interval or Δ%"
     )
 

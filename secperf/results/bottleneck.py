@@ -154,9 +154,9 @@ def _rate(bps: float | None) -> str:
 def bottleneck(e: Evidence) -> Bottleneck:
     """The row's limit, by the rule in this module's docstring."""
     if e.censored == "at_least":
-        return Bottleneck("search_bound", "the search's range: its highest rate passed")
+        return Bottleneck("search_bound", "the search's range: its highest value passed")
     if e.censored == "below":
-        return Bottleneck("search_bound", "the search's range: its lowest rate already failed")
+        return Bottleneck("search_bound", "the search's range: its lowest value already failed")
     if e.asked and e.achieved is not None and e.achieved >= OFFERED_MET * e.asked:
         return Bottleneck(
             "offered",
