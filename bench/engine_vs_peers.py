@@ -748,6 +748,25 @@ def tests(rcvlowat: int | None = None, netperf: Path | None = None) -> list[Case
             "CPU µs/conn",
         ),
         Case(
+            "crr_tcp_busy_poll",
+            "crr tcp 1/1 B server-first, busy poll 50 µs",
+            # The same, its loop asking without sleeping for 50 µs before it sleeps
+            # (`busy_poll_us`; netperf has no such setting): a wake-up saved per answer.
+            {
+                **base,
+                "kind": "crr",
+                "request": 1,
+                "response": 1,
+                "close": "server-first",
+                "busy_poll_us": 50,
+            },
+            None if netperf is None else "netperf",
+            None if netperf is None else _netperf_crr(netperf),
+            (Metric("cps", "connections/s", True),),
+            1.0,
+            "CPU µs/conn",
+        ),
+        Case(
             "crr_tcp_client_first",
             "crr tcp 1/1 B client-first",
             # The client shuts down first: half a round trip more per connection.

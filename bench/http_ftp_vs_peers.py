@@ -9,9 +9,16 @@ median of the per-pair ratios:
   http close cC       engine http, a new connection per fetch (nginx closes first
                       after its response, as for wrk's header)
                                                             vs  wrk -tT -cC -H "Connection: close"
-                      for each C of --connections (default 1, 32 and 1,000); T, the
-                      event-loop threads of both tools, is min(C, --threads) (default
-                      one per CPU), so that both drive the C connections alike
+                      for each C of --connections (default 1, 32 and 1,000); the engine
+                      twice, as it is by default and with a busy poll of --busy-poll µs
+                      (`busy_poll_us`, default 50; 0 leaves that run out)
+
+Placement (--placement): `pinned` (the default) pins nginx and vsftpd to CPU 0 and the
+client, either tool, to CPU 1 with one event-loop thread (T = 1): the server and the
+client each have a CPU, the same for both tools, and the run-to-run spread of a
+shared placement (three busy threads on two CPUs, wherever the scheduler puts them)
+is gone. `shared` pins nothing and gives both tools T = min(C, --threads) threads
+(default one per CPU). Both tools get the same response timeout (--timeout, 10 s).
   ftp small         engine mix (FTP only, 1 client, N fetches of 64 KiB, a new
                     control connection and login each)      vs  curl fetching the same
                                                                 URL N times in one process
@@ -51,6 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_vs_peers as evp  # noqa: E402
 
+# --placement pinned: the servers' CPU and the client's.
+SERVER_CPU = 0
+CLIENT_CPU = 1
 SMALL = 64 * 1024
 BULK = 64 * 1024 * 1024
 HTTP_FILE = 4096
@@ -74,14 +84,22 @@ class Run:
 
 
 @dataclass
+class Tool:
+    name: str
+    argv: Callable[[], list[str]]
+    parse: Callable[[evp.ClientRun], tuple[float, ...]]
+
+
+@dataclass
 class Case:
     name: str
     unit: str
-    engine: Callable[[], list[str]]
-    peer: Callable[[], list[str]]
-    peer_name: str
-    parse_engine: Callable[[evp.ClientRun], tuple[float, float]]
-    parse_peer: Callable[[evp.ClientRun], tuple[float, ...]]
+    # The engine's runs (one or more settings), then the peer's, last.
+    tools: list[Tool]
+
+    @property
+    def peer_name(self) -> str:
+        return self.tools[-1].name
 
 
 @dataclass
@@ -90,6 +108,21 @@ class Result:
     unit: str
     peer: str
     runs: list[Run] = field(default_factory=list)
+
+
+def pin_group(leader: int, cpu: int) -> None:
+    """Pin every process of `leader`'s process group (a server and its workers) to `cpu`."""
+    pgid = os.getpgid(leader)
+    if pgid != leader:  # not a group of its own: the process alone
+        os.sched_setaffinity(leader, {cpu})
+        return
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    os.sched_setaffinity(int(entry.name), {cpu})
+            except (ProcessLookupError, PermissionError):
+                continue  # gone meanwhile
 
 
 def one(spawner: evp.NetnsSpawner, tool: str, argv: list[str], parse: Any, t: float) -> Run:
@@ -182,38 +215,47 @@ def curl_bulk(client: evp.ClientRun) -> tuple[float, float]:
 
 def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
     d = args.duration
+    # pinned: the client on CPU 1 (the servers are on CPU 0), one thread.
+    pin = ["taskset", "-c", str(CLIENT_CPU)] if args.placement == "pinned" else []
 
     def threads(c: int) -> int:
-        return max(1, min(c, int(args.threads)))
+        return 1 if args.placement == "pinned" else max(1, min(c, int(args.threads)))
 
-    def wrk_base(c: int) -> list[str]:
-        return ["wrk", f"-t{threads(c)}", f"-c{c}", f"-d{d + 1:g}s"]
+    def wrk_argv(c: int, *extra: str) -> list[str]:
+        t = f"{args.timeout:g}s"
+        return [*pin, "wrk", f"-t{threads(c)}", f"-c{c}", f"-d{d + 1:g}s", "--timeout", t, *extra]
+
+    def engines(keepalive: bool, c: int) -> list[Tool]:
+        polls = [0] + ([args.busy_poll] if args.busy_poll else [])
+        return [
+            Tool(
+                "engine" if b == 0 else f"engine busy-poll {b} µs",
+                lambda b=b: http_spec(keepalive, c, b),  # type: ignore[misc]
+                engine_http,
+            )
+            for b in polls
+        ]
 
     def http_cases(c: int) -> list[Case]:
         return [
             Case(
                 f"http keep-alive c{c}",
                 "req/s",
-                lambda: http_spec(True, c),
-                lambda: [*wrk_base(c), url],
-                "wrk",
-                engine_http,
-                wrk,
+                [*engines(True, c), Tool("wrk", lambda: wrk_argv(c, url), wrk)],
             ),
             Case(
                 f"http close c{c}",
                 "req/s",
-                lambda: http_spec(False, c),
-                lambda: [*wrk_base(c), "-H", "Connection: close", url],
-                "wrk",
-                engine_http,
-                wrk,
+                [
+                    *engines(False, c),
+                    Tool("wrk", lambda: wrk_argv(c, "-H", "Connection: close", url), wrk),
+                ],
             ),
         ]
 
     url = f"http://{addr}:5380/files/{HTTP_FILE}.bin"
 
-    def http_spec(keepalive: bool, c: int) -> list[str]:
+    def http_spec(keepalive: bool, c: int, busy_poll: int) -> list[str]:
         spec = {
             "kind": "http",
             "server": f"{addr}:5380",
@@ -224,8 +266,10 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
             "duration": d,
             "warmup": 1.0,
             "interval": 0,
+            "timeout": args.timeout,
+            "busy_poll_us": busy_poll,
         }
-        return [str(engine), "run", "--spec", json.dumps(spec)]
+        return [*pin, str(engine), "run", "--spec", json.dumps(spec)]
 
     def mix_spec(n: int, size: int) -> list[str]:
         spec = {
@@ -236,7 +280,7 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
             "ftp_files": [size],
             "timeout": 30,
         }
-        return [str(engine), "run", "--spec", json.dumps(spec)]
+        return [*pin, str(engine), "run", "--spec", json.dumps(spec)]
 
     ftp = f"ftp://{addr}:5321/files/"
     n = args.ftp_fetches
@@ -245,42 +289,56 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
         Case(
             f"ftp {SMALL // 1024} KiB x{n}",
             "fetch/s",
-            lambda: mix_spec(n, SMALL),
-            lambda: (
-                ["curl", "-sS", "--ftp-pasv"]
-                + [a for _ in range(n) for a in ("-o", "/dev/null", "-w", "%{size_download}\\n")]
-                + [f"{ftp}{SMALL}.bin"] * n
-            ),
-            "curl",
-            engine_mix,
-            curl_small(n),
+            [
+                Tool("engine", lambda: mix_spec(n, SMALL), engine_mix),
+                Tool(
+                    "curl",
+                    lambda: (
+                        [*pin, "curl", "-sS", "--ftp-pasv"]
+                        + [
+                            a
+                            for _ in range(n)
+                            for a in ("-o", "/dev/null", "-w", "%{size_download}\\n")
+                        ]
+                        + [f"{ftp}{SMALL}.bin"] * n
+                    ),
+                    curl_small(n),
+                ),
+            ],
         ),
         Case(
             f"ftp {SMALL // 1024} KiB x{n} each",
             "fetch/s",
-            lambda: mix_spec(n, SMALL),
-            lambda: ["python3", "-c", CURL_EACH, str(n), f"{ftp}{SMALL}.bin"],
-            "curl",
-            engine_mix,
-            curl_each(n),
+            [
+                Tool("engine", lambda: mix_spec(n, SMALL), engine_mix),
+                Tool(
+                    "curl",
+                    lambda: [*pin, "python3", "-c", CURL_EACH, str(n), f"{ftp}{SMALL}.bin"],
+                    curl_each(n),
+                ),
+            ],
         ),
         Case(
             f"ftp {BULK // 2**20} MiB",
             "Mbit/s",
-            lambda: mix_spec(1, BULK),
-            lambda: [
-                "curl",
-                "-sS",
-                "--ftp-pasv",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{size_download} %{speed_download}",
-                f"{ftp}{BULK}.bin",
+            [
+                Tool("engine", lambda: mix_spec(1, BULK), engine_mix),
+                Tool(
+                    "curl",
+                    lambda: [
+                        *pin,
+                        "curl",
+                        "-sS",
+                        "--ftp-pasv",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{size_download} %{speed_download}",
+                        f"{ftp}{BULK}.bin",
+                    ],
+                    curl_bulk,
+                ),
             ],
-            "curl",
-            engine_mix,
-            curl_bulk,
         ),
     ]
 
@@ -291,24 +349,30 @@ def median(values: Sequence[float | None]) -> float | None:
 
 
 def summarize(results: list[Result]) -> list[dict[str, Any]]:
+    """A row per engine setting of each case, against the case's peer: medians, and
+    the median of the per-pair ratios (a pair: the runs of one round)."""
     rows = []
     for r in results:
-        eng = [x for x in r.runs if x.tool == "engine"]
-        peer = [x for x in r.runs if x.tool != "engine"]
-        row: dict[str, Any] = {"case": r.case, "unit": r.unit, "peer": r.peer}
-        getters: tuple[tuple[str, Callable[[Run], float | None]], ...] = (
-            ("rate", lambda x: x.rate if x.ok else None),
-            ("cpu_us_per_request", Run.cpu_us_per_request),
-            ("machine_us_per_request", Run.machine_us_per_request),
-        )
-        for key, get in getters:
-            e, p = median([get(x) for x in eng]), median([get(x) for x in peer])
-            row[f"engine_{key}"], row[f"peer_{key}"] = e, p
-            # The median of the per-pair ratios (the runs of a pair are next to each other).
-            pairs = [(get(a), get(b)) for a, b in zip(eng, peer, strict=False)]
-            row[f"{key}_ratio"] = median([a / b if a is not None and b else None for a, b in pairs])
-        row["failed_runs"] = sum(not x.ok for x in r.runs)
-        rows.append(row)
+        peer = [x for x in r.runs if x.tool == r.peer]
+        for tool in dict.fromkeys(x.tool for x in r.runs if x.tool != r.peer):
+            eng = [x for x in r.runs if x.tool == tool]
+            row: dict[str, Any] = {"case": r.case, "tool": tool, "unit": r.unit, "peer": r.peer}
+            getters: tuple[tuple[str, Callable[[Run], float | None]], ...] = (
+                ("rate", lambda x: x.rate if x.ok else None),
+                ("cpu_us_per_request", Run.cpu_us_per_request),
+                ("machine_us_per_request", Run.machine_us_per_request),
+            )
+            for key, get in getters:
+                e, p = median([get(x) for x in eng]), median([get(x) for x in peer])
+                row[f"engine_{key}"], row[f"peer_{key}"] = e, p
+                pairs = [(get(a), get(b)) for a, b in zip(eng, peer, strict=False)]
+                ratios = [a / b if a is not None and b else None for a, b in pairs]
+                row[f"{key}_ratio"] = median(ratios)
+                if key == "rate":
+                    row["rate_ratios"] = ratios
+            row["pairs"] = sum(1 for a, b in zip(eng, peer, strict=False) if a.ok and b.ok)
+            row["failed_runs"] = sum(not x.ok for x in eng) + sum(not x.ok for x in peer)
+            rows.append(row)
     return rows
 
 
@@ -318,13 +382,14 @@ def fmt(v: float | None, digits: int = 4) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'test':<22} {'engine':>10} {'peer':>10} {'ratio':>6}   "
+        f"{'test':<44} {'engine':>10} {'peer':>10} {'ratio':>6}   "
         f"{'CPU µs/req engine':>17} {'peer':>8} {'ratio':>6}   {'machine µs/req e/p':>18}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['case']:<22} {fmt(r['engine_rate']):>10} {fmt(r['peer_rate']):>10} "
+            f"{r['case'] + ' ' + r['tool']:<44} "
+            f"{fmt(r['engine_rate']):>10} {fmt(r['peer_rate']):>10} "
             f"{fmt(r['rate_ratio'], 3):>6}   {fmt(r['engine_cpu_us_per_request']):>17} "
             f"{fmt(r['peer_cpu_us_per_request']):>8} {fmt(r['cpu_us_per_request_ratio'], 3):>6}"
             f"   {fmt(r['engine_machine_us_per_request'])}/{fmt(r['peer_machine_us_per_request'])}"
@@ -349,6 +414,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="event-loop threads of the engine and of wrk, at most the connections "
         "(default one per CPU)",
     )
+    ap.add_argument(
+        "--placement",
+        choices=("pinned", "shared"),
+        default="pinned",
+        help="pinned: servers on CPU 0, the client on CPU 1, one thread (default); "
+        "shared: nothing pinned, --threads threads",
+    )
+    ap.add_argument(
+        "--busy-poll",
+        type=int,
+        default=50,
+        help="the engine's second run per pair: busy_poll_us (default 50; 0: no second run)",
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=10.0, help="response timeout of both tools (s)"
+    )
     ap.add_argument("--ftp-fetches", type=int, default=200)
     ap.add_argument("--tests", default="", help="comma list of test-name prefixes")
     ap.add_argument("--engine", type=Path, default=evp.DEFAULT_ENGINE)
@@ -364,6 +445,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--connections: each count must be 1..10000 (the engine's http limit)")
     if not 1 <= args.threads <= 64:
         ap.error("--threads must be 1..64")
+    if not 0 <= args.busy_poll <= 10_000:
+        ap.error("--busy-poll must be 0..10000 µs")
+    if args.placement == "pinned" and not {SERVER_CPU, CLIENT_CPU} <= os.sched_getaffinity(0):
+        ap.error(
+            f"--placement pinned needs CPUs {SERVER_CPU} and {CLIENT_CPU}: use --placement shared"
+        )
     from secperf.services.nginx import start_nginx
     from secperf.services.vsftpd import start_vsftpd
     from secperf.testbed.testbed import Testbed, install_teardown_handlers
@@ -383,6 +470,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             web.serve([HTTP_FILE])
             ftpd.serve([SMALL, BULK])
+            if args.placement == "pinned":
+                for server in (web.process.pid, ftpd.process.pid):
+                    pin_group(server, SERVER_CPU)
             want = [t for t in args.tests.split(",") if t]
             todo = [
                 c
@@ -392,13 +482,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             for case in todo:
                 res = Result(case.name, case.unit, case.peer_name)
                 for i in range(args.pairs):
-                    for tool in ("engine", case.peer_name):
-                        argv = case.engine() if tool == "engine" else case.peer()
-                        parse = case.parse_engine if tool == "engine" else case.parse_peer
-                        run = one(spawner, tool, argv, parse, args.duration + 120)
+                    # Every other round in the reverse order, so that no tool always
+                    # runs first (A B C, C B A, ...).
+                    for tool in case.tools if i % 2 == 0 else reversed(case.tools):
+                        run = one(spawner, tool.name, tool.argv(), tool.parse, args.duration + 120)
                         res.runs.append(run)
                         print(
-                            f"{case.name} pair {i + 1}/{args.pairs} {tool}: "
+                            f"{case.name} round {i + 1}/{args.pairs} {tool.name}: "
                             + (f"{run.rate:.1f} {case.unit}" if run.ok else f"FAILED {run.error}"),
                             file=sys.stderr,
                             flush=True,

@@ -117,6 +117,26 @@ fn http_rate_gives_exact_fetch_and_byte_counts() {
 }
 
 #[test]
+fn http_with_a_busy_poll_counts_every_fetch_on_one_connection_and_on_several() {
+    // With busy_poll_us even one connection runs on the epoll set (non-blocking).
+    let addr = http_responder();
+    for parallel in [1, 3] {
+        let r = run(
+            addr,
+            &format!(
+                r#"{{"kind":"http","urls":["/ok"],"rate":40,"parallel":{},"keepalive":{},"busy_poll_us":50,"duration":1,"warmup":0.2,"interval":0}}"#,
+                parallel,
+                parallel == 1
+            ),
+        );
+        assert_eq!(u(&r["fetches"]), 40, "{}", r);
+        assert_eq!(u(&r["bytes"]), 40_000);
+        assert_eq!(u(&r["failed"]), 0);
+        assert_eq!(u(&r["totals"]["client"]["fetches"]), 48);
+    }
+}
+
+#[test]
 fn http_interval_records_count_each_fetch_once_and_the_open_connections() {
     let addr = http_responder();
     // 40 fetches a second, kept alive on 3 connections (each carries ~20 a second:

@@ -333,3 +333,23 @@ fn the_spec_of_every_kind_is_its_own_struct() {
     assert_eq!(field.as_deref(), Some("kind"));
     assert!(msg.contains("\"mix\""), "{}", msg);
 }
+
+#[test]
+fn busy_poll_is_off_by_default_and_bounded() {
+    let c = crr(&format!(r#"{{"kind":"crr",{}}}"#, S));
+    assert_eq!(c.busy_poll_us, 0);
+    let c = crr(&format!(r#"{{"kind":"crr","busy_poll_us":50,{}}}"#, S));
+    assert_eq!(c.busy_poll_us, 50);
+    let (_, field, msg) = err(&format!(
+        r#"{{"kind":"http","urls":["/"],"busy_poll_us":20000,{}}}"#,
+        S
+    ));
+    assert_eq!(field.as_deref(), Some("busy_poll_us"));
+    assert!(msg.contains("0..=10000"), "{}", msg);
+    let (_, field, _) = err(&format!(r#"{{"kind":"rr","busy_poll_us":50,{}}}"#, S));
+    assert_eq!(
+        field.as_deref(),
+        Some("busy_poll_us"),
+        "rr has no event loop"
+    );
+}

@@ -260,6 +260,9 @@ enum St {
     Idle,
     /// Rate: the fetch is due then.
     Due(Instant),
+    /// A non-blocking connect just begun: wait for its socket's event.
+    Dialing,
+    /// That event came: the connect has ended (well or not).
     Connecting,
     /// TLS: the handshake under way.
     Handshake,
@@ -375,7 +378,7 @@ impl Conn<'_> {
                     self.connect = Some(self.start.elapsed());
                     self.connected(cx);
                 } else {
-                    self.st = St::Connecting;
+                    self.st = St::Dialing;
                 }
             }
             Err(e) => self.finish(cx, Err(Fail::from_connect(&e))),
@@ -474,17 +477,21 @@ impl<'a> Machine for Conn<'a> {
                     }
                     self.begin(io, cx);
                 }
+                St::Dialing => {
+                    self.st = St::Connecting;
+                    return Want::Write;
+                }
                 St::Connecting => {
                     let Some(s) = self.s.as_ref() else {
                         self.st = St::Idle;
                         continue;
                     };
-                    match evloop::connected(s) {
-                        Ok(true) => {
+                    // Stepped here only on an event of its socket: the connect has ended.
+                    match evloop::connect_error(s) {
+                        Ok(()) => {
                             self.connect = Some(self.start.elapsed());
                             self.connected(cx);
                         }
-                        Ok(false) => return Want::Write,
                         Err(e) => {
                             self.s = None;
                             self.finish(cx, Err(Fail::from_connect(&e)));
@@ -659,7 +666,7 @@ impl<'a> Machine for Conn<'a> {
 
     fn expire(&mut self, cx: &mut Cx<'a>) {
         match self.st {
-            St::Connecting => {
+            St::Dialing | St::Connecting => {
                 self.s = None;
                 self.finish(cx, Err(Fail::ConnectTimeout));
             }
@@ -700,7 +707,8 @@ fn worker(p: &Plan, conns: usize) -> Result<()> {
         scratch: vec![0u8; SCRATCH],
     };
     let mut ms: Vec<Conn<'_>> = (0..conns).map(|_| Conn::new()).collect();
-    let r = evloop::drive(&mut ms, &mut cx);
+    let busy = Duration::from_micros(p.spec.busy_poll_us);
+    let r = evloop::drive(&mut ms, &mut cx, busy);
     if let Ok(mut g) = p.measured.lock() {
         g.add(&cx.measured);
     }

@@ -228,8 +228,11 @@ fn tcp_bind(o: &SockOpts, ip: IpAddr, p: PortPolicy) -> Result<(TcpListener, Soc
         s.set_tcp_nodelay(o.nodelay)?;
         s.bind(&addr.into())?;
         s.listen(1024)?;
-        // accept() wakes up to look at the test's flags.
+        // accept() wakes up to look at the test's flags. Linux copies both
+        // timeouts into every accepted socket, so a kind that wants WAKE on
+        // its data sockets (crr's server) need not set them per connection.
         s.set_read_timeout(Some(WAKE))?;
+        s.set_write_timeout(Some(WAKE))?;
         let g = granted(SockRef::from(&s));
         Ok((s.into(), g))
     })
@@ -253,7 +256,7 @@ pub fn udp_bind(o: &SockOpts, ip: IpAddr, p: PortPolicy) -> Result<(UdpSocket, S
 pub fn accept(l: &TcpListener) -> io::Result<Option<TcpStream>> {
     match l.accept() {
         Ok((s, _)) => {
-            // Accepted sockets may inherit the listener's timeout; the kinds set their own.
+            // Accepted sockets inherit the listener's timeouts (WAKE both ways).
             Ok(Some(s))
         }
         Err(e) if would_block(&e) => Ok(None),
@@ -340,4 +343,41 @@ pub fn accept_loop(
         handle(s)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// crr's server leans on it: an accepted socket has the listener's timeouts.
+    #[test]
+    fn an_accepted_socket_has_the_listeners_wake_timeouts() {
+        let o = SockOpts {
+            buffer: None,
+            nodelay: true,
+            bind: None,
+        };
+        let p = PortPolicy {
+            fixed: None,
+            range: None,
+        };
+        let (l, port, _) = tcp_listen(&o, "127.0.0.1".parse().unwrap(), p).unwrap();
+        let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        // The kernel keeps them in clock ticks: WAKE reads back rounded up to one.
+        let listener = SockRef::from(&l);
+        let wake = listener
+            .read_timeout()
+            .unwrap()
+            .expect("the listener's timeout");
+        assert!(
+            wake >= WAKE && wake < WAKE + Duration::from_millis(20),
+            "{:?}",
+            wake
+        );
+        assert_eq!(listener.write_timeout().unwrap(), Some(wake));
+        assert_eq!(s.read_timeout().unwrap(), Some(wake));
+        assert_eq!(s.write_timeout().unwrap(), Some(wake));
+        assert!(s.nodelay().unwrap());
+    }
 }

@@ -453,6 +453,23 @@ pub fn threads_of(threads: Option<u64>, connections: usize) -> Result<usize> {
     Ok(threads.min(connections.max(1)))
 }
 
+/// `busy_poll_us`: how long an event-loop thread that finds nothing ready
+/// keeps asking before it sleeps (rt::evloop); 0 (the default) sleeps at once.
+pub fn busy_poll_of(us: Option<u64>) -> Result<u64> {
+    let max = crate::rt::evloop::MAX_BUSY_POLL_US;
+    match us {
+        None => Ok(0),
+        Some(v) if v <= max => Ok(v),
+        Some(v) => Err(EngineError::spec(
+            "busy_poll_us",
+            format!(
+                "busy_poll_us must be 0..={} microseconds (got {}): give e.g. 50, or 0 to sleep at once",
+                max, v
+            ),
+        )),
+    }
+}
+
 /// A rate of things per second (`rate`, `close_rate`): > 0 and ≤ 1e7, or absent.
 pub fn per_second_of(field: &str, v: Option<f64>) -> Result<Option<f64>> {
     match v {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::spec::common::{
-    self, bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, size,
+    self, bind_of, busy_poll_of, interval_of, parallel_of, per_second_of, server_kind_raw, size,
     socket_buffer_of, tcp_only, threads_of, timeout_of, warmup_of, CloseOrder, Common, KindSpec,
     Names, Payload, Protocol,
 };
@@ -31,6 +31,7 @@ server_kind_raw! {
         timeout: Option<f64>,
         close: Option<CloseOrder>,
         threads: Option<u64>,
+        busy_poll_us: Option<u64>,
     }
 }
 
@@ -51,6 +52,8 @@ pub struct CrrSpec {
     pub parallel: usize,
     /// Event-loop threads that share the `parallel` loops.
     pub threads: usize,
+    /// How long a loop thread spins before it sleeps (µs; 0: it sleeps at once).
+    pub busy_poll_us: u64,
     pub request: usize,
     pub response: usize,
     /// New connections/s across the loops, on one absolute schedule.
@@ -83,6 +86,7 @@ impl KindSpec for CrrSpec {
         let socket_buffer = socket_buffer_of(raw.socket_buffer)?;
         let parallel = parallel_of(raw.parallel, 1024)?;
         let threads = threads_of(raw.threads, parallel)?;
+        let busy_poll_us = busy_poll_of(raw.busy_poll_us)?;
         let rate = per_second_of("rate", raw.rate)?;
         // Without a timeout crr fails after repeated failures (netperf's TCP_CRR).
         let timeout = timeout_of(raw.timeout, None)?;
@@ -99,6 +103,7 @@ impl KindSpec for CrrSpec {
             payload: raw.payload.unwrap_or(Payload::Random),
             parallel,
             threads,
+            busy_poll_us,
             request,
             response,
             rate,

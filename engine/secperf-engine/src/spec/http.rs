@@ -7,8 +7,8 @@ use serde::Serialize;
 use crate::error::{EngineError, Result};
 use crate::rt::tls::{self, TlsOptions};
 use crate::spec::common::{
-    bind_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only, threads_of,
-    timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
+    bind_of, busy_poll_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only,
+    threads_of, timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
 };
 
 server_kind_raw! {
@@ -25,6 +25,7 @@ server_kind_raw! {
         rate: Option<f64>,
         timeout: Option<f64>,
         threads: Option<u64>,
+        busy_poll_us: Option<u64>,
         tls: Option<bool>,
         tls_version: Option<String>,
         cipher: Option<String>,
@@ -51,6 +52,8 @@ pub struct HttpSpec {
     pub parallel: usize,
     /// Event-loop threads that share the `parallel` connections.
     pub threads: usize,
+    /// How long a loop thread spins before it sleeps (µs; 0: it sleeps at once).
+    pub busy_poll_us: u64,
     /// Paths fetched round-robin.
     pub urls: Vec<String>,
     pub keepalive: bool,
@@ -84,6 +87,7 @@ impl KindSpec for HttpSpec {
         // http's parallel is connections in flight (http_load -parallel), not threads of a stream.
         let parallel = parallel_of(raw.parallel, 10_000)?;
         let threads = threads_of(raw.threads, parallel)?;
+        let busy_poll_us = busy_poll_of(raw.busy_poll_us)?;
         let urls = urls_of(raw.urls)?;
         let rate = per_second_of("rate", raw.rate)?;
         let timeout = timeout_of(raw.timeout, Some(5.0))?;
@@ -105,6 +109,7 @@ impl KindSpec for HttpSpec {
             payload: raw.payload.unwrap_or(Payload::Random),
             parallel,
             threads,
+            busy_poll_us,
             urls,
             keepalive: raw.keepalive.unwrap_or(false),
             rate,

@@ -98,6 +98,9 @@ enum St {
     Idle,
     /// Paced: this connection is due then.
     Due(Instant),
+    /// A non-blocking connect just begun: wait for its socket's event.
+    Dialing,
+    /// That event came: the connect has ended (well or not).
     Connecting,
     Sending(usize),
     Receiving(usize),
@@ -224,7 +227,7 @@ impl Loop<'_> {
                     self.connected(cx);
                     St::Sending(0)
                 } else {
-                    St::Connecting
+                    St::Dialing
                 };
             }
             Err(e) => self.connect_failed(cx, e),
@@ -258,17 +261,21 @@ impl<'a> Machine for Loop<'a> {
                         return w;
                     }
                 }
+                St::Dialing => {
+                    self.st = St::Connecting;
+                    return Want::Write;
+                }
                 St::Connecting => {
                     let Some(s) = self.s.as_ref() else {
                         self.st = St::Idle;
                         continue;
                     };
-                    match evloop::connected(s) {
-                        Ok(true) => {
+                    // Stepped here only on an event of its socket: the connect has ended.
+                    match evloop::connect_error(s) {
+                        Ok(()) => {
                             self.connected(cx);
                             self.st = St::Sending(0);
                         }
-                        Ok(false) => return Want::Write,
                         Err(e) => self.connect_failed(cx, e),
                     }
                 }
@@ -350,7 +357,7 @@ impl<'a> Machine for Loop<'a> {
     }
 
     fn expire(&mut self, cx: &mut Cx<'a>) {
-        if self.st == St::Connecting || !cx.counts_failures {
+        if matches!(self.st, St::Dialing | St::Connecting) || !cx.counts_failures {
             let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
             self.connect_failed(cx, e);
         } else {
@@ -394,7 +401,8 @@ pub fn thread(
         cx.dial.timeout = timeout(spec);
     }
     let mut ms: Vec<Loop<'_>> = (0..loops).map(|_| Loop::new()).collect();
-    let r = evloop::drive(&mut ms, &mut cx);
+    let busy = Duration::from_micros(spec.busy_poll_us);
+    let r = evloop::drive(&mut ms, &mut cx, busy);
     cx.tally.publish(st);
     if let Some(e) = cx.fatal.take() {
         if sh.aborted() {

@@ -130,7 +130,9 @@ fn clients(spec: &MixSpec, ids: &[u64], total_hit: f64) -> Result<Vec<Row>> {
         rows: Vec::with_capacity(ids.len() * spec.requests.min(1 << 16) as usize),
     };
     let mut ms: Vec<client::Vc<'_>> = ids.iter().map(|&id| client::Vc::new(spec, id)).collect();
-    evloop::drive(&mut ms, &mut cx).map_err(EngineError::io("the mix's event loop failed"))?;
+    // No busy poll: a mix's virtual clients think between requests.
+    evloop::drive(&mut ms, &mut cx, std::time::Duration::ZERO)
+        .map_err(EngineError::io("the mix's event loop failed"))?;
     Ok(cx.rows)
 }
 
