@@ -295,6 +295,9 @@ PerSecond = Annotated[float, Field(gt=0, le=10_000_000)]
 # Durations everywhere: 5, "5s" and "500ms" alike.
 Timeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.001, 120, "a timeout"))]
 HoldTime = Annotated[float, PlainValidator(bounded(parse_duration, 0, 600, "a hold time"))]
+# The engine's event-loop busy poll (µs; crr, http): spin this long before sleeping.
+# Worth it only where the client host has CPUs of its own (docs/performance.md).
+BusyPoll = Annotated[int, Field(ge=0, le=10_000)]
 
 
 # ---------------------------------------------------------------- rule files

@@ -21,7 +21,7 @@ from secperf.metric import (
     latency,
     service_demand,
 )
-from secperf.schema.fields import Parallel, Payload, TransactionSize
+from secperf.schema.fields import BusyPoll, Parallel, Payload, TransactionSize
 from secperf.workloads import flood_beside, open_loop
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.flood_beside import Beside, FloodBeside
@@ -67,6 +67,7 @@ class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
         "rate",
         "duration",
         "warmup",
+        "busy_poll_us",
     )
 
     kind: Literal["crr"]
@@ -76,6 +77,8 @@ class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
     parallel: Parallel = 1
     payload: Payload = "random"
     close: Close = "server-first"
+    # µs the engine's loop spins before it sleeps (None: the engine's default, 0).
+    busy_poll_us: BusyPoll | None = None
 
     def unrecorded(self) -> frozenset[str]:
         """Without a flood its keys, closed loop `rate` and `load`: not in the record."""

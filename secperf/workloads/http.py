@@ -35,6 +35,7 @@ from secperf.metric import (
     throughput,
 )
 from secperf.schema.fields import (
+    BusyPoll,
     FileSizes,
     StrictModel,
     Timeout,
@@ -242,6 +243,7 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
         "rate",
         "tls_version",
         "cipher",
+        "busy_poll_us",
     )
 
     kind: Literal["http"]
@@ -252,6 +254,8 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     # keepalive_requests; keepalive implied); None: as `keepalive` says.
     requests_per_connection: int | None = Field(default=None, ge=1, le=MAX_PER_CONNECTION)
     timeout: Timeout = 5.0
+    # µs the engine's loop spins before it sleeps (None: the engine's default, 0).
+    busy_poll_us: BusyPoll | None = None
     # HTTPS (the engine's rustls client); the other TLS keys need tls = true.
     tls: bool = False
     tls_version: TlsVersion | None = None

@@ -119,6 +119,25 @@ def test_stream_rcvlowat_reaches_the_engine_spec_only_when_given() -> None:
     assert given["rcvlowat"] == 1
 
 
+def test_busy_poll_reaches_crr_and_http_engine_specs_only_when_given() -> None:
+    sc = Scenario.model_validate(
+        minimal(
+            workloads=[
+                {"kind": "crr"},
+                {"kind": "crr", "busy_poll_us": 50},
+                {"kind": "http", "busy_poll_us": 20},
+            ]
+        )
+    )
+    default, crr, http = (engine_spec(w) for w in sc.workloads)
+    assert "busy_poll_us" not in default
+    assert crr["busy_poll_us"] == 50 and http["busy_poll_us"] == 20
+    bad = errors(minimal(workloads=[{"kind": "crr", "busy_poll_us": 20_000}]))
+    assert any(e["loc"][-1] == "busy_poll_us" for e in bad), bad
+    stream = errors(minimal(workloads=[{"kind": "stream", "busy_poll_us": 50}]))
+    assert any("busy_poll_us" in str(e["loc"]) for e in stream), stream
+
+
 def test_engine_spec_is_the_models_engine_fields_under_the_engines_names() -> None:
     sc = Scenario.model_validate(
         minimal(
