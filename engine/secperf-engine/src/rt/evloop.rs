@@ -556,21 +556,26 @@ mod tests {
         addr
     }
 
+    /// `n` echo machines of 20 round trips each, driven with `busy`: every one counted.
+    fn echoes(peer: SocketAddr, n: usize, busy: Duration) {
+        let mut ms: Vec<Echo> = (0..n)
+            .map(|_| Echo {
+                peer,
+                s: None,
+                phase: 0,
+                left: 20,
+            })
+            .collect();
+        let mut cx = Cx { done: 0 };
+        drive(&mut ms, &mut cx, busy).unwrap();
+        assert_eq!(cx.done, 20 * n as u64, "{} machines, busy {:?}", n, busy);
+    }
+
     #[test]
     fn one_machine_blocks_and_many_share_epoll() {
         let peer = echo_server();
         for n in [1usize, 7] {
-            let mut ms: Vec<Echo> = (0..n)
-                .map(|_| Echo {
-                    peer,
-                    s: None,
-                    phase: 0,
-                    left: 20,
-                })
-                .collect();
-            let mut cx = Cx { done: 0 };
-            drive(&mut ms, &mut cx, Duration::ZERO).unwrap();
-            assert_eq!(cx.done, 20 * n as u64, "{} machines", n);
+            echoes(peer, n, Duration::ZERO);
         }
     }
 
@@ -578,17 +583,7 @@ mod tests {
     fn a_busy_poll_drives_one_machine_and_many_alike() {
         let peer = echo_server();
         for n in [1usize, 5] {
-            let mut ms: Vec<Echo> = (0..n)
-                .map(|_| Echo {
-                    peer,
-                    s: None,
-                    phase: 0,
-                    left: 20,
-                })
-                .collect();
-            let mut cx = Cx { done: 0 };
-            drive(&mut ms, &mut cx, Duration::from_micros(50)).unwrap();
-            assert_eq!(cx.done, 20 * n as u64, "{} machines", n);
+            echoes(peer, n, Duration::from_micros(50));
         }
     }
 }
