@@ -76,7 +76,7 @@ fn serve_one(
     sh: &Shared,
 ) {
     // No timeouts to set: the socket has the listener's (WAKE), two system
-    // calls a connection fewer (the test below checks the inheritance).
+    // calls a connection fewer (a test in rt::net checks the inheritance).
     let mut io = s;
     if !matches!(net::read_full(&mut io, req, sh), Ok(true)) {
         return;
