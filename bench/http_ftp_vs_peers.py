@@ -58,9 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_vs_peers as evp  # noqa: E402
 
-# --placement pinned: the servers' CPU and the client's.
+# --placement pinned: the servers' CPU and the client's (a map placement).
 SERVER_CPU = 0
 CLIENT_CPU = 1
+CPUS = {"pinned": {"server": str(SERVER_CPU), "client": str(CLIENT_CPU)}}
 SMALL = 64 * 1024
 BULK = 64 * 1024 * 1024
 HTTP_FILE = 4096
@@ -108,21 +109,6 @@ class Result:
     unit: str
     peer: str
     runs: list[Run] = field(default_factory=list)
-
-
-def pin_group(leader: int, cpu: int) -> None:
-    """Pin every process of `leader`'s process group (a server and its workers) to `cpu`."""
-    pgid = os.getpgid(leader)
-    if pgid != leader:  # not a group of its own: the process alone
-        os.sched_setaffinity(leader, {cpu})
-        return
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    os.sched_setaffinity(int(entry.name), {cpu})
-            except (ProcessLookupError, PermissionError):
-                continue  # gone meanwhile
 
 
 def one(spawner: evp.NetnsSpawner, tool: str, argv: list[str], parse: Any, t: float) -> Run:
@@ -215,15 +201,13 @@ def curl_bulk(client: evp.ClientRun) -> tuple[float, float]:
 
 def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
     d = args.duration
-    # pinned: the client on CPU 1 (the servers are on CPU 0), one thread.
-    pin = ["taskset", "-c", str(CLIENT_CPU)] if args.placement == "pinned" else []
 
     def threads(c: int) -> int:
         return 1 if args.placement == "pinned" else max(1, min(c, int(args.threads)))
 
     def wrk_argv(c: int, *extra: str) -> list[str]:
         t = f"{args.timeout:g}s"
-        return [*pin, "wrk", f"-t{threads(c)}", f"-c{c}", f"-d{d + 1:g}s", "--timeout", t, *extra]
+        return ["wrk", f"-t{threads(c)}", f"-c{c}", f"-d{d + 1:g}s", "--timeout", t, *extra]
 
     def engines(keepalive: bool, c: int) -> list[Tool]:
         polls = [0] + ([args.busy_poll] if args.busy_poll else [])
@@ -269,7 +253,7 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
             "timeout": args.timeout,
             "busy_poll_us": busy_poll,
         }
-        return [*pin, str(engine), "run", "--spec", json.dumps(spec)]
+        return [str(engine), "run", "--spec", json.dumps(spec)]
 
     def mix_spec(n: int, size: int) -> list[str]:
         spec = {
@@ -280,7 +264,7 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
             "ftp_files": [size],
             "timeout": 30,
         }
-        return [*pin, str(engine), "run", "--spec", json.dumps(spec)]
+        return [str(engine), "run", "--spec", json.dumps(spec)]
 
     ftp = f"ftp://{addr}:5321/files/"
     n = args.ftp_fetches
@@ -294,7 +278,7 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
                 Tool(
                     "curl",
                     lambda: (
-                        [*pin, "curl", "-sS", "--ftp-pasv"]
+                        ["curl", "-sS", "--ftp-pasv"]
                         + [
                             a
                             for _ in range(n)
@@ -313,7 +297,7 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
                 Tool("engine", lambda: mix_spec(n, SMALL), engine_mix),
                 Tool(
                     "curl",
-                    lambda: [*pin, "python3", "-c", CURL_EACH, str(n), f"{ftp}{SMALL}.bin"],
+                    lambda: ["python3", "-c", CURL_EACH, str(n), f"{ftp}{SMALL}.bin"],
                     curl_each(n),
                 ),
             ],
@@ -326,7 +310,6 @@ def cases(engine: Path, addr: str, args: argparse.Namespace) -> list[Case]:
                 Tool(
                     "curl",
                     lambda: [
-                        *pin,
                         "curl",
                         "-sS",
                         "--ftp-pasv",
@@ -460,7 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with (
         tempfile.TemporaryDirectory(prefix="secperf-bench-") as tmp,
-        Testbed.build(Topology.standard()) as tb,
+        # pinned: the testbed's own map placement (a cpuset per host), so that nginx,
+        # vsftpd and every process they start run on the server's CPU, either client
+        # tool on the client's.
+        Testbed.build(Topology.standard(), cpus=CPUS.get(args.placement)) as tb,
         install_teardown_handlers(tb),
     ):
         addr = evp.FORWARD_SERVER
@@ -470,9 +456,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             web.serve([HTTP_FILE])
             ftpd.serve([SMALL, BULK])
-            if args.placement == "pinned":
-                for server in (web.process.pid, ftpd.process.pid):
-                    pin_group(server, SERVER_CPU)
             want = [t for t in args.tests.split(",") if t]
             todo = [
                 c
