@@ -22,6 +22,8 @@ EXPLAINED = "explained"
 DIFFERS = "differs"
 UNMEASURED = "not measured"
 UNRESOLVED = "not resolved"
+# The band of "no change" when a run gives no precision target (the answer's default).
+DEFAULT_NEGLIGIBLE_PCT = 2.0
 
 # (workload, point_id, variant) -> metric -> round -> value
 Values = Mapping[tuple[str, str, str], Mapping[str, Mapping[int, float]]]
@@ -137,8 +139,12 @@ def _shown(
     rows: Sequence[Mapping[str, Any]],
     values: Values,
     confidence: float,
-) -> str | None:
-    """The shown_by row's change as text, or None when it was not measured."""
+    negligible_pct: float,
+) -> tuple[str, bool] | None:
+    """The shown_by row's change as text, and whether it shows anything: its interval
+    excludes no change (an effect), or lies within ±`negligible_pct` (no effect, the
+    answer's "no measurable cost"). An interval that holds 0 and reaches past that shows
+    neither. None when the row was not measured."""
     assert p.shown_by is not None
     sel: Selector = parse_selector(p.shown_by, {str(r.get("metric")) for r in rows})
     workload = sel.workload or str(row.get("point_id") or row.get("workload"))
@@ -149,7 +155,13 @@ def _shown(
         c, lo, hi, _ = _change(other, sel.against, values, confidence)
         if c is None:
             continue
-        return change_text(c, lo, hi, p.ratio is not None)
+        if lo is None or hi is None:
+            shows = False
+        elif lo <= 0 <= hi:
+            shows = -negligible_pct <= lo and hi <= negligible_pct
+        else:
+            shows = True
+        return change_text(c, lo, hi, p.ratio is not None), shows
     return None
 
 
@@ -158,6 +170,7 @@ def verdict(
     rows: Sequence[Mapping[str, Any]],
     values: Values,
     confidence: float,
+    negligible_pct: float = DEFAULT_NEGLIGIBLE_PCT,
 ) -> list[dict[str, Any]]:
     """One verdict per summary row the paper row addresses (one, or one per point)."""
     found = [r for r in rows if _matches(r, p.variant, p.workload, p.point, p.metric)]
@@ -221,12 +234,17 @@ def verdict(
         if p.tolerance_or_default.holds(ours, low, high, paper_number):
             out.append({**entry, "verdict": AGREES})
             continue
-        shown = _shown(p, row, rows, values, confidence) if p.shown_by else None
-        if shown is not None:
-            out.append({**entry, "verdict": EXPLAINED, "shown": shown})
+        shown = _shown(p, row, rows, values, confidence, negligible_pct) if p.shown_by else None
+        if shown is not None and shown[1]:
+            out.append({**entry, "verdict": EXPLAINED, "shown": shown[0]})
+        elif shown is not None:
+            why = (
+                f"the cause's row, {p.shown_by}: {shown[0]}, holds no change and reaches "
+                f"past ±{negligible_pct:g} %: it shows neither an effect nor its absence"
+            )
+            out.append({**entry, "verdict": DIFFERS, "why": why})
         else:
             why = f"{p.shown_by} was not measured in this run" if p.shown_by else ""
-
             out.append({**entry, "verdict": DIFFERS, "why": why})
     return out
 
@@ -236,8 +254,11 @@ def paper_verdicts(
     rows: Sequence[Mapping[str, Any]],
     values: Values,
     confidence: float,
+    negligible_pct: float = DEFAULT_NEGLIGIBLE_PCT,
 ) -> list[dict[str, Any]]:
-    """Every [[paper]] row of the run's scenario (run.json) with its verdict(s)."""
+    """Every [[paper]] row of the run's scenario (run.json) with its verdict(s);
+    `negligible_pct` is the run's precision target (a cause's row within it shows the
+    cause's "no effect")."""
     out: list[dict[str, Any]] = []
     for raw in scenario.get("paper") or []:
         try:
@@ -252,5 +273,5 @@ def paper_verdicts(
                 }
             )
             continue
-        out.extend(verdict(p, rows, values, confidence))
+        out.extend(verdict(p, rows, values, confidence, negligible_pct))
     return out

@@ -588,5 +588,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # of document 004): a kept run draws its distributions from these
         "distributions": delays_json(collect_delays(delay_lines)),
         # the scenario's [[paper]] rows, each with the run's figure and a verdict
-        "paper": paper_verdicts(scenario, rows, {k: g.values for k, g in groups.items()}, conf),
+        "paper": paper_verdicts(
+            scenario, rows, {k: g.values for k, g in groups.items()}, conf, target_pp
+        ),
     }

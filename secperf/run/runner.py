@@ -486,6 +486,7 @@ class Runner(Rounds):
             client=client,
             server=server,
             generators=list(self.plan.generators[point.point_id]),
+            rep=rep,
         )
         executor = WORKLOADS.get(point.kind).executor
         last_error: EngineError | None = None

@@ -272,6 +272,9 @@ class MeasureContext:
     # Append one record to records.jsonl, tagged with variant, point and round.
     keep: Callable[[Record], None] = lambda _rec: None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The round this measurement belongs to: a workload that draws at random seeds its
+    # draws with it, so that every variant of a round meets the same draws.
+    rep: int = 0
 
     @classmethod
     def on(

@@ -36,10 +36,34 @@ def point(**keys: object) -> WorkloadPoint:
     return one_point({"kind": "mix", **keys})
 
 
-def measure(tb: Testbed, tmp_path: Path, p: WorkloadPoint) -> dict[str, object]:
-    ctx = MeasureContext.on(tb, "", client="inside-c1", server="dmz-s1")
+def measure(
+    tb: Testbed, tmp_path: Path, p: WorkloadPoint, *, variant: str = "test", rep: int = 0
+) -> dict[str, object]:
+    ctx = MeasureContext.on(tb, "", client="inside-c1", server="dmz-s1", variant=variant)
     ctx.extra["files_dir"] = str(tmp_path)
+    ctx.rep = rep
     return mix.MixExecutor().measure(ctx, p)
+
+
+def test_every_variant_of_a_round_makes_the_same_requests(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """Common random numbers: the draws (protocol, server, file) depend on the round,
+    not on the variant, so a paired difference is the mechanism's and not two draws'."""
+
+    def drawn(variant: str, rep: int) -> tuple[object, ...]:
+        p = point(virtual_clients=3, requests=8, http_share=[0.5])
+        rec = measure(testbed, tmp_path, p, variant=variant, rep=rep)
+        assert rec["transactions"] == 24, rec["failures"]
+        protos = rec["protocols"]
+        assert isinstance(protos, dict)
+        return tuple((protos[k]["ok"], protos[k]["bytes"]) for k in ("http", "ftp"))
+
+    first = drawn("baseline", 0)
+    assert drawn("proxy", 0) == first
+    # another round draws anew (24 fetches of 12 sizes: the same bytes by chance is
+    # far below one in a thousand)
+    assert drawn("proxy", 1) != first
 
 
 def test_mix_through_the_dut_counts_every_fetch(testbed: Testbed, tmp_path: Path) -> None:

@@ -117,6 +117,25 @@ def test_a_difference_is_explained_only_by_a_row_measured_in_the_same_run() -> N
     assert "asserted, not shown" in paper_report.outcome(v)
 
 
+def test_a_cause_row_that_resolves_nothing_explains_nothing() -> None:
+    small = _row(degradation_pct=5.0, degradation_ci_low=4.0, degradation_ci_high=6.0)
+    cause = {"because": "the rules cost nothing", "shown_by": "acl-256"}
+
+    def shown_by(lo: float, hi: float) -> dict[str, object]:
+        other = _row(variant="acl-256", degradation_pct=(lo + hi) / 2, degradation_ci_low=lo,
+                     degradation_ci_high=hi)  # fmt: skip
+        return _verdict([small, other], change="-54%", **cause)
+
+    # an interval that holds 0 and reaches past the precision target shows nothing
+    v = shown_by(-45.0, 10.0)
+    assert v["verdict"] == DIFFERS
+    assert "holds no change and reaches past ±2 %" in v["why"]
+    assert "is asserted; the cause's row" in paper_report.outcome(v)
+    # within ±2 % it shows the absence of an effect; excluding 0 it shows an effect
+    assert shown_by(-1.5, 1.0)["verdict"] == EXPLAINED
+    assert shown_by(3.0, 40.0)["verdict"] == EXPLAINED
+
+
 def test_a_row_the_run_lacks_is_not_measured_never_a_number() -> None:
     v = _verdict([DROP], variant="other", change="-54%")
     assert v["verdict"] == UNMEASURED and v["ours"] is None
