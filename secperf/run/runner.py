@@ -487,6 +487,7 @@ class Runner(Rounds):
             server=server,
             generators=list(self.plan.generators[point.point_id]),
             rep=rep,
+            seed=self.seed,
         )
         executor = WORKLOADS.get(point.kind).executor
         last_error: EngineError | None = None

@@ -272,9 +272,11 @@ class MeasureContext:
     # Append one record to records.jsonl, tagged with variant, point and round.
     keep: Callable[[Record], None] = lambda _rec: None
     extra: dict[str, Any] = field(default_factory=dict)
-    # The round this measurement belongs to: a workload that draws at random seeds its
-    # draws with it, so that every variant of a round meets the same draws.
+    # The round this measurement belongs to, and the run's seed: a workload that draws
+    # at random seeds its draws with both, so that every variant of a round meets the
+    # same draws and the same seed draws them again.
     rep: int = 0
+    seed: int = 0
 
     @classmethod
     def on(

@@ -294,8 +294,9 @@ class MixExecutor:
         # Common random numbers: in a round every variant (and the baseline) makes the
         # same requests, each virtual client the same files from the same servers, so
         # the paired difference holds the mechanism's cost, not two different draws of
-        # 32-256 KB files; the next round draws anew.
-        seed = f"{point.point_id}/round {ctx.rep}"
+        # 32-256 KB files; the next round draws anew, and the run's seed ([repeat]
+        # seed, order_seed in run.json) draws the same again.
+        seed = f"{ctx.seed}/{point.point_id}/round {ctx.rep}"
         cpu_before = {
             name: ctx.testbed.host(name).cpu_seconds()
             for name in topo.roles

@@ -45,9 +45,7 @@ def measure(
     return mix.MixExecutor().measure(ctx, p)
 
 
-def test_every_variant_of_a_round_makes_the_same_requests(
-    testbed: Testbed, tmp_path: Path
-) -> None:
+def test_every_variant_of_a_round_makes_the_same_requests(testbed: Testbed, tmp_path: Path) -> None:
     """Common random numbers: the draws (protocol, server, file) depend on the round,
     not on the variant, so a paired difference is the mechanism's and not two draws'."""
 

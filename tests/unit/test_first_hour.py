@@ -111,6 +111,7 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     r = runner_mod.Runner.__new__(runner_mod.Runner)
     r.run = RunDir.create(tmp_path, "t")
     r.seq = 0
+    r.seed = 7  # the run's seed (a mix draws from it)
     # a plan with just what one test reads: the point's hosts and the server's address
     r.plan = SimpleNamespace(
         topology=None,
