@@ -22,8 +22,6 @@ EXPLAINED = "explained"
 DIFFERS = "differs"
 UNMEASURED = "not measured"
 UNRESOLVED = "not resolved"
-# The band of "no change" when a run gives no precision target (the answer's default).
-DEFAULT_NEGLIGIBLE_PCT = 2.0
 
 # (workload, point_id, variant) -> metric -> round -> value
 Values = Mapping[tuple[str, str, str], Mapping[str, Mapping[int, float]]]
@@ -170,9 +168,11 @@ def verdict(
     rows: Sequence[Mapping[str, Any]],
     values: Values,
     confidence: float,
-    negligible_pct: float = DEFAULT_NEGLIGIBLE_PCT,
+    negligible_pct: float,
 ) -> list[dict[str, Any]]:
-    """One verdict per summary row the paper row addresses (one, or one per point)."""
+    """One verdict per summary row the paper row addresses (one, or one per point);
+    `negligible_pct` is the run's precision target (a cause's row within it shows the
+    cause's "no effect")."""
     found = [r for r in rows if _matches(r, p.variant, p.workload, p.point, p.metric)]
     base: dict[str, Any] = {
         "figure": p.figure,
@@ -254,11 +254,10 @@ def paper_verdicts(
     rows: Sequence[Mapping[str, Any]],
     values: Values,
     confidence: float,
-    negligible_pct: float = DEFAULT_NEGLIGIBLE_PCT,
+    negligible_pct: float,
 ) -> list[dict[str, Any]]:
-    """Every [[paper]] row of the run's scenario (run.json) with its verdict(s);
-    `negligible_pct` is the run's precision target (a cause's row within it shows the
-    cause's "no effect")."""
+    """Every [[paper]] row of the run's scenario (run.json) with its verdict(s), judged
+    with the run's precision target `negligible_pct` (verdict)."""
     out: list[dict[str, Any]] = []
     for raw in scenario.get("paper") or []:
         try:
