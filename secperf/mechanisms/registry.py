@@ -21,6 +21,7 @@ from secperf.mechanisms import (
     ips,
     nat,
     proxy,
+    rps,
     synproxy,
     tls_inspect,
     vpn,
@@ -42,6 +43,7 @@ MECHANISMS: KindRegistry[MechanismKind[Any]] = KindRegistry(
         ips.KIND,
         ids.KIND,
         fastpath.KIND,
+        rps.KIND,
         external.KIND,
     ],
 )

@@ -50,6 +50,7 @@ def test_every_kind_is_its_models_literal_and_builds_its_runtime() -> None:
         "ips",
         "ids",
         "fastpath",
+        "rps",
         "external",
     ]
     minimal: dict[str, dict[str, Any]] = {
@@ -57,6 +58,7 @@ def test_every_kind_is_its_models_literal_and_builds_its_runtime() -> None:
         "custom": {"file": "x.nft", "format": "nft"},
         "nat": {"mode": "pat"},
         "vpn": {"implementation": "wireguard"},
+        "rps": {"cpus": "0"},
     }
     for kind in MECHANISMS:
         assert get_args(kind.model.model_fields["kind"].annotation) == (kind.name,)

@@ -16,7 +16,7 @@ from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
 from secperf.workloads.flood import FLOOD_DENIED_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
-SIZES = (1, 8, 16, 32, 64, 256)
+SIZES = (1, 8, 16, 32, 64, 256, 1024)
 SCENARIOS = ("seed002-flood-tolerance.toml", "seed002-flood-tolerance-quick.toml")
 
 
