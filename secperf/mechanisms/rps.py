@@ -19,7 +19,6 @@ The queues' masks are read before they are written and written back on release.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +33,9 @@ from secperf.mechanisms.base import (
     RenderedFile,
 )
 from secperf.mechanisms.fastpath import interfaces
+from secperf.testbed.cgroups import parse_cpus
 from secperf.testbed.hosts import Host
+from secperf.testbed.placement import cpu_mask
 
 ONLINE = Path("/sys/devices/system/cpu/online")
 # One shell script for every queue of one interface: print each queue's mask, then
@@ -46,35 +47,6 @@ STEER = (
 )
 
 
-def parse_cpus(text: str) -> list[int]:
-    """ "0", "0,2", "1-3" -> the CPU numbers, sorted; ValueError on anything else."""
-    out: set[int] = set()
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if m is None:
-            raise ValueError(f'cpus = {text!r}: expected CPU numbers such as "0", "0,2", "1-3"')
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo:
-            raise ValueError(f"cpus = {text!r}: the range {lo}-{hi} runs backwards")
-        out.update(range(lo, hi + 1))
-    return sorted(out)
-
-
-def cpu_mask(cpus: list[int]) -> str:
-    """The sysfs mask of `cpus`: hex, in 32-bit words separated by commas (as the
-    kernel prints it), e.g. [0] -> "1", [0, 1] -> "3", [33] -> "2,00000000"."""
-    bits = sum(1 << c for c in cpus)
-    words: list[str] = []
-    while True:
-        words.append(f"{bits & 0xFFFFFFFF:08x}")
-        bits >>= 32
-        if not bits:
-            break
-    words.reverse()
-    words[0] = words[0].lstrip("0") or "0"
-    return ",".join(words)
-
-
 class RpsSpec(MechanismSpec):
     """Steer the received packets of the host(s) `on` names to `cpus`."""
 
@@ -84,7 +56,10 @@ class RpsSpec(MechanismSpec):
     @field_validator("cpus")
     @classmethod
     def _cpus(cls, value: str) -> str:
-        parse_cpus(value)
+        try:
+            parse_cpus(value)
+        except ValueError as exc:
+            raise ValueError(f"cpus = {value!r}: {exc}") from None
         return value
 
 

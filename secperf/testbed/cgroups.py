@@ -126,10 +126,11 @@ def _read(path: Path) -> str:
         return ""
 
 
-def parse_cpus(text: str, available: set[int]) -> list[int]:
+def parse_cpus(text: str, available: set[int] | None = None) -> list[int]:
     """A CPU list as cpuset writes it ("0", "0-1", "0,2-3") -> sorted CPU numbers.
 
-    ValueError says what is wrong: a malformed list or a CPU this process cannot use.
+    ValueError says what is wrong: a malformed list or a CPU not in `available` (None:
+    the list's form alone is checked, for another machine's CPUs).
     """
     cpus: set[int] = set()
     for part in text.replace(" ", "").split(","):
@@ -140,8 +141,8 @@ def parse_cpus(text: str, available: set[int]) -> list[int]:
         if b < a:
             raise ValueError(f"{part!r} runs backwards: write the lower CPU first")
         cpus.update(range(a, b + 1))
-    missing = sorted(cpus - available)
-    if missing:
+    missing = sorted(cpus - available) if available is not None else []
+    if missing and available is not None:
         have = ",".join(str(c) for c in sorted(available))
         raise ValueError(f"CPU {missing[0]} is not available here (this machine has {have})")
     return sorted(cpus)

@@ -70,11 +70,16 @@ def cpu_list(cpus: Sequence[int]) -> str:
 
 
 def cpu_mask(cpus: Sequence[int]) -> str:
-    """[1] -> "2": the hex mask rps_cpus takes."""
-    mask = 0
-    for cpu in cpus:
-        mask |= 1 << cpu
-    return f"{mask:x}"
+    """[1] -> "2": the hex mask rps_cpus takes, in 32-bit words separated by commas as
+    the kernel prints it (it refuses a word longer than 8 digits): [33] -> "2,00000000"."""
+    bits = sum(1 << c for c in set(cpus))
+    words = [f"{bits & 0xFFFFFFFF:08x}"]
+    while bits >> 32:
+        bits >>= 32
+        words.append(f"{bits & 0xFFFFFFFF:08x}")
+    words.reverse()
+    words[0] = words[0].lstrip("0") or "0"
+    return ",".join(words)
 
 
 @dataclass(frozen=True)

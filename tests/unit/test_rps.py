@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from secperf.mechanisms.rps import RpsSpec, cpu_mask, parse_cpus
+from secperf.mechanisms.rps import RpsSpec
+from secperf.testbed.cgroups import parse_cpus
+from secperf.testbed.placement import cpu_mask
+from secperf.workloads.rfc2544.executor import cpu_mask as rfc2544_mask
 
 
 @pytest.mark.parametrize(
@@ -23,6 +26,7 @@ from secperf.mechanisms.rps import RpsSpec, cpu_mask, parse_cpus
 def test_cpu_lists_become_the_kernels_masks(text: str, cpus: list[int], mask: str) -> None:
     assert parse_cpus(text) == cpus
     assert cpu_mask(cpus) == mask
+    assert rfc2544_mask(text) == mask  # a lab DUT's list, its CPUs not this machine's
 
 
 @pytest.mark.parametrize("bad", ["", "a", "3-1", "0;1", "-1"])

@@ -33,6 +33,8 @@ import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError, SecperfError
 from secperf.search import Bracket
+from secperf.testbed import placement
+from secperf.testbed.cgroups import parse_cpus
 from secperf.workloads.base import MeasureContext, Spec, WorkloadPoint, scalar
 from secperf.workloads.flood import keep_side
 from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
@@ -135,12 +137,7 @@ class Receiver:
 
 def cpu_mask(cpus: str) -> str:
     """A CPU list ("1", "0-1", "0,2") as the hex mask rps_cpus takes."""
-    mask = 0
-    for part in cpus.replace(" ", "").split(","):
-        lo, _, hi = part.partition("-")
-        for cpu in range(int(lo), int(hi or lo) + 1):
-            mask |= 1 << cpu
-    return f"{mask:x}"
+    return placement.cpu_mask(parse_cpus(cpus))
 
 
 @dataclass
