@@ -13,6 +13,7 @@ address any more.
 from __future__ import annotations
 
 import random
+import re
 import selectors
 import subprocess
 import time
@@ -230,6 +231,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     # encryption off: the capture must show the text (the paper's "encryption off")
     ("openvpn", {"cipher": "none"}),
     ("ipsec", {"cipher": "none"}),
+    # the MAC alone: no cipher, HMAC-SHA256 (document 003's cause row for Blowfish)
+    ("openvpn", {"cipher": "none", "digest": "sha256"}),
 ]
 
 
@@ -279,8 +282,11 @@ def test_tunnel_carries_traffic_encrypted_and_denies_when_down(
             want = {"none": "[null-cipher]"}.get(params["cipher"], params["cipher"].upper())
             lines = info["data_channel"]
             assert set(lines) == {"client", "server"}, lines
+            mac = {"sha256": "SHA256"}.get(params.get("digest", ""), "")
+            mac = mac or ("[null-digest]" if params["cipher"] == "none" else "")
             for line in lines.values():
                 assert f"cipher '{want}'" in line and params.get("compression", "") in line
+                assert not mac or f"auth '{mac}'" in line, line
 
         host_files = vpn.host_files()
         assert all(f.exists() for f in host_files), host_files
@@ -460,3 +466,37 @@ def test_ipsec_transport_mode_is_refused_without_kernel_esp(
     with pytest.raises(MechanismError, match="transport mode needs the kernel's ESP"):
         vpn.start(a, b)
     assert vpn.pids() == {}
+
+
+def udp_buffers(host: Host, port: int) -> tuple[int, int]:
+    """(receive, send) buffer of the UDP socket bound to `port` in `host`, as the
+    kernel holds them (`ss -m`: rb and tb, twice what setsockopt asked)."""
+    out = host.run(["ss", "-uanm", f"sport = :{port}"], check=True).stdout
+    m = re.search(r"skmem:\(r\d+,rb(\d+),t\d+,tb(\d+)", out)
+    assert m is not None, out
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.mark.parametrize(("impl", "port"), [("openvpn", 1194), ("tinc", 655)])
+def test_socket_buffer_sets_both_udp_buffers_of_each_daemon(
+    bed: tuple[Testbed, EngineServer, Sink, EchoServer, Path],
+    tmp_path: Path,
+    impl: str,
+    port: int,
+) -> None:
+    tb, *_ = bed
+    a, b = tunnel_ends(tb)
+    for asked in (None, 1_000_000):
+        vpn = make(impl, socket_buffer=asked)
+        vpn.render(a, b, tmp_path / f"files-{asked}", tunnel_name(tb.prefix, 0))
+        vpn.start(a, b)
+        try:
+            for host in (tb.host("client"), tb.host("server")):
+                rb, tb_ = udp_buffers(host, port)
+                if asked is None:  # the namespace's default (net.core.rmem_default)
+                    assert rb < 2 * 1_000_000 and tb_ < 2 * 1_000_000, (rb, tb_)
+                else:  # SO_RCVBUF / SO_SNDBUF as asked (the kernel doubles them)
+                    assert (rb, tb_) == (2 * asked, 2 * asked), (rb, tb_)
+            assert vpn.describe()["socket_buffer"] == asked
+        finally:
+            vpn.stop()

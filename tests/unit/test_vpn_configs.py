@@ -347,8 +347,14 @@ def test_schema_defaults_and_params() -> None:
         "compression": "lz4",
         "transport": "tcp",
         "auth": None,
+        "socket_buffer": None,
+        "digest": None,
     }
     assert _vpn(implementation="openvpn", auth="static").effective_cipher == "aes-256-cbc"
+    # the MAC alone (no cipher), and both UDP buffers of a daemon, as sizes
+    mac = _vpn(implementation="openvpn", cipher="none", digest="sha256", socket_buffer="4MiB")
+    assert mac.implementation_params()["digest"] == "sha256"
+    assert mac.implementation_params()["socket_buffer"] == 4 * 1024**2
     assert _vpn(implementation="ipsec", mode="transport").implementation_params() == {
         "cipher": "aes-256-gcm",
         "mode": "transport",
@@ -371,6 +377,9 @@ def test_schema_refuses_what_cannot_run_with_the_reason() -> None:
     assert "two ends" in _refused(implementation="tinc", on="dut")
     assert "two ends" in _refused(implementation="tinc", on=["a", "b", "c"])
     assert "placement" in _refused(implementation="tinc", placement="ends")  # no such key
+    assert "its own tag" in _refused(implementation="openvpn", digest="sha256")
+    assert "does not apply to wireguard" in _refused(implementation="wireguard", socket_buffer=8192)
+    assert "at least 4 KiB" in _refused(implementation="tinc", socket_buffer=100)
 
 
 def test_every_schema_combination_builds_its_implementation() -> None:

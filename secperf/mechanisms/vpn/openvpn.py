@@ -57,6 +57,11 @@ CBC = ("aes-256-cbc", "bf-cbc")
 LEGACY = ("bf-cbc",)
 AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
 COMPRESSION = ("none", "lz4", "lzo")
+# The data channel's HMAC (`auth`) for the non-AEAD ciphers: by default SHA-256 with
+# a CBC cipher and none with `cipher none` (the paper's "encryption off": no
+# cryptography at all); `digest = "sha256"` beside `cipher = "none"` measures the MAC
+# alone.
+DIGESTS = {"sha256": "SHA256", "sha1": "SHA1", "none": "none"}
 TRANSPORTS = ("udp", "tcp")
 AUTHS = ("tls", "static")
 
@@ -129,12 +134,14 @@ def render_conf(
         lines += [f"secret {files['static']} {0 if server else 1}", f"cipher {CIPHERS[vpn.cipher]}"]
     if vpn.cipher in LEGACY:
         lines.append("providers legacy default")
-    if vpn.cipher == "none":
-        lines.append("auth none")
-    elif vpn.cipher in CBC:
-        lines.append("auth SHA256")
+    if vpn.cipher in AEAD:
+        pass  # the AEAD's own tag authenticates; `auth` does not apply
+    else:
+        lines.append(f"auth {DIGESTS[vpn.digest]}")
     if vpn.compression != "none":
         lines += ["allow-compression yes", f"compress {vpn.compression}"]
+    if vpn.socket_buffer is not None:
+        lines += [f"sndbuf {vpn.socket_buffer}", f"rcvbuf {vpn.socket_buffer}"]
     lines += ["verb 3", "mute-replay-warnings"]
     return "\n".join(lines) + "\n"
 
@@ -187,11 +194,25 @@ class OpenVpn(DaemonTunnel):
         compression: str = "none",
         transport: str = "udp",
         auth: str = "tls",
+        socket_buffer: int | None = None,
+        digest: str | None = None,
     ) -> None:
         check_params(cipher, compression, transport, auth)
+        if digest is not None and cipher in AEAD:
+            raise MechanismError(
+                f"openvpn digest {digest!r} with {cipher}: an AEAD cipher authenticates with "
+                "its own tag",
+                fix="remove digest, or use a CBC cipher or none",
+            )
+        if digest is not None and digest not in DIGESTS:
+            raise MechanismError(
+                f"openvpn digest {digest!r}", fix=f"use one of {', '.join(DIGESTS)}"
+            )
         super().__init__("openvpn")
+        self.digest = digest or ("none" if cipher == "none" else "sha256")
         self.cipher, self.compression = cipher, compression
         self.transport, self.auth = transport, auth
+        self.socket_buffer = socket_buffer
         self._confs: dict[str, Path] = {}
         self._logs: dict[str, Path] = {}
 
@@ -237,13 +258,12 @@ class OpenVpn(DaemonTunnel):
             "version": version_of(["openvpn", "--version"], r"OpenVPN (\d[\w.]*)"),
             "backend": "user space (dco off)",
             "cipher": self.cipher,
-            "data_auth": "none"
-            if self.cipher == "none"
-            else ("SHA256" if self.cipher in CBC else "aead"),
+            "data_auth": "aead" if self.cipher in AEAD else DIGESTS[self.digest],
             "mode": "tunnel",
             "transport": self.transport,
             "auth": self.auth,
             "compression": self.compression,
+            "socket_buffer": self.socket_buffer,
             # What each end's data channel actually runs, in openvpn's own words.
             "data_channel": self.data_channel(),
         }

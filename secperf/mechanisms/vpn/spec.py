@@ -8,12 +8,13 @@ so that a scenario that cannot work stops at `secperf check` with the reason
 from __future__ import annotations
 
 import itertools
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PlainValidator, model_validator
 
 from secperf.mechanisms.base import MechanismSpec, Placement
-from secperf.schema.units import toml_repr
+from secperf.schema.fields import bounded
+from secperf.schema.units import parse_size, toml_repr
 
 VPN_IMPLEMENTATIONS = ("wireguard", "openvpn", "ipsec", "tinc", "vtun")
 # Per implementation: the ciphers secperf runs, the first being its default.
@@ -44,8 +45,10 @@ VPN_KEYS: dict[str, tuple[str, ...]] = {
     "mode": ("ipsec",),
     "transport": ("openvpn", "tinc", "vtun"),
     "auth": ("openvpn",),
-    "digest": ("tinc",),
+    "digest": ("tinc", "openvpn"),
     "compression_level": ("tinc", "vtun"),
+    # the daemon's UDP socket buffers (OpenVPN sndbuf/rcvbuf, tinc UDPSndBuf/UDPRcvBuf)
+    "socket_buffer": ("openvpn", "tinc"),
 }
 PPTP_REASON = (
     "PPTP cannot run here: pppd needs the kernel's PPP driver (/dev/ppp, CONFIG_PPP with "
@@ -66,6 +69,15 @@ def _sweep_items(key: str, value: object) -> list[Any]:
     if len(set(map(repr, value))) != len(value):
         raise ValueError(f"{key}: a sweep list repeats a value: {toml_repr(list(value))}")
     return list(value)
+
+
+def _daemon_buffer(value: object) -> int | None:
+    if value is None:
+        return None
+    return bounded(parse_size, 4096, 2**31 - 1, "a socket buffer")(value)
+
+
+DaemonBuffer = Annotated[int | None, PlainValidator(_daemon_buffer)]
 
 
 class VpnSpec(MechanismSpec):
@@ -90,6 +102,14 @@ class VpnSpec(MechanismSpec):
     mode: Literal["tunnel", "transport"] | None = None
     transport: Literal["udp", "tcp"] | None = None
     auth: Literal["tls", "static"] | None = None
+    # Both UDP socket buffers of each end's daemon, in bytes (None: the system's
+    # default, 208 KiB here). A daemon held to a CPU quota runs in bursts (5 ms of
+    # every 100 ms at 5 %); between them, what arrives waits in its receive buffer and
+    # what it sent in a burst waits in its send buffer behind the link's shaper. The
+    # default buffers overflow there and lose packets that a slow, evenly running CPU
+    # would only delay (docs/methodology.md, "Document 003"). The kernel caps a value
+    # at net.core.rmem_max / wmem_max (4 MiB here, read-only in a namespace).
+    socket_buffer: DaemonBuffer = None
 
     @model_validator(mode="after")
     def _fits_the_implementation(self) -> VpnSpec:
@@ -123,6 +143,13 @@ class VpnSpec(MechanismSpec):
     def _check_one(self, cipher: str | None, compression: str) -> None:
         """One point of the (cipher x compression) sweep fits the implementation."""
         impl = self.implementation
+        runs = cipher or ("aes-256-cbc" if self.auth == "static" else "aes-256-gcm")
+        aead = "gcm" in runs or "chacha" in runs
+        if impl == "openvpn" and self.digest is not None and aead:
+            raise ValueError(
+                f"openvpn digest with {cipher or 'the default AEAD cipher'}: an AEAD cipher "
+                "authenticates with its own tag; use digest with a CBC cipher or none"
+            )
         refused = VPN_REFUSED_CIPHERS.get(impl, {})
         if cipher in refused:
             raise ValueError(
@@ -174,7 +201,9 @@ class VpnSpec(MechanismSpec):
             params["compression_level"] = self.compression_level if levelled else None
         if impl == "openvpn":
             params["auth"] = self.auth
-        if impl == "tinc":
+        if impl in ("openvpn", "tinc"):
+            params["socket_buffer"] = self.socket_buffer
+        if impl in ("tinc", "openvpn"):
             params["digest"] = self.digest
         if impl == "ipsec":
             params["mode"] = self.mode

@@ -84,7 +84,9 @@ def node_name(end: TunnelEnd) -> str:
     return end.name.replace("-", "_")
 
 
-def render_tinc_conf(me: TunnelEnd, peer: TunnelEnd, device: str, key: Path, tcp: bool) -> str:
+def render_tinc_conf(
+    me: TunnelEnd, peer: TunnelEnd, device: str, key: Path, tcp: bool, buffer: int | None = None
+) -> str:
     lines = [
         f"# secperf tinc: {me.name} -> {peer.name}",
         f"Name = {node_name(me)}",
@@ -97,6 +99,8 @@ def render_tinc_conf(me: TunnelEnd, peer: TunnelEnd, device: str, key: Path, tcp
     ]
     if tcp:
         lines.append("TCPOnly = yes")
+    if buffer is not None:
+        lines += [f"UDPRcvBuf = {buffer}", f"UDPSndBuf = {buffer}"]
     return "\n".join(lines) + "\n"
 
 
@@ -134,6 +138,7 @@ class Tinc(DaemonTunnel):
         compression: str = "none",
         compression_level: int | None = None,
         transport: str = "udp",
+        socket_buffer: int | None = None,
     ) -> None:
         if cipher not in CIPHERS:
             raise MechanismError(
@@ -147,6 +152,7 @@ class Tinc(DaemonTunnel):
         super().__init__("tincd")
         self.cipher, self.digest, self.transport = cipher, digest, transport
         self.compression = compression
+        self.socket_buffer = socket_buffer
         self.level = tinc_level(compression, compression_level)
         self._dirs: dict[str, Path] = {}
 
@@ -161,7 +167,9 @@ class Tinc(DaemonTunnel):
             self._names[end.name] = dev
             self._dirs[end.name] = d
             key = d / "rsa_key.priv"
-            conf = render_tinc_conf(end, peer, dev, key, self.transport == "tcp")
+            conf = render_tinc_conf(
+                end, peer, dev, key, self.transport == "tcp", self.socket_buffer
+            )
             if end is a:
                 conf += f"ConnectTo = {node_name(b)}\n"
             (d / "tinc.conf").write_text(conf)
@@ -204,4 +212,5 @@ class Tinc(DaemonTunnel):
             "auth": "rsa 2048 keys (per run)",
             "compression": self.compression,
             "compression_level": self.level,
+            "socket_buffer": self.socket_buffer,
         }
