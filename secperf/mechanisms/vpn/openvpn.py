@@ -35,6 +35,7 @@ from secperf.mechanisms.vpn.base import (
     wait_for,
     write_private,
 )
+from secperf.mechanisms.vpn.spec import OPENVPN_AEAD
 from secperf.tools import Tool
 
 PORT = 1194
@@ -55,7 +56,7 @@ CIPHERS = {
 # OpenSSL 3's legacy provider only, which OpenVPN loads when asked (`providers`).
 CBC = ("aes-256-cbc", "bf-cbc")
 LEGACY = ("bf-cbc",)
-AEAD = ("aes-256-gcm", "aes-128-gcm", "chacha20-poly1305")
+AEAD = OPENVPN_AEAD
 COMPRESSION = ("none", "lz4", "lzo")
 # The data channel's HMAC (`auth`) for the non-AEAD ciphers: by default SHA-256 with
 # a CBC cipher and none with `cipher none` (the paper's "encryption off": no
