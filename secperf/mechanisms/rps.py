@@ -35,7 +35,7 @@ from secperf.mechanisms.base import (
 from secperf.mechanisms.fastpath import interfaces
 from secperf.testbed.cgroups import parse_cpus
 from secperf.testbed.hosts import Host
-from secperf.testbed.placement import cpu_mask
+from secperf.testbed.placement import cpu_mask, write_argv
 
 ONLINE = Path("/sys/devices/system/cpu/online")
 # One shell script for every queue of one interface: print each queue's mask, then
@@ -130,7 +130,7 @@ class Rps(Mechanism):
     def release(self, host: Host, ctx: MechanismContext) -> None:
         """Write each queue's mask back as it was."""
         for queue, mask in self._before.pop(host.name, []):
-            host.run(["sh", "-c", 'echo "$2" > "$1"', "sh", queue, mask], check=False, timeout=10)
+            host.run(write_argv(mask, queue), check=False, timeout=10)
 
 
 KIND = MechanismKind(

@@ -82,6 +82,13 @@ def cpu_mask(cpus: Sequence[int]) -> str:
     return ",".join(words)
 
 
+def write_argv(value: str, path: str) -> list[str]:
+    """Write `value` into `path` (an rps_cpus file) with a shell redirect, both passed
+    as arguments: a path built from an interface name (which may hold `;`, `$` or
+    quotes) is never read as shell text."""
+    return ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "secperf-write", value, path]
+
+
 @dataclass(frozen=True)
 class Placement:
     """A resolved placement: which CPUs each host's processes may use."""

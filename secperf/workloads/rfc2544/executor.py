@@ -166,20 +166,13 @@ class Steering:
         self.before = {}
         for path in self._files():
             self.before[path] = host.run(["cat", path]).stdout.strip()
-            host.run(write_argv(mask, path))
+            host.run(placement.write_argv(mask, path))
         return {"dut_cpus": self.cpus, "rps_mask": mask}
 
     def restore(self) -> None:
         host = self.ctx.testbed.host("dut")
         for path, value in (self.before or {}).items():
-            host.run(write_argv(value, path), check=False)
-
-
-def write_argv(value: str, path: str) -> list[str]:
-    """Write `value` into `path` with a shell redirect, both passed as arguments: a
-    path built from an interface name (which may hold `;`, `$` or quotes) is never
-    read as shell text."""
-    return ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "secperf-write", value, path]
+            host.run(placement.write_argv(value, path), check=False)
 
 
 @dataclass
