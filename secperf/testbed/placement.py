@@ -89,6 +89,11 @@ def write_argv(value: str, path: str) -> list[str]:
     return ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "secperf-write", value, path]
 
 
+def steer_argv(ifname: str, cpus: Sequence[int]) -> list[str]:
+    """Steer what `ifname` receives (its first queue, a veth's only one) to `cpus`."""
+    return write_argv(cpu_mask(cpus), f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus")
+
+
 @dataclass(frozen=True)
 class Placement:
     """A resolved placement: which CPUs each host's processes may use."""

@@ -58,14 +58,7 @@ from secperf.testbed.hosts.ssh_transport import SshSpec
 from secperf.testbed.hosts.vm import BACKENDS, NetnsOrVmHost
 from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.placement import (
-    Placement,
-    Setting,
-    check_quota,
-    cpu_mask,
-    resolve,
-    write_argv,
-)
+from secperf.testbed.placement import Placement, Setting, check_quota, resolve, steer_argv
 from secperf.testbed.signals import install_teardown_handlers
 from secperf.testbed.teardown import clean, teardown_entries
 from secperf.testbed.topology import Topology
@@ -345,10 +338,8 @@ class Testbed:
         sender's softirq (the placement's `rps`; a namespace is removed with its
         interfaces, so nothing is put back)."""
         for role, cpus in self.placement.rps.items():
-            mask = cpu_mask(cpus)
             for link in self.topology.links_of(role):
-                path = f"/sys/class/net/{self.ifname(link.name, role)}/queues/rx-0/rps_cpus"
-                self.host(role).run(write_argv(mask, path))
+                self.host(role).run(steer_argv(self.ifname(link.name, role), cpus))
 
     def _wire(self) -> None:
         """The links between namespaces: veths, addresses and routes, shaping, offloads."""
