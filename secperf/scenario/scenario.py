@@ -243,14 +243,25 @@ class Scenario(StrictModel):
 
     @model_validator(mode="after")
     def _workload_variants_exist(self) -> Scenario:
+        names = self.variant_names()
         for i, w in enumerate(self.workloads):
-            unknown = [v for v in w.variants if v not in self.variants]
+            unknown = [v for v in w.variants if v not in names]
             if unknown:
                 raise ValueError(
                     f"workloads[{i}] ({w.name}).variants names {', '.join(unknown)}, which "
-                    f"[variants] does not have: use some of {', '.join(self.variants)}"
+                    f"[variants] does not have: use some of {', '.join(names)}"
                 )
         return self
+
+    def _unmeasured(self, workload: str | None, variants: list[str | None]) -> str | None:
+        """The first of `variants` that `workload` (a name, `NAME#i` allowed) skips."""
+        name = (workload or "").partition("#")[0]
+        chosen = [w.variants for w in self.workloads if w.name == name and w.variants]
+        for v in variants:
+            family = (v or "").partition("[")[0]
+            if v and v != "baseline" and any(v not in c and family not in c for c in chosen):
+                return v
+        return None
 
     @model_validator(mode="after")
     def _expectations_name_what_exists(self) -> Scenario:
@@ -262,6 +273,16 @@ class Scenario(StrictModel):
         for i, row in enumerate(self.paper):
             for key, message in paper_problems(row, variants, found):
                 raise ValueError(f"paper[{i}].{key} {message}")
+        rows = [("expect", e.workload, e.variant, e.against) for e in self.expect]
+        rows += [("paper", r.workload, r.variant, r.against) for r in self.paper]
+        for i, (section, workload, variant, against) in enumerate(rows):
+            skipped = self._unmeasured(workload, [variant, against])
+            if skipped is not None:
+                index = i if section == "expect" else i - len(self.expect)
+                raise ValueError(
+                    f"{section}[{index}] names {skipped!r} at workload {workload!r}, whose "
+                    "`variants` list leaves it out: add it there, or name another workload"
+                )
         return self
 
     def variant_names(self) -> list[str]:

@@ -257,6 +257,19 @@ def _variant_name(value: str) -> str:
 VariantName = Annotated[str, AfterValidator(_variant_name)]
 
 
+def _measured_variant(value: str) -> str:
+    family, bracket, _ = value.partition("[")
+    _variant_name(family)
+    if bracket and not value.endswith("]"):
+        raise ValueError(f"{value!r}: one value of a sweep is written NAME[key=value]")
+    return value
+
+
+# A workload's `variants` entry: a variant's name (all of its sweep's values) or one
+# expanded name, NAME[key=value] (the scenario checks that the variant expands into it).
+MeasuredVariant = Annotated[str, AfterValidator(_measured_variant)]
+
+
 # ---------------------------------------------------------------- rates, times, file sets
 
 

@@ -29,11 +29,11 @@ from secperf.mechanisms.base import Mechanism, MechanismContext, TrafficPlan, tr
 from secperf.metric import MetricRow, Search, WorkUnit
 from secperf.schema.fields import (
     MAX_POINTS_PER_WORKLOAD,
+    MeasuredVariant,
     Name,
     NonNegativeDuration,
     PositiveDuration,
     StrictModel,
-    VariantName,
 )
 from secperf.schema.sections import HostName, TopologySection
 from secperf.schema.sections import Testbed as TestbedSection
@@ -93,7 +93,7 @@ class WorkloadSpec(StrictModel):
     table: str = ""
     # The variants this workload measures beside the baseline (names of [variants];
     # a swept variant by its own name, all its values); empty = every variant.
-    variants: list[VariantName] = Field(default_factory=list)
+    variants: list[MeasuredVariant] = Field(default_factory=list)
     # At least this many rounds at each of this workload's points ([repeat] min
     # otherwise; [repeat] max rises to it): the points whose small effects a study's
     # [[paper]] rows ask about need more rounds than a sweep beside them.
@@ -239,8 +239,13 @@ class WorkloadPoint(Generic[S_co]):
         return max(default, self.min_rounds(0))
 
     def measures(self, variant: str) -> bool:
-        """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]')."""
-        return not self.variants or variant.split("[", 1)[0] in self.variants
+        """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]'):
+        its workload names it, or its family (all of the sweep's values)."""
+        return (
+            not self.variants
+            or variant in self.variants
+            or variant.split("[", 1)[0] in self.variants
+        )
 
     @property
     def point_id(self) -> str:

@@ -203,6 +203,56 @@ def test_a_workload_measures_only_the_variants_it_names() -> None:
         )
 
 
+def _one_value_scenario(rows: list[dict[str, object]], chosen: list[str]) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "t",
+            "variants": {
+                "ovpn": {
+                    "mechanisms": [
+                        {"kind": "vpn", "implementation": "openvpn",
+                         "cipher": ["none", "aes-128-gcm", "aes-256-gcm"]}
+                    ]
+                },
+            },
+            "workloads": [
+                {"kind": "stream", "name": "keys", "duration": "1s", "warmup": 0,
+                 "variants": chosen},
+            ],
+            "paper": rows,
+        }
+    )  # fmt: skip
+
+
+def test_a_workload_may_measure_one_value_of_a_sweep() -> None:
+    sc = _one_value_scenario([], ["ovpn[cipher=aes-128-gcm]", "ovpn[cipher=aes-256-gcm]"])
+    (keys,) = expand_scenario(sc)
+    names = [n for n, _m, _s in expanded_variants(sc)]
+    assert [n for n in names if keys.measures(n)] == [
+        "ovpn[cipher=aes-128-gcm]",
+        "ovpn[cipher=aes-256-gcm]",
+    ]
+    with pytest.raises(ValidationError, match=r"ovpn\[cipher=bf-cbc\], which \[variants\]"):
+        _one_value_scenario([], ["ovpn[cipher=bf-cbc]"])
+
+
+def test_a_paper_row_may_not_name_a_variant_its_workload_skips() -> None:
+    row = {
+        "figure": "Table 1",
+        "row": "key length",
+        "variant": "ovpn[cipher=aes-256-gcm]",
+        "against": "ovpn[cipher=none]",
+        "workload": "keys",
+        "metric": "throughput",
+        "change": "-0.065%",
+        "tolerance": "5pp",
+    }
+    chosen = ["ovpn[cipher=aes-128-gcm]", "ovpn[cipher=aes-256-gcm]"]
+    with pytest.raises(ValidationError, match=r"paper\[0\] names 'ovpn\[cipher=none\]' at"):
+        _one_value_scenario([row], chosen)
+    assert _one_value_scenario([{**row, "against": "ovpn[cipher=aes-128-gcm]"}], chosen)
+
+
 def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
     rec = {
         "type": "mechanism",
