@@ -258,8 +258,14 @@ class Scenario(StrictModel):
         name = (workload or "").partition("#")[0]
         chosen = [w.variants for w in self.workloads if w.name == name and w.variants]
         for v in variants:
-            family = (v or "").partition("[")[0]
-            if v and v != "baseline" and any(v not in c and family not in c for c in chosen):
+            if not v or v == "baseline":
+                continue
+            family = v.partition("[")[0]
+            # a family's name is measured if one of its values is
+            if any(
+                v not in c and family not in c and not any(x.startswith(f"{v}[") for x in c)
+                for c in chosen
+            ):
                 return v
         return None
 

@@ -251,6 +251,8 @@ def test_a_paper_row_may_not_name_a_variant_its_workload_skips() -> None:
     with pytest.raises(ValidationError, match=r"paper\[0\] names 'ovpn\[cipher=none\]' at"):
         _one_value_scenario([row], chosen)
     assert _one_value_scenario([{**row, "against": "ovpn[cipher=aes-128-gcm]"}], chosen)
+    # a row that names the family reads the values the workload measures
+    assert _one_value_scenario([{**row, "variant": "ovpn", "against": None}], chosen)
 
 
 def test_tunnel_memory_is_a_metric_of_its_mechanism_record() -> None:
