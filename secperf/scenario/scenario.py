@@ -36,6 +36,7 @@ from secperf.schema.fields import (
     StrictModel,
     VariantName,
     bounded,
+    chosen_measures,
 )
 from secperf.schema.sections import (
     Testbed,
@@ -256,16 +257,9 @@ class Scenario(StrictModel):
     def _unmeasured(self, workload: str | None, variants: list[str | None]) -> str | None:
         """The first of `variants` that `workload` (a name, `NAME#i` allowed) skips."""
         name = (workload or "").partition("#")[0]
-        chosen = [w.variants for w in self.workloads if w.name == name and w.variants]
+        chosen = [w.variants for w in self.workloads if w.name == name]
         for v in variants:
-            if not v or v == "baseline":
-                continue
-            family = v.partition("[")[0]
-            # a family's name is measured if one of its values is
-            if any(
-                v not in c and family not in c and not any(x.startswith(f"{v}[") for x in c)
-                for c in chosen
-            ):
+            if v and v != "baseline" and not all(chosen_measures(c, v) for c in chosen):
                 return v
         return None
 
@@ -279,14 +273,13 @@ class Scenario(StrictModel):
         for i, row in enumerate(self.paper):
             for key, message in paper_problems(row, variants, found):
                 raise ValueError(f"paper[{i}].{key} {message}")
-        rows = [("expect", e.workload, e.variant, e.against) for e in self.expect]
-        rows += [("paper", r.workload, r.variant, r.against) for r in self.paper]
-        for i, (section, workload, variant, against) in enumerate(rows):
+        rows = [("expect", i, e.workload, e.variant, e.against) for i, e in enumerate(self.expect)]
+        rows += [("paper", i, r.workload, r.variant, r.against) for i, r in enumerate(self.paper)]
+        for section, i, workload, variant, against in rows:
             skipped = self._unmeasured(workload, [variant, against])
             if skipped is not None:
-                index = i if section == "expect" else i - len(self.expect)
                 raise ValueError(
-                    f"{section}[{index}] names {skipped!r} at workload {workload!r}, whose "
+                    f"{section}[{i}] names {skipped!r} at workload {workload!r}, whose "
                     "`variants` list leaves it out: add it there, or name another workload"
                 )
         return self

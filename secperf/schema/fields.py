@@ -9,7 +9,7 @@ Every error names the bound and the value it got.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -268,6 +268,19 @@ def _measured_variant(value: str) -> str:
 # A workload's `variants` entry: a variant's name (all of its sweep's values) or one
 # expanded name, NAME[key=value] (the scenario checks that the variant expands into it).
 MeasuredVariant = Annotated[str, AfterValidator(_measured_variant)]
+
+
+def chosen_measures(chosen: Sequence[str], variant: str) -> bool:
+    """Whether a workload whose `variants` list is `chosen` measures `variant`: an
+    expanded name ('ovpn[cipher=none]') listed itself or by its family, or a family's
+    name of which one value is listed; an empty list measures every variant."""
+    family = variant.partition("[")[0]
+    return (
+        not chosen
+        or variant in chosen
+        or family in chosen
+        or any(c.startswith(f"{variant}[") for c in chosen)
+    )
 
 
 # ---------------------------------------------------------------- rates, times, file sets

@@ -34,6 +34,7 @@ from secperf.schema.fields import (
     NonNegativeDuration,
     PositiveDuration,
     StrictModel,
+    chosen_measures,
 )
 from secperf.schema.sections import HostName, TopologySection
 from secperf.schema.sections import Testbed as TestbedSection
@@ -241,11 +242,7 @@ class WorkloadPoint(Generic[S_co]):
     def measures(self, variant: str) -> bool:
         """Whether this point measures `variant` (an expanded name such as 'ovpn[cipher=none]'):
         its workload names it, or its family (all of the sweep's values)."""
-        return (
-            not self.variants
-            or variant in self.variants
-            or variant.split("[", 1)[0] in self.variants
-        )
+        return chosen_measures(self.variants, variant)
 
     @property
     def point_id(self) -> str:
