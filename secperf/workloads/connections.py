@@ -2,10 +2,8 @@
 (and the §5.4 teardown rate of closing them).
 
 The engine opens connections until every one asked is open or they start to fail:
-the DUT's limit, found (`limit_found`). One client address opens at most ~64 k
-connections to the server's one port, so the connections are spread over `sources`
-addresses of the client (its own and its emulated hosts', `[testbed]
-emulated_hosts`): "auto" takes as many as the count needs. Where the engine stops
+the DUT's limit, found (`limit_found`). Beyond one client address's ports they are
+spread over `sources` addresses of the client (secperf/workloads/sources.py). Where the engine stops
 at a bound of its own (every asked connection open, its time, its descriptors, its
 source ports), the capacity is a lower bound, "at least N", never the limit: the
 record's `search` says which (found, or at_least with the bound and its reason).
@@ -17,43 +15,36 @@ times; the searches of §5.3 (`conn_rate`) and §5.4 (`teardown_rate`) and the �
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from secperf.engine import Record, run_test
-from secperf.errors import ScenarioError
 from secperf.metric import FAILURES, Metric, MetricRow, Search, SearchReading, field, ratio_pct
 from secperf.metric import Record as RecordView
 from secperf.schema.fields import HoldTime, PerSecond, Timeout
-from secperf.schema.sections import Testbed as TestbedSection
-from secperf.schema.sections import TopologySection
 from secperf.workloads.base import (
     MeasureContext,
-    Refused,
     Spec,
     WorkloadKind,
     WorkloadPoint,
     WorkloadSpec,
     engine_spec,
 )
+from secperf.workloads.sources import ManySources, enough_sources, sources_spec
 
 # How the server answers each client FIN: its own FIN (an orderly close, the client
 # keeps the TIME_WAIT), or an RST (SO_LINGER 0, no TIME_WAIT).
 FinClose = Literal["fin", "reset"]
 
-# Connections one source address opens to the server's one port: the testbed's
-# client ports are 1024-65000 (63,977), less a margin for the other sockets.
-PER_SOURCE = 60_000
 
-
-class ConnectionsWorkload(WorkloadSpec):
+class ConnectionsWorkload(ManySources, WorkloadSpec):
     """RFC 3511 §5.2: concurrent TCP connections held and validated; §5.4 teardown rate.
 
     `duration` bounds the opening phase."""
 
+    held_key: ClassVar[str] = "connections"
     engine_fields: ClassVar[tuple[str, ...]] = (
         "connections",
         "rate",
@@ -71,62 +62,12 @@ class ConnectionsWorkload(WorkloadSpec):
     close_rate: PerSecond | None = None
     timeout: Timeout = 5.0
     close: FinClose = "fin"  # how the server answers each FIN: its own FIN, or an RST
-    # Client addresses the connections come from, round-robin: "auto" as many as
-    # `connections` needs (one per PER_SOURCE), or a number; each beyond the first
-    # is an emulated host of the client ([testbed] emulated_hosts).
-    sources: Literal["auto"] | int = Field(default="auto")
 
     def default_name(self) -> str:
         return "connections"
 
-    def source_count(self) -> int:
-        """How many client addresses this workload spreads its connections over."""
-        if self.sources == "auto":
-            return max(1, math.ceil(self.connections / PER_SOURCE))
-        return self.sources
-
-    @field_validator("sources")
-    @classmethod
-    def _sources_in_range(cls, value: Literal["auto"] | int) -> Literal["auto"] | int:
-        if value != "auto" and not 1 <= value <= 4096:
-            raise ValueError(f'sources must be "auto" or 1 to 4096 addresses, not {value}')
-        return value
-
-
-def enough_sources(
-    spec: ConnectionsWorkload, testbed: TestbedSection, topology: TopologySection | None
-) -> Refused | None:
-    """A count that needs more client addresses than the testbed gives is refused
-    before any traffic (else the engine stops at its source ports: a lower bound)."""
-    need = spec.source_count()
-    have = 1 if topology is not None else 1 + testbed.emulated_hosts
-    if need <= have:
-        return None
-    key = "sources" if spec.sources != "auto" else "connections"
-    return Refused(
-        f"needs {need} client addresses ({spec.connections} connections, ~{PER_SOURCE:,} "
-        f"per address to the server's one port) but the testbed gives the client {have}: "
-        f"set [testbed] emulated_hosts = {need - 1} (at most 200), or ask fewer",
-        key=key,
-    )
-
-
-def source_addresses(ctx: MeasureContext, spec: ConnectionsWorkload) -> list[str]:
-    """The client's addresses the connections come from: its own, then its emulated
-    hosts', as many as the workload needs."""
-    need = spec.source_count()
-    mine = [
-        ctx.topology.primary_address(ctx.client, ctx.family),
-        *ctx.topology.emulated_addresses(ctx.client, ctx.family),
-    ]
-    if need > len(mine):
-        raise ScenarioError(
-            f"the connections workload needs {need} client addresses; "
-            f"host {ctx.client} has {len(mine)}",
-            where="[[workloads]] sources",
-            fix=f"set [testbed] emulated_hosts = {need - 1}, or ask fewer connections",
-        )
-    return mine[:need]
+    def held(self) -> int:
+        return self.connections
 
 
 def run_on_client(
@@ -193,9 +134,7 @@ def legacy_capacity(record: RecordView) -> SearchReading | None:
 class ConnectionsExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[ConnectionsWorkload]) -> Record:
         p = point.spec
-        sources = source_addresses(ctx, p)
-        extra: dict[str, Any] = {"sources": sources} if len(sources) > 1 else {}
-        spec = engine_spec(p, server=ctx.target, **extra)
+        spec = engine_spec(p, server=ctx.target, **sources_spec(ctx, p))
         rec = run_on_client(ctx, spec, keep_all=True, keep_result=False)
         found = capacity_search(rec)
         if found is not None:

@@ -37,6 +37,7 @@ from secperf.metric import (
 from secperf.schema.fields import (
     BusyPoll,
     FileSizes,
+    PositiveDuration,
     StrictModel,
     Timeout,
     bounded,
@@ -62,11 +63,14 @@ from secperf.workloads.base import (
     engine_spec,
 )
 from secperf.workloads.open_loop import OpenLoop
+from secperf.workloads.sources import ManySources, enough_sources, sources_spec
 
 TlsVersion = Literal["1.2", "1.3"]
 
-# Connections in flight: machines of the engine's event loop, not threads.
-MAX_PARALLEL = 10_000
+# Connections in flight: machines of the engine's event loop, not threads; at most
+# what the server's nginx takes (NGINX_CONNECTIONS, 131,072, less a margin for the
+# proxies in the path), beyond one client address's ports over `sources`.
+MAX_PARALLEL = 120_000
 HttpParallel = Annotated[
     int | list[int],
     PlainValidator(one_or_sweep(bounded(parse_count, 1, MAX_PARALLEL, "parallel"))),
@@ -225,7 +229,7 @@ def verdict(
     return {"passed": passed, "criteria": criteria}
 
 
-class HttpWorkload(OpenLoop, WorkloadSpec):
+class HttpWorkload(OpenLoop, ManySources, WorkloadSpec):
     """HTTP/1.1 GETs against nginx in the server host (http_load): fetches/s, bytes/s.
 
     The files (one per size) are fetched round-robin. `parallel` fetches in flight
@@ -233,6 +237,7 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     then the most in flight), or with `load` that share of the baseline's closed-loop
     fetch rate, measured first."""
 
+    held_key: ClassVar[str] = "parallel"
     sweepable: ClassVar[dict[str, str]] = {"parallel": "count"}
     engine_fields: ClassVar[tuple[str, ...]] = (
         "parallel",
@@ -244,6 +249,7 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
         "tls_version",
         "cipher",
         "busy_poll_us",
+        "ramp_up",
     )
 
     kind: Literal["http"]
@@ -254,6 +260,10 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
     # keepalive_requests; keepalive implied); None: as `keepalive` says.
     requests_per_connection: int | None = Field(default=None, ge=1, le=MAX_PER_CONNECTION)
     timeout: Timeout = 5.0
+    # With `rate`: the first `parallel` fetches (each opens its connection) spread
+    # over these seconds of the warm-up, the rest at `rate` after them (RFC 9411's
+    # ramp-up at an open rate of its own); None: every fetch at `rate`.
+    ramp_up: PositiveDuration | None = None
     # µs the engine's loop spins before it sleeps (None: the engine's default, 0).
     busy_poll_us: BusyPoll | None = None
     # HTTPS (the engine's rustls client); the other TLS keys need tls = true.
@@ -279,6 +289,22 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
                     f"cipher {self.cipher} is not a TLS {self.tls_version} suite: "
                     "TLS 1.3 suites start with TLS13_, TLS 1.2 ones with TLS_ECDHE_"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _ramp_up(self) -> HttpWorkload:
+        if self.ramp_up is None:
+            return self
+        if self.rate is None:
+            raise ValueError(
+                "ramp_up paces the first fetches of a `rate` schedule: give rate, or "
+                "leave ramp_up out"
+            )
+        if self.ramp_up > self.warmup:
+            raise ValueError(
+                f"ramp_up ({self.ramp_up:g} s) must fit in warmup ({self.warmup:g} s): "
+                "the connections open before the measured window"
+            )
         return self
 
     @model_validator(mode="after")
@@ -313,6 +339,9 @@ class HttpWorkload(OpenLoop, WorkloadSpec):
 
     def default_name(self) -> str:
         return "http"
+
+    def held(self) -> int:
+        return max(self.parallel) if isinstance(self.parallel, list) else self.parallel
 
 
 def hostport(addr: str, port: int) -> str:
@@ -380,7 +409,12 @@ def fetch_test(ctx: MeasureContext, p: HttpWorkload, keep: Callable[[Record], No
     # interval records only for the deviations (they are what those are judged on)
     period = p.validation.deviation_interval if p.validation and p.validation.deviations() else 0
     spec = engine_spec(
-        p, server=hostport(target_address(ctx), port), urls=urls, interval=period, **tls
+        p,
+        server=hostport(target_address(ctx), port),
+        urls=urls,
+        interval=period,
+        **tls,
+        **sources_spec(ctx, p),
     )
     budget = p.duration + p.warmup + 2 * p.timeout + 15
     checked = p.validation
@@ -429,4 +463,5 @@ KIND = WorkloadKind(
     metrics=METRICS,
     work_unit=("fetch", field("fetches")),
     offered=open_loop.offered(FETCH_RATE),
+    validate=enough_sources,
 )

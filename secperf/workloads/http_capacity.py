@@ -19,9 +19,12 @@ the count of open sockets includes connects under way and is a guard, not the te
 
 The search bisects the connection count geometrically between `low` and `high`
 (secperf/search.py: found with its resolution, or "at least" / "below" a bound,
-never a number standing in for one). The engine's http kind drives at most 10,000
-connections from one source address; a path that holds more is reported as
-"at least" the search's top.
+never a number standing in for one); a path that holds the top is "at least" it.
+Beyond one client address's ports (~60,000) the connections come from `sources`
+addresses (secperf/workloads/sources.py); nginx takes ~130,000. With `open_rate` the
+ramp-up opens that many connections a second, whatever the fetch period, so that a
+large n is opened below the path's handshake rate and then held at a modest fetch
+rate.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pydantic import Field, ValidationError, model_validator
 from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.metric import Metric, Search, num
-from secperf.schema.fields import FileSizes, PositiveDuration, Timeout
+from secperf.schema.fields import FileSizes, PerSecond, PositiveDuration, Timeout
 from secperf.search import Trial, bisect_rate
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
 from secperf.workloads.http import (
@@ -46,29 +49,38 @@ from secperf.workloads.http import (
     sustain_periods,
 )
 from secperf.workloads.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
+from secperf.workloads.sources import ManySources, enough_sources
 
 # The period the open connections are judged over (the engine's `interval`).
 PERIOD = 1.0
+# nginx closes a connection idle for 75 s (its keepalive_timeout)
+MAX_FETCH_EVERY = 60.0
 TLS_KEYS = ("tls", "tls_version", "cipher", "groups", "resumption")
 
 
-class HttpCapacityWorkload(WorkloadSpec):
+class HttpCapacityWorkload(ManySources, WorkloadSpec):
     """RFC 9411 §7.5 / §7.9: the most concurrent kept-alive HTTP(S) connections the
     path holds within the criteria, by search."""
 
     engine_kind: ClassVar[str] = "http"  # each trial: an http test at n connections
+    held_key: ClassVar[str] = "high"
 
     kind: Literal["http_capacity"]
     files: FileSizes = Field(default_factory=lambda: [1024])
     # the bracket searched, in connections
     low: int = Field(default=100, ge=1, le=MAX_PARALLEL)
-    high: int = Field(default=MAX_PARALLEL, ge=2, le=MAX_PARALLEL)
+    high: int = Field(default=10_000, ge=2, le=MAX_PARALLEL)
     resolution_pct: float = Field(default=10.0, gt=0, le=50)
     max_steps: int = Field(default=8, ge=1, le=30)
     # each connection's fetch period: n / fetch_every fetches a second in all, and as
     # many connections opened a second in the ramp-up (keep it below the path's
     # connection rate, or the handshakes, not the connections held, are tested)
     fetch_every: PositiveDuration = 10.0
+    # connections opened a second in the ramp-up, each with its first fetch (the
+    # RFC's ramp-up at a rate below the path's connection rate); the trial's warm-up
+    # is then n / open_rate plus `warmup`. None: the first fetches are due within the
+    # first `fetch_every`, n / fetch_every opens a second, and `warmup` is the ramp-up.
+    open_rate: PerSecond | None = None
     # RFC 9411: fewer than 0.001 % failed transactions (and as few RSTs)
     max_failure_pct: float = Field(default=0.001, ge=0, le=100)
     # the open connections each period may fall short of n by this much
@@ -95,7 +107,12 @@ class HttpCapacityWorkload(WorkloadSpec):
             self.trial_workload(self.high)
         except ValidationError as exc:
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
-        if self.warmup < self.fetch_every:
+        if self.fetch_every > MAX_FETCH_EVERY:
+            raise ValueError(
+                f"fetch_every {self.fetch_every:g} s leaves a connection idle past nginx's "
+                f"keepalive_timeout (75 s): give at most {MAX_FETCH_EVERY:g} s"
+            )
+        if self.open_rate is None and self.warmup < self.fetch_every:
             raise ValueError(
                 f"every connection opens with its first fetch, within the first "
                 f"fetch_every ({self.fetch_every:g} s): make warmup at least that "
@@ -111,6 +128,7 @@ class HttpCapacityWorkload(WorkloadSpec):
         # default written out), so that the http kind's own checks judge them
         fields = type(self).model_fields
         tls = {k: getattr(self, k) for k in TLS_KEYS if getattr(self, k) != fields[k].default}
+        ramp = None if self.open_rate is None else n / self.open_rate
         return HttpWorkload(
             kind="http",
             name=self.name,
@@ -118,9 +136,11 @@ class HttpCapacityWorkload(WorkloadSpec):
             parallel=n,
             keepalive=True,
             rate=n / self.fetch_every,
+            ramp_up=ramp,
             duration=self.duration,
-            warmup=self.warmup,
+            warmup=self.warmup + (ramp or 0.0),
             timeout=self.timeout,
+            sources=self.sources,
             **tls,
             validation=Validation(
                 max_failed_pct=self.max_failure_pct,
@@ -133,6 +153,16 @@ class HttpCapacityWorkload(WorkloadSpec):
 
     def default_name(self) -> str:
         return "https-capacity" if self.tls else "http-capacity"
+
+    def held(self) -> int:
+        return self.high
+
+
+def trial_seconds(spec: HttpCapacityWorkload, _link_bps: int | None) -> float:
+    """One trial at the top of the bracket (the first the search runs): its ramp-up,
+    warm-up and window."""
+    t = spec.trial_workload(spec.high)
+    return t.warmup + t.duration
 
 
 def fewest_open(intervals: list[Record]) -> float | None:
@@ -229,4 +259,6 @@ KIND = WorkloadKind(
     executor=HttpCapacityExecutor(),
     metrics=(SEARCH.row(),),
     searches=(SEARCH,),
+    test_seconds=trial_seconds,
+    validate=enough_sources,
 )

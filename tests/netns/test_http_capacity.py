@@ -11,6 +11,7 @@ fails.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ LIMIT = 400
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Path]]:
     files = tmp_path_factory.mktemp("files")
-    with Testbed.build(Topology.standard(), state_dir=tmp_path_factory.mktemp("state")) as tb:
+    topo = Topology.standard(emulated_hosts=1)
+    with Testbed.build(topo, state_dir=tmp_path_factory.mktemp("state")) as tb:
         tb.host("dut").run(["nft", "-f", "-"], input=TRACKING)
         try:
             yield tb, files
@@ -97,3 +99,40 @@ def test_without_a_limit_in_its_range_the_search_says_at_least(
     assert found.get("value") is None  # a bound, never a number standing in for one
     # the top passed: nothing below it to try
     assert [t["asked"] for t in trials] == [200] and trials[0]["passed"], trials
+
+
+SOURCES_TABLE = "srccount"
+
+
+def test_connections_spread_over_the_clients_addresses_and_open_at_the_open_rate(
+    bed: tuple[Testbed, Path],
+) -> None:
+    tb, files = bed
+    client = [
+        tb.topology.primary_address("client", 4),
+        *tb.topology.emulated_addresses("client", 4),
+    ]
+    assert len(client) == 2
+    dut = tb.host("dut")
+    rules = "".join(
+        f"        ip saddr {a} tcp dport {http.HTTPS_PORT} tcp flags syn / syn,ack counter\n"
+        for a in client
+    )
+    dut.run(
+        ["nft", "-f", "-"],
+        input=f"table ip {SOURCES_TABLE} {{\n    chain opened {{\n"
+        f"        type filter hook forward priority -10; policy accept;\n{rules}    }}\n}}\n",
+    )
+    try:
+        rec, trials = search(tb, files, tls=True, low=50, high=200, sources=2, open_rate=400)
+        listing = dut.run(["nft", "list", "table", "ip", SOURCES_TABLE]).stdout
+    finally:
+        dut.run(["nft", "delete", "table", "ip", SOURCES_TABLE])
+    found = rec["search"]
+    assert found["outcome"] == "at_least" and found["bound"] == 200, (found, trials)
+    # every connection of the trial opened from one of the two, round-robin
+    opened = {
+        a: int(re.search(rf"ip saddr {re.escape(a)} .*packets (\d+)", listing).group(1))  # type: ignore[union-attr]
+        for a in client
+    }
+    assert all(n >= 100 for n in opened.values()), (opened, listing)

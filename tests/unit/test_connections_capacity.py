@@ -27,9 +27,9 @@ from secperf.workloads.base import MeasureContext, Refused
 from secperf.workloads.connections import (
     ConnectionsExecutor,
     ConnectionsWorkload,
-    enough_sources,
     legacy_capacity,
 )
+from secperf.workloads.sources import enough_sources
 
 
 class _Bed:

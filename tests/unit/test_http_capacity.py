@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from secperf.workloads.http import verdict
-from secperf.workloads.http_capacity import HttpCapacityWorkload, judge
+from secperf.schema.sections import Testbed as TestbedSection
+from secperf.workloads.base import Refused
+from secperf.workloads.http import HttpWorkload, verdict
+from secperf.workloads.http_capacity import HttpCapacityWorkload, judge, trial_seconds
+from secperf.workloads.sources import enough_sources
 
 
 def workload(**keys: Any) -> HttpCapacityWorkload:
@@ -63,11 +66,42 @@ def test_the_schema_refuses_what_cannot_be_searched() -> None:
     # the http kind's own TLS checks, in its words
     with pytest.raises(ValidationError, match="tls_version is a TLS setting"):
         workload(tls_version="1.3")
-    with pytest.raises(ValidationError, match="10000"):
-        workload(high=20_000)
+    with pytest.raises(ValidationError, match="120000"):
+        workload(high=200_000)
+    with pytest.raises(ValidationError, match="keepalive_timeout"):
+        workload(fetch_every=90, warmup=100)
     # a run directory's scenario reads back with its defaults written out
     dumped = workload().model_dump(mode="json")
     assert HttpCapacityWorkload.model_validate(dumped).resumption is True
+
+
+def test_an_open_rate_paces_the_ramp_up_whatever_the_fetch_period() -> None:
+    p = workload(tls=True, fetch_every=20, open_rate=1000, warmup=5, high=100_000)
+    w = p.trial_workload(50_000)
+    # 50 s of ramp-up (1,000 opens a second), then 5 s to settle before the window
+    assert w.ramp_up == 50.0 and w.warmup == 55.0 and w.rate == 2500.0
+    assert trial_seconds(p, None) == 100.0 + 5 + p.duration
+    # with an open rate the warm-up need not cover a fetch period
+    assert workload(fetch_every=20, open_rate=1000, warmup=2).warmup == 2
+    # beyond one address's ports the connections come from more of the client's
+    refused = enough_sources(p, TestbedSection(), None)
+    assert isinstance(refused, Refused) and refused.key == "high"
+    assert "emulated_hosts = 1" in refused.message
+    assert enough_sources(p, TestbedSection(emulated_hosts=1), None) is None
+    assert w.source_count() == 1 and p.trial_workload(100_000).source_count() == 2
+
+
+def test_an_http_ramp_up_needs_a_rate_and_fits_in_the_warm_up() -> None:
+    def http(**keys: Any) -> HttpWorkload:
+        return HttpWorkload.model_validate({"kind": "http", **keys})
+
+    assert http(rate=100, ramp_up=2, warmup=3).ramp_up == 2
+    with pytest.raises(ValidationError, match="give rate"):
+        http(ramp_up=2, warmup=3)
+    with pytest.raises(ValidationError, match="must fit in warmup"):
+        http(rate=100, ramp_up=4, warmup=3)
+    # a sweep of parallel counts needs the sources of its largest
+    assert http(parallel=[1000, 70_000]).source_count() == 2
 
 
 def test_a_trial_passes_on_the_rfc_criteria_and_the_connections_held() -> None:

@@ -3,8 +3,10 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::TestServer;
@@ -296,6 +298,51 @@ fn http_many_connections_on_few_threads_count_every_fetch() {
     }
 }
 
+/// `http_responder`'s service, counting each connection's peer address.
+fn counting_http_responder() -> (SocketAddr, Arc<Mutex<HashMap<IpAddr, usize>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind responder");
+    let addr = l.local_addr().expect("addr");
+    let peers = Arc::new(Mutex::new(HashMap::new()));
+    let seen = peers.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            if let Ok(p) = s.peer_addr() {
+                *seen.lock().unwrap().entry(p.ip()).or_insert(0) += 1;
+            }
+            std::thread::spawn(move || serve_http(s));
+        }
+    });
+    (addr, peers)
+}
+
+#[test]
+fn http_connections_spread_over_their_sources_and_open_in_the_ramp_up() {
+    let (addr, peers) = counting_http_responder();
+    // 300 kept-alive connections at 300 fetches/s, the first 300 fetches (the
+    // connections' opens) spread over a 0.9 s ramp-up: 330 fetches due before the
+    // 1 s warm-up ends (k / 300 would give 300), 450 in the 1.5 s window.
+    let r = run(
+        addr,
+        r#"{"kind":"http","urls":["/ok"],"rate":300,"parallel":300,"keepalive":true,
+            "ramp_up":0.9,"duration":1.5,"warmup":1.0,"interval":0,"timeout":5,
+            "sources":["127.0.0.2","127.0.0.3","127.0.0.4"]}"#,
+    );
+    assert_eq!(u(&r["failed"]), 0, "{}", r);
+    assert_eq!(u(&r["fetches"]), 450, "{}", r);
+    assert_eq!(u(&r["totals"]["client"]["fetches"]), 780, "{}", r);
+    assert_eq!(u(&r["totals"]["client"]["connections"]), 300, "{}", r);
+    assert_eq!(u(&r["connections"]), 0, "all opened in the ramp-up: {}", r);
+    let per = peers.lock().unwrap().clone();
+    for s in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        assert_eq!(
+            per.get(&s.parse::<IpAddr>().unwrap()),
+            Some(&100),
+            "{:?}",
+            per
+        );
+    }
+}
+
 #[test]
 fn connections_spread_over_their_sources() {
     let srv = TestServer::start("127.0.0.1:0");
@@ -371,6 +418,12 @@ fn spec_fields_apply_to_their_kinds() {
         r#"{"kind":"rr","server":"127.0.0.1:5201","rate":0}"#,
         r#"{"kind":"http","server":"127.0.0.1:80","urls":["http://x/"]}"#,
         r#"{"kind":"connections","server":"127.0.0.1:5201","connections":0}"#,
+        // beyond one address's ports, without more sources
+        r#"{"kind":"http","server":"127.0.0.1:80","parallel":70000}"#,
+        // a ramp-up shapes a rate schedule, within the warm-up
+        r#"{"kind":"http","server":"127.0.0.1:80","ramp_up":1}"#,
+        r#"{"kind":"http","server":"127.0.0.1:80","rate":10,"warmup":1,"ramp_up":2}"#,
+        r#"{"kind":"http","server":"127.0.0.1:80","bind":"127.0.0.2","sources":["127.0.0.3"]}"#,
     ];
     for b in bad {
         assert!(Spec::parse(b).is_err(), "accepted {}", b);
@@ -381,6 +434,8 @@ fn spec_fields_apply_to_their_kinds() {
     };
     assert_eq!(timeout, Some(5.0));
     assert_eq!(urls, vec!["/".to_string()]);
+    let many = r#"{"kind":"http","server":"127.0.0.1:80","parallel":70000,"sources":["127.0.0.2","127.0.0.3"]}"#;
+    assert!(Spec::parse(many).is_ok(), "two sources hold 70000");
     let c = Spec::parse(r#"{"kind":"crr","server":"127.0.0.1:5201"}"#).unwrap();
     let Spec::Crr(CrrSpec { timeout, .. }) = c else {
         panic!("a crr spec")

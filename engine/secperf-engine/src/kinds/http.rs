@@ -21,7 +21,7 @@
 //! judged on.
 
 use std::marker::PhantomData;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -275,6 +275,8 @@ enum St {
 
 /// One connection: its fetches, one after the other.
 struct Conn<'a> {
+    /// The source address this connection binds to (None: the route's).
+    src: Option<IpAddr>,
     s: Option<Sock>,
     /// TLS: the session on `s`.
     tls: Option<ClientConnection>,
@@ -298,9 +300,10 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    fn new() -> Self {
+    fn new(src: Option<IpAddr>) -> Self {
         let now = Instant::now();
         Conn {
+            src,
             s: None,
             tls: None,
             st: St::Idle,
@@ -328,7 +331,7 @@ impl Conn<'_> {
             self.k = p.ticket.fetch_add(1, Relaxed);
             match p.spec.rate {
                 Some(r) => {
-                    let due = Duration::from_secs_f64(self.k as f64 / r);
+                    let due = due_of(self.k, r, p.spec.parallel, p.spec.ramp_up);
                     if due >= p.end {
                         // Nothing more due: the connection stays open to the
                         // window's end, as the concurrent connections count.
@@ -371,6 +374,9 @@ impl Conn<'_> {
         self.deadline = Some(Instant::now() + cx.timeout);
         self.fresh = true;
         self.tls = None;
+        if self.src.is_some() {
+            cx.dial.bind = self.src;
+        }
         match io.connect(&cx.dial) {
             Ok(s) => {
                 self.s = Some(Sock::new(s, &cx.plan.live));
@@ -689,8 +695,20 @@ impl<'a> Machine for Conn<'a> {
     }
 }
 
-/// One thread: `conns` of the test's connections, to the end of the window.
-fn worker(p: &Plan, conns: usize) -> Result<()> {
+/// When fetch `k` of a `rate` schedule is due, from the start: with a ramp-up
+/// the first `parallel` (each opens its connection) spread evenly over it,
+/// then the rest at `rate`.
+fn due_of(k: u64, rate: f64, parallel: usize, ramp_up: Option<f64>) -> Duration {
+    let n = parallel as u64;
+    Duration::from_secs_f64(match ramp_up {
+        Some(r) if k < n => k as f64 * r / n as f64,
+        Some(r) => r + (k - n) as f64 / rate,
+        None => k as f64 / rate,
+    })
+}
+
+/// One thread: connections `first..first + conns` of the test, to the end of the window.
+fn worker(p: &Plan, first: usize, conns: usize) -> Result<()> {
     let timeout = Duration::from_secs_f64(p.spec.timeout.unwrap_or(5.0));
     let mut cx = Cx {
         plan: p,
@@ -706,7 +724,11 @@ fn worker(p: &Plan, conns: usize) -> Result<()> {
         all: Tally::new(),
         scratch: vec![0u8; SCRATCH],
     };
-    let mut ms: Vec<Conn<'_>> = (0..conns).map(|_| Conn::new()).collect();
+    let src = |i: usize| {
+        let all = &p.spec.sources;
+        (!all.is_empty()).then(|| all[i % all.len()])
+    };
+    let mut ms: Vec<Conn<'_>> = (first..first + conns).map(|i| Conn::new(src(i))).collect();
     let busy = Duration::from_micros(p.spec.busy_poll_us);
     let r = evloop::drive(&mut ms, &mut cx, busy);
     if let Ok(mut g) = p.measured.lock() {
@@ -778,13 +800,14 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
         Value::from(server.to_string()),
     ));
     let mut handles = Vec::new();
+    let mut first = 0;
     for i in 0..threads {
         // The connections, spread evenly over the threads.
         let conns = spec.parallel / threads + usize::from(i < spec.parallel % threads);
         let p = plan.clone();
         let h = std::thread::Builder::new()
             .name(format!("http-{}", i))
-            .spawn(move || worker(&p, conns))
+            .spawn(move || worker(&p, first, conns))
             .map_err(|e| {
                 plan.abort.store(true, Relaxed);
                 EngineError::io(format!(
@@ -793,6 +816,7 @@ fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn S
                 ))(e)
             })?;
         handles.push(h);
+        first += conns;
     }
     // CPU over the measured window, as the other kinds report it.
     // Waits until `d` after the start; with interval records, sampling the

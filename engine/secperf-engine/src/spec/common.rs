@@ -516,6 +516,60 @@ pub fn tcp_only(protocol: Protocol, message: &str) -> Result<()> {
     Ok(())
 }
 
+/// Most source addresses one test spreads its connections over.
+pub const MAX_SOURCES: usize = 4096;
+
+/// Connections one source address holds to the server's one port: the
+/// testbed's client ports are 1024-65000, less a margin for other sockets.
+pub const PER_SOURCE: u64 = 60_000;
+
+/// `sources`: addresses of the server's family, at most MAX_SOURCES, none twice.
+pub fn sources_of(
+    sources: Option<Vec<IpAddr>>,
+    bind: Option<IpAddr>,
+    common: &Common,
+) -> Result<Vec<IpAddr>> {
+    let list = match (sources, bind) {
+        (Some(s), _) => s,
+        (None, Some(b)) => vec![b],
+        (None, None) => return Ok(Vec::new()),
+    };
+    if list.len() > MAX_SOURCES {
+        return Err(EngineError::spec(
+            "sources",
+            format!(
+                "sources lists {} addresses: give at most {} (each serves ~64 k connections)",
+                list.len(),
+                MAX_SOURCES
+            ),
+        ));
+    }
+    let v6 = common.server.is_ipv6();
+    for (i, ip) in list.iter().enumerate() {
+        if ip.is_ipv6() != v6 {
+            return Err(EngineError::spec(
+                "sources",
+                format!(
+                    "sources[{}] {} is not of the server's address family: give {} addresses of this host",
+                    i,
+                    ip,
+                    if v6 { "IPv6" } else { "IPv4" }
+                ),
+            ));
+        }
+        if list[..i].contains(ip) {
+            return Err(EngineError::spec(
+                "sources",
+                format!(
+                    "sources[{}] {} is listed twice: give each address once",
+                    i, ip
+                ),
+            ));
+        }
+    }
+    Ok(list)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    self, bind_of, per_second_of, server_kind_raw, socket_buffer_of, tcp_only, timeout_of, Close,
-    Common, KindSpec, Names, Payload, Protocol,
+    self, bind_of, per_second_of, server_kind_raw, socket_buffer_of, sources_of, tcp_only,
+    timeout_of, Close, Common, KindSpec, Names, Payload, Protocol,
 };
 
 /// Most connections one `connections` test may open (each is a file descriptor on both sides).
@@ -32,9 +32,6 @@ server_kind_raw! {
         per_process: Option<u64>,
     }
 }
-
-/// Most source addresses one test spreads its connections over.
-pub const MAX_SOURCES: usize = 4096;
 
 /// A resolved connections spec. It measures its own phases: no warm-up, no
 /// intervals; `duration` bounds the opening phase. `payload` is accepted but
@@ -139,53 +136,6 @@ fn per_process_of(v: Option<u64>) -> Result<Option<u64>> {
         )),
         v => Ok(v),
     }
-}
-
-/// `sources`: addresses of the server's family, at most MAX_SOURCES, none twice.
-fn sources_of(
-    sources: Option<Vec<IpAddr>>,
-    bind: Option<IpAddr>,
-    common: &Common,
-) -> Result<Vec<IpAddr>> {
-    let list = match (sources, bind) {
-        (Some(s), _) => s,
-        (None, Some(b)) => vec![b],
-        (None, None) => return Ok(Vec::new()),
-    };
-    if list.len() > MAX_SOURCES {
-        return Err(EngineError::spec(
-            "sources",
-            format!(
-                "sources lists {} addresses: give at most {} (each serves ~64 k connections)",
-                list.len(),
-                MAX_SOURCES
-            ),
-        ));
-    }
-    let v6 = common.server.is_ipv6();
-    for (i, ip) in list.iter().enumerate() {
-        if ip.is_ipv6() != v6 {
-            return Err(EngineError::spec(
-                "sources",
-                format!(
-                    "sources[{}] {} is not of the server's address family: give {} addresses of this host",
-                    i,
-                    ip,
-                    if v6 { "IPv6" } else { "IPv4" }
-                ),
-            ));
-        }
-        if list[..i].contains(ip) {
-            return Err(EngineError::spec(
-                "sources",
-                format!(
-                    "sources[{}] {} is listed twice: give each address once",
-                    i, ip
-                ),
-            ));
-        }
-    }
-    Ok(list)
 }
 
 impl ConnectionsSpec {

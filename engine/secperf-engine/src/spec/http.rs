@@ -7,9 +7,14 @@ use serde::Serialize;
 use crate::error::{EngineError, Result};
 use crate::rt::tls::{self, TlsOptions};
 use crate::spec::common::{
-    bind_of, busy_poll_of, interval_of, parallel_of, per_second_of, server_kind_raw, tcp_only,
-    threads_of, timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
+    bind_of, busy_poll_of, interval_of, parallel_of, per_second_of, server_kind_raw, sources_of,
+    tcp_only, threads_of, timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
+    PER_SOURCE,
 };
+
+/// Most connections one http test holds (each a descriptor; beyond PER_SOURCE
+/// they need more `sources`).
+pub const MAX_PARALLEL: u64 = 1_000_000;
 
 server_kind_raw! {
     /// An http spec as given.
@@ -33,6 +38,8 @@ server_kind_raw! {
         resumption: Option<bool>,
         ca_file: Option<String>,
         server_name: Option<String>,
+        sources: Option<Vec<IpAddr>>,
+        ramp_up: Option<f64>,
     }
 }
 
@@ -63,6 +70,13 @@ pub struct HttpSpec {
     pub timeout: Option<f64>,
     /// HTTPS: the TLS settings (None: plain HTTP).
     pub tls: Option<TlsOptions>,
+    /// Source addresses the connections bind to, round-robin by connection
+    /// (empty: `bind`, or the route's address).
+    pub sources: Vec<IpAddr>,
+    /// With `rate`: the first `parallel` fetches (the ones that open the
+    /// connections) spread evenly over these seconds from the start, the rest
+    /// at `rate` after it (None: every fetch at `rate`).
+    pub ramp_up: Option<f64>,
 }
 
 impl KindSpec for HttpSpec {
@@ -85,12 +99,33 @@ impl KindSpec for HttpSpec {
         let interval = interval_of(raw.interval)?;
         let bind = bind_of(raw.bind, common.server)?;
         // http's parallel is connections in flight (http_load -parallel), not threads of a stream.
-        let parallel = parallel_of(raw.parallel, 10_000)?;
+        let parallel = parallel_of(raw.parallel, MAX_PARALLEL)?;
+        if raw.sources.is_some() && raw.bind.is_some() {
+            return Err(EngineError::spec(
+                "sources",
+                "sources and bind both name the client's addresses: give one of them",
+            ));
+        }
+        let sources = sources_of(raw.sources, None, &common)?;
+        let addresses = sources.len().max(1) as u64;
+        if parallel as u64 > addresses * PER_SOURCE {
+            return Err(EngineError::spec(
+                "parallel",
+                format!(
+                    "parallel {} needs {} source addresses (~{} connections each to the server's one port) but {} given: list more in sources, or ask fewer",
+                    parallel,
+                    (parallel as u64).div_ceil(PER_SOURCE),
+                    PER_SOURCE,
+                    addresses
+                ),
+            ));
+        }
         let threads = threads_of(raw.threads, parallel)?;
         let busy_poll_us = busy_poll_of(raw.busy_poll_us)?;
         let urls = urls_of(raw.urls)?;
         let rate = per_second_of("rate", raw.rate)?;
         let timeout = timeout_of(raw.timeout, Some(5.0))?;
+        let ramp_up = ramp_up_of(raw.ramp_up, rate, warmup)?;
         let raw_tls = RawTls {
             tls: raw.tls,
             tls_version: raw.tls_version,
@@ -115,8 +150,34 @@ impl KindSpec for HttpSpec {
             rate,
             timeout,
             tls: tls_of(&raw_tls)?,
+            sources,
+            ramp_up,
         })
     }
+}
+
+/// `ramp_up`: only with `rate` (it shapes that schedule's start), within the
+/// warm-up (the measured window is the steady state after it).
+fn ramp_up_of(ramp_up: Option<f64>, rate: Option<f64>, warmup: f64) -> Result<Option<f64>> {
+    let Some(r) = ramp_up else {
+        return Ok(None);
+    };
+    if rate.is_none() {
+        return Err(EngineError::spec(
+            "ramp_up",
+            "ramp_up paces the first fetches of a `rate` schedule: set rate, or leave ramp_up out",
+        ));
+    }
+    if !(r.is_finite() && r > 0.0 && r <= warmup) {
+        return Err(EngineError::spec(
+            "ramp_up",
+            format!(
+                "ramp_up must be above 0 and at most warmup ({} s) (got {}): the connections open before the measured window",
+                warmup, r
+            ),
+        ));
+    }
+    Ok(Some(r))
 }
 
 /// The TLS keys as given.

@@ -1,0 +1,96 @@
+"""The client addresses a workload's connections come from, when it holds more than one
+address's ports allow.
+
+One client address holds ~60 k connections to the server's one port (the testbed's
+client ports are 1024-65000, less a margin for other sockets), so a kind that holds
+more spreads them round-robin over `sources` addresses of the client: its own, then its
+emulated hosts' (`[testbed] emulated_hosts`). "auto" takes as many as the count needs.
+A count that needs more addresses than the testbed gives is refused before any
+traffic: the engine would stop at its source ports, and a lower bound would stand in
+for the path's limit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from secperf.errors import ScenarioError
+from secperf.schema.fields import StrictModel
+from secperf.schema.sections import Testbed as TestbedSection
+from secperf.schema.sections import TopologySection
+from secperf.workloads.base import MeasureContext, Refused
+
+PER_SOURCE = 60_000
+MAX_SOURCES = 4096
+
+
+class ManySources(StrictModel):
+    """A workload that may hold more connections than one client address can: its
+    `held()` most at once, the key that asks for them `held_key`."""
+
+    held_key: ClassVar[str]
+
+    # Client addresses the connections come from, round-robin: "auto" as many as the
+    # count needs (one per PER_SOURCE), or a number; each beyond the first is an
+    # emulated host of the client ([testbed] emulated_hosts).
+    sources: Literal["auto"] | int = Field(default="auto")
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_in_range(cls, value: Literal["auto"] | int) -> Literal["auto"] | int:
+        if value != "auto" and not 1 <= value <= MAX_SOURCES:
+            raise ValueError(f'sources must be "auto" or 1 to {MAX_SOURCES} addresses, not {value}')
+        return value
+
+    def held(self) -> int:
+        """The most connections the workload holds at once."""
+        raise NotImplementedError
+
+    def source_count(self) -> int:
+        """How many client addresses the connections are spread over."""
+        if self.sources == "auto":
+            return max(1, math.ceil(self.held() / PER_SOURCE))
+        return self.sources
+
+
+def enough_sources(
+    spec: ManySources, testbed: TestbedSection, topology: TopologySection | None
+) -> Refused | None:
+    """Refused when the workload needs more client addresses than the testbed gives."""
+    need = spec.source_count()
+    have = 1 if topology is not None else 1 + testbed.emulated_hosts
+    if need <= have:
+        return None
+    key = "sources" if spec.sources != "auto" else spec.held_key
+    return Refused(
+        f"needs {need} client addresses ({spec.held()} connections, ~{PER_SOURCE:,} "
+        f"per address to the server's one port) but the testbed gives the client {have}: "
+        f"set [testbed] emulated_hosts = {need - 1} (at most 200), or ask fewer",
+        key=key,
+    )
+
+
+def source_addresses(ctx: MeasureContext, spec: ManySources) -> list[str]:
+    """The client's addresses the connections come from: its own, then its emulated
+    hosts', as many as the workload needs."""
+    need = spec.source_count()
+    mine = [
+        ctx.topology.primary_address(ctx.client, ctx.family),
+        *ctx.topology.emulated_addresses(ctx.client, ctx.family),
+    ]
+    if need > len(mine):
+        raise ScenarioError(
+            f"the workload needs {need} client addresses; host {ctx.client} has {len(mine)}",
+            where="[[workloads]] sources",
+            fix=f"set [testbed] emulated_hosts = {need - 1}, or ask fewer connections",
+        )
+    return mine[:need]
+
+
+def sources_spec(ctx: MeasureContext, spec: ManySources) -> dict[str, list[str]]:
+    """The engine spec's `sources`, left out for one address (the kernel picks it)."""
+    sources = source_addresses(ctx, spec)
+    return {"sources": sources} if len(sources) > 1 else {}
