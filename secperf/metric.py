@@ -187,6 +187,8 @@ class SearchReading:
     interval: tuple[float, float] | None = None  # found: [lo, hi] around it
     bound: float | None = None  # censored: below it / at least it
     asked: float | None = None  # censored: the asked rate of the bound's trial
+    # at_least: why the search went no higher when the tool could not run a trial
+    ceiling: str | None = None
 
 
 def _end(node: Any, key: str) -> float | None:
@@ -213,7 +215,11 @@ def search_reading(record: Record) -> SearchReading | None:
         if bound is None:
             return None
         at = node.get("failed_at" if outcome == "below" else "passed_at")
-        return SearchReading(outcome, measure, bound=bound, asked=_end(at, "asked"))
+        top = node.get("ceiling")
+        ceiling = str(top.get("error") or "") if isinstance(top, Mapping) else None
+        return SearchReading(
+            outcome, measure, bound=bound, asked=_end(at, "asked"), ceiling=ceiling or None
+        )
     return None
 
 

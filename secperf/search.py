@@ -15,6 +15,12 @@ highest rate that passed and the lowest that failed, until hi/lo − 1 is within
 - `below`: even the lowest rate tried failed: the threshold is below it;
 - `at_least`: the highest rate tried passed: the threshold is at least it.
 
+A trial the tool could not run (`measured` false: the generator refused a count
+beyond its own limits, before any traffic) says nothing about the path: the search
+bisects below it as below a failure, but it never ends the bracket, so a search
+whose upper end is such a trial answers "at least" the highest rate that passed,
+with the trial that could not run kept as its `ceiling`.
+
 A censored bracket (`below`, `at_least`) has no value, only a bound: it is never
 a number to average. Each trial reports the rate it asked for and the rate it
 achieved (connections/s completed, FINs/s the server saw, flood packets/s sent);
@@ -31,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from secperf.errors import SecperfError
+
 # RFC 3511's tolerance for a "successful" rate: 0.1 % failures.
 DEFAULT_MAX_FAILURE_RATIO = 0.001
 
@@ -41,11 +49,13 @@ Reports = Literal["passed", "failed"]
 
 @dataclass(frozen=True)
 class Trial:
-    """What one trial returns: did it pass, the rate it achieved (None: not measured)."""
+    """What one trial returns: did it pass, the rate it achieved (None: not measured);
+    `measured` false: the tool could not run it (see the module's docstring)."""
 
     passed: bool
     achieved: float | None
     detail: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,8 @@ class Bracket:
     measure: Measure
     reports: Reports
     range: tuple[float, float]
+    # the lowest rate the tool could not run (None: it ran every trial)
+    ceiling: Step | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -144,6 +156,7 @@ class Bracket:
             "passed_at": None if self.passed_at is None else self.passed_at.end(),
             "failed_at": None if self.failed_at is None else self.failed_at.end(),
             "range": list(self.range),
+            "ceiling": None if self.ceiling is None else self.ceiling.as_dict(),
             "steps": [s.as_dict() for s in self.steps],
         }
 
@@ -183,21 +196,29 @@ def bisect_rate(
     if not 0 < low < high:
         raise ValueError(f"need 0 < low < high, got low={low} high={high}")
     steps: list[Step] = []
+    unrun: list[Step] = []  # trials the tool could not run, lowest last
 
     def run(rate: float) -> Step:
         t = trial(rate)
-        step = Step(rate, t.achieved, t.passed, t.detail)
+        step = Step(rate, t.achieved, t.passed and t.measured, t.detail)
         steps.append(step)
+        if not t.measured:
+            unrun.append(step)
         return step
 
     def done(ok: Step | None, bad: Step | None) -> Bracket:
-        return Bracket(ok, bad, tuple(steps), measure, reports, (low, high))
+        # a trial that could not run is an upper end to search below, never a failure
+        failed = None if bad is None or bad in unrun else bad
+        ceiling = unrun[-1] if unrun else None
+        return Bracket(ok, failed, tuple(steps), measure, reports, (low, high), ceiling)
 
     top = run(high)
     if top.passed:
         return done(top, None)
     bottom = run(low)
     if not bottom.passed:
+        if bottom in unrun:
+            raise SearchNotRun(bottom)
         return done(None, bottom)
     ok, bad = bottom, top
     while len(steps) < max_steps and not narrow_enough(
@@ -209,3 +230,15 @@ def bisect_rate(
         else:
             bad = step
     return done(ok, bad)
+
+
+class SearchNotRun(SecperfError):
+    """Even the search's lowest trial could not be run by the tool: no answer."""
+
+    def __init__(self, step: Step):
+        super().__init__(
+            f"the search's lowest trial ({step.asked:g}) could not be run: "
+            f"{step.detail.get('error', 'no reason given')}",
+            fix="lower the search's `low` to what this machine can run",
+        )
+        self.step = step

@@ -61,6 +61,11 @@ NOT_THE_MECHANISM = {
         "both searches ended at their range's end, so the mechanism's cost is outside it: "
         "widen the search's range (low / high)"
     ),
+    "tool_limit": (
+        "both searches stopped where this machine could not run a larger trial, so the "
+        "mechanism's cost is beyond it: raise the limit the search names (e.g. the hard "
+        "RLIMIT_NOFILE, which needs CAP_SYS_RESOURCE to raise)"
+    ),
     "offered": (
         "both ran at the offered rate (open loop), so the rate is the same by design: "
         "compare latency and CPU per unit of work instead"
@@ -69,6 +74,7 @@ NOT_THE_MECHANISM = {
 
 SHORT = {
     "search_bound": "search bound",
+    "tool_limit": "tool limit",
     "offered": "offered rate",
     "link": "link",
     "one_cpu": "one CPU",
@@ -110,6 +116,7 @@ class Evidence:
     dut_cpu_busy_pct: float | None = None  # placement split: the DUT's CPUs, busiest
     links: list[LinkUse] = field(default_factory=list)
     censored: str | None = None  # "below" | "at_least": every search censored
+    ceiling: str | None = None  # at_least: the trial the tool could not run, why
     asked: float | None = None  # open loop: the offered rate
     achieved: float | None = None  # ... and the rate reached
 
@@ -153,6 +160,8 @@ def _rate(bps: float | None) -> str:
 
 def bottleneck(e: Evidence) -> Bottleneck:
     """The row's limit, by the rule in this module's docstring."""
+    if e.censored == "at_least" and e.ceiling:
+        return Bottleneck("tool_limit", f"the tool's own limit: {e.ceiling}")
     if e.censored == "at_least":
         return Bottleneck("search_bound", "the search's range: its highest value passed")
     if e.censored == "below":

@@ -101,14 +101,18 @@ def _links(group: GroupView) -> list[LinkUse]:
     return out
 
 
-def _censored(group: GroupView, primary: Sequence[str]) -> str | None:
-    """ "below" / "at_least" when every search of a primary metric ended censored."""
+def _censored(group: GroupView, primary: Sequence[str]) -> tuple[str | None, str | None]:
+    """ "below" / "at_least" when every search of a primary metric ended censored, and
+    what stopped an "at least" short of its range when the tool could not go on."""
     for metric in primary:
         readings = group.searches.get(metric) or {}
         outcomes = {s.outcome for s in readings.values()}
         if readings and outcomes <= {"below", "at_least"}:
-            return "at_least" if "at_least" in outcomes else "below"
-    return None
+            if "at_least" not in outcomes:
+                return "below", None
+            ceilings = [s.ceiling for s in readings.values() if s.ceiling]
+            return "at_least", (ceilings[0] if ceilings else None)
+    return None, None
 
 
 def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) -> Evidence:
@@ -116,6 +120,7 @@ def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) 
     placement: Mapping[str, Any] = meta.get("placement") or {}
     mode = str(placement.get("mode") or "shared")
     cpus = list(placement.get("testbed_cpus") or [])
+    censored, ceiling = _censored(group, primary)
     reps = sorted(group.cpu)
     host_pct: dict[str, float] = {}
     for host in {h for r in reps for h in group.cpu[r].hosts}:
@@ -164,7 +169,8 @@ def evidence(group: GroupView, meta: Mapping[str, Any], primary: Sequence[str]) 
         others_pct=mean(others),
         dut_cpu_busy_pct=mean(dut_busy),
         links=_links(group),
-        censored=_censored(group, primary),
+        censored=censored,
+        ceiling=ceiling,
         asked=asked if metric is not None else None,
         achieved=achieved,
     )

@@ -17,6 +17,7 @@ and session tickets, so the client's settings decide what is negotiated.
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ MAX_PER_CONNECTION = 100
 # files it opens): RFC 9411 §7.5/§7.9's concurrent connections up to ~120 k. nginx
 # allocates a connection's structures up front, ~60 MB for this many.
 NGINX_CONNECTIONS = 131_072
+# Descriptors a worker needs beside its connections: listeners, logs, the files of
+# the responses under way.
+NGINX_FD_MARGIN = 256
 
 
 class NginxError(SecperfError):
@@ -203,6 +207,21 @@ class Nginx:
 
     def stop(self) -> None:
         self.process.stop()
+
+    def connection_limit(self) -> int:
+        """The most connections its worker can hold: worker_connections, or fewer where
+        the worker's open-file limit is lower (nginx cannot raise RLIMIT_NOFILE's hard
+        limit without CAP_SYS_RESOURCE, and says so only in its error log)."""
+        workers = self.host.run(["pgrep", "-P", str(self.process.pid)], check=False)
+        limits = []
+        for pid in workers.stdout.split():
+            text = self.host.run(["cat", f"/proc/{pid}/limits"], check=False).stdout
+            m = re.search(r"^Max open files\s+(\d+)", text, re.MULTILINE)
+            if m:
+                limits.append(int(m.group(1)))
+        if not limits:
+            return NGINX_CONNECTIONS  # not readable (a lab host's nginx): as configured
+        return max(0, min(NGINX_CONNECTIONS, min(limits) - NGINX_FD_MARGIN))
 
     def error_log(self) -> str:
         path = self.directory / "error.log"

@@ -46,6 +46,7 @@ from secperf.workloads.http import (
     TlsVersion,
     Validation,
     fetch_test,
+    nginx_for,
     sustain_periods,
 )
 from secperf.workloads.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
@@ -215,10 +216,22 @@ class HttpCapacityExecutor:
                 # a trial's records stay out of the run: its verdict is the `trial` record
                 (intervals if rec.get("type") == "interval" else results).append(rec)
 
+            server = nginx_for(ctx).connection_limit()
+            if n > server:
+                # the server's own limit, not the path's: the search stays below it
+                why = (
+                    f"nginx in {ctx.server} can hold {server} connections (its worker's "
+                    f"open-file limit), fewer than {n}"
+                )
+                return kept_trial("http", ctx, n, Trial(False, None, {"error": why}, False))
             try:
                 rec = fetch_test(ctx, p.trial_workload(n), keep)
             except EngineError as exc:
-                return kept_trial("http", ctx, n, Trial(False, None, {"error": exc.message}))
+                # a spec the engine refused (more connections than its descriptors):
+                # nothing ran, so the trial says nothing about the path
+                refused = exc.record.get("kind") == "spec"
+                failed = Trial(False, None, {"error": exc.message}, measured=not refused)
+                return kept_trial("http", ctx, n, failed)
             return kept_trial("http", ctx, n, judge(n, rec, intervals, p.max_shortfall_pct))
 
         found = bisect_rate(

@@ -69,6 +69,7 @@ def kept_trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
             "asked": rate,
             "achieved": t.achieved,
             "passed": t.passed,
+            **({} if t.measured else {"measured": False}),
             **t.detail,
         }
     )

@@ -79,6 +79,11 @@ def test_search_bound_and_open_loop_come_first() -> None:
     assert bottleneck(shared(censored="at_least", host_pct={"client": 99.0})).kind == (
         "search_bound"
     )
+    # an "at least" because the tool could not run more: that limit, named, not the range
+    why = "nginx in server can hold 19744 connections (its worker's open-file limit)"
+    tool = bottleneck(shared(censored="at_least", ceiling=why, host_pct={"client": 99.0}))
+    assert tool.kind == "tool_limit" and "19744" in tool.text
+    assert "CAP_SYS_RESOURCE" in (comparison(tool, tool) or "")
     e = shared(host_pct={"client": 99.0}, asked=10_000.0, achieved=9_990.0)
     assert bottleneck(e).kind == "offered"
     # the open loop fell short: the generator it was

@@ -19,7 +19,13 @@ from secperf.mechanisms.tls_inspect import (
 )
 from secperf.scenario.sweep import one_point
 from secperf.services import pki
-from secperf.services.nginx import HTTPS_PORT, render_config
+from secperf.services.nginx import (
+    HTTPS_PORT,
+    NGINX_CONNECTIONS,
+    NGINX_FD_MARGIN,
+    Nginx,
+    render_config,
+)
 from secperf.workloads.base import engine_spec
 from secperf.workloads.http import HttpWorkload
 
@@ -100,3 +106,49 @@ def test_tls_inspect_is_a_registered_kind() -> None:
     assert {t.package for t in kind.known_tools} >= {"squid-openssl"}
     with pytest.raises(ValidationError):
         TlsInspectSpec(mode="peek")  # type: ignore[arg-type]
+
+
+class _Ran:
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+
+
+class _Host:
+    """A host whose nginx master (pid 100) has one worker (101) with `limit` files."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+
+    def run(self, argv: list[str], *, check: bool = True) -> _Ran:
+        if argv[:2] == ["pgrep", "-P"]:
+            return _Ran("101\n" if argv[2] == "100" and self.limit is not None else "")
+        assert argv == ["cat", "/proc/101/limits"]
+        return _Ran(
+            "Limit                     Soft Limit           Hard Limit           Units\n"
+            f"Max open files            {self.limit}     {self.limit}     files\n"
+        )
+
+
+class _Proc:
+    pid = 100
+
+
+def test_nginx_holds_what_its_workers_open_file_limit_allows(tmp_path: Path) -> None:
+    def limit(files: int | None) -> int:
+        server = Nginx(
+            host=_Host(files),  # type: ignore[arg-type]
+            directory=tmp_path,
+            port=80,
+            process=_Proc(),  # type: ignore[arg-type]
+            address="198.18.2.2",
+        )
+        return server.connection_limit()
+
+    # a worker that could not raise RLIMIT_NOFILE (no CAP_SYS_RESOURCE)
+    assert limit(20_000) == 20_000 - NGINX_FD_MARGIN
+    # one that could: its worker_connections
+    assert limit(262_144) == NGINX_CONNECTIONS
+    # none found (a lab host's nginx): as configured
+    assert limit(None) == NGINX_CONNECTIONS
+    conf = render_config(tmp_path, 80, ipv6=False, missing=set())
+    assert f"worker_connections {NGINX_CONNECTIONS};" in conf

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from secperf.search import Trial, bisect_rate, narrow_enough, next_rate, passes
+from secperf.search import SearchNotRun, Trial, bisect_rate, narrow_enough, next_rate, passes
 
 
 def limit_at(limit: float, achieved: float = 1.0) -> Callable[[float], Trial]:
@@ -86,3 +86,29 @@ def test_bisection_arithmetic() -> None:
     assert narrow_enough(1000, 1001, 0.01, integer=True)
     assert narrow_enough(10_000, 12_000, 25.0)
     assert not narrow_enough(10_000, 20_000, 25.0)
+
+
+def test_a_trial_the_tool_could_not_run_bounds_the_search_but_is_no_failure() -> None:
+    # the path holds everything; the tool cannot run more than 18,000
+    def trial(n: float) -> Trial:
+        if n > 18_000:
+            return Trial(False, None, {"error": "descriptors"}, measured=False)
+        return Trial(True, n)
+
+    b = bisect_rate(trial, low=10_000, high=100_000, resolution_pct=10, max_steps=8)
+    assert b.outcome == "at_least" and b.value is None
+    assert b.bound is not None and 15_000 < b.bound <= 18_000
+    assert b.ceiling is not None and b.ceiling.asked > 18_000
+    assert b.as_dict()["ceiling"]["error"] == "descriptors"
+
+    # a real failure below the tool's limit still ends the bracket: found
+    def limited(n: float) -> Trial:
+        if n > 18_000:
+            return Trial(False, None, {"error": "descriptors"}, measured=False)
+        return Trial(n <= 14_000, n)
+
+    found = bisect_rate(limited, low=10_000, high=100_000, resolution_pct=10, max_steps=10)
+    assert found.outcome == "found" and found.value is not None and found.value <= 14_000
+    # nothing the tool can run: no answer at all
+    with pytest.raises(SearchNotRun, match="could not be run"):
+        bisect_rate(lambda n: Trial(False, None, {}, measured=False), low=1, high=10)

@@ -34,6 +34,36 @@ fn bad_spec_is_exit_2_with_error_record() {
 }
 
 #[test]
+fn http_beyond_the_descriptors_it_may_open_is_refused_before_any_connect() {
+    // Without CAP_SYS_RESOURCE (dropped from the bounding set) the engine cannot
+    // raise a hard limit of 500, so 1000 connections cannot all be open at once.
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set",
+            "-sys_resource",
+            "prlimit",
+            "--nofile=500:500",
+            BIN,
+        ])
+        .args(["run", "--spec"])
+        .arg(r#"{"kind":"http","server":"127.0.0.1:9","parallel":1000}"#)
+        .output()
+        .expect("run setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(2), "{:?}", out);
+    let r = last_record(&out);
+    assert_eq!(r["kind"], "spec");
+    assert_eq!(r["field"], "parallel");
+    let msg = r["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("1064 descriptors") && msg.contains("may open 500"),
+        "{}",
+        msg
+    );
+    // nothing ran: the refusal is the only record
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+#[test]
 fn spec_from_missing_file_is_spec_error() {
     let (out, _) = run("@/nonexistent/spec.json");
     assert_eq!(out.status.code(), Some(2));

@@ -695,6 +695,9 @@ impl<'a> Machine for Conn<'a> {
     }
 }
 
+/// Descriptors beside the connections: the event loops, the CPU counters, std's.
+const NOFILE_MARGIN: u64 = 64;
+
 /// When fetch `k` of a `rate` schedule is due, from the start: with a ramp-up
 /// the first `parallel` (each opens its connection) spread evenly over it,
 /// then the rest at `rate`.
@@ -760,7 +763,24 @@ fn errors_json(t: &Tally) -> Value {
 fn run(spec: &HttpSpec, allow_any_target: bool, began: Instant, sink: &mut dyn Sink) -> Result<()> {
     let server = spec.common.server;
     target::check("server", server.ip(), allow_any_target)?;
-    let nofile = sys::raise_nofile_to(spec.parallel as u64 + 64);
+    // A connection is a descriptor: short of them, connects would fail with
+    // EMFILE and read as the path's failures, so the test is refused instead.
+    let need = spec.parallel as u64 + NOFILE_MARGIN;
+    let nofile = sys::raise_nofile_to(need);
+    if nofile < need {
+        return Err(EngineError::spec(
+            "parallel",
+            format!(
+                "parallel {} needs {} descriptors but this process may open {} (RLIMIT_NOFILE; \
+                 raising its hard limit needs CAP_SYS_RESOURCE): ask at most {}, or raise the \
+                 hard limit (ulimit -Hn) before secperf starts",
+                spec.parallel,
+                need,
+                nofile,
+                nofile.saturating_sub(NOFILE_MARGIN)
+            ),
+        ));
+    }
     let threads = spec.threads.clamp(1, spec.parallel);
     let host = match server {
         SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
