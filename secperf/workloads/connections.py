@@ -109,13 +109,19 @@ def capacity_search(record: RecordView) -> dict[str, Any] | None:
             "interval": [capacity, capacity],
             "stopped_by": stopped_by,
         }
-    return {
+    found: dict[str, Any] = {
         "outcome": "at_least",
         "measure": "count",
         "bound": capacity,
         "passed_at": {"asked": record.get("target"), "achieved": capacity},
         "stopped_by": stopped_by,
     }
+    if stopped_by != "target":
+        # short of the count asked: a bound of the engine's, named (not the range's top)
+        rate = record.get("open_rate")
+        at = f" at {rate:,.0f} opens/s" if isinstance(rate, int | float) else ""
+        found["ceiling"] = {"error": f"the engine stopped at its {stopped_by} bound{at}"}
+    return found
 
 
 def legacy_capacity(record: RecordView) -> SearchReading | None:

@@ -27,6 +27,7 @@ from secperf.workloads.base import MeasureContext, Refused
 from secperf.workloads.connections import (
     ConnectionsExecutor,
     ConnectionsWorkload,
+    capacity_search,
     legacy_capacity,
 )
 from secperf.workloads.sources import enough_sources
@@ -168,3 +169,19 @@ def test_records_from_before_the_search_read_as_bounds_unless_they_failed() -> N
     failed = {**old, "capacity": 9_000, "stopped_by": "failures"}
     reading = legacy_capacity(failed)
     assert reading is not None and reading.outcome == "found" and reading.value == 9_000
+
+
+def test_an_engine_bound_short_of_the_count_is_named_not_the_range() -> None:
+    short = {
+        "kind": "connections",
+        "capacity": 174_592,
+        "stopped_by": "duration",
+        "limit_found": False,
+        "target": 300_000,
+        "open_rate": 1476.2,
+    }
+    found = capacity_search(short)
+    assert found is not None and found["outcome"] == "at_least"
+    assert found["ceiling"]["error"] == "the engine stopped at its duration bound at 1,476 opens/s"
+    reached = capacity_search({**short, "capacity": 300_000, "stopped_by": "target"})
+    assert reached is not None and "ceiling" not in reached
