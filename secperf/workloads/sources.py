@@ -4,7 +4,8 @@ address's ports allow.
 One client address holds ~60 k connections to the server's one port (the testbed's
 client ports are 1024-65000, less a margin for other sockets), so a kind that holds
 more spreads them round-robin over `sources` addresses of the client: its own, then its
-emulated hosts' (`[testbed] emulated_hosts`). "auto" takes as many as the count needs.
+emulated hosts' (`[testbed] emulated_hosts`). "auto" takes as many as the count needs,
+and more where the client has them (AUTO_SPREAD).
 A count that needs more addresses than the testbed gives is refused before any
 traffic: the engine would stop at its source ports, and a lower bound would stand in
 for the path's limit.
@@ -25,6 +26,12 @@ from secperf.workloads.base import MeasureContext, Refused
 
 PER_SOURCE = 60_000
 MAX_SOURCES = 4096
+# "auto" spreads the connections wider where the testbed has the addresses: the
+# kernel's search for a free source port slows as an address's range fills (60,000
+# connections from one address opened at ~2,000/s, from five at ~33,000/s, 19,000
+# from one at ~33,000/s: docs/methodology.md, "§7.5 and §7.9 at connection-table
+# scale"), so each address carries at most this many when there are enough.
+AUTO_SPREAD = 20_000
 
 
 class ManySources(StrictModel):
@@ -75,7 +82,8 @@ def enough_sources(
 
 def source_addresses(ctx: MeasureContext, spec: ManySources) -> list[str]:
     """The client's addresses the connections come from: its own, then its emulated
-    hosts', as many as the workload needs."""
+    hosts', as many as the workload needs ("auto": up to one per AUTO_SPREAD
+    connections where the client has them)."""
     need = spec.source_count()
     mine = [
         ctx.topology.primary_address(ctx.client, ctx.family),
@@ -87,6 +95,8 @@ def source_addresses(ctx: MeasureContext, spec: ManySources) -> list[str]:
             where="[[workloads]] sources",
             fix=f"set [testbed] emulated_hosts = {need - 1}, or ask fewer connections",
         )
+    if spec.sources == "auto":
+        need = max(need, min(len(mine), math.ceil(spec.held() / AUTO_SPREAD)))
     return mine[:need]
 
 

@@ -185,3 +185,15 @@ def test_an_engine_bound_short_of_the_count_is_named_not_the_range() -> None:
     assert found["ceiling"]["error"] == "the engine stopped at its duration bound at 1,476 opens/s"
     reached = capacity_search({**short, "capacity": 300_000, "stopped_by": "target"})
     assert reached is not None and "ceiling" not in reached
+
+
+def test_auto_spreads_wider_where_the_client_has_the_addresses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs: list[dict[str, Any]] = []
+    monkeypatch.setattr(connections, "run_on_client", fake_engine([(100_000, "target")], specs))
+    topo = Topology.standard(emulated_hosts=9)
+    measure_reps(tmp_path, {"connections": 100_000}, {"baseline": 1}, topo)
+    # two addresses would do (~60,000 each); five keep each at 20,000, where the
+    # kernel's source-port search stays fast
+    assert len(specs[0]["sources"]) == 5
