@@ -205,9 +205,19 @@ def judge(n: int, rec: Record, intervals: list[Record], shortfall_pct: float) ->
 class HttpCapacityExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[HttpCapacityWorkload]) -> Record:
         p = point.spec
+        # the server's own limit, read once (its worker's limits do not change)
+        server = nginx_for(ctx).connection_limit()
 
         def trial(count: float) -> Trial:
             n = int(count)
+            if n > server:
+                # not the path's limit: the search stays below it, no traffic sent
+                why = (
+                    f"nginx in {ctx.server} can hold {server} connections (its worker's "
+                    f"open-file limit), fewer than {n}: raise the hard RLIMIT_NOFILE "
+                    "secperf starts with (ulimit -Hn; needs CAP_SYS_RESOURCE)"
+                )
+                return kept_trial("http", ctx, n, Trial(False, None, {"error": why}, False))
             fresh_dut(ctx)
             intervals: list[Record] = []
             results: list[Record] = []
@@ -216,14 +226,6 @@ class HttpCapacityExecutor:
                 # a trial's records stay out of the run: its verdict is the `trial` record
                 (intervals if rec.get("type") == "interval" else results).append(rec)
 
-            server = nginx_for(ctx).connection_limit()
-            if n > server:
-                # the server's own limit, not the path's: the search stays below it
-                why = (
-                    f"nginx in {ctx.server} can hold {server} connections (its worker's "
-                    f"open-file limit), fewer than {n}"
-                )
-                return kept_trial("http", ctx, n, Trial(False, None, {"error": why}, False))
             try:
                 rec = fetch_test(ctx, p.trial_workload(n), keep)
             except EngineError as exc:
