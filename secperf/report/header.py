@@ -8,6 +8,8 @@ from typing import Any
 
 from secperf.report.limits import placement_lines
 
+SHOWN_ERRORS = 5  # the header names this many errors; records.jsonl holds them all
+
 
 def _host_facts(run_meta: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
     """(kernel, cpus, cpu model) from run.json's host, flat or under `machine`."""
@@ -130,8 +132,18 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
             "dropped: the round it held is missing from these figures, so the run is "
             "incomplete whatever its status says"
         )
-    if summary.get("errors"):
-        lines.append(f"engine errors: {len(summary['errors'])} (see records.jsonl)")
+    errors = summary.get("errors") or []
+    if errors:
+        # each one named: a test that measured nothing shows "–" in its table
+        lines.append(f"errors: {len(errors)}, a test or part of one not measured:")
+        for err in errors[:SHOWN_ERRORS]:
+            record = err.get("error") or {}
+            lines.append(
+                f"  {err.get('workload')} {err.get('point_id')} {err.get('variant')} "
+                f"rep {err.get('rep')}: {record.get('kind')}: {record.get('message')}"
+            )
+        if len(errors) > SHOWN_ERRORS:
+            lines.append(f"  and {len(errors) - SHOWN_ERRORS} more (records.jsonl)")
     return lines
 
 

@@ -303,7 +303,7 @@ def render_html(
         )
         body += [_figure_html(chart) for chart in parts.distributions]
     if summary.get("errors"):
-        body.append("<h2>Engine errors</h2><ul>")
+        body.append("<h2>Errors: tests, or parts of them, not measured</h2><ul>")
         for err in summary["errors"]:
             record = err.get("error") or {}
             text = (

@@ -69,7 +69,9 @@ def test_terminal_tables_hold_the_numbers_and_marks(tmp_path: Path) -> None:
     )
     # every row names what limited it (the synthetic run has no host CPU: not measured)
     assert "limited by" in text and "not measured" in text
-    assert "engine errors: 1" in text
+    # the error is named, not only counted
+    assert "errors: 1, a test or part of one not measured:" in text
+    assert "tcp-rr tcp-rr#0 acl-linear rep 4: connect: connection refused" in text
 
 
 def test_one_table_per_workload_and_metric_primary_first(tmp_path: Path) -> None:

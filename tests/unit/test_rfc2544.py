@@ -303,3 +303,36 @@ def test_steering_passes_interface_paths_as_arguments_never_in_a_script(tmp_path
     subprocess.run(argv, check=True, cwd=tmp_path)
     assert target.read_text().strip() == "2"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_latency_test_that_fails_is_kept_as_an_error_the_report_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The latency test refused (too many probes without a timestamp): the record keeps
+    the reason and an error record names it, so the table's "–" has its why."""
+    from secperf.errors import EngineError
+    from secperf.workloads.base import MeasureContext
+    from secperf.workloads.latency import LatencyExecutor
+    from secperf.workloads.rfc2544.executor import _latency
+
+    def refuse(_self: object, _ctx: object, _point: object) -> dict[str, Any]:
+        raise EngineError("9258 of 54733 probes (16.9 %) had no kernel timestamp")
+
+    monkeypatch.setattr(LatencyExecutor, "measure", refuse)
+    kept: list[dict[str, Any]] = []
+    ctx = MeasureContext(
+        testbed=None,  # type: ignore[arg-type]
+        topology=None,  # type: ignore[arg-type]
+        plan=None,  # type: ignore[arg-type]
+        family=4,
+        variant="baseline",
+        direct=False,
+        target="198.18.2.2:5000",
+        keep=kept.append,
+    )
+    point = expand(Rfc2544Workload.model_validate({"kind": "rfc2544", "frame": 64}))[0]
+    out = _latency(ctx, point, 64, 148_778.0)
+    assert "delay_us" not in out and "16.9 %" in out["error"]
+    errors = [r for r in kept if r.get("type") == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "latency"
+    assert errors[0]["message"].startswith("64 B: ") and "16.9 %" in errors[0]["message"]

@@ -271,6 +271,8 @@ def _latency(
         at = WorkloadPoint(point.workload_index, point.index, probes, point.label, point.swept)
         result = LatencyExecutor().measure(side, at)
     except EngineError as exc:
+        # the table shows no latency for this frame: the run's errors say why
+        ctx.keep({"type": "error", "kind": "latency", "message": f"{frame} B: {exc.message}"})
         return {"asked_fps": rate, "error": exc.message}
     c2s = result.get("c2s") or {}
     return {
