@@ -93,6 +93,17 @@ def run_on_client(
     return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
 
 
+# What lifts each of the engine's own bounds (`stopped_by` other than target/failures).
+ENGINE_BOUND_FIX = {
+    "duration": "the opening phase ended first; raise the workload's duration or spread "
+    "the connections over more sources",
+    "nofile": "raise the hard RLIMIT_NOFILE secperf starts with (ulimit -Hn; needs "
+    "CAP_SYS_RESOURCE)",
+    "ports": "the client's source ports ran out; set sources (and [testbed] emulated_hosts)",
+    "memory": "the client host ran short of memory; ask fewer connections or give it more",
+}
+
+
 def capacity_search(record: RecordView) -> dict[str, Any] | None:
     """The record's capacity as a search's answer: found (the connections began to
     fail: the limit of the path) or at least the count (the engine stopped at a bound
@@ -120,7 +131,11 @@ def capacity_search(record: RecordView) -> dict[str, Any] | None:
         # short of the count asked: a bound of the engine's, named (not the range's top)
         rate = record.get("open_rate")
         at = f" at {rate:,.0f} opens/s" if isinstance(rate, int | float) else ""
-        found["ceiling"] = {"error": f"the engine stopped at its {stopped_by} bound{at}"}
+        fix = ENGINE_BOUND_FIX.get(stopped_by, "")
+        found["ceiling"] = {
+            "error": f"the engine stopped at its {stopped_by} bound{at}"
+            + (f": {fix}" if fix else "")
+        }
     return found
 
 

@@ -28,9 +28,9 @@ PER_SOURCE = 60_000
 MAX_SOURCES = 4096
 # "auto" spreads the connections wider where the testbed has the addresses: the
 # kernel's search for a free source port slows as an address's range fills (60,000
-# connections from one address opened at ~2,000/s, from five at ~33,000/s, 19,000
-# from one at ~33,000/s: docs/methodology.md, "§7.5 and §7.9 at connection-table
-# scale"), so each address carries at most this many when there are enough.
+# connections from one address opened at 2,000-2,500/s, from five at 37,000-39,000/s,
+# 19,000 from one at 12,000-30,000/s: bench/runs/connections_open_rate-2026-11-29.json),
+# so each address carries at most this many when there are enough.
 AUTO_SPREAD = 20_000
 
 

@@ -182,7 +182,11 @@ def test_an_engine_bound_short_of_the_count_is_named_not_the_range() -> None:
     }
     found = capacity_search(short)
     assert found is not None and found["outcome"] == "at_least"
-    assert found["ceiling"]["error"] == "the engine stopped at its duration bound at 1,476 opens/s"
+    assert found["ceiling"]["error"] == (
+        "the engine stopped at its duration bound at 1,476 opens/s: the opening phase "
+        "ended first; raise the workload's duration or spread the connections over more "
+        "sources"
+    )
     reached = capacity_search({**short, "capacity": 300_000, "stopped_by": "target"})
     assert reached is not None and "ceiling" not in reached
 
