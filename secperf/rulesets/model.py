@@ -1,0 +1,165 @@
+"""What a rule set and a flow are, for every part of secperf that reads them.
+
+A `RuleSet` is a user's file as the tool that loads it understood it: nftables files
+are parsed by nft itself (libnftables' JSON, `nft -j list ruleset` after loading the
+file in a throwaway network namespace), iptables-save files line by line. Every rule
+keeps where it was written (`RuleRef`), so each message, hot rule and behaviour change
+names its file:line.
+
+A `Flow` is one kind of connection of the measured traffic, in the rule set's own
+addresses (production addresses: 10.1.5.200, not the testbed's); `AddressMap.flow`
+turns it into testbed addresses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Format = Literal["nft", "iptables"]
+# A rule's terminal decision, or what it does when it is not terminal.
+Verdict = Literal[
+    "accept",
+    "drop",
+    "reject",
+    "jump",
+    "goto",
+    "return",
+    "continue",  # matches, counts, logs, marks: the packet goes on to the next rule
+    "dnat",
+    "snat",
+    "masquerade",
+    "redirect",
+    "queue",
+]
+DENYING: frozenset[str] = frozenset({"drop", "reject"})
+# NAT statements end evaluation in their chain the way accept does.
+ACCEPTING: frozenset[str] = frozenset({"accept", "dnat", "snat", "masquerade", "redirect"})
+
+
+@dataclass(frozen=True)
+class RuleRef:
+    """Where a rule stands: in its file (line, when known) and in the loaded rule set."""
+
+    file: Path
+    line: int | None
+    family: str  # nft family ("inet", "ip", "ip6", ...) or iptables' "ip"/"ip6"
+    table: str
+    chain: str
+    index: int  # 0-based position in its chain
+    handle: int | None = None  # nft's rule handle once loaded (None for iptables)
+
+    def where(self) -> str:
+        """`file:line`, or the file and the rule's place when the line is unknown."""
+        if self.line is not None:
+            return f"{self.file}:{self.line}"
+        return f"{self.file} ({self.family} {self.table} {self.chain}, rule {self.index + 1})"
+
+    def key(self) -> str:
+        """A stable name of the rule within its rule set: FAMILY/TABLE/CHAIN#INDEX."""
+        return f"{self.family}/{self.table}/{self.chain}#{self.index}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    ref: RuleRef
+    verdict: Verdict
+    # The chain a jump or goto enters; a NAT statement's target as written
+    # ("10.1.5.200", "10.1.5.200:8080", "198.51.100.1-198.51.100.9").
+    target: str | None
+    # nft: the rule's libnftables JSON expressions; iptables: the rule's arguments
+    # after the chain name (`-s 10.0.0.0/8 -p tcp --dport 22 -j ACCEPT` split).
+    expr: tuple[Any, ...]
+    text: str  # the rule as written (one line; continuation lines joined)
+
+
+@dataclass(frozen=True)
+class Chain:
+    family: str
+    table: str
+    name: str
+    hook: str | None  # "input", "forward", "prerouting", ...; None for a user chain
+    type: str | None  # "filter", "nat", "route"
+    priority: int | None
+    policy: str | None  # "accept" / "drop" for a base chain
+    rules: tuple[Rule, ...]
+    line: int | None = None  # where the chain is declared
+
+
+@dataclass
+class RuleSet:
+    """A loaded rule file: its chains in load order, the file's own objects, and what
+    loading it warned about (an include glob that matched nothing)."""
+
+    source: Path
+    format: Format
+    chains: tuple[Chain, ...]
+    # nft: the `nftables` list of `nft -j -a list ruleset` (tables, chains, sets, maps,
+    # rules, ...); iptables: the file's text.
+    raw: Any
+    files: tuple[Path, ...] = ()  # the file and every file it includes
+    warnings: list[str] = field(default_factory=list)
+
+    def rules(self) -> list[Rule]:
+        return [r for c in self.chains for r in c.rules]
+
+    def chain(self, family: str, table: str, name: str) -> Chain | None:
+        for c in self.chains:
+            if (c.family, c.table, c.name) == (family, table, name):
+                return c
+        return None
+
+    def by_handle(self, family: str, table: str, handle: int) -> Rule | None:
+        for r in self.rules():
+            if (r.ref.family, r.ref.table, r.ref.handle) == (family, table, handle):
+                return r
+        return None
+
+
+Protocol = Literal["tcp", "udp", "icmp"]
+Expect = Literal["accept", "deny"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One kind of connection of the measured traffic, as the rule set sees it.
+
+    Addresses are the rule set's own (before the map). `ingress`/`egress` are the
+    interface names the rule set uses (the mechanism's `interfaces` key maps each to
+    the testbed host behind it); `to_dut` marks a flow to the DUT's own address
+    (input-chain rules). A TCP flow is a real connection (handshake, `request` bytes,
+    `response` bytes, close), a UDP flow one datagram of `request` bytes answered by
+    `response` bytes, an ICMP flow one echo request."""
+
+    name: str  # stable within its traffic: "f1", "f2", ... or the user's label
+    protocol: Protocol
+    src: str
+    dst: str
+    dport: int | None
+    ingress: str | None
+    egress: str | None
+    to_dut: bool = False
+    sport: int | None = None
+    request: int = 64
+    response: int = 64
+    weight: float = 1.0
+    # What the rule set should do with it: a flow derived for an accepting rule is
+    # expected through, a probe for a denying rule expected dropped; None for the
+    # user's own traffic (its verdict is measured, not assumed).
+    expect: Expect | None = None
+    rule: RuleRef | None = None  # the rule it was derived for
+    origin: str = "coverage"  # "coverage", "csv:LINE", "conntrack:LINE", "pcap:FILE"
+    # After a DNAT: the address and port the flow really reaches (the rule set's own
+    # address), so the testbed puts a server there.
+    served_by: str | None = None
+    served_port: int | None = None
+
+    def describe(self) -> str:
+        port = f":{self.dport}" if self.dport is not None else ""
+        return f"{self.protocol} {self.src} -> {self.dst}{port}"
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rule"] = None if self.rule is None else self.rule.where()
+        return out
