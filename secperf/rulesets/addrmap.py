@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ipaddress import IPv4Network, IPv6Network
 
-# Inside the testbed ranges, apart from the links' subnets (198.18.1-239.0/24) and the
-# ACL's never-matching entries (198.19.0.0/16).
-MAPPED_NET4 = IPv4Network("198.18.240.0/20")
+# Inside the testbed ranges, apart from the links' subnets (198.18.1-239.0/24), the
+# tunnels' inner addresses (198.18.240.0/20) and the ACL's never-matching entries
+# (198.19.0.0/17).
+MAPPED_NET4 = IPv4Network("198.19.128.0/17")
 MAPPED_NET6 = IPv6Network("2001:2:0:8000::/49")
