@@ -30,6 +30,7 @@ from pydantic import Field, field_validator
 from secperf.engine import CONTROL_PORT, DATA_PORTS
 from secperf.errors import MechanismError
 from secperf.metric import MetricRow
+from secperf.rulesets.model import PlacedFlow
 from secperf.schema.fields import StrictModel
 from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
@@ -55,6 +56,9 @@ class TrafficPlan:
     client_hosts: tuple[str, ...] = ()
     # The attacker host (when the topology has one), as a host prefix: floods come from it.
     attacker_net: str | None = None
+    # A rule-set review's traffic, placed on the testbed (secperf.rulesets): the flows
+    # workload sends these; empty for every other scenario.
+    flows: tuple[PlacedFlow, ...] = ()
 
     @property
     def excluded_host(self) -> str | None:

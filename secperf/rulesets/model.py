@@ -163,3 +163,18 @@ class Flow:
         out = asdict(self)
         out["rule"] = None if self.rule is None else self.rule.where()
         return out
+
+
+@dataclass(frozen=True)
+class PlacedFlow:
+    """A flow placed on the testbed: which host opens it from which testbed address,
+    where it is sent, and which host answers it on which address and port (after a
+    DNAT the server listens on the rewritten address, not on `dst`)."""
+
+    flow: Flow
+    client: str  # the testbed host that opens it (owns `src`)
+    server: str  # the testbed host that answers (the DUT for a flow to the DUT)
+    src: str  # testbed addresses, inside the map's range
+    dst: str
+    listen: str
+    listen_port: int | None
