@@ -178,3 +178,13 @@ class PlacedFlow:
     dst: str
     listen: str
     listen_port: int | None
+
+
+@dataclass(frozen=True)
+class Named:
+    """A prefix, address or range end that a rule set or the traffic names: what the
+    address map must place (secperf.rulesets.prefixes collects them, addrmap maps)."""
+
+    network: str  # "10.1.0.0/16"; an address or a range's end as "/32" or "/128"
+    where: str  # "router.nft:12", or "flow f3 (csv:12)"
+    what: str = "prefix"  # "prefix", "address", "range end", "nat target", "flow"
