@@ -589,3 +589,7 @@ def doctor() -> None:
     if gone or problems:
         raise typer.Exit(1)
     console.print("\neverything secperf needs is here")
+
+
+# the review command registers itself on `app` (it imports what it needs from here)
+from secperf import cli_review  # noqa: E402, F401
