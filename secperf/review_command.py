@@ -1,7 +1,5 @@
-"""`secperf review CURRENT PROPOSED`: the command (secperf.review writes its scenario).
-
-Registered on the `secperf` app by secperf.cli, which imports this module last.
-"""
+"""`secperf review CURRENT PROPOSED`: the command (secperf.review writes its scenario;
+secperf.cli registers it on the app)."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from secperf.api import check_out_dir
-from secperf.cli import (
+from secperf.cli_common import (
     DETAILS,
     EXIT_INTERRUPTED,
     EXPECT,
@@ -29,7 +27,6 @@ from secperf.cli import (
     _parse_expectations,
     _print_gate,
     _rule,
-    app,
     console,
     err_console,
     fail,
@@ -44,7 +41,6 @@ from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario
 
 
-@app.command()
 def review(
     current: Annotated[
         Path, typer.Argument(help="The rule set as it is (nft file or iptables-save).")
