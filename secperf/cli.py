@@ -53,6 +53,7 @@ from secperf.report.rebuild import rebuild
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.review_command import review
+from secperf.run.check_traffic import check_traffic
 from secperf.run.estimate import estimate, fmt_eta, least_rounds
 from secperf.run.preflight import (
     all_tools,
@@ -212,6 +213,11 @@ def check(
                         f"; {'; '.join(notes)} "
                         "(that needs root: run `sudo secperf check` to check them too)"
                     )
+            if os.geteuid() == 0 and not skipped:
+                # a rule-set review: one traced probe per flow on a throwaway testbed
+                traffic = check_traffic(sc)
+                for line in traffic.lines() if traffic is not None else []:
+                    console.print(f"  {escape(line)}", highlight=False)
             gone = missing(tools_for(sc))
             if any(h.backend == "ssh" for h in sc.testbed.hosts.values()):
                 # Remote hosts: reach each one (log in, engine, addresses) before any traffic.
