@@ -176,12 +176,8 @@ def _forest(root: _Node, nodes: dict[Net, _Node]) -> None:
 
 
 def _consumers(root: _Node) -> list[_Node]:
-    """The largest blocks under the root, for the message of a map that does not fit:
-    past a single child, the ones below it."""
-    top = root
-    while len(top.children) == 1:
-        top = top.children[0]
-    return sorted(top.children or [top], key=lambda n: (-n.size, n.first))[:3]
+    """The largest blocks of the top level, for the message of a map that does not fit."""
+    return sorted(root.children or [root], key=lambda n: (-n.size, n.first))[:3]
 
 
 class _Family:
