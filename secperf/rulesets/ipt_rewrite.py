@@ -49,15 +49,10 @@ def _rule(line: str, amap: KnownAddresses, where: str) -> str:
     while i < len(tokens):
         option = words[i]
         kind = _kind(option, target)
-        if kind is not None:
-            j = i + 1
-            while j < len(tokens) and words[j] == "!":
-                j += 1
-            if j == len(tokens):
-                break
-            start, end, value = tokens[j]
+        if kind is not None and i + 1 < len(tokens):  # `! -s ADDR`: the `!` comes first
+            start, end, value = tokens[i + 1]
             edits.append((start, end, _convert(kind, option, value, amap, where)))
-            i = j
+            i += 1
         i += 1
     for start, end, value in reversed(edits):
         line = line[:start] + value + line[end:]
