@@ -282,7 +282,11 @@ class AddressMap:
     # lookups
 
     def address(self, orig: str) -> str:
-        """The mapped address of any address (named or in a gap of a named prefix)."""
+        """The mapped address of any address: a named one where it was placed, any other
+        by its offset in its gap of the smallest named prefix holding it (inside the same
+        prefixes, between the same named neighbours). Two addresses that were not named
+        may share one mapped address when the gap is short: name the traffic's
+        addresses before build (or extend) to keep them apart."""
         try:
             value = ip_address(orig.strip())
         except ValueError as exc:

@@ -37,12 +37,20 @@ _BITOPS = frozenset({"&", "|", "^", "<<", ">>"})
 
 
 def map_nft(
-    raw: list[dict[str, Any]], amap: KnownAddresses, *, ruleset: RuleSet | None = None
+    raw: list[dict[str, Any]] | dict[str, Any],
+    amap: KnownAddresses,
+    *,
+    ruleset: RuleSet | None = None,
+    flush: bool = True,
 ) -> dict[str, Any]:
     """The document to load with `nft -j -f`: `{"nftables": [flush, objects...]}`.
-    `ruleset` (the loaded rule set), when given, lets an error name a rule's file:line."""
-    out: list[dict[str, Any]] = [{"flush": {"ruleset": None}}]
-    for obj in raw:
+    `raw` is the `nftables` list (or the whole `nft -j` document); `ruleset` (the
+    loaded rule set), when given, lets an error name a rule's file:line; `flush=False`
+    leaves out the flush of the whole ruleset (for a DUT that keeps tables of its own:
+    then delete the user's tables first)."""
+    objects = raw["nftables"] if isinstance(raw, dict) else raw
+    out: list[dict[str, Any]] = [{"flush": {"ruleset": None}}] if flush else []
+    for obj in objects:
         if not isinstance(obj, dict) or len(obj) != 1:
             raise MechanismError(
                 f"{str(obj)[:80]} is not a libnftables JSON object",

@@ -21,7 +21,7 @@ import pytest
 from secperf.errors import MechanismError
 from secperf.rulesets.addrmap import AddressMap, map_iptables, map_nft
 from secperf.rulesets.lookup import is_address
-from secperf.rulesets.model import Named
+from secperf.rulesets.model import Chain, Named, Rule, RuleRef, RuleSet
 
 ROUTER = Path(__file__).resolve().parents[1] / "data" / "rulesets" / "router.nft"
 _CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None
@@ -204,8 +204,19 @@ def test_sets_maps_concatenations_and_nat_are_mapped(tmp_path: Path) -> None:
 def test_an_address_the_collector_missed_is_refused(tmp_path: Path) -> None:
     raw = _nft_raw(ROUTER)
     named = [n for n in _collect(raw, []) if n.network != "203.0.113.10"]
+    amap = AddressMap.build(named)
     with pytest.raises(MechanismError, match=r"203\.0\.113\.10 in rule ip nat prerouting"):
-        map_nft(raw, AddressMap.build(named))
+        map_nft(raw, amap)
+    # With the loaded rule set at hand, the error names the rule's file:line.
+    body = _rule(raw, "prerouting", 0)
+    ref = RuleRef(ROUTER, 48, "ip", "nat", "prerouting", 0, body["handle"])
+    rule = Rule(ref, "dnat", "10.1.5.200", tuple(body["expr"]), "dnat to $WEB")
+    chain = Chain("ip", "nat", "prerouting", "prerouting", "nat", -100, "accept", (rule,))
+    rs = RuleSet(ROUTER, "nft", (chain,), raw)
+    with pytest.raises(MechanismError) as caught:
+        map_nft({"nftables": raw}, amap, ruleset=rs)
+    assert caught.value.where == f"{ROUTER}:48"
+    assert "flush" not in json.dumps(map_nft(raw, AddressMap.build(_collect(raw, [])), flush=False))
 
 
 def test_a_masked_match_is_refused() -> None:
