@@ -158,6 +158,14 @@ class _Rewrite:
                     where=self.obj,
                     fix="write the match as prefixes or a set of addresses",
                 )
+            if key == "xt":  # what iptables-nft wrote: opaque to nft, and not loadable
+                name = inner.get("name", "?") if isinstance(inner, dict) else "?"
+                raise MechanismError(
+                    f"{self.obj} holds an iptables extension (xt {name}) that nft can "
+                    "neither show the addresses of nor load",
+                    where=self.obj,
+                    fix='review this rule set as iptables-save output (format = "iptables")',
+                )
             if key == "match" and isinstance(inner, dict):
                 mask = _ifname_mask(inner.get("left"))
                 rest = self.value({k: v for k, v in inner.items() if k != "right"})

@@ -248,6 +248,9 @@ def test_a_masked_match_is_refused() -> None:
     amap = AddressMap.build([Named("10.0.5.0/32", "m.nft:3"), Named("255.0.255.0/32", "m.nft:3")])
     with pytest.raises(MechanismError, match="bit mask"):
         map_nft(raw, amap)
+    raw[1]["rule"]["expr"] = [{"xt": {"type": "match", "name": "conntrack"}}]
+    with pytest.raises(MechanismError, match="iptables extension"):
+        map_nft(raw, amap)
 
 
 def test_an_interface_named_like_an_address_is_kept() -> None:
