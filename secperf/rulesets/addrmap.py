@@ -199,7 +199,6 @@ class _Family:
         need = _need(root)
         if need > root.size:
             raise family._too_large(need)
-        root.size = mapped.num_addresses
         _place(root)
         return family
 
@@ -320,6 +319,14 @@ class AddressMap:
         """The flow in testbed addresses (src, dst, and the DNAT target it reaches)."""
         served = None if f.served_by is None else self.address(f.served_by)
         return replace(f, src=self.address(f.src), dst=self.address(f.dst), served_by=served)
+
+    def knows(self, orig: str) -> bool:
+        """Whether the map was built with this network or address (a /32 or bare)."""
+        try:
+            net = ip_network(orig.strip(), strict=False)
+        except ValueError:
+            return False
+        return net in self._families[net.version].nodes
 
     def known_address(self, orig: str, obj: str) -> str:
         """The mapped address of a *named* address, for rewriting a rule file: an

@@ -215,6 +215,7 @@ def test_extend_places_the_traffic_addresses_too() -> None:
     amap = AddressMap.build(ROUTER)
     more = amap.extend([Named("10.1.5.7/32", "flow f1 (csv:2)", "flow")])
     assert any(e.original == "10.1.5.7/32" for e in more.entries())
+    assert more.knows("10.1.5.7") and not amap.knows("10.1.5.7") and amap.knows("10.1.9.0/24")
     nets = [ip_network(n.network) for n in [*ROUTER, Named("10.1.5.7/32", "")]]
     _assert_keeps_relations(more, nets, ["10.1.5.8", "10.1.5.6"])
     assert more.known_address("10.1.5.7", "flow f1") == more.address("10.1.5.7")
