@@ -364,3 +364,37 @@ def _iptables(args: list[str]) -> Match:
     if iptsave.option(args, "-j") in ("DNAT", "SNAT") and m.family is None:
         m.family = "ip"
     return m
+
+
+def vmap_elements(rule: Rule, rs: RuleSet) -> list[tuple[Match, str, str | None]]:
+    """A verdict-map rule's elements: for each, what the rule matches with the map's key
+    equal to the element's, and the element's verdict and jump target."""
+    base = of(rule, rs)
+    out: list[tuple[Match, str, str | None]] = []
+    for s in rule.expr:
+        if not (isinstance(s, dict) and "vmap" in s):
+            continue
+        key, data = s["vmap"]["key"], s["vmap"]["data"]
+        try:
+            reader = _Reader(rule, rs)
+            if isinstance(data, str) and data.startswith("@"):
+                found = reader.sets.get((rule.ref.family, rule.ref.table, data[1:]))
+                if found is None:
+                    raise Unresolvable(f"{data} names no map of table {rule.ref.table}")
+                pairs = found.get("elem", [])
+            else:
+                pairs = data.get("set", [])
+            for k, verdict in pairs:
+                one = _Reader(rule, rs)
+                if isinstance(key, dict) and "concat" in key:
+                    one.concat(key["concat"], k, "==")
+                else:
+                    one.apply(one.field(key), "==", k, rule.text)
+                ((vname, vval),) = verdict.items()
+                target = vval.get("target") if isinstance(vval, dict) else None
+                out.append((base.then(one.m), str(vname), target))
+        except (Unresolvable, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MechanismError(
+                f"cannot read the verdict map: {exc}", where=rule.ref.where()
+            ) from exc
+    return out

@@ -26,7 +26,7 @@ IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Where an unconstrained side ("the internet") is taken from: the documentation
 # ranges first (RFC 5737 / RFC 3849), then wider public space.
 _OUTSIDE4 = ("198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24")
-_OUTSIDE6 = ("2001:db8:5100::/48", "2001:db8::/32")
+_OUTSIDE6 = ("2001:db8:5100::/48", "2001:db8::/32", "3fff::/20", "2a00::/12", "2600::/12")
 _NAT = ("dnat", "snat")
 
 
@@ -224,7 +224,8 @@ def pick_address(within: str, named: Sequence[Named], avoid: Sequence[str] = ())
         pieces = [q for p in pieces for q in (_exclude(p, n) if n.subnet_of(p) else [p])]  # type: ignore[arg-type]
     ends = {net.network_address, net.broadcast_address}
     for p in sorted(pieces):
-        for a in (p.network_address + 1, p.network_address, p.broadcast_address):
+        first = p.network_address + 1 if p == net else p.network_address
+        for a in (first, p.network_address + 1, p.broadcast_address):
             if a in p and a not in ends:
                 return str(a)
     # Everything is taken by narrower prefixes: any host not to avoid.
