@@ -77,13 +77,11 @@ class _Deriver:
         for entries in self.walks.values():
             for e in entries:
                 self._learn(e.match)
-        seen: set[str] = set()
+        # A rule reached on two paths (a user chain entered by two jumps) or once per
+        # verdict-map element gets a flow for each.
         for entries in self.walks.values():
             for i, e in enumerate(entries):
-                key = f"{e.rule.ref.key()} {e.verdict} {id(e.match)}"
-                if key not in seen:
-                    seen.add(key)
-                    self._derive(e, entries[:i])
+                self._derive(e, entries[:i])
         for c in self.rs.chains:
             if c.hook in ("input", "forward") and c.type == "filter" and c.policy == "drop":
                 self._policy_probe(c)

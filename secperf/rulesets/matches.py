@@ -323,7 +323,7 @@ def _iptables(args: list[str]) -> Match:
                 getattr(m, f"{side}_not").append(val)
             else:
                 setattr(m, side, val)
-        elif a in ("-p", "--protocol") and not neg:
+        elif a in ("-p", "--protocol") and not neg and val not in ("all", "0"):
             m.protos = ["icmp" if val in ("icmp", "ipv6-icmp", "icmpv6") else val]
         elif a in ("-s", "--source", "-d", "--destination"):
             side = "src" if a in ("-s", "--source") else "dst"

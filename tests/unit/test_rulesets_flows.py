@@ -12,7 +12,7 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from secperf.errors import ScenarioError
+from secperf.errors import MechanismError, ScenarioError
 from secperf.rulesets.flows import check_weights, derive, read_conntrack, read_csv, read_pcap
 from secperf.rulesets.load import load
 from secperf.rulesets.model import Flow, RuleSet
@@ -278,3 +278,35 @@ def test_check_weights_refuses_zero_and_infinite_weights() -> None:
         with pytest.raises(ScenarioError) as err:
             check_weights([ok, zero])
         assert "line 3" in (err.value.where or "")
+
+
+@needs_nft
+def test_each_verdict_map_element_gets_its_flow(tmp_path: Path) -> None:
+    f = tmp_path / "vmap.nft"
+    f.write_text(
+        "table inet t {\n"
+        "\tchain web {\n\t\ttcp dport 443 accept\n\t}\n"
+        "\tchain forward {\n"
+        "\t\ttype filter hook forward priority 0; policy drop;\n"
+        "\t\tiifname lan0 ip saddr vmap { 10.2.0.0/16 : jump web, 10.3.0.1 : drop, "
+        "10.4.0.0/24 : accept }\n"
+        "\t}\n}\n"
+    )
+    rs = load(f, "nft")
+    assert rs.rules()[1].verdict == "vmap"
+    flows = derive(rs, IFACES)
+    got = {(x.expect, x.rule.line if x.rule else None, x.src, x.dport) for x in flows}
+    assert ("accept", 3, "10.2.0.1", 443) in got  # through the jump, with its source
+    assert ("deny", 7, "10.3.0.1", 9999) in got
+    assert any(e == "accept" and line == 7 and _in(src, "10.4.0.0/24") for e, line, src, _ in got)
+
+
+def test_a_loop_of_jumps_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "loop.rules"
+    f.write_text(
+        "*filter\n:FORWARD DROP [0:0]\n:a - [0:0]\n:b - [0:0]\n"
+        "-A FORWARD -j a\n-A a -j b\n-A b -j a\nCOMMIT\n"
+    )
+    with pytest.raises(MechanismError) as err:
+        derive(load(f, "iptables"), IFACES)
+    assert "jumps back" in err.value.message

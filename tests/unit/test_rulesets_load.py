@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,18 @@ def test_pick_address_avoids_narrower_named_prefixes() -> None:
     out = outside_all([*named, Named("0.0.0.0/0", "a:4"), Named("198.51.100.0/24", "a:5")], "ip")
     assert out.startswith("203.0.113.")
     assert ":" in outside_all(named, "ip6")
+
+
+@needs_nft
+def test_nft_alone_does_not_look_for_a_bare_include_beside_the_file(tmp_path: Path) -> None:
+    # Why the loader passes -I: nft 1.0.6 searches a bare name in /etc only (and ./x
+    # relative to its working directory), not beside the including file.
+    (tmp_path / "part.nft").write_text("add table inet t\n")
+    top = tmp_path / "top.nft"
+    top.write_text('include "part.nft"\n')
+    alone = subprocess.run(
+        ["unshare", "-n", "nft", "-f", str(top)], capture_output=True, text=True, cwd="/"
+    )
+    assert alone.returncode != 0 and "File not found: part.nft" in alone.stderr
+    rs = load(top, "nft")
+    assert rs.files == (top, tmp_path / "part.nft")
