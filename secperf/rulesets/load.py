@@ -59,6 +59,12 @@ def _run_nft(path: Path) -> list[Any]:
         )
     except subprocess.TimeoutExpired as exc:
         raise MechanismError(f"nft took over {_NFT_TIMEOUT:.0f}s to load", where=str(path)) from exc
+    if proc.returncode != 0 and proc.stderr.startswith("unshare:"):
+        raise MechanismError(
+            f"cannot make a throwaway network namespace: {proc.stderr.strip()}",
+            where=str(path),
+            fix="run as root: the file is loaded by nft in a namespace of its own",
+        )
     if proc.returncode != 0:
         raise _nft_error(path, proc.stderr or proc.stdout)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from secperf.errors import MechanismError
+from secperf.rulesets.flows import derive
 from secperf.rulesets.load import load
 from secperf.rulesets.model import Chain, Named, Rule, RuleRef, RuleSet
 from secperf.rulesets.prefixes import named_prefixes, outside_all, pick_address
@@ -264,3 +265,56 @@ def test_nft_alone_does_not_look_for_a_bare_include_beside_the_file(tmp_path: Pa
     assert alone.returncode != 0 and "File not found: part.nft" in alone.stderr
     rs = load(top, "nft")
     assert rs.files == (top, tmp_path / "part.nft")
+
+
+@needs_nft
+def test_named_prefixes_reads_every_construct_that_names_addresses() -> None:
+    path = DATA / "constructs.nft"
+    rs = load(path, "nft")
+    for r in rs.rules():
+        assert r.text.startswith(_written_on(path, r.ref.line).rstrip("\\").strip()), r
+    assert rs.rules()[2].text == "ip saddr $NETS udp dport 123 accept"  # `\\` joins lines
+    found = {(n.network, n.what, int(n.where.rsplit(":", 1)[1])) for n in named_prefixes(rs)}
+    assert {
+        ("10.30.0.1/32", "address", 9),  # a verdict map's keys, at the map's line
+        ("10.40.0.1/32", "address", 13),  # the address part of a concatenated set
+        ("2001:db8:10::/48", "prefix", 17),
+        ("10.70.0.1/32", "address", 36),  # a map's values of address type
+        ("10.50.0.1/32", "range end", 25),
+        ("10.50.0.9/32", "range end", 25),
+        ("10.20.0.0/16", "prefix", 26),  # a define over two lines, on the rule's line
+        ("172.16.0.0/12", "prefix", 26),
+        ("10.60.0.0/24", "prefix", 30),
+        ("10.61.0.1/32", "address", 30),
+        ("10.71.0.1/32", "nat target", 43),
+        ("198.51.100.1/32", "range end", 49),
+        ("198.51.100.9/32", "range end", 49),
+    } <= found
+    notes: list[str] = []
+    flows = derive(rs, ["lan0", "wan0"], notes)
+    by = {(f.rule.line if f.rule else None, f.expect): f for f in flows}
+    assert by[(25, "accept")].src == "10.50.0.1" and by[(25, "accept")].dport == 1000
+    assert by[(28, "accept")].src == "10.40.0.1" and by[(28, "accept")].dport == 22
+    assert ":" in by[(29, "accept")].src
+    assert by[(43, "accept")].served_by == "10.71.0.1" and by[(43, "accept")].served_port == 443
+    assert by[(43, "accept")].dport == 8443
+    assert any(":31: no flow" in n and "mark" in n for n in notes)
+    assert any(":44: no flow" in n for n in notes)  # a DNAT through a map
+
+
+def test_an_address_compared_with_another_field_is_refused() -> None:
+    ref = RuleRef(file=Path("x.nft"), line=9, family="ip", table="t", chain="c", index=0)
+    left = {"payload": {"protocol": "ip", "field": "saddr"}}
+    right = {"payload": {"protocol": "ip", "field": "daddr"}}
+    rule = Rule(
+        ref=ref,
+        verdict="drop",
+        target=None,
+        expr=({"match": {"op": "==", "left": left, "right": right}}, {"drop": None}),
+        text="ip saddr ip daddr drop",
+    )
+    chain = Chain("ip", "t", "c", "forward", "filter", 0, "accept", (rule,))
+    rs = RuleSet(source=Path("x.nft"), format="nft", chains=(chain,), raw=[])
+    with pytest.raises(MechanismError) as err:
+        named_prefixes(rs)
+    assert err.value.where == "x.nft:9"
