@@ -221,10 +221,10 @@ class Scanner:
             return ("skip",)
         if words[0] in _DEFINES:
             return None
-        if words[0] in ("add", "create"):
+        if words[0] in _VERBS:
             words = words[1:]
-        if not words:
-            return None
+        if not words or words[0] == "rule":
+            return None  # an anonymous set of a rule: `add rule ... tcp dport { 22, 80 }`
         if words[0] == "table":
             (fam, tbl), _ = _spec(words[1:], 1)
             return ("table", fam, tbl)

@@ -135,16 +135,21 @@ def test_rules_placed_by_position_lose_their_lines_with_a_warning(tmp_path: Path
         "add table inet t\n"
         "add chain inet t c { type filter hook input priority 0; policy accept; }\n"
         "add rule inet t c tcp dport 22 accept\n"
-        "add rule inet t c tcp dport 80 accept\n"
+        "add rule inet t c tcp dport { 80,\n\t443 } accept\n"
         "add chain inet t d\n"
         "add rule inet t d udp dport 53 accept\n"
+        "add rule inet t c tcp dport 8080 accept\n"
         "insert rule inet t d position 0 udp dport 54 accept\n"
     )
     rs = load(f, "nft")
     c = rs.chain("inet", "t", "c")
     d = rs.chain("inet", "t", "d")
     assert c is not None and d is not None
-    assert [r.ref.line for r in c.rules] == [3, 4]
+    assert [(r.ref.line, r.text) for r in c.rules] == [
+        (3, "tcp dport 22 accept"),
+        (4, "tcp dport { 80, 443 } accept"),
+        (8, "tcp dport 8080 accept"),
+    ]
     assert c.line == 2
     assert [r.ref.line for r in d.rules] == [None, None]
     assert any("inet t d" in w for w in rs.warnings)
