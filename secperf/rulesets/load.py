@@ -24,6 +24,8 @@ from secperf.rulesets.model import Chain, Format, Rule, RuleRef, RuleSet, Verdic
 # nft's own error lines: "FILE:LINE:COL-COL: Error: ..."
 _NFT_ERROR = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)(?:-\d+)?: Error: ")
 _NFT_TIMEOUT = 60.0
+_TABLE = re.compile(r"^table (?P<family>\S+) (?P<name>\S+) \{")
+_HANDLE = re.compile(r"^\s+(?P<text>.*\S) # handle (?P<handle>\d+)$")
 _NAT = ("dnat", "snat", "masquerade", "redirect")
 
 
@@ -41,13 +43,14 @@ def load(path: Path, fmt: Format) -> RuleSet:
     return _load_nft(path)
 
 
-def _run_nft(path: Path) -> list[Any]:
+def _run_nft(path: Path) -> tuple[list[Any], str]:
+    """libnftables' JSON of the loaded file, and nft's own listing (with handles)."""
     if shutil.which("nft") is None or shutil.which("unshare") is None:
         raise ToolMissingError(
             "nft and unshare are needed to read an nftables file",
             fix="apt-get install nftables util-linux",
         )
-    script = 'nft -I "$1" -f "$2" && nft -j -a list ruleset'
+    script = 'nft -I "$1" -f "$2" && nft -j -a list ruleset && echo && nft -a list ruleset'
     cwd = path.parent
     try:
         proc = subprocess.run(
@@ -67,14 +70,15 @@ def _run_nft(path: Path) -> list[Any]:
         )
     if proc.returncode != 0:
         raise _nft_error(path, proc.stderr or proc.stdout)
+    doc_text, _, listing = proc.stdout.partition("\n\n")
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(doc_text)
     except json.JSONDecodeError as exc:
         raise MechanismError(
             f"nft -j list ruleset printed no JSON: {exc}", where=str(path)
         ) from exc
     items: list[Any] = doc.get("nftables", [])
-    return items
+    return items, listing
 
 
 def _nft_error(path: Path, stderr: str) -> MechanismError:
@@ -97,7 +101,8 @@ def _nft_error(path: Path, stderr: str) -> MechanismError:
 
 
 def _load_nft(path: Path) -> RuleSet:
-    items = _run_nft(path)
+    items, listing = _run_nft(path)
+    listed_text = _listed_rules(listing)
     found = nftsource.scan(path, path.parent, [path.parent])
     warnings = list(found.warnings)
     chains: list[Chain] = []
@@ -125,7 +130,8 @@ def _load_nft(path: Path) -> RuleSet:
                 "is not knowable (insert/replace/delete by position): lines unknown"
             )
         rules = tuple(
-            _rule(r, i, path, None if written is None else written[i]) for i, r in enumerate(listed)
+            _rule(r, i, path, None if written is None else written[i], listed_text)
+            for i, r in enumerate(listed)
         )
         declared = found.chain_lines.get(key)
         chains.append(
@@ -153,7 +159,29 @@ def _load_nft(path: Path) -> RuleSet:
     )
 
 
-def _rule(r: dict[str, Any], index: int, top: Path, src: nftsource.SourceRule | None) -> Rule:
+def _listed_rules(listing: str) -> dict[tuple[str, str, int], str]:
+    """Each rule's text as `nft -a list ruleset` prints it, by (family, table, handle):
+    the text of a rule whose line in the source is unknown."""
+    out: dict[tuple[str, str, int], str] = {}
+    table: tuple[str, str] | None = None
+    for line in listing.splitlines():
+        m = _TABLE.match(line)
+        if m:
+            table = (m["family"], m["name"])
+            continue
+        m = _HANDLE.match(line)
+        if m and table is not None and not line.strip().startswith(("chain ", "set ", "map ")):
+            out[(*table, int(m["handle"]))] = m["text"].strip()
+    return out
+
+
+def _rule(
+    r: dict[str, Any],
+    index: int,
+    top: Path,
+    src: nftsource.SourceRule | None,
+    listed: dict[tuple[str, str, int], str],
+) -> Rule:
     expr = tuple(r.get("expr", ()))
     verdict, target = classify(expr)
     ref = RuleRef(
@@ -165,7 +193,7 @@ def _rule(r: dict[str, Any], index: int, top: Path, src: nftsource.SourceRule | 
         index=index,
         handle=r.get("handle"),
     )
-    text = src.text if src is not None else r.get("comment", "")
+    text = src.text if src is not None else listed.get((r["family"], r["table"], r["handle"]), "")
     return Rule(ref=ref, verdict=verdict, target=target, expr=expr, text=text)
 
 

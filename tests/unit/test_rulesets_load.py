@@ -152,6 +152,8 @@ def test_rules_placed_by_position_lose_their_lines_with_a_warning(tmp_path: Path
     ]
     assert c.line == 2
     assert [r.ref.line for r in d.rules] == [None, None]
+    # the text is then nft's own listing of the rule
+    assert sorted(r.text for r in d.rules) == ["udp dport 53 accept", "udp dport 54 accept"]
     assert any("inet t d" in w for w in rs.warnings)
 
 
