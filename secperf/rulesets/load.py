@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,11 @@ _HANDLE = re.compile(r"^\s+(?P<text>.*\S) # handle (?P<handle>\d+)$")
 _NAT = ("dnat", "snat", "masquerade", "redirect")
 
 
-def load(path: Path, fmt: Format) -> RuleSet:
+def load(path: Path, fmt: Format, interfaces: Sequence[str] = ()) -> RuleSet:
     """The rule set in `path`; a file its tool rejects raises MechanismError with the
     tool's own file:line; a missing include is an error, a glob include that matches
-    nothing a warning in RuleSet.warnings."""
+    nothing a warning in RuleSet.warnings. `interfaces` are created (veth) in the
+    throwaway namespace first, for rules that name one by index (`iif "lan0"`)."""
     path = Path(path).absolute()
     if not path.is_file():
         raise MechanismError(
@@ -40,21 +42,29 @@ def load(path: Path, fmt: Format) -> RuleSet:
         )
     if fmt == "iptables":
         return iptsave.parse(path)
-    return _load_nft(path)
+    return _load_nft(path, [i for i in interfaces if i != "lo"])
 
 
-def _run_nft(path: Path) -> tuple[list[Any], str]:
+# The interfaces first (each a veth whose peer nobody names), then the file.
+_SCRIPT = """dir=$1 file=$2; shift 2; i=0
+for name in "$@"; do
+  ip link add "$name" type veth peer name "secperf-ld$i" || exit 99; i=$((i+1))
+done
+nft -I "$dir" -f "$file" && nft -j -a list ruleset && echo && nft -a list ruleset"""
+_IFACE_FAILED = 99
+
+
+def _run_nft(path: Path, interfaces: list[str]) -> tuple[list[Any], str]:
     """libnftables' JSON of the loaded file, and nft's own listing (with handles)."""
     if shutil.which("nft") is None or shutil.which("unshare") is None:
         raise ToolMissingError(
             "nft and unshare are needed to read an nftables file",
             fix="apt-get install nftables util-linux",
         )
-    script = 'nft -I "$1" -f "$2" && nft -j -a list ruleset && echo && nft -a list ruleset'
     cwd = path.parent
     try:
         proc = subprocess.run(
-            ["unshare", "-n", "--", "sh", "-c", script, "sh", str(cwd), str(path)],
+            ["unshare", "-n", "--", "sh", "-c", _SCRIPT, "sh", str(cwd), str(path), *interfaces],
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -67,6 +77,12 @@ def _run_nft(path: Path) -> tuple[list[Any], str]:
             f"cannot make a throwaway network namespace: {proc.stderr.strip()}",
             where=str(path),
             fix="run as root: the file is loaded by nft in a namespace of its own",
+        )
+    if proc.returncode == _IFACE_FAILED:
+        raise MechanismError(
+            f"cannot create the interfaces {', '.join(interfaces)}: {proc.stderr.strip()}",
+            where=str(path),
+            fix="name interfaces as Linux allows (up to 15 characters, no '/' or spaces)",
         )
     if proc.returncode != 0:
         raise _nft_error(path, proc.stderr or proc.stdout)
@@ -93,15 +109,14 @@ def _nft_error(path: Path, stderr: str) -> MechanismError:
             where = f"{file}:{m['line']}"
             break
     text = stderr.strip() or "nft refused the file and said nothing"
-    return MechanismError(
-        f"nft rejects the rule file:\n{text}",
-        where=where,
-        fix="correct the file (`nft -c -f FILE` checks it)",
-    )
+    fix = "correct the file (`nft -c -f FILE` checks it)"
+    if "Interface does not exist" in text:
+        fix = "name the interface in the mechanism's `interfaces` (it is made for the load)"
+    return MechanismError(f"nft rejects the rule file:\n{text}", where=where, fix=fix)
 
 
-def _load_nft(path: Path) -> RuleSet:
-    items, listing = _run_nft(path)
+def _load_nft(path: Path, interfaces: list[str]) -> RuleSet:
+    items, listing = _run_nft(path, interfaces)
     listed_text = _listed_rules(listing)
     found = nftsource.scan(path, path.parent, [path.parent])
     warnings = list(found.warnings)

@@ -325,3 +325,19 @@ def test_an_address_compared_with_another_field_is_refused() -> None:
     with pytest.raises(MechanismError) as err:
         named_prefixes(rs)
     assert err.value.where == "x.nft:9"
+
+
+@needs_nft
+def test_a_rule_naming_an_interface_by_index_loads_once_it_is_given(tmp_path: Path) -> None:
+    f = tmp_path / "iif.nft"
+    f.write_text(
+        "table inet t {\n\tchain c {\n\t\ttype filter hook input priority 0;\n"
+        '\t\tiif "lan0" accept\n\t}\n}\n'
+    )
+    with pytest.raises(MechanismError) as err:
+        load(f, "nft")
+    assert err.value.where == f"{f}:4" and "interfaces" in (err.value.fix or "")
+    rs = load(f, "nft", interfaces=["lo", "lan0"])
+    assert rs.rules()[0].text == 'iif "lan0" accept'
+    with pytest.raises(MechanismError, match="cannot create"):
+        load(f, "nft", interfaces=["a/b"])
