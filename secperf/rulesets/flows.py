@@ -66,6 +66,10 @@ class _Deriver:
         self.walks: dict[tuple[str, str, str], list[_Entry]] = {}
         self.zones: dict[str, list[str]] = {}  # interface -> networks behind it
         self.used_ports: list[tuple[int, int]] = []
+        # The DUT's own address on each (interface, family), chosen once, and every
+        # source taken so far: one address is never both a client's and the DUT's.
+        self.dut_addrs: dict[tuple[str | None, str], str] = {}
+        self.sources: set[str] = set()
 
     # -- the walk ---------------------------------------------------------------
     def run(self) -> None:
@@ -203,12 +207,18 @@ class _Deriver:
             return None
         ingress, egress, to_dut = self._interfaces(m, hook)
         family = m.family or _family_of(m.src + m.dst) or "ip"
-        src = self._address(m.src, m.src_not, ingress, family, [])
+        src = self._address(m.src, m.src_not, ingress, family, sorted(self.dut_addrs.values()))
+        self.sources.add(src)
         if m.dst:
             dst = self._address(m.dst, m.dst_not, None, family, [src])
+        elif to_dut and (ingress, family) in self.dut_addrs:
+            dst = self.dut_addrs[(ingress, family)]
         else:
             zone = ingress if to_dut else egress
-            dst = self._address([], m.dst_not, zone, family, [src])
+            taken = self.sources if to_dut else self.sources | set(self.dut_addrs.values())
+            dst = self._address([], m.dst_not, zone, family, sorted(taken))
+            if to_dut:
+                self.dut_addrs[(ingress, family)] = dst
         dport = None
         if proto != "icmp":
             dport = m.dports[0][0] if m.dports else self._free_port()

@@ -310,3 +310,13 @@ def test_a_loop_of_jumps_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MechanismError) as err:
         derive(load(f, "iptables"), IFACES)
     assert "jumps back" in err.value.message
+
+
+def test_no_address_is_both_a_client_s_and_the_dut_s() -> None:
+    """A to_dut flow's destination is the DUT's own address: no flow sends from it, and
+    no forwarded flow is sent to it (it would meet the input chain instead)."""
+    flows = derive(load(DATA / "router.nft", "nft", ["lan0", "wan0"]), ["lan0", "wan0"])
+    dut = {f.dst for f in flows if f.to_dut}
+    assert dut, "the router has input-chain rules"
+    assert not dut & {f.src for f in flows}
+    assert not dut & {f.dst for f in flows if not f.to_dut}
