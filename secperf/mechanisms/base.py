@@ -273,6 +273,12 @@ class Mechanism(ABC):
         TLS-inspecting proxy's own CA), or None when it signs nothing."""
         return None
 
+    def rule_source(self, family: str, table: str, chain: str, index: int) -> str | None:
+        """Where the rule at `index` (0-based) of FAMILY TABLE CHAIN was written, as
+        `file:line`, when this mechanism loaded it and knows (a user's rule set); None
+        otherwise (the attribution round then names the rule by its text)."""
+        return None
+
     def detector(self) -> Detector | None:
         """What detects attacks in this mechanism, or None when it detects nothing."""
         return None

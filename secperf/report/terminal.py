@@ -19,6 +19,7 @@ from rich.text import Text
 
 from secperf.report import paper
 from secperf.report.answer import answer_tables
+from secperf.report.attribution import attribution_tables
 from secperf.report.checks import check_tables
 from secperf.report.header import header_lines
 from secperf.report.layouts import layout_of
@@ -123,6 +124,7 @@ def build_tables(
         mine = [t for t in traced if t.get("workload") == workload]
         if mine:
             tables.append(softirq_table(workload, mine))
+        tables += attribution_tables(workload, summary.get("attribution") or [])
     return tables
 
 

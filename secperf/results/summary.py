@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf import stats
-from secperf.results import evidence
+from secperf.results import attribution, evidence
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import ValidationRounds, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
@@ -492,13 +492,16 @@ def _bracket_degradation(
 
 
 def _noting_delays(
-    lines: Iterable[Mapping[str, Any]], into: list[Mapping[str, Any]]
+    lines: Iterable[Mapping[str, Any]], into: list[Any], attributed: list[Any]
 ) -> Iterator[Mapping[str, Any]]:
-    """The lines, as they are, keeping aside the results that carry delay histograms."""
+    """The lines, as they are, keeping aside the results that carry delay histograms
+    and the attribution round's `profile` and `rule_counts` records."""
     for line in lines:
         record = line.get("record")
         if isinstance(record, Mapping) and any(d in record for d, _ in DIRECTIONS):
             into.append(line)
+        elif line.get("phase") == "attribution" and isinstance(record, Mapping):
+            attributed.append(line)
         yield line
 
 
@@ -511,7 +514,8 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     stops = _stops(meta)
     # one pass over records.jsonl: the groups, and the delay histograms beside them
     delay_lines: list[Mapping[str, Any]] = []
-    groups = collect(run, _noting_delays(run.iter_records(), delay_lines))
+    attributed: list[Mapping[str, Any]] = []
+    groups = collect(run, _noting_delays(run.iter_records(), delay_lines, attributed))
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     limits = {
@@ -584,6 +588,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the traced round: the kernel's softirq time per unit, and each variant's own cost
         "softirq": evidence.mechanism_cost(traced, cpu),
         "softirq_note": (meta.get("softirq") or {}).get("why"),
+        "attribution": attribution.summarise(attributed),  # where the cost goes
         # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
         # of document 004): a kept run draws its distributions from these
         "distributions": delays_json(collect_delays(delay_lines)),
