@@ -65,7 +65,9 @@ class Counting:
     def start(self) -> None:
         for name in self.hosts:
             if self.variant.backends_on(name) & NFT_BACKENDS:
-                counted = CountedRules(self.testbed.host(name), rule_where(self.variant, name))
+                counted = CountedRules(
+                    self.testbed.host(name), rule_where(self.variant, name), name
+                )
                 if counted.start():
                     self.nft.append(counted)
 
@@ -75,7 +77,7 @@ class Counting:
         for name in self.hosts:
             if "iptables-legacy" in self.variant.backends_on(name):
                 rec = legacy_record(
-                    self.testbed.host(name), self.family, rule_where(self.variant, name)
+                    self.testbed.host(name), self.family, rule_where(self.variant, name), name
                 )
                 if rec is not None:
                     records.append(rec)

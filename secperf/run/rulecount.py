@@ -92,6 +92,44 @@ def _counter(expr: list[Any]) -> dict[str, int]:
 HEAD_COMMENT = "secperf-entering"
 
 
+def _head(chain: Mapping[str, Any]) -> dict[str, Any]:
+    """The rule that only counts what enters `chain`, inserted at its head."""
+    head = {
+        "family": chain["family"],
+        "table": chain["table"],
+        "chain": chain["name"],
+        "comment": HEAD_COMMENT,
+        "expr": [{"counter": dict(ZERO)}],
+    }
+    return {"insert": {"rule": head}}
+
+
+def has_xt(ruleset: Mapping[str, Any]) -> bool:
+    """Rules with iptables' compat expressions (iptables-nft's `-m multiport`, ...):
+    nft lists them but cannot load them back, so they cannot be copied."""
+    return any(
+        isinstance(s, Mapping) and "xt" in s for r in _rules(ruleset) for s in r.get("expr") or []
+    )
+
+
+def heads_only(ruleset: Mapping[str, Any]) -> dict[str, Any]:
+    """For a rule set that cannot be copied: only the counting rules at the chains'
+    heads, inserted beside the rules as they are (which count with their own
+    counters: iptables-nft gives every rule one)."""
+    return {"nftables": [_head(i["chain"]) for i in items(ruleset) if "chain" in i]}
+
+
+def heads_removed(live: Mapping[str, Any]) -> dict[str, Any]:
+    """Deleting the counting rules `heads_only` inserted, by their handles."""
+    return {
+        "nftables": [
+            {"delete": {"rule": {k: r[k] for k in ("family", "table", "chain", "handle")}}}
+            for r in _rules(live)
+            if r.get("comment") == HEAD_COMMENT
+        ]
+    }
+
+
 def instrument(ruleset: Mapping[str, Any]) -> dict[str, Any]:
     """The counted copy as one transaction: flush the rule set, then every object of
     the original with its rules counted, and a counting rule at the head of each
@@ -108,15 +146,7 @@ def instrument(ruleset: Mapping[str, Any]) -> dict[str, Any]:
             continue
         cmds.append({"add": item})
         if "chain" in item:
-            ch = item["chain"]
-            head = {
-                "family": ch["family"],
-                "table": ch["table"],
-                "chain": ch["name"],
-                "comment": HEAD_COMMENT,
-                "expr": [{"counter": dict(ZERO)}],
-            }
-            heads.append({"insert": {"rule": head}})
+            heads.append(_head(item["chain"]))
     return {"nftables": [*cmds, *heads]}
 
 
@@ -179,10 +209,12 @@ def counts(
     live: Mapping[str, Any],
     texts: Mapping[tuple[str, str, int], str],
     where: Where,
+    since: bool = False,
 ) -> list[dict[str, Any]]:
     """The chains of the `rule_counts` record: for each chain of the original, its
     entering packets (the head rule) and each rule's counters read from the `live`
-    counted copy, matched by place (family, table, chain, index)."""
+    counted copy, matched by place (family, table, chain, index); `since`: the rules
+    kept their own counters, so what they held in the original is taken off."""
     chains: dict[tuple[str, str, str], dict[str, Any]] = {}
     for item in items(original):
         if "chain" in item:
@@ -204,8 +236,10 @@ def counts(
         index = len(chain["rules"])
         verdict, target = verdict_of(list(rule.get("expr") or []))
         handle = rule.get("handle")
+        held = _counter(list(rule.get("expr") or [])) if since else ZERO
         chain["rules"].append(
             {
+                "held": held,
                 "index": index,
                 "handle": handle,
                 "verdict": verdict,
@@ -229,7 +263,11 @@ def counts(
         index = seen.get(key, 0)
         seen[key] = index + 1
         if index < len(chain["rules"]):
-            chain["rules"][index].update(got)
+            held = chain["rules"][index]["held"]
+            chain["rules"][index].update({k: got[k] - held[k] for k in ZERO})
+    for chain in chains.values():
+        for r in chain["rules"]:
+            del r["held"]
     return list(chains.values())
 
 
@@ -262,24 +300,33 @@ class CountedRules:
     replaces the live set (False: it holds no rules), `finish` reads the counters,
     restores the original and checks it is back."""
 
-    def __init__(self, host: Host, where: Where) -> None:
+    def __init__(self, host: Host, where: Where, name: str | None = None) -> None:
         self.host = host
         self.where = where
+        self.name = name or host.name  # the testbed's name for it ("dut")
         self.original: dict[str, Any] = {}
+        self.in_place = False
 
     def start(self) -> bool:
         self.original = nft_json(self.host, "list", "ruleset")
         if not any(True for _ in _rules(self.original)):
             return False
         self.texts = rule_texts(self.host.run(["nft", "-a", "list", "ruleset"]).stdout)
-        load(self.host, instrument(self.original), "the counted copy of the rule set")
+        self.in_place = has_xt(self.original)
+        if self.in_place:
+            load(self.host, heads_only(self.original), "the chains' counting rules")
+        else:
+            load(self.host, instrument(self.original), "the counted copy of the rule set")
         return True
 
     def finish(self) -> dict[str, Any]:
         """The `rule_counts` record (docs/data-format.md); the original is back."""
         live = nft_json(self.host, "list", "ruleset")
-        chains = counts(self.original, live, self.texts, self.where)
-        load(self.host, restore(self.original), "restoring the rule set")
+        chains = counts(self.original, live, self.texts, self.where, since=self.in_place)
+        if self.in_place:
+            load(self.host, heads_removed(live), "removing the chains' counting rules")
+        else:
+            load(self.host, restore(self.original), "restoring the rule set")
         back = comparable(nft_json(self.host, "list", "ruleset")) == comparable(self.original)
         if not back:
             raise MechanismError(
@@ -290,8 +337,11 @@ class CountedRules:
             )
         return {
             "type": "rule_counts",
-            "host": self.host.name,
+            "host": self.name,
             "source": "nft",
+            # copy: every rule counted on a copy; in place: the rules' own counters
+            # (a rule set nft cannot load back: iptables-nft's compat matches)
+            "method": "in place" if self.in_place else "copy",
             "walk": True,
             "restored": back,
             "chains": chains,
@@ -337,7 +387,9 @@ def legacy_counts(save: str, family: str, where: Where) -> list[dict[str, Any]]:
     return list(chains.values())
 
 
-def legacy_record(host: Host, family: int, where: Where) -> dict[str, Any] | None:
+def legacy_record(
+    host: Host, family: int, where: Where, name: str | None = None
+) -> dict[str, Any] | None:
     """The `rule_counts` record of the host's legacy iptables rules (None: none)."""
     save = "iptables-legacy-save" if family == 4 else "ip6tables-legacy-save"
     proc = host.run([save, "-c"], check=False)
@@ -346,7 +398,7 @@ def legacy_record(host: Host, family: int, where: Where) -> dict[str, Any] | Non
         return None
     return {
         "type": "rule_counts",
-        "host": host.name,
+        "host": name or host.name,
         "source": "iptables-legacy",
         "walk": False,
         "restored": True,
