@@ -9,6 +9,11 @@ loaded again and checked to be back (the same JSON, handles and counter values
 aside). Rules are named by family, table, chain and index (their place, which a
 reload keeps) and by the handle they had; their text comes from `nft -a list ruleset`.
 
+A rule set nft lists but cannot load back (iptables-nft's compat matches, `xt` in the
+JSON) is counted in place instead: only the counting rules at the chains' heads are
+inserted (iptables-nft gives every rule a counter of its own, read less what it held
+before the test) and deleted by handle after.
+
 iptables-legacy keeps a counter on every rule already: `iptables-legacy-save -c`
 after the test gives each rule's packets (the runner loads the rules afresh before
 the test, so they count that test alone); there is no entering count, so no walk.
