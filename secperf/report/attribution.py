@@ -136,3 +136,34 @@ def attribution_tables(workload: str, rows: Sequence[Mapping[str, Any]]) -> list
         if table is not None:
             out.append(table)
     return out
+
+
+def cost_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per configuration and point beside the verdicts: its hottest rule,
+    the longest walk, the functions that grew most (the attribution tables' gist)."""
+    out: list[str] = []
+    for row in summary.get("attribution") or []:
+        if row.get("variant") == BASELINE:
+            continue
+        said: list[str] = []
+        parts = row.get("rules") or []
+        hot = [h for p in parts for h in p.get("hot") or []]
+        if hot:
+            top = max(hot, key=lambda h: int(h.get("packets") or 0))
+            share = f", {_pct(top.get('share'))} of its chain" if top.get("share") else ""
+            said.append(f"hottest rule {top.get('rule')}{share}")
+        walked = [c for p in parts for c in p.get("chains") or [] if c.get("mean_walked")]
+        if walked:
+            most = max(walked, key=lambda c: float(c["mean_walked"]))
+            said.append(f"{fmt_value(most['mean_walked'])} rules walked a packet in {_chain(most)}")
+        prof = row.get("profile") or {}
+        grew = prof.get("grew") or []
+        if grew:
+            fns = ", ".join(f"{g['function']} +{float(g['delta']) * 100:.1f} pp" for g in grew[:3])
+            said.append(f"CPU grew most in {fns}")
+        elif prof and not prof.get("profiled"):
+            said.append(str(prof.get("why") or "not profiled"))
+        if said:
+            where = str(row.get("label") or row.get("workload") or row.get("point_id"))
+            out.append(f"{row.get('variant')} ({where}): " + "; ".join(said))
+    return out

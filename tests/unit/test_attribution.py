@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from secperf.report.attribution import attribution_tables
+from secperf.report.attribution import attribution_tables, cost_lines
 from secperf.results.attribution import differential, left_at, mean_walked, summarise, walks
 from secperf.run import profile, rulecount
 
@@ -238,6 +238,12 @@ def test_summary_rows_and_report_tables() -> None:
     tables = attribution_tables("crr", rows)
     assert [t.metric for t in tables] == ["hot_rules", "rules_walked", "profile"]
     assert tables[2].rows[0][0].text == "nft_do_chain"
+    (gist,) = cost_lines({"attribution": rows})
+    assert gist.startswith("acl (crr): hottest rule rule 1, 80.0% of its chain")
+    assert "1.800 rules walked a packet in inet t fw" in gist and "nft_do_chain +50.0 pp" in gist
     missing = summarise([line("acl", profile.not_profiled(profile.MISSING))])
     (table,) = attribution_tables("crr", missing)
     assert table.footnotes == ["not profiled: perf missing (install linux-perf)"]
+    assert cost_lines({"attribution": missing}) == [
+        "acl (crr): not profiled: perf missing (install linux-perf)"
+    ]
