@@ -33,7 +33,9 @@ from secperf.testbed.hosts import Host
 # The verdicts and NAT statements of libnftables' JSON, as the report names them.
 VERDICTS = ("accept", "drop", "reject", "queue", "goto", "jump", "return", "continue")
 NAT = ("dnat", "snat", "masquerade", "redirect")
-STATEMENTS = (*VERDICTS, *NAT)
+# A verdict map decides the packets it maps and passes the rest on: how many it
+# decided no counter before it can tell, so the walk counts them as walking on.
+STATEMENTS = (*VERDICTS, *NAT, "vmap")
 ZERO = {"packets": 0, "bytes": 0}
 Where = Callable[[str, str, str, int], str | None]
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from secperf.mechanisms.acl import Acl, AclSpec
+from secperf.plan import Variant
 from secperf.report.attribution import attribution_tables, cost_lines
 from secperf.results.attribution import differential, left_at, mean_walked, summarise, walks
 from secperf.run import profile, rulecount
+from secperf.run.attribution import rule_where
 
 
 def rule(packets: int, verdict: str = "continue", **more: Any) -> dict[str, Any]:
@@ -247,3 +250,24 @@ def test_summary_rows_and_report_tables() -> None:
     assert cost_lines({"attribution": missing}) == [
         "acl (crr): not profiled: perf missing (install linux-perf)"
     ]
+
+
+def test_a_verdict_map_is_counted_before_it() -> None:
+    vmap = {"vmap": {"key": {"payload": {"protocol": "ip", "field": "saddr"}}, "data": "@m"}}
+    expr = [{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, vmap]
+    assert rulecount.counted(expr)[1] == {"counter": rulecount.ZERO}
+    assert rulecount.verdict_of(expr) == ("vmap", None)
+
+
+def test_a_mechanism_names_its_rules_source() -> None:
+    class Sourced(Acl):
+        def rule_source(self, family: str, table: str, chain: str, index: int) -> str | None:
+            return f"rules.nft:{10 + index}" if chain == "forward" else None
+
+    ctx: Any = type("Ctx", (), {"hosts": ("dut",)})()
+    plain: Any = Acl(AclSpec(rules=1))
+    variant = Variant("v", mechanisms=[(plain, ctx), (Sourced(AclSpec(rules=1)), ctx)])
+    where = rule_where(variant, "dut")
+    assert where("inet", "t", "forward", 2) == "rules.nft:12"
+    assert where("inet", "t", "input", 0) is None
+    assert rule_where(variant, "server")("inet", "t", "forward", 2) is None
