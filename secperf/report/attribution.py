@@ -122,6 +122,13 @@ def functions_table(workload: str, row: Mapping[str, Any]) -> ReportTable | None
         f"{prof.get('samples')} samples; the functions whose share grew most against "
         "plain forwarding's, kernel and user space",
     ]
+    comms = prof.get("by_comm") or {}
+    if comms:
+        top = ", ".join(f"{c} {_pct(v)}" for c, v in list(comms.items())[:5])
+        notes.append(
+            f"{variant}'s samples by process (softirq work counts in the task it "
+            f"interrupted; others here are the machine's noise): {top}"
+        )
     return ReportTable(workload, "profile", title, columns, body, notes)
 
 

@@ -228,6 +228,7 @@ def summarise(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "why": rec.get("why"),
                 "samples": rec.get("samples"),
                 "cpus": rec.get("cpus"),
+                "by_comm": rec.get("by_comm") or {},
             }
             if rec.get("profiled") and key[1] != BASELINE:
                 if base is not None and base.get("profiled"):

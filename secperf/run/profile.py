@@ -80,10 +80,14 @@ def _symbol(line: str) -> str | None:
     return sym
 
 
-def fold(lines: Iterable[str]) -> tuple[int, Counter[str], Counter[str]]:
-    """`perf script` output -> samples, leaf function counts, in-stack counts."""
+def fold(
+    lines: Iterable[str], comms: Counter[str] | None = None
+) -> tuple[int, Counter[str], Counter[str]]:
+    """`perf script` output -> samples, leaf function counts, in-stack counts (and
+    into `comms`, the samples of each process name)."""
     leaf: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    by_comm: Counter[str] = Counter() if comms is None else comms
     samples = 0
     stack: list[str] = []
     comm = ""
@@ -94,6 +98,7 @@ def fold(lines: Iterable[str]) -> tuple[int, Counter[str], Counter[str]]:
         if not in_sample:
             return
         samples += 1
+        by_comm[comm or "?"] += 1
         frames = stack or [f"[{comm or '?'}]"]
         leaf[frames[0]] += 1
         for fn in set(frames):
@@ -125,7 +130,8 @@ def shares(counts: Counter[str], samples: int, keep: int = KEEP) -> dict[str, fl
 
 def record_of(lines: Iterable[str], cpus: Sequence[int] | None, span_s: float) -> dict[str, Any]:
     """The `profile` record of a folded `perf script` output."""
-    samples, leaf, inclusive = fold(lines)
+    comms: Counter[str] = Counter()
+    samples, leaf, inclusive = fold(lines, comms)
     if not samples:
         return not_profiled("perf recorded no samples", cpus)
     return {
@@ -139,6 +145,9 @@ def record_of(lines: Iterable[str], cpus: Sequence[int] | None, span_s: float) -
         "samples": samples,
         "self": shares(leaf, samples),
         "inclusive": shares(inclusive, samples),
+        # by process name (the task each sample interrupted: softirq work is charged to
+        # the task it ran in): what else ran on the sampled CPUs shows here
+        "by_comm": shares(comms, samples, keep=20),
     }
 
 

@@ -203,6 +203,7 @@ def test_fold_takes_leaf_and_inclusive_shares() -> None:
     assert inclusive["nf_hook_slow"] == 2 and inclusive["nft_do_chain"] == 2
     rec = profile.record_of(SCRIPT.splitlines(), [1], 1.0)
     assert rec["profiled"] and rec["self"]["nft_do_chain"] == 0.5 and rec["cpus"] == [1]
+    assert rec["by_comm"] == {"engine": 0.75, "swapper": 0.25}
 
 
 def test_no_samples_is_said_not_zero() -> None:
