@@ -32,6 +32,7 @@ LEAVES = frozenset(
 )
 # What ends a packet's evaluation altogether (a jump's chain deciding it): not return.
 DECIDES = LEAVES - {"return", "goto"}
+ATTRIBUTED = ("profile", "rule_counts")  # the attribution round's record types
 HOT_RULES = 10  # rules per table, by packets
 TOP_FUNCTIONS = 10  # functions that grew, by the difference of their shares
 
@@ -198,6 +199,8 @@ def summarise(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for line in lines:
         rec = line["record"]
+        if rec.get("type") not in ATTRIBUTED:
+            continue
         key = (str(line.get("point_id")), str(line.get("variant")))
         row = rows.setdefault(
             key,

@@ -494,13 +494,14 @@ def _bracket_degradation(
 def _noting_delays(
     lines: Iterable[Mapping[str, Any]], into: list[Any], attributed: list[Any]
 ) -> Iterator[Mapping[str, Any]]:
-    """The lines, as they are, keeping aside the results that carry delay histograms
+    """The lines, as they are, keeping aside the measured results with delay histograms
     and the attribution round's `profile` and `rule_counts` records."""
     for line in lines:
-        record = line.get("record")
-        if isinstance(record, Mapping) and any(d in record for d, _ in DIRECTIONS):
-            into.append(line)
-        elif line.get("phase") == "attribution" and isinstance(record, Mapping):
+        record, phase = line.get("record"), line.get("phase")
+        if isinstance(record, Mapping) and phase is None:
+            if any(d in record for d, _ in DIRECTIONS):
+                into.append(line)
+        elif isinstance(record, Mapping) and record.get("type") in attribution.ATTRIBUTED:
             attributed.append(line)
         yield line
 
