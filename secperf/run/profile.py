@@ -207,7 +207,9 @@ class Profiler:
             proc.stop(timeout=2.0)
             self.close()
             return not_profiled("perf record did not end on SIGINT", self.cpus)
-        self._proc = None
+        finally:
+            self._proc = None
+        proc.stop(timeout=2.0)  # it has ended: this takes it off the ledger
         try:
             script = subprocess.run(
                 ["perf", "script", "-i", str(self._data), "-F", "comm,ip,sym,dso"],
