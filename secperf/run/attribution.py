@@ -28,9 +28,21 @@ from typing import Any
 
 from secperf.plan import Variant
 from secperf.run.rulecount import CountedRules, Where, legacy_record
+from secperf.testbed.placement import Placement
 from secperf.testbed.testbed import Testbed
 
 NFT_BACKENDS = frozenset({"nft", "iptables-nft"})
+
+
+def profiled_cpus(placement: Placement) -> list[int] | None:
+    """The CPUs the profile samples: the forwarding hosts' own where the placement
+    gives them theirs (`split`: the DUT's CPU, its receive processing steered there),
+    else the testbed's where it is confined to them; None: every CPU."""
+    if not placement.confined:
+        return None
+    if placement.rps:
+        return sorted({cpu for cpus in placement.rps.values() for cpu in cpus})
+    return list(placement.testbed_cpus) or None
 
 
 def counted_hosts(testbed: Testbed, variant: Variant) -> list[str]:

@@ -31,7 +31,7 @@ from secperf.errors import EngineError, SecperfError
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.run import profile, softirq
-from secperf.run.attribution import Counting
+from secperf.run.attribution import Counting, profiled_cpus
 from secperf.run.budget import Budget, Visit, next_round
 from secperf.run.estimate import fmt_eta, least_rounds, planned_rounds
 from secperf.run.progress import RunProgress
@@ -424,8 +424,7 @@ class Rounds:
         if self.meter is None or testbed.lab:
             self._write_meta(attribution={"measured": False, "why": "the hosts are real machines"})
             return
-        placement = testbed.placement
-        cpus = list(placement.testbed_cpus) if placement.confined else None
+        cpus = profiled_cpus(testbed.placement)
         point = state.point
         order = round_order(self.seed, point.point_id, "attribution", list(state.by_name))
         for name in order:

@@ -10,7 +10,8 @@ from secperf.plan import Variant
 from secperf.report.attribution import attribution_tables, cost_lines
 from secperf.results.attribution import differential, left_at, mean_walked, summarise, walks
 from secperf.run import profile, rulecount
-from secperf.run.attribution import rule_where
+from secperf.run.attribution import profiled_cpus, rule_where
+from secperf.testbed.placement import Placement
 
 
 def rule(packets: int, verdict: str = "continue", **more: Any) -> dict[str, Any]:
@@ -272,3 +273,10 @@ def test_a_mechanism_names_its_rules_source() -> None:
     assert where("inet", "t", "forward", 2) == "rules.nft:12"
     assert where("inet", "t", "input", 0) is None
     assert rule_where(variant, "server")("inet", "t", "forward", 2) is None
+
+
+def test_the_profile_samples_the_dut_cpus_where_it_has_its_own() -> None:
+    assert profiled_cpus(Placement("shared", testbed_cpus=[0, 1])) is None
+    assert profiled_cpus(Placement("one", hosts={"dut": [1]}, testbed_cpus=[1])) == [1]
+    split = Placement("split", hosts={"dut": [3]}, testbed_cpus=[2, 3], rps={"dut": [3]})
+    assert profiled_cpus(split) == [3]
