@@ -41,7 +41,13 @@ def scenario(placement: str, rounds: int) -> dict[str, Any]:
     sc = api.load(QUICK).to_json_dict()
     sc["testbed"]["cpus"] = placement
     sc["repeat"].update(
-        min=rounds, max=rounds, budget=86400, remeasure=0, trace_softirq=False, seed=None
+        min=rounds,
+        max=rounds,
+        budget=86400,
+        remeasure=0,
+        trace_softirq=False,
+        attribution=False,
+        seed=None,
     )
     sc["name"] = f"placement-{placement}"
     return sc

@@ -29,7 +29,10 @@ PACKAGES=(iproute2 nftables iptables ipset conntrack ethtool iputils-ping procps
           openssh-server openssh-client
           # the kernel's softirq time, exactly (irq:softirq_entry/exit tracepoints), in
           # the traced round of each point (docs/methodology.md, "The mechanism's own cost")
-          bpftrace)
+          bpftrace
+          # perf (cpu-clock sampling, no PMU needed): the attribution round's CPU profile
+          # of each configuration, where the cost goes (docs/methodology.md, "Where the cost goes")
+          linux-perf)
 
 need=()
 for p in "${PACKAGES[@]}"; do

@@ -273,13 +273,14 @@ class Mechanism(ABC):
         TLS-inspecting proxy's own CA), or None when it signs nothing."""
         return None
 
-    def detector(self) -> Detector | None:
-        """What detects attacks in this mechanism, or None when it detects nothing."""
+    def rule_source(self, family: str, table: str, chain: str, index: int) -> str | None:
+        """Where the rule at `index` (0-based) of FAMILY TABLE CHAIN was written, as
+        `file:line`, when this mechanism loaded it and knows (a user's rule set); None
+        otherwise (the attribution round then names the rule by its text)."""
         return None
 
-    def rule_where(self, family: str, table: str, chain: str, index: int) -> str | None:
-        """Where the rule at `index` (0-based) of a chain this mechanism loaded was
-        written (`file:line`), or None when it does not know (generated rules)."""
+    def detector(self) -> Detector | None:
+        """What detects attacks in this mechanism, or None when it detects nothing."""
         return None
 
     def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:

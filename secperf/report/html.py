@@ -37,6 +37,7 @@ from secperf.report.answer import (
     value_text,
     verdicts,
 )
+from secperf.report.attribution import cost_lines
 from secperf.report.distributions import delay_charts
 from secperf.report.gate import (
     GateError,
@@ -254,6 +255,11 @@ def render_html(
         body += answer
         body += [_figure_html(c) for c in forest]
         body.append("</div>")
+    costs = cost_lines(summary)
+    if costs:
+        body.append('<p class="note">Where the cost goes (the attribution round):</p><ul>')
+        body += [f"<li>{escape(text)}</li>" for text in costs]
+        body.append("</ul>")
     body += ['<div class="header">', *(f"<p>{escape(line)}</p>" for line in rest), "</div>"]
     body.append('<h2 id="results">Results</h2>')
     common, tables = common_notes(run_tables(summary, run_meta))

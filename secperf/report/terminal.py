@@ -19,6 +19,7 @@ from rich.text import Text
 
 from secperf.report import paper
 from secperf.report.answer import answer_tables
+from secperf.report.attribution import attribution_tables, cost_lines
 from secperf.report.behaviour import behaviour_table
 from secperf.report.checks import check_tables
 from secperf.report.header import header_lines
@@ -124,6 +125,7 @@ def build_tables(
         mine = [t for t in traced if t.get("workload") == workload]
         if mine:
             tables.append(softirq_table(workload, mine))
+        tables += attribution_tables(workload, summary.get("attribution") or [])
     return tables
 
 
@@ -525,6 +527,12 @@ def print_report(
     for part in [*lead, *answer_tables(summary, run_meta)]:
         console.print()
         console.print(part, highlight=False)
+    costs = cost_lines(summary)
+    if costs:
+        console.print()
+        console.print("Where the cost goes (the attribution round):", markup=False)
+        for text in costs:
+            console.print(f"  {text}", markup=False, highlight=False)
     if not details:
         return
     width = None if console.width >= 100_000 else console.width

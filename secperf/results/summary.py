@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf import stats
-from secperf.results import evidence
-from secperf.results.behaviour import behaviour
+from secperf.results import attribution, behaviour, evidence
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import ValidationRounds, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
@@ -493,13 +492,17 @@ def _bracket_degradation(
 
 
 def _noting_delays(
-    lines: Iterable[Mapping[str, Any]], into: list[Mapping[str, Any]]
+    lines: Iterable[Mapping[str, Any]], into: list[Any], attributed: list[Any]
 ) -> Iterator[Mapping[str, Any]]:
-    """The lines, as they are, keeping aside the results that carry delay histograms."""
+    """The lines, as they are, keeping aside the measured results with delay histograms
+    and the attribution round's `profile` and `rule_counts` records."""
     for line in lines:
-        record = line.get("record")
-        if isinstance(record, Mapping) and any(d in record for d, _ in DIRECTIONS):
-            into.append(line)
+        record, phase = line.get("record"), line.get("phase")
+        if isinstance(record, Mapping) and phase is None:
+            if any(d in record for d, _ in DIRECTIONS):
+                into.append(line)
+        elif isinstance(record, Mapping) and record.get("type") in attribution.ATTRIBUTED:
+            attributed.append(line)
         yield line
 
 
@@ -512,7 +515,8 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     stops = _stops(meta)
     # one pass over records.jsonl: the groups, and the delay histograms beside them
     delay_lines: list[Mapping[str, Any]] = []
-    groups = collect(run, _noting_delays(run.iter_records(), delay_lines))
+    attributed: list[Mapping[str, Any]] = []
+    groups = collect(run, _noting_delays(run.iter_records(), delay_lines, attributed))
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     limits = {
@@ -563,8 +567,7 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     ]
     return {
         "format": FORMAT,
-        # records.jsonl lines that could not be read (a last line cut short): their
-        # round is missing from the figures, and the report says so.
+        # records.jsonl lines that could not be read: their rounds are missing (said)
         "dropped_records": list(run.dropped),
         "cpu": cpu,
         "scenario": scenario.get("name"),
@@ -585,11 +588,11 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the traced round: the kernel's softirq time per unit, and each variant's own cost
         "softirq": evidence.mechanism_cost(traced, cpu),
         "softirq_note": (meta.get("softirq") or {}).get("why"),
+        "attribution": attribution.summarise(attributed),  # where the cost goes
         # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
         # of document 004): a kept run draws its distributions from these
         "distributions": delays_json(collect_delays(delay_lines)),
-        # a rule-set review: each variant's decision on each flow, and what differs
-        "behaviour": behaviour(meta),
+        "behaviour": behaviour.behaviour(meta),  # a rule-set review: each flow's decisions
         # the scenario's [[paper]] rows, each with the run's figure and a verdict
         "paper": paper_verdicts(
             scenario, rows, {k: g.values for k, g in groups.items()}, conf, target_pp

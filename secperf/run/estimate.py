@@ -62,8 +62,11 @@ def estimate(scenario: Scenario) -> Estimate:
     rounds = planned_rounds(scenario, pairs)
 
     def traced(p: WorkloadPoint) -> int:
-        """The traced round: one more round for a point with a unit of work."""
-        return int(scenario.repeat.trace_softirq and WORKLOADS.get(p.kind).work_unit is not None)
+        """The traced rounds of a point with a unit of work: the softirq round, and
+        the attribution round's two (profiled, counted; the baseline's one)."""
+        if WORKLOADS.get(p.kind).work_unit is None:
+            return 0
+        return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attribution)
 
     least = scenario.repeat.min
     minimum = sum(point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs)

@@ -32,6 +32,8 @@ PEER_TOOLS = (
     Tool("iperf3", "iperf3", "bench/engine_vs_peers (stream peer)"),
     Tool("sockperf", "sockperf", "bench/engine_vs_peers (rr peer)"),
     Tool("ethtool", "ethtool", "recording offloads in run.json"),
+    # optional: without it the attribution round says "not profiled: perf missing"
+    Tool("perf", "linux-perf", "the attribution round's CPU profile (where the cost goes)"),
 )
 
 

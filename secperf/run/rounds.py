@@ -30,7 +30,8 @@ from secperf.engine import Record
 from secperf.errors import EngineError, SecperfError
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.metrics import extract, metrics_for_kind
-from secperf.run import softirq
+from secperf.run import profile, softirq
+from secperf.run.attribution import Counting, profiled_cpus
 from secperf.run.budget import Budget, Visit, next_round
 from secperf.run.estimate import fmt_eta, least_rounds, planned_rounds
 from secperf.run.progress import RunProgress
@@ -73,6 +74,7 @@ class PointState:
     longest_round_s: float = 0.0
     done: bool = False
     traced: bool = False
+    attributed: bool = False
     calibrated: bool = False
 
     @property
@@ -115,6 +117,7 @@ class Rounds:
         rep: int,
         *,
         phase: str | None = None,
+        prepare: Callable[[], None] | None = None,
     ) -> Measured:
         raise NotImplementedError
 
@@ -245,6 +248,9 @@ class Rounds:
             if not state.traced and rep.trace_softirq and unit is not None and state.variants:
                 state.traced = True
                 self._traced_round(testbed, state)
+            if not state.attributed and rep.attribution and unit is not None and state.variants:
+                state.attributed = True
+                self._attribution_round(testbed, state)
         finally:
             self._shape_links(testbed, state.point, restore=True)
         self._write_meta()
@@ -410,3 +416,44 @@ class Rounds:
                 {**traced.record(cpus), "result_kind": got.result.get("kind")},
             )
         self._write_meta(softirq={"traced": True, "source": "bpftrace"})
+
+    def _attribution_round(self, testbed: Testbed, state: PointState) -> None:
+        """Where the cost goes (secperf.run.attribution): every configuration once
+        profiled (perf) and, where it loads packet filters, once with its rules
+        counted; `profile` and `rule_counts` records, in no figure."""
+        if self.meter is None or testbed.lab:
+            self._write_meta(attribution={"measured": False, "why": "the hosts are real machines"})
+            return
+        cpus = profiled_cpus(testbed.placement)
+        point = state.point
+        order = round_order(self.seed, point.point_id, "attribution", list(state.by_name))
+        for name in order:
+            variant = state.by_name[name]
+            tags = self._tags(variant, point, -1, phase="attribution")
+            profiler = profile.Profiler(profile.spawner(testbed.spawn_here), cpus)
+            try:
+                if profiler.start():
+                    try:
+                        got = self._measure_test(testbed, variant, point, -1, phase="attribution")
+                    finally:
+                        rec = profiler.stop()
+                    self._keep(tags, {**rec, "result_kind": got.result.get("kind")})
+                else:
+                    self._keep(tags, profile.not_profiled(profiler.error or "perf did not run"))
+                counting = Counting(testbed, variant, self.plan.family)
+                if counting.hosts:
+                    self._measure_test(
+                        testbed, variant, point, -1, phase="attribution", prepare=counting.start
+                    )
+                    for rec in counting.finish():
+                        self._keep(tags, rec)
+            except SecperfError as exc:
+                # the measured rounds stand; only this configuration's attribution is lost
+                self.console.print(
+                    f"[yellow]{point.point_id} {name}: the attribution round failed "
+                    f"({exc.message}); where its cost goes is not measured[/]",
+                    highlight=False,
+                )
+            finally:
+                profiler.close()
+        self._write_meta(attribution={"measured": True, "profile": profile.unavailable() is None})

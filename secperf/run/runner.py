@@ -391,10 +391,15 @@ class Runner(Rounds):
         rep: int,
         *,
         phase: str | None = None,
+        prepare: Callable[[], None] | None = None,
     ) -> Measured:
         """Load the variant afresh, measure once, and keep what the machine's CPUs and
-        the shaped links did over the test (`machine` and `links` records)."""
+        the shaped links did over the test (`machine` and `links` records). `prepare`
+        runs once the variant is loaded, before the test (the attribution round's
+        counted copy of the rule set); the variant stays loaded after it."""
         self._apply(testbed, variant)
+        if prepare is not None:
+            prepare()
         links = self._link_sampler(testbed, point)
         self._hook = links.on_record if links is not None else None
         before = self.meter.read() if self.meter is not None else None

@@ -3,7 +3,7 @@
 When the scenario's traffic is placed flows (a rule-set review: TrafficPlan.flows),
 every variant, once loaded, gets one traced probe per flow (secperf.rulesets.verdicts):
 what it decides (accept / deny) and the rule that decides it, named by its file:line
-when a mechanism knows its source (Mechanism.rule_where), else by its place in the
+when a mechanism knows its source (Mechanism.rule_source), else by its place in the
 loaded rule set. The result goes to run.json under `verdicts` (variant -> flows); the
 summary's `behaviour` section compares the variants flow by flow from it.
 """
@@ -60,7 +60,7 @@ def decided_by(
     index = places.get((d.family, d.table, d.chain, d.handle))
     if index is not None:
         for mech, _ctx in mechanisms:
-            where = mech.rule_where(d.family, d.table, d.chain, index)
+            where = mech.rule_source(d.family, d.table, d.chain, index)
             if where is not None:
                 return where
         return f"{d.family} {d.table} {d.chain}, rule {index + 1}"

@@ -84,6 +84,10 @@ class Repeat(StrictModel):
     # One extra round per point with the kernel's softirq time traced (bpftrace), for
     # the mechanism's kernel cost per unit of work; its rates are not used.
     trace_softirq: bool = True
+    # One more round per point for where the cost goes: each configuration profiled
+    # (perf cpu-clock sampling) and its packet filters' rules counted on a copy of the
+    # live rule set (hot rules, rules walked per chain); its rates are not used.
+    attribution: bool = True
 
     @field_validator("confidence", mode="before")
     @classmethod

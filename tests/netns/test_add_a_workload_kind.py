@@ -52,9 +52,10 @@ name = "pingpong"
 [repeat]
 min = 2
 max = 2
-# one result per round: none measured again, no traced round
+# one result per round: none measured again, no traced or attribution round
 remeasure = 0
 trace_softirq = false
+attribution = false
 [timing]
 duration = "1s"
 warmup = "0.2s"

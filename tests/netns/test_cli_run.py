@@ -24,9 +24,10 @@ baseline = "{baseline}"
 [repeat]
 min = 2
 max = 2
-# one result per round: none measured again, no traced round
+# one result per round: none measured again, no traced or attribution round
 remeasure = 0
 trace_softirq = false
+attribution = false
 [timing]
 duration = "{duration}"
 warmup = "0.1s"

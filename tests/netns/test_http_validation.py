@@ -36,6 +36,7 @@ min = 2
 max = 2
 remeasure = 0
 trace_softirq = false
+attribution = false
 [timing]
 duration = "0.5s"
 warmup = "0.2s"

@@ -101,6 +101,7 @@ name = "{name}"
 min = 2
 max = 2
 trace_softirq = false
+attribution = false
 [timing]
 duration = "1.5s"
 warmup = "0.5s"
@@ -145,6 +146,7 @@ name = "openloop"
 min = 2
 max = 2
 trace_softirq = {trace}
+attribution = false
 [timing]
 duration = "1s"
 warmup = "0.3s"

@@ -90,9 +90,10 @@ SCENARIO = """name = "counted"
 [repeat]
 min = 2
 max = 2
-# one result per round: none measured again, no traced round
+# one result per round: none measured again, no traced or attribution round
 remeasure = 0
 trace_softirq = false
+attribution = false
 
 [timing]
 duration = "0.5s"
@@ -132,7 +133,7 @@ def test_a_new_mechanism_kind_names_a_typo_with_its_line(tmp_path: Path) -> None
         result = check(path)
     assert result.exit_code != 0
     text = " ".join(result.output.split())
-    assert f"{path}:15:" in text, text  # the line of the mechanism entry
+    assert f"{path}:16:" in text, text  # the line of the mechanism entry
     assert "variants.counted.mechanisms[0].prot: unknown key 'prot'" in text, text
     assert "did you mean 'port'?" in text, text
 

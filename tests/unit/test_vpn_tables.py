@@ -190,9 +190,10 @@ def test_a_workload_measures_only_the_variants_it_names() -> None:
     ]
     from secperf.run.estimate import estimate_seconds
 
-    # 4 tests of "all" and 3 of "some", 3 rounds and the traced one, 1.3 s each
+    # 4 tests of "all" and 3 of "some", 3 rounds, the traced one and the attribution
+    # round's two (profiled, counted), 1.3 s each
     lo, _hi = estimate_seconds(sc)
-    assert lo == pytest.approx((3 + 1) * (4 + 3) * 1.3)
+    assert lo == pytest.approx((3 + 1 + 2) * (4 + 3) * 1.3)
     with pytest.raises(ValidationError, match="does not have"):
         Scenario.model_validate(
             {
