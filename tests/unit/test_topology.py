@@ -16,7 +16,7 @@ from secperf.testbed.topology import (
 )
 
 V4 = IPv4Network("198.18.0.0/15")
-V4_RESERVED = IPv4Network("198.19.0.0/16")
+V4_RESERVED = IPv4Network("198.19.0.0/17")
 V6 = IPv6Network("2001:2::/48")
 
 
