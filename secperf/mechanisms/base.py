@@ -281,6 +281,11 @@ class Mechanism(ABC):
         """What detects attacks in this mechanism, or None when it detects nothing."""
         return None
 
+    def rule_where(self, family: str, table: str, chain: str, index: int) -> str | None:
+        """Where the rule at `index` (0-based) of a chain this mechanism loaded was
+        written (`file:line`), or None when it does not know (generated rules)."""
+        return None
+
     def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:
         """The detector's counters now (cumulative), read on its `hosts` (those `on`
         names); None when it cannot say (not running)."""

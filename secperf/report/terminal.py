@@ -19,6 +19,7 @@ from rich.text import Text
 
 from secperf.report import paper
 from secperf.report.answer import answer_tables
+from secperf.report.behaviour import behaviour_table
 from secperf.report.checks import check_tables
 from secperf.report.header import header_lines
 from secperf.report.layouts import layout_of
@@ -514,6 +515,10 @@ def print_report(
     if header:
         for line in header_lines(summary, run_meta):
             console.print(line, highlight=False, markup=False)
+    if summary.get("behaviour"):
+        # a rule-set review: what the variants decide differently comes before any cost
+        console.print()
+        console.print(behaviour_table(summary["behaviour"]), highlight=False)
     for part in answer_tables(summary, run_meta):
         console.print()
         console.print(part, highlight=False)

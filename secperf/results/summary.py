@@ -14,6 +14,7 @@ from typing import Any
 
 from secperf import stats
 from secperf.results import evidence
+from secperf.results.behaviour import behaviour
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import ValidationRounds, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
@@ -587,6 +588,8 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         # the latency workloads' delay histograms, repetitions merged (Fig. 4 and 8
         # of document 004): a kept run draws its distributions from these
         "distributions": delays_json(collect_delays(delay_lines)),
+        # a rule-set review: each variant's decision on each flow, and what differs
+        "behaviour": behaviour(meta),
         # the scenario's [[paper]] rows, each with the run's figure and a verdict
         "paper": paper_verdicts(
             scenario, rows, {k: g.values for k, g in groups.items()}, conf, target_pp

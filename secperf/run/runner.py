@@ -55,6 +55,7 @@ from secperf.run.observe import End, LinkSampler
 from secperf.run.preflight import preflight
 from secperf.run.rounds import Measured, Rounds
 from secperf.run.validity import fails_again, moved_nothing
+from secperf.run.verdict_probe import probe_variant
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint
 from secperf.testbed import links, machine
@@ -271,9 +272,28 @@ class Runner(Rounds):
     def _check_mechanisms(self, testbed: Testbed, variants: list[Variant]) -> None:
         """Load every variant once before any traffic: a rule the kernel rejects stops here."""
         self.mechanism_hosts = self.plan.mechanism_hosts()
+        verdicts: dict[str, list[dict[str, Any]]] = {}
         for v in variants:
             self._apply(testbed, v)
+            found = self._probe_verdicts(testbed, v)
+            if found is not None:
+                verdicts[v.name] = found
+        if verdicts:
+            self._write_meta(verdicts=verdicts)
         self._apply(testbed, variants[0])
+
+    def _probe_verdicts(self, testbed: Testbed, variant: Variant) -> list[dict[str, Any]] | None:
+        """A rule-set review: the loaded variant's decision on each flow, traced."""
+        if variant.name == BASELINE or DUT not in self.plan.topology.roles:
+            return None
+        hosts = {name: testbed.host(name) for name in self.plan.topology.names}
+        return probe_variant(
+            testbed.host(DUT),
+            hosts,
+            variant.mechanisms,
+            f"secperf_{testbed.prefix}_trace",
+            self.plan.family,
+        )
 
     def _apply(self, testbed: Testbed, variant: Variant) -> None:
         """Load `variant` afresh (before every test, even the same variant again) and

@@ -1,0 +1,79 @@
+"""What each variant decides for each flow of a rule-set review, compared.
+
+Read from run.json's `verdicts` (secperf.run.verdict_probe): for every flow, each
+variant's decision and the rule that took it. A review must see behaviour before cost:
+`changes` lists every flow that two variants decide differently; `misses` the flows
+whose decision is not the one they were derived for (a flow made for an accepting rule
+that is denied, a probe for a denying rule that passes, or a flow decided by another
+rule than its own: the traffic did not exercise that rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary's `behaviour` section, or None when the run probed no flows."""
+    verdicts = meta.get("verdicts")
+    if not isinstance(verdicts, Mapping) or not verdicts:
+        return None
+    variants = list(verdicts)
+    flows: dict[str, dict[str, Any]] = {}
+    for variant, rows in verdicts.items():
+        for row in rows:
+            entry = flows.setdefault(
+                row["flow"],
+                {
+                    "flow": row["flow"],
+                    "describe": row.get("describe"),
+                    "expect": row.get("expect"),
+                    "derived_for": row.get("derived_for"),
+                    "origin": row.get("origin"),
+                    "variants": {},
+                },
+            )
+            entry["variants"][variant] = {
+                "verdict": row.get("verdict"),
+                "decided_by": row.get("decided_by"),
+            }
+    changes = [
+        f
+        for f in flows.values()
+        if len({v["verdict"] for v in f["variants"].values()}) > 1
+        or len(f["variants"]) < len(variants)
+    ]
+    misses: dict[str, list[dict[str, Any]]] = {}
+    coverage: dict[str, dict[str, int]] = {}
+    for variant in variants:
+        hit = total = 0
+        for f in flows.values():
+            mine = f["variants"].get(variant)
+            if mine is None or f["expect"] is None:
+                continue
+            derived = f["derived_for"]
+            if f["expect"] == "accept" and derived is not None:
+                total += 1
+            wrong = (f["expect"] == "accept") != (mine["verdict"] == "accept")
+            other_rule = derived is not None and mine["decided_by"] != derived
+            if f["expect"] == "accept" and derived is not None and not wrong and not other_rule:
+                hit += 1
+            if wrong or other_rule:
+                misses.setdefault(variant, []).append(
+                    {
+                        "flow": f["flow"],
+                        "describe": f["describe"],
+                        "expect": f["expect"],
+                        "derived_for": derived,
+                        **mine,
+                    }
+                )
+        coverage[variant] = {"accepting_rules": total, "hit": hit}
+    return {
+        "variants": variants,
+        "flows": list(flows.values()),
+        "changes": changes,
+        "misses": misses,
+        "coverage": coverage,
+    }
