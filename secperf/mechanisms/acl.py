@@ -16,7 +16,8 @@ Generated entries come from 198.19.0.0/17 (2001:2:0:ff::/64), which no testbed
 host uses (198.19.128.0/17 holds a rule-set review's mapped addresses), so at most
 32767 standard IPv4 entries have sources of their own. `standard` entries match
 the source only; `extended` entries match source, destination, protocol and
-port: they share the measured hosts and differ in the port, so a packet compares every field of every entry, as on a router.
+port: they share the measured hosts and differ in the port, so a packet compares
+every field of every entry, as on a router.
 """
 
 from __future__ import annotations
