@@ -376,6 +376,12 @@ class MechanismKind(Generic[S]):
     # The user's rule files an entry loads as written (None: it loads none): the plan
     # maps them onto the testbed with one map for the whole scenario (secperf.plan.review).
     rule_sets: Callable[[S], Sequence[RuleSetUse]] | None = None
+    # Traits one entry adds to the kind's (a rule file with NAT translates too).
+    entry_traits: Callable[[S], frozenset[Trait]] | None = None
+
+    def traits_of(self, spec: S) -> frozenset[Trait]:
+        """The kind's traits and those this entry adds."""
+        return self.traits | (self.entry_traits(spec) if self.entry_traits else frozenset())
 
     def tools_for(self, spec: S) -> list[Tool]:
         """The programs this entry needs (preflight refuses a run without them)."""
