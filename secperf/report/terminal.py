@@ -508,9 +508,12 @@ def print_report(
     *,
     details: bool = True,
     header: bool = True,
+    lead: Sequence[Any] = (),
 ) -> None:
     """The header, the answer (a verdict per variant and headline metric) and, with
-    `details`, every table (the notes they share said once, before them)."""
+    `details`, every table (the notes they share said once, before them). A rule-set
+    review's behaviour changes come before the answer, and `lead` (its "proposed vs
+    current") right after them."""
     summary = in_order(summary, run_meta)
     if header:
         for line in header_lines(summary, run_meta):
@@ -519,7 +522,7 @@ def print_report(
         # a rule-set review: what the variants decide differently comes before any cost
         console.print()
         console.print(behaviour_table(summary["behaviour"]), highlight=False)
-    for part in answer_tables(summary, run_meta):
+    for part in [*lead, *answer_tables(summary, run_meta)]:
         console.print()
         console.print(part, highlight=False)
     if not details:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from secperf.cli import EXIT_THRESHOLD, app
+from secperf.cli import app
+from secperf.cli_common import EXIT_THRESHOLD
 from secperf.errors import ScenarioError
 from secperf.report.compare import compare_runs
 from secperf.report.gate import (

@@ -1,0 +1,140 @@
+"""`secperf review CURRENT PROPOSED`: the command (secperf.review writes its scenario;
+secperf.cli registers it on the app)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import tomli_w
+import typer
+from rich.console import Group
+from rich.markup import escape
+from rich.text import Text
+
+from secperf.api import check_out_dir
+from secperf.cli_common import (
+    DETAILS,
+    EXIT_INTERRUPTED,
+    EXPECT,
+    GATE_RULE,
+    JUNIT,
+    _check_names,
+    _exit_for,
+    _gate,
+    _loud,
+    _parse_expectations,
+    _print_gate,
+    _rule,
+    console,
+    err_console,
+    fail,
+)
+from secperf.errors import SecperfError
+from secperf.report.gate import run_figures
+from secperf.report.html import write_html
+from secperf.report.terminal import print_report
+from secperf.results.rundir import RunDir
+from secperf.review import parse_interfaces, review_scenario, versus_lines
+from secperf.run.runner import run_scenario
+from secperf.scenario.loader import load_scenario
+
+
+def review(
+    current: Annotated[
+        Path, typer.Argument(help="The rule set as it is (nft file or iptables-save).")
+    ],
+    proposed: Annotated[Path, typer.Argument(help="The rule set as the change would make it.")],
+    traffic: Annotated[
+        str,
+        typer.Option(
+            "--traffic",
+            metavar="coverage|FILE",
+            help="coverage: a flow for every accepting rule and a probe for every denying "
+            "rule of both files; or a flow file (CSV, conntrack -L -o extended, pcap).",
+        ),
+    ] = "coverage",
+    interfaces: Annotated[
+        str | None,
+        typer.Option(
+            "--interfaces",
+            metavar="NAME=HOST,…",
+            help="Which testbed host lies behind each interface the rules name "
+            "(e.g. lan0=client,wan0=server); guessed from the rules when not given.",
+        ),
+    ] = None,
+    duration: Annotated[
+        str, typer.Option("--duration", metavar="TIME", help="Length of each test.")
+    ] = "1s",
+    budget: Annotated[
+        float | None,
+        typer.Option("--budget", metavar="SECONDS", help="Time for the measured rounds."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
+    ] = Path("results"),
+    print_scenario: Annotated[
+        bool,
+        typer.Option(
+            "--print-scenario", help="Print the scenario the review runs (TOML) and stop."
+        ),
+    ] = False,
+    details: Annotated[bool, DETAILS] = False,
+    expect: Annotated[list[str] | None, EXPECT] = None,
+    gate_rule: Annotated[str, GATE_RULE] = "interval",
+    junit: Annotated[Path | None, JUNIT] = None,
+) -> None:
+    """Review a change to a rule set: both files on one testbed, interleaved against plain
+    forwarding, with traffic that exercises their rules; behaviour changes first, then
+    what the proposed rules cost against the current ones (exit 5 when a threshold fails)."""
+    rule = _rule(gate_rule)
+    extra = _parse_expectations(expect or [])
+    try:
+        data = review_scenario(
+            current,
+            proposed,
+            traffic=traffic,
+            interfaces=parse_interfaces(interfaces) if interfaces else None,
+            duration=duration,
+            budget=budget,
+        )
+        text = tomli_w.dumps(data)
+        if print_scenario:
+            typer.echo(text, nl=False)
+            return
+        check_out_dir(out)
+        with tempfile.TemporaryDirectory(prefix="secperf-review-") as tmp:
+            # a file, so that the run keeps the scenario's text as for `secperf run`
+            path = Path(tmp) / "review.toml"
+            path.write_text(text)
+            sc = load_scenario(path)
+            _check_names(sc, extra)
+            rundir = run_scenario(sc, out, console)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted: the testbed is torn down; records kept.[/]")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except SecperfError as exc:
+        raise fail(exc) from None
+    done = RunDir.open(rundir.path)
+    html = write_html(done)
+    summary, meta = done.read_summary(), done.read_run_json()
+    outcomes = _gate(
+        [*sc.expect, *extra],
+        run_figures(summary, done, where=str(done.path)),
+        rule,
+        junit,
+        "review",
+        {"run": str(done.path), "current": str(current), "proposed": str(proposed)},
+    )
+    shown = _loud()
+    lines = versus_lines(summary, done)
+    lead = (
+        [Group(Text(lines[0], style="bold"), *(Text(line) for line in lines[1:]))] if lines else []
+    )
+    print_report(shown, summary, meta, details=details, header=not console.quiet, lead=lead)
+    _print_gate(shown, outcomes)
+    console.print(
+        f"\nrun directory: [bold]{escape(str(done.path))}[/]\nreport: [bold]{escape(str(html))}[/]"
+    )
+    _exit_for(outcomes, meta)
