@@ -46,7 +46,7 @@ from secperf.mechanisms.dut_counters import Observer
 from secperf.rulesets.addrmap import map_iptables, map_nft
 from secperf.rulesets.load import load
 from secperf.rulesets.model import RuleSet
-from secperf.rulesets.traffic import interface_ends
+from secperf.rulesets.placement import interface_ends
 from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 

@@ -36,8 +36,7 @@ from secperf.rulesets import flows as derive_flows
 from secperf.rulesets.addrmap import AddressMap
 from secperf.rulesets.load import load
 from secperf.rulesets.model import Flow, Named, PlacedFlow, RuleSet
-from secperf.rulesets.prefixes import named_prefixes
-from secperf.rulesets.traffic import (
+from secperf.rulesets.placement import (
     flow_key,
     host_addresses,
     interface_ends,
@@ -45,6 +44,7 @@ from secperf.rulesets.traffic import (
     place,
     read_traffic,
 )
+from secperf.rulesets.prefixes import named_prefixes
 from secperf.scenario.scenario import Scenario
 from secperf.testbed.topology import Topology
 from secperf.workloads.registry import WORKLOADS
@@ -199,7 +199,7 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
         if source == COVERAGE:
             for u in uses:
                 rs = loaded[(u.use.path, u.use.format)]
-                derived = derive_flows.derive(rs, list(u.use.interfaces))  # type: ignore[attr-defined]
+                derived = derive_flows.derive(rs, list(u.use.interfaces))
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
             wanted += [(f, behind, uses[0].use.host) for f in read_traffic(Path(source))]

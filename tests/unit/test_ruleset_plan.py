@@ -19,7 +19,7 @@ from secperf.mechanisms.registry import MECHANISMS
 from secperf.mechanisms.ruleset import RuleSetSpec
 from secperf.plan import Plan, review
 from secperf.rulesets.model import Flow, Named, PlacedFlow, RuleSet
-from secperf.rulesets.traffic import host_addresses, interface_ends
+from secperf.rulesets.placement import host_addresses, interface_ends
 from secperf.scenario.loader import load_scenario
 from secperf.testbed import links
 from secperf.testbed.topology import (

@@ -1,4 +1,4 @@
-"""A rule-set review's traffic placed on the testbed (owner: the ruleset mechanism).
+"""A rule-set review's flows placed on the testbed (owner: the ruleset mechanism).
 
 A flow names the rule set's interfaces (`iifname "lan0"`); the `ruleset` mechanism's
 `interfaces` key says which testbed host lies behind each (`{ lan0 = "client", wan0 =
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from secperf.errors import MechanismError, ScenarioError
-from secperf.rulesets import flows as flow_readers
 from secperf.rulesets.model import Flow, PlacedFlow
+from secperf.rulesets.traffic import read_conntrack, read_csv, read_pcap
 from secperf.testbed.topology import IFNAME_RE, Topology
 
 
@@ -56,10 +56,10 @@ def read_traffic(path: Path) -> list[Flow]:
     .pcapng, .cap), else a conntrack dump (`conntrack -L -o extended`)."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return flow_readers.read_csv(path)  # type: ignore[attr-defined, no-any-return]
+        return read_csv(path)
     if suffix in (".pcap", ".pcapng", ".cap"):
-        return flow_readers.read_pcap(path)  # type: ignore[attr-defined, no-any-return]
-    return flow_readers.read_conntrack(path)  # type: ignore[attr-defined, no-any-return]
+        return read_pcap(path)
+    return read_conntrack(path)
 
 
 def interface_ends(
