@@ -6,13 +6,16 @@ the loaded rule set's prefixes and its flows are given, so the step itself is te
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pytest
+from typer.testing import CliRunner
 
+from secperf.cli import app
 from secperf.errors import ScenarioError, SecperfError
 from secperf.mechanisms.base import CheckContext
 from secperf.mechanisms.registry import MECHANISMS
@@ -325,3 +328,43 @@ def test_an_address_two_hosts_need_is_refused() -> None:
     )
     with pytest.raises(SecperfError, match=r"198\.19\.128\.2 would be on server"):
         host_addresses([a, b])
+
+
+# -- `secperf check`: a bad rule file or interfaces map is bad input (exit 3) ----------
+
+BAD_NFT = (
+    "table inet f {\n  chain c {\n    type filter hook forward priority 0;\n    acept\n  }\n}\n"
+)
+
+
+def check_exit(tmp_path: Path, entry: str) -> tuple[int, str]:
+    (tmp_path / "bad.nft").write_text(BAD_NFT)
+    (tmp_path / "good.nft").write_text(ROUTER.read_text())
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'name = "s"\n[variants.v]\nmechanisms = [{entry}]\n[[workloads]]\nkind = "rr"\n'
+    )
+    result = CliRunner().invoke(app, ["check", str(path)])
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_check_refuses_an_interfaces_map_the_graph_cannot_carry(tmp_path: Path) -> None:
+    code, out = check_exit(
+        tmp_path, '{ kind = "ruleset", file = "good.nft", interfaces = { lan0 = "router" } }'
+    )
+    assert code == 3, out
+    assert "variants.v.mechanisms[0].interfaces.lan0" in out and "'router'" in out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nft checks a rule file as root only")
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '{ kind = "ruleset", file = "bad.nft", interfaces = { lan0 = "client" } }',
+        '{ kind = "custom", file = "bad.nft", format = "nft" }',
+    ],
+)
+def test_check_exits_3_for_a_rule_file_nft_rejects(tmp_path: Path, entry: str) -> None:
+    code, out = check_exit(tmp_path, entry)
+    assert code == 3, out
+    assert "bad.nft:4" in out  # nft's own file:line

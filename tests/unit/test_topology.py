@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network, ip_address
 
 import pytest
@@ -184,3 +185,35 @@ def test_priority_queue_under_tbf_sends_the_control_port_first() -> None:
     assert len(filters) == 4  # sport and dport, IPv4 and IPv6
     assert all("match" in f and "5201 0xffff flowid 2:10" in f for f in filters)
     assert any("protocol ipv6" in f and "match ip6 dport 5201" in f for f in filters)
+
+
+def test_named_ends_and_extra_addresses_are_checked() -> None:
+    base = Topology.standard()
+    named = replace(base, ifnames={("dut", "client"): "lan0", ("dut", "server"): "wan0"})
+    assert named.ifnames[("dut", "client")] == "lan0"
+    for bad, message in [
+        ({("dut", "nobody"): "x"}, "no link"),
+        ({("client", "server"): "x"}, "no link"),
+        ({("dut", "client"): "a/b"}, "not a name"),
+        ({("dut", "client"): "lan0", ("dut", "server"): "lan0"}, "already has"),
+    ]:
+        with pytest.raises(TestbedError, match=message):
+            replace(base, ifnames=bad)
+    extra = replace(base, extra_addresses={"client": ("198.19.128.5",), "dut": ("198.19.128.1",)})
+    assert extra.extra_owner(4) == {"198.19.128.5": "client", "198.19.128.1": "dut"}
+    check_testbed_address("198.19.128.5")  # the mapped range is the testbed's
+    for bad_extra, message in [
+        ({"client": ("198.19.0.5",)}, "outside"),  # the ACL's never-matching range
+        ({"client": ("198.18.1.2",)}, "outside"),  # a link's address
+        ({"client": ("198.19.128.5",), "server": ("198.19.128.5",)}, "used twice"),
+        ({"nobody": ("198.19.128.5",)}, "no such host"),
+    ]:
+        with pytest.raises(TestbedError, match=message):
+            replace(base, extra_addresses=bad_extra)
+
+
+def test_plain_beds_have_no_named_ends_or_extra_routes() -> None:
+    t = Topology.standard()
+    dut = host_ip_lines(t, "dut", {"client-dut": "spx-dc", "dut-server": "spx-ds"})
+    assert not any("198.19" in line or " lo" in line.split("dev")[-1] for line in dut[1:])
+    assert "ifnames" not in t.describe() and "extra_addresses" not in t.describe()
