@@ -30,6 +30,7 @@ from pydantic import Field, field_validator
 from secperf.engine import CONTROL_PORT, DATA_PORTS
 from secperf.errors import MechanismError
 from secperf.metric import MetricRow
+from secperf.rulesets.addrmap import AddressMap
 from secperf.rulesets.model import PlacedFlow
 from secperf.schema.fields import StrictModel
 from secperf.testbed.hosts import Host
@@ -158,7 +159,7 @@ class MechanismContext:
     # The scenario's one address map (secperf.rulesets.addrmap.AddressMap) when some
     # entry loads a rule set (MechanismKind.rule_sets): every rule set of every
     # variant and the traffic share it. None for every other scenario.
-    address_map: Any = None
+    address_map: AddressMap | None = None
 
 
 # ---------------------------------------------------------------- the scenario entry

@@ -35,6 +35,7 @@ from secperf.plan.placement import (
     resolve_placement,
 )
 from secperf.plan.review import RuleSetPlan, plan_rule_sets
+from secperf.rulesets.addrmap import AddressMap
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.hosts.ssh_transport import SshSpec
@@ -97,7 +98,7 @@ def prepare_variants(
     topology: Topology,
     ends: tuple[str, str] | None = None,
     suffix: str = "",
-    address_map: Any = None,
+    address_map: AddressMap | None = None,
 ) -> list[Variant]:
     """Render every variant's mechanisms into the run directory (no side effects elsewhere),
     each for the hosts its `on` names and for the traffic between `ends` (client and
@@ -211,7 +212,7 @@ class Plan:
         )
 
     @property
-    def address_map(self) -> Any:
+    def address_map(self) -> AddressMap | None:
         """The scenario's one address map (secperf.rulesets.addrmap), or None."""
         return self.rule_sets.address_map if self.rule_sets is not None else None
 
