@@ -13,4 +13,10 @@ The path a rule file takes:
          mapped into the testbed's ranges, containment and order kept)
       -> addrmap.map_nft / map_iptables (the rule set as loaded on the DUT)
          and AddressMap.flow (the flows as the engine sends them)
+
+Below those: nftsource (the lines of an nft file's rules, includes spliced as nft
+resolves them), iptsave (iptables-save parsed), matches (what a rule matches, in a
+flow's terms), prefixes (every prefix a rule set names, for the map, and the choice
+of flow addresses among them), traffic (the CSV, conntrack and pcap readers, which
+flows re-exports).
 """

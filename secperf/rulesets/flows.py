@@ -1,8 +1,413 @@
 """The traffic of a rule-set review (owner: the flow deriver).
 
 `derive` makes the coverage traffic from a rule set: for every rule that accepts, a
-flow it matches; for every rule that drops or rejects, a probe that must stay denied.
-`read_csv`, `read_conntrack` and `read_pcap` read the user's own traffic.
+flow it matches; for every rule that drops or rejects, a probe that must stay denied;
+for every base chain whose policy drops, a probe that falls through to it.
+`read_csv`, `read_conntrack` and `read_pcap` (secperf.rulesets.traffic) read the
+user's own traffic.
+
+The walk starts at the base chains of the input and forward hooks and the NAT chains
+of prerouting and postrouting, enters user chains through their jumps (a rule there
+inherits the matches of the jump that enters it) and reads verdict maps element by
+element. Addresses are chosen with prefixes.pick_address, so that a flow for
+`ip saddr 10.1.0.0/16` does not fall into a narrower 10.1.66.0/24 another rule drops;
+a side the rule leaves open takes the prefixes the same interface's rules name for
+that side, else an address outside every named prefix ("the internet").
 """
 
 from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from secperf.errors import MechanismError
+from secperf.rulesets import matches, prefixes
+from secperf.rulesets.matches import Match
+from secperf.rulesets.model import ACCEPTING, DENYING, Chain, Flow, Named, Protocol, Rule, RuleSet
+from secperf.rulesets.traffic import check_weights, read_conntrack, read_csv, read_pcap
+
+__all__ = ["check_weights", "derive", "read_conntrack", "read_csv", "read_pcap"]
+
+MAX_DEPTH = 16  # jumps deep; nft itself refuses more than 16
+_HOOKS = ("input", "forward", "prerouting", "postrouting")
+_FREE_PORT = 9999  # where a port no rule names is looked for
+
+
+@dataclass
+class _Entry:
+    """A rule as the walk from a base chain reaches it."""
+
+    rule: Rule
+    match: Match
+    verdict: str
+    target: str | None
+    base: Chain
+
+
+def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = None) -> list[Flow]:
+    """The coverage flows of `rs`, named f1, f2, ... in rule order (policy probes last).
+    Why a rule got no flow goes to `notes` when it is given."""
+    d = _Deriver(rs, list(interfaces))
+    d.run()
+    if notes is not None:
+        notes.extend(d.notes)
+    order = {r.ref.key(): i for i, r in enumerate(rs.rules())}
+    d.flows.sort(key=lambda f: order.get(f.rule.key(), len(order)) if f.rule else len(order))
+    return [replace(f, name=f"f{i}") for i, f in enumerate(d.flows, 1)]
+
+
+class _Deriver:
+    def __init__(self, rs: RuleSet, interfaces: list[str]):
+        self.rs, self.interfaces = rs, interfaces
+        self.named: list[Named] = prefixes.named_prefixes(rs)
+        self.flows: list[Flow] = []
+        self.notes: list[str] = []
+        self.walks: dict[tuple[str, str, str], list[_Entry]] = {}
+        self.zones: dict[str, list[str]] = {}  # interface -> networks behind it
+        self.used_ports: list[tuple[int, int]] = []
+        # The DUT's own address on each (interface, family), chosen once, and every
+        # source taken so far: one address is never both a client's and the DUT's.
+        self.dut_addrs: dict[tuple[str | None, str], str] = {}
+        self.sources: set[str] = set()
+
+    # -- the walk ---------------------------------------------------------------
+    def run(self) -> None:
+        for c in self.rs.chains:
+            if c.hook in _HOOKS and c.type in ("filter", "nat"):
+                entries: list[_Entry] = []
+                self._walk(c, c, None, [], entries)
+                self.walks[(c.family, c.table, c.name)] = entries
+        for entries in self.walks.values():
+            for e in entries:
+                self._learn(e.match)
+        # A rule reached on two paths (a user chain entered by two jumps) or once per
+        # verdict-map element gets a flow for each.
+        for entries in self.walks.values():
+            for i, e in enumerate(entries):
+                self._derive(e, entries[:i])
+        for c in self.rs.chains:
+            if c.hook in ("input", "forward") and c.type == "filter" and c.policy == "drop":
+                self._policy_probe(c)
+
+    def _walk(
+        self, base: Chain, chain: Chain, inherited: Match | None, path: list[str], out: list[_Entry]
+    ) -> None:
+        here = f"{chain.family} {chain.table} {chain.name}"
+        if here in path:
+            raise MechanismError(
+                f"chain {chain.name} jumps back into itself ({' -> '.join([*path, here])})",
+                where=chain.rules[0].ref.where() if chain.rules else str(self.rs.source),
+                fix="break the loop of jumps",
+            )
+        if len(path) > MAX_DEPTH:
+            raise MechanismError(f"jumps deeper than {MAX_DEPTH} chains", where=here)
+        for rule in chain.rules:
+            own = matches.of(rule, self.rs)
+            full = own if inherited is None else inherited.then(own)
+            if rule.verdict == "vmap":
+                for m, verdict, target in matches.vmap_elements(rule, self.rs):
+                    m = m if inherited is None else inherited.then(m)
+                    self._step(base, chain, rule, m, verdict, target, [*path, here], out)
+            else:
+                self._step(base, chain, rule, full, rule.verdict, rule.target, [*path, here], out)
+
+    def _step(
+        self,
+        base: Chain,
+        chain: Chain,
+        rule: Rule,
+        m: Match,
+        verdict: str,
+        target: str | None,
+        path: list[str],
+        out: list[_Entry],
+    ) -> None:
+        out.append(_Entry(rule, m, verdict, target, base))
+        if verdict in ("jump", "goto") and target is not None:
+            entered = self.rs.chain(chain.family, chain.table, target)
+            if entered is None:
+                raise MechanismError(
+                    f"jump to {target}, a chain the rule set lacks", where=rule.ref.where()
+                )
+            self._walk(base, entered, m, path, out)
+
+    def _learn(self, m: Match) -> None:
+        """The networks behind each interface, and the ports rules name."""
+        if m.iif is not None:
+            self.zones.setdefault(m.iif, []).extend(m.src)
+        if m.oif is not None:
+            self.zones.setdefault(m.oif, []).extend(m.dst)
+        self.used_ports += m.dports
+
+    # -- one flow ---------------------------------------------------------------
+    def _derive(self, e: _Entry, earlier: list[_Entry]) -> None:
+        hook, ctype = e.base.hook, e.base.type
+        where = e.rule.ref.where()
+        if ctype == "filter" and e.verdict in ("jump", "goto", "return", "continue", "queue"):
+            return
+        if ctype == "filter" and e.verdict in ACCEPTING:
+            if e.match.ct_dnat:
+                self._after_dnat(e)
+                return
+            flow = self._flow(e.match, hook or "forward", where)
+            if flow is None:
+                return
+            for prior in earlier:
+                if prior.verdict in DENYING and covers(prior.match, flow):
+                    self.notes.append(
+                        f"{where}: no flow: the flow made for it is denied first by "
+                        f"{prior.rule.ref.where()} (the rule may be unreachable)"
+                    )
+                    return
+            self._add(flow, e, "accept")
+        elif ctype == "filter" and e.verdict in DENYING:
+            flow = self._flow(e.match, hook or "forward", where)
+            if flow is None:
+                return
+            for prior in earlier:
+                if prior.verdict in ACCEPTING and covers(prior.match, flow):
+                    self.notes.append(
+                        f"{where}: no probe: every flow it matches is accepted first by "
+                        f"{prior.rule.ref.where()}"
+                    )
+                    return
+            self._add(flow, e, "deny")
+        elif ctype == "nat" and e.verdict in ("dnat", "redirect") and hook == "prerouting":
+            flow = self._dnat_flow(e)
+            if flow is not None:
+                self._add(flow, e, "accept")
+        elif ctype == "nat" and e.verdict in ("snat", "masquerade") and hook == "postrouting":
+            flow = self._snat_flow(e)
+            if flow is not None:
+                self._add(flow, e, "accept")
+
+    def _add(self, flow: Flow, e: _Entry, expect: str) -> None:
+        for soft in e.match.soft:
+            self.notes.append(f"{e.rule.ref.where()}: {soft}")
+        self.flows.append(replace(flow, expect=expect, rule=e.rule.ref))  # type: ignore[arg-type]
+
+    def _flow(self, m: Match, hook: str, where: str) -> Flow | None:
+        if m.cannot:
+            self.notes.append(f"{where}: no flow: {'; '.join(m.cannot)}")
+            return None
+        if not m.new_connections():
+            states = ",".join(sorted(m.ct_states or ()))
+            self.notes.append(
+                f"{where}: no flow: it matches only connections in state {states}, "
+                "which no new flow is (the flows' replies exercise established ones)"
+            )
+            return None
+        if m.iif == "lo" or m.oif == "lo":
+            self.notes.append(f"{where}: no flow: loopback traffic stays inside the DUT")
+            return None
+        proto = self._protocol(m)
+        if proto is None:
+            self.notes.append(f"{where}: no flow: protocol {', '.join(m.protos)} is not sent")
+            return None
+        ingress, egress, to_dut = self._interfaces(m, hook)
+        family = m.family or _family_of(m.src + m.dst) or "ip"
+        src = self._address(m.src, m.src_not, ingress, family, sorted(self.dut_addrs.values()))
+        self.sources.add(src)
+        if m.dst:
+            dst = self._address(m.dst, m.dst_not, None, family, [src])
+        elif to_dut and (ingress, family) in self.dut_addrs:
+            dst = self.dut_addrs[(ingress, family)]
+        else:
+            zone = ingress if to_dut else egress
+            taken = self.sources if to_dut else self.sources | set(self.dut_addrs.values())
+            dst = self._address([], m.dst_not, zone, family, sorted(taken))
+            if to_dut:
+                self.dut_addrs[(ingress, family)] = dst
+        dport = None
+        if proto != "icmp":
+            dport = m.dports[0][0] if m.dports else self._free_port()
+        return Flow(
+            name="",
+            protocol=proto,
+            src=src,
+            dst=dst,
+            dport=dport,
+            ingress=ingress,
+            egress=egress,
+            to_dut=to_dut,
+            sport=m.sport,
+        )
+
+    def _protocol(self, m: Match) -> Protocol | None:
+        if not m.protos:
+            return "tcp"
+        for p in m.protos:
+            if p in ("tcp", "udp", "icmp"):
+                return p  # type: ignore[return-value]
+            if p in ("ipv6-icmp", "icmpv6", "1", "58"):
+                return "icmp"
+            if p == "6":
+                return "tcp"
+            if p == "17":
+                return "udp"
+        return None
+
+    def _interfaces(self, m: Match, hook: str) -> tuple[str | None, str | None, bool]:
+        if hook == "input":
+            return m.iif or self._other(m.iif_not), None, True
+        ingress = m.iif or self._other([*m.iif_not, *([m.oif] if m.oif else [])])
+        egress = m.oif or self._other([*m.oif_not, *([ingress] if ingress else [])])
+        return ingress, egress, False
+
+    def _other(self, avoid: Sequence[str]) -> str | None:
+        for i in self.interfaces:
+            if i != "lo" and i not in avoid:
+                return i
+        return None
+
+    def _address(
+        self,
+        choices: list[str],
+        exclude: list[str],
+        zone: str | None,
+        family: str,
+        avoid: list[str],
+    ) -> str:
+        version = 6 if family == "ip6" else 4
+        avoid_nets = [*exclude, *[matches.network(a) for a in avoid]]
+        for c in choices:
+            addr = prefixes.pick_address(c, self.named, avoid_nets)
+            if not _inside(addr, exclude) and addr not in avoid:
+                return addr
+        behind = [
+            n
+            for n in self.zones.get(zone or "", [])
+            if ipaddress.ip_network(n).version == version and ipaddress.ip_network(n).prefixlen
+        ]
+        if behind:
+            widest = min(behind, key=lambda n: ipaddress.ip_network(n).prefixlen)
+            addr = prefixes.pick_address(widest, self.named, avoid_nets)
+            if not _inside(addr, exclude) and addr not in avoid:
+                return addr
+        extra = [Named(network=matches.network(a), where="flow", what="flow") for a in avoid]
+        return prefixes.outside_all([*self.named, *extra], family)
+
+    def _free_port(self) -> int:
+        port = _FREE_PORT
+        while any(lo <= port <= hi for lo, hi in self.used_ports):
+            port += 1
+        return port
+
+    # -- NAT ----------------------------------------------------------------------
+    def _dnat_flow(self, e: _Entry) -> Flow | None:
+        where = e.rule.ref.where()
+        m = e.match
+        if e.verdict == "dnat" and e.target is None:
+            self.notes.append(f"{where}: no flow: the DNAT target comes from a map")
+            return None
+        flow = self._flow(m, "input" if not m.dst or e.verdict == "redirect" else "forward", where)
+        if flow is None:
+            return None
+        addr, port = _split_target(e.target)
+        if e.verdict == "redirect":
+            return replace(flow, egress=None, to_dut=True, served_port=port or flow.dport)
+        egress = self._other([flow.ingress] if flow.ingress else [])
+        return replace(flow, egress=egress, served_by=addr, served_port=port or flow.dport)
+
+    def _after_dnat(self, e: _Entry) -> None:
+        """A forward accept of DNAT'd traffic: the flow of a DNAT rule it lets through."""
+        for entries in self.walks.values():
+            for d in entries:
+                if d.base.type != "nat" or d.verdict != "dnat" or d.target is None:
+                    continue
+                flow = self._dnat_flow(d)
+                if flow is None or flow.served_by is None:
+                    continue
+                served = replace(flow, dst=flow.served_by, dport=flow.served_port)
+                if covers(replace(e.match, ct_dnat=False), served):
+                    self._add(flow, e, "accept")
+                    return
+        self.notes.append(
+            f"{e.rule.ref.where()}: no flow: it accepts DNAT'd traffic and no DNAT rule "
+            "of the rule set rewrites to what it matches"
+        )
+
+    def _snat_flow(self, e: _Entry) -> Flow | None:
+        """A flow the source NAT rule rewrites that the filter rules let through: the
+        first forward accept that can meet it lends its protocol, port and far side."""
+        for entries in self.walks.values():
+            for f in entries:
+                if f.base.type != "filter" or f.base.hook != "forward":
+                    continue
+                if f.verdict not in ACCEPTING or f.match.cannot or f.match.ct_dnat:
+                    continue
+                if not f.match.new_connections() or f.match.oif not in (None, e.match.oif):
+                    continue
+                combined = f.match.then(e.match)
+                flow = self._flow(combined, "forward", e.rule.ref.where())
+                if flow is not None and covers(f.match, flow):
+                    return flow
+        return self._flow(e.match, "forward", e.rule.ref.where())
+
+    # -- the policy -----------------------------------------------------------------
+    def _policy_probe(self, c: Chain) -> None:
+        entries = self.walks.get((c.family, c.table, c.name), [])
+        m = Match(protos=["tcp"], dports=[(self._free_port(), self._free_port())])
+        where = f"{c.family} {c.table} {c.name} policy"
+        candidates: list[str | None] = [i for i in self.interfaces if i != "lo"]
+        for ingress in candidates or [None]:
+            probe = replace(m, iif=ingress)
+            flow = self._flow(probe, c.hook or "forward", where)
+            if flow is None:
+                continue
+            if not any(
+                e.verdict not in ("jump", "goto") and covers(e.match, flow) for e in entries
+            ):
+                self.flows.append(replace(flow, expect="deny", rule=None, origin="coverage:policy"))
+                return
+        self.notes.append(f"{where}: no probe: every flow tried is matched by a rule first")
+
+
+def covers(m: Match, flow: Flow) -> bool:
+    """Whether every packet of `flow` that opens it meets `m`, as far as a simple check
+    of interfaces, protocol, port and prefixes can tell (unknown matches: no)."""
+    if m.cannot or not m.new_connections() or (m.ct_dnat and flow.served_by is None):
+        return False
+    if (m.iif is not None and m.iif != flow.ingress) or flow.ingress in m.iif_not:
+        return False
+    if (m.oif is not None and m.oif != flow.egress) or flow.egress in m.oif_not:
+        return False
+    if m.protos and flow.protocol not in m.protos:
+        return False
+    if m.dports and not any(lo <= (flow.dport or -1) <= hi for lo, hi in m.dports):
+        return False
+    if (m.src and not _inside(flow.src, m.src)) or _inside(flow.src, m.src_not):
+        return False
+    if (m.dst and not _inside(flow.dst, m.dst)) or _inside(flow.dst, m.dst_not):
+        return False
+    return not (m.icmp_types is not None and "echo-request" not in m.icmp_types)
+
+
+def _inside(addr: str, nets: Sequence[str]) -> bool:
+    a = ipaddress.ip_address(addr)
+    return any(
+        a in ipaddress.ip_network(n) for n in nets if ipaddress.ip_network(n).version == a.version
+    )
+
+
+def _family_of(nets: Sequence[str]) -> str | None:
+    for n in nets:
+        return "ip6" if ":" in n else "ip"
+    return None
+
+
+def _split_target(target: str | None) -> tuple[str | None, int | None]:
+    """ "10.1.5.200" / "10.3.0.1:80" / "[2001:db8::1]:80" / "10.3.0.1-10.3.0.5:80-90" /
+    ":5353" -> the first address and the first port."""
+    if not target:
+        return None, None
+    if target.startswith("["):
+        addr, _, rest = target[1:].partition("]")
+        port = rest.lstrip(":")
+    elif target.count(":") == 1:
+        addr, _, port = target.partition(":")
+    else:
+        addr, port = target, ""
+    first = port.split("-")[0]
+    return addr.split("-")[0] or None, int(first) if first else None

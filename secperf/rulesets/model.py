@@ -32,6 +32,7 @@ Verdict = Literal[
     "masquerade",
     "redirect",
     "queue",
+    "vmap",  # a verdict map: the verdict is the matching element's (see Rule.expr)
 ]
 DENYING: frozenset[str] = frozenset({"drop", "reject"})
 # NAT statements end evaluation in their chain the way accept does.
@@ -100,6 +101,9 @@ class RuleSet:
     raw: Any
     files: tuple[Path, ...] = ()  # the file and every file it includes
     warnings: list[str] = field(default_factory=list)
+    # Where each named set or map is declared, "file:line", by (family, table, name):
+    # the place a message about its elements names.
+    set_lines: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def rules(self) -> list[Rule]:
         return [r for c in self.chains for r in c.rules]
