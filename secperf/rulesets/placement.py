@@ -91,6 +91,14 @@ def interface_ends(
                 where=key,
                 fix=f"name a host linked to {host}: {', '.join(linked) or 'none'}",
             )
+        if topology.host(peer).is_switch:
+            raise ScenarioError(
+                f"interface {name} lies towards {peer}, a switch: flows need the host "
+                "that sends or answers them behind each interface",
+                where=key,
+                fix="link that host to the DUT directly (a zone behind a switch is not "
+                "supported by a rule set's interfaces yet)",
+            )
         if (host, peer) in out:
             raise ScenarioError(
                 f"interfaces {out[(host, peer)]} and {name} both name {host}'s link to {peer}",

@@ -368,3 +368,30 @@ def test_check_exits_3_for_a_rule_file_nft_rejects(tmp_path: Path, entry: str) -
     code, out = check_exit(tmp_path, entry)
     assert code == 3, out
     assert "bad.nft:4" in out  # nft's own file:line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nft loads a rule set in a namespace as root")
+def test_the_router_coverage_traffic_is_placed_through_the_real_pipeline(tmp_path: Path) -> None:
+    """Loaded by nft, derived, mapped and placed as a run does it."""
+    with WORKLOADS.registered(PROBE_KIND):
+        plan = Plan.of(load_scenario(scenario(tmp_path)))
+    amap, flows = plan.address_map, plan.traffic.flows
+    assert amap is not None and flows
+    dnat = [p for p in flows if p.flow.served_by == "10.1.5.200"]
+    assert dnat and all((p.client, p.server) == ("server", "client") for p in dnat)
+    assert {p.listen for p in dnat} == {amap.address("10.1.5.200")}
+    assert {p.dst for p in dnat} == {amap.address("203.0.113.10")}
+    to_dut = [p for p in flows if p.flow.to_dut]
+    assert to_dut and {p.server for p in to_dut} == {"dut"}
+    owners = plan.topology.extra_owner(4)
+    for p in flows:
+        assert owners[p.src] == p.client and owners[p.listen] == p.server
+
+
+def test_an_interface_towards_a_switch_is_refused() -> None:
+    topo = Topology.zoned({"inside": (2, 0), "outside": (0, 1)})
+    with pytest.raises(ScenarioError, match="a switch"):
+        interface_ends(topo, "dut", {"lan0": "inside-sw"}, "k")
+    assert interface_ends(topo, "dut", {"wan0": "outside-s1"}, "k") == {
+        ("dut", "outside-s1"): "wan0"
+    }

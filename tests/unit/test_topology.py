@@ -217,3 +217,16 @@ def test_plain_beds_have_no_named_ends_or_extra_routes() -> None:
     dut = host_ip_lines(t, "dut", {"client-dut": "spx-dc", "dut-server": "spx-ds"})
     assert not any("198.19" in line or " lo" in line.split("dev")[-1] for line in dut[1:])
     assert "ifnames" not in t.describe() and "extra_addresses" not in t.describe()
+
+
+def test_extra_ipv6_addresses_and_their_routes() -> None:
+    t = replace(
+        Topology.standard(),
+        extra_addresses={"client": ("2001:2:0:8000::5",), "dut": ("2001:2:0:8000::1",)},
+    )
+    client = host_ip_lines(t, "client", {"client-dut": "x-cd"})
+    assert "addr add 2001:2:0:8000::5/128 dev x-cd nodad" in client
+    assert "route add 2001:2:0:8000::/49 via 2001:2:0:1::1 metric 100" in client
+    dut = host_ip_lines(t, "dut", {"client-dut": "x-dc", "dut-server": "x-ds"})
+    assert "route add 2001:2:0:8000::5/128 via 2001:2:0:1::2" in dut
+    assert "addr add 2001:2:0:8000::1/128 dev lo nodad" in dut
