@@ -1,4 +1,5 @@
-"""A user's router rule set through the `ruleset` mechanism, on a bed built through the
+"""A user's router rule set (router.nft, and as iptables-save output through both
+iptables backends) through the `ruleset` mechanism, on a bed built through the
 plan: the DUT's interfaces carry the file's names (lan0, wan0), the mapped addresses
 sit on the hosts behind them, and real connections meet the rules as written:
 masquerade out of wan0, a TCP reset for SMTP, SSH to the router from the admins' set
@@ -27,7 +28,7 @@ from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns
 
-ROUTER = Path(__file__).parent.parent / "data" / "rulesets" / "router.nft"
+DATA = Path(__file__).parent.parent / "data" / "rulesets"
 DUT_WAN = "198.18.2.1"  # the DUT's own address on its link to the server (wan0)
 
 
@@ -86,18 +87,28 @@ except OSError as exc:
 """
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Plan]]:
+RULE_SETS = {
+    "nft": ("router.nft", ""),
+    "iptables-nft": ("router.iptables", 'format = "iptables", backend = "iptables-nft", '),
+    "iptables-legacy": ("router.iptables", 'format = "iptables", backend = "iptables-legacy", '),
+}
+
+
+@pytest.fixture(scope="module", params=list(RULE_SETS))
+def bed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Testbed, Plan]]:
+    name, keys = RULE_SETS[request.param]
     tmp = tmp_path_factory.mktemp("ruleset")
-    (tmp / "router.nft").write_text(ROUTER.read_text())
+    (tmp / name).write_text((DATA / name).read_text())
     (tmp / "s.toml").write_text(
         'name = "router"\n[variants.current]\n'
-        'mechanisms = [{ kind = "ruleset", file = "router.nft", '
+        f'mechanisms = [{{ kind = "ruleset", file = "{name}", {keys}'
         'interfaces = { lan0 = "client", wan0 = "server" } }]\n'
         '[[workloads]]\nkind = "rsnetns"\n'
     )
     with pytest.MonkeyPatch.context() as mp, WORKLOADS.registered(KIND):
-        mp.setattr(review.derive_flows, "derive", lambda _rs, _i: list(FLOWS), raising=False)
+        mp.setattr(review.derive_flows, "derive", lambda _rs, _i: list(FLOWS))
         plan = Plan.of(load_scenario(tmp / "s.toml"))
     prefix = new_prefix()
     plan.render(tmp / "files", prefix)
