@@ -147,6 +147,20 @@ def flow_names(f: Flow) -> list[Named]:
     return out
 
 
+def traffic_file(scenario: Scenario, source: str | Path, key: str) -> Path:
+    """A workload's flow file, relative to the scenario file as rule files are."""
+    path = Path(source)
+    if not path.is_absolute() and scenario.source is not None:
+        path = scenario.source.parent / path
+    if not path.is_file():
+        raise ScenarioError(
+            f"traffic file {str(source)!r} not found (looked for {path})",
+            where=f"{key}.traffic",
+            fix='give "coverage" or the path of a CSV, conntrack dump or pcap file',
+        )
+    return path
+
+
 def unique_flows(
     wanted: list[tuple[Flow, dict[str, str], str]],
 ) -> list[tuple[Flow, dict[str, str], str]]:
@@ -195,14 +209,15 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
             loaded[ident] = load_rule_set(u)
     # The flows and, for each, the interfaces map and host it is placed with.
     wanted: list[tuple[Flow, dict[str, str], str]] = []
-    for _key, source in asked:
+    for key, source in asked:
         if source == COVERAGE:
             for u in uses:
                 rs = loaded[(u.use.path, u.use.format)]
                 derived = derive_flows.derive(rs, list(u.use.interfaces))
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
-            wanted += [(f, behind, uses[0].use.host) for f in read_traffic(Path(source))]
+            own = read_traffic(traffic_file(scenario, source, key))
+            wanted += [(f, behind, uses[0].use.host) for f in own]
     flows = unique_flows(wanted)
     named = [n for rs in loaded.values() for n in named_prefixes(rs)]
     named += [n for f, _i, _h in flows for n in flow_names(f)]

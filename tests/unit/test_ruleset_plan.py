@@ -395,3 +395,31 @@ def test_an_interface_towards_a_switch_is_refused() -> None:
     assert interface_ends(topo, "dut", {"wan0": "outside-s1"}, "k") == {
         ("dut", "outside-s1"): "wan0"
     }
+
+
+def test_the_users_own_flows_are_placed_with_the_same_map(
+    tmp_path: Path, stubbed: list[Path]
+) -> None:
+    (tmp_path / "mine.csv").write_text(
+        "protocol,src,dst,dport,weight,request,response,ingress,egress,name\n"
+        "tcp,10.1.2.3,198.51.100.9,443,3,100,1KiB,lan0,wan0,https\n"
+        "udp,10.1.9.7,10.1.0.1,53,1,40,80,lan0,,dns\n"
+    )
+    plan = Plan.of(load_scenario(scenario(tmp_path, traffic="mine.csv")))
+    amap = plan.address_map
+    assert amap is not None
+    https, dns = plan.traffic.flows
+    assert (https.flow.name, https.client, https.server) == ("https", "client", "server")
+    assert https.src == amap.address("10.1.2.3") and https.flow.origin == "csv:2"
+    # no egress and no DUT flag: answered by the other side's host
+    assert (dns.client, dns.server) == ("client", "server")
+    # the rule sets' prefixes are in the same map as the user's addresses
+    assert ip_address(https.src) in ip_network(amap.network("10.1.0.0/16"))
+
+
+def test_a_missing_traffic_file_is_refused_with_its_key(
+    tmp_path: Path, stubbed: list[Path]
+) -> None:
+    with pytest.raises(ScenarioError, match="traffic file 'gone.csv' not found") as info:
+        Plan.of(load_scenario(scenario(tmp_path, traffic="gone.csv")))
+    assert info.value.where == "workloads[0].traffic"
