@@ -10,6 +10,7 @@ has its own tests), so every assertion is about the mechanism and the testbed.""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,3 +193,21 @@ def test_dnat_from_the_outside_reaches_the_inside_web_server(bed: tuple[Testbed,
         assert connect(tb, dnat) == f"OK {dnat.src}"
     finally:
         echo.stop()
+
+
+def test_a_named_and_addressed_bed_goes_by_its_ledger(bed: tuple[Testbed, Plan]) -> None:
+    """The named ends are in the ledger by name and namespace; a teardown of a bed with
+    them leaves no namespace, no root-namespace lan0 and no ledger."""
+    tb, plan = bed
+    veths = [e for e in tb.ledger.live_entries() if e["type"] == "veth"]
+    ends = {(e["name"], e["netns"]) for e in veths} | {(e["peer"], e["peer_netns"]) for e in veths}
+    assert ("lan0", tb.netns("dut")) in ends and ("wan0", tb.netns("dut")) in ends
+    root = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    names = {line.split(": ")[1].split("@")[0] for line in root.stdout.splitlines()}
+    assert not {"lan0", "wan0"} & names  # never in the root namespace
+    other = Testbed.build(plan.topology)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert other.netns("dut") in listed
+    other.teardown()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert other.prefix not in listed and not other.ledger.path.exists()
