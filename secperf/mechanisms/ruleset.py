@@ -44,6 +44,7 @@ from secperf.mechanisms.base import (
 from secperf.mechanisms.dut_counters import METRICS as COUNTER_METRICS
 from secperf.mechanisms.dut_counters import Observer
 from secperf.rulesets.addrmap import map_iptables, map_nft
+from secperf.rulesets.flows import derive
 from secperf.rulesets.load import load
 from secperf.rulesets.model import RuleSet
 from secperf.rulesets.placement import interface_ends
@@ -218,15 +219,27 @@ def check(spec: RuleSetSpec, ctx: CheckContext) -> None:
 
 def kernel_check(spec: RuleSetSpec, ctx: CheckContext) -> None:
     """The file through its own tool (nft in a throwaway namespace): a file it rejects
-    is bad input, with the tool's own file:line."""
+    is bad input, with the tool's own file:line; so is an interface its rules match on
+    that `interfaces` does not map (no flow could enter or leave by it)."""
     try:
-        load(spec.file, spec.fmt)
+        flows = derive(load(spec.file, spec.fmt), list(spec.interfaces))
     except MechanismError as exc:
         raise ScenarioError(
             exc.message,
             where=exc.where or str(spec.file),
             fix=exc.fix or "correct the line the tool names, then run `secperf check` again",
         ) from None
+    named = set(spec.interfaces)
+    for f in flows:
+        for side in (f.ingress, f.egress):
+            if side is not None and side != "lo" and side not in named:
+                raise ScenarioError(
+                    f"the rule set matches interface {side!r} "
+                    f"({f.rule.where() if f.rule else f.describe()}), which interfaces "
+                    "does not map to a host",
+                    where=f"{ctx.key}.interfaces",
+                    fix=f'add {side} = "HOST" (the testbed host behind it) to interfaces',
+                )
 
 
 def tools(spec: RuleSetSpec) -> list[Tool]:

@@ -129,11 +129,24 @@ def load_rule_set(use: Use) -> RuleSet:
     try:
         return load(use.use.path, use.use.format)
     except MechanismError as exc:
-        raise ScenarioError(
-            exc.message,
-            where=exc.where or str(use.use.path),
-            fix=exc.fix or "correct the line the tool names, then run `secperf check` again",
-        ) from None
+        raise bad_input(exc, use) from None
+
+
+def coverage(rs: RuleSet, use: Use) -> list[Flow]:
+    """The rule set's coverage flows; a rule set they cannot be derived from (a loop of
+    jumps, a jump to a chain it lacks) is bad input too."""
+    try:
+        return derive_flows.derive(rs, list(use.use.interfaces))
+    except MechanismError as exc:
+        raise bad_input(exc, use) from None
+
+
+def bad_input(exc: MechanismError, use: Use) -> ScenarioError:
+    return ScenarioError(
+        exc.message,
+        where=exc.where or str(use.use.path),
+        fix=exc.fix or "correct the line the tool names, then run `secperf check` again",
+    )
 
 
 def flow_names(f: Flow) -> list[Named]:
@@ -212,8 +225,7 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
     for key, source in asked:
         if source == COVERAGE:
             for u in uses:
-                rs = loaded[(u.use.path, u.use.format)]
-                derived = derive_flows.derive(rs, list(u.use.interfaces))
+                derived = coverage(loaded[(u.use.path, u.use.format)], u)
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
             own = read_traffic(traffic_file(scenario, source, key))

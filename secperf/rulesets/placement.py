@@ -129,7 +129,7 @@ def _host_behind(
 ) -> str:
     if side is not None:
         if side not in interfaces:
-            raise MechanismError(
+            raise ScenarioError(
                 f"flow {f.name} ({f.describe()}) {what} by interface {side!r}, which the "
                 "rule set's interfaces map does not name",
                 where=f.rule.where() if f.rule is not None else f.origin,
@@ -139,7 +139,7 @@ def _host_behind(
     for host in dict.fromkeys(interfaces.values()):
         if host != other:
             return host
-    raise MechanismError(
+    raise ScenarioError(
         f"flow {f.name} ({f.describe()}) names no interface, and the interfaces map has no "
         "second host to put it on",
         where=f.rule.where() if f.rule is not None else f.origin,

@@ -423,3 +423,15 @@ def test_a_missing_traffic_file_is_refused_with_its_key(
     with pytest.raises(ScenarioError, match="traffic file 'gone.csv' not found") as info:
         Plan.of(load_scenario(scenario(tmp_path, traffic="gone.csv")))
     assert info.value.where == "workloads[0].traffic"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nft loads a rule set in a namespace as root")
+def test_check_names_an_interface_the_map_lacks(tmp_path: Path) -> None:
+    kind = MECHANISMS.get("ruleset")
+    assert kind.kernel_check is not None
+    ctx = CheckContext("variants.v.mechanisms[0]", "s.toml", 4, Topology.standard())
+    kind.kernel_check(spec(interfaces={"lan0": "client", "wan0": "server"}), ctx)
+    with pytest.raises(ScenarioError, match="matches interface 'wan0'") as info:
+        kind.kernel_check(spec(interfaces={"lan0": "client"}), ctx)
+    assert info.value.where == "variants.v.mechanisms[0].interfaces"
+    assert 'wan0 = "HOST"' in (info.value.fix or "")
