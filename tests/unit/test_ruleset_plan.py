@@ -420,7 +420,7 @@ def test_the_users_own_flows_are_placed_with_the_same_map(
 def test_a_missing_traffic_file_is_refused_with_its_key(
     tmp_path: Path, stubbed: list[Path]
 ) -> None:
-    with pytest.raises(ScenarioError, match="traffic file 'gone.csv' not found") as info:
+    with pytest.raises(ScenarioError, match=r"traffic file 'gone\.csv' not found") as info:
         Plan.of(load_scenario(scenario(tmp_path, traffic="gone.csv")))
     assert info.value.where == "workloads[0].traffic"
 
