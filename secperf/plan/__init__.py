@@ -3,8 +3,10 @@
 A plan is the scenario read against its testbed graph: the topology (with an attacker
 or an ids host only where a kind asks for one), every workload point and its client
 and server hosts (and its generators), the traffic each pair sends, the hosts the
-inventory puts on other machines, and, once rendered, every variant's mechanisms with
-their rule files written into the run directory. A test can build and inspect a plan
+inventory puts on other machines, a rule-set review's one address map and placed
+flows (secperf.plan.review: only when a mechanism loads a user's rule set), and, once
+rendered, every variant's mechanisms with their rule files written into the run
+directory. A test can build and inspect a plan
 without root; the runner (secperf.run.runner) only executes rounds over it.
 """
 
