@@ -141,7 +141,8 @@ def connect(tb: Testbed, p: PlacedFlow, *, src: str | None = None, timeout: floa
 
 def test_the_dut_interfaces_carry_the_rule_sets_names(bed: tuple[Testbed, Plan]) -> None:
     tb, _plan = bed
-    out = tb.host("dut").run(["ip", "-o", "link", "show"]).stdout
+    argv = ["ip", "-o", "-n", tb.netns("dut"), "link"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     names = {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
     assert {"lan0", "wan0"} <= names
     assert tb.ifname("client-dut", "dut") == "lan0" and tb.ifname("dut-server", "dut") == "wan0"
