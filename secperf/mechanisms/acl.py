@@ -12,10 +12,12 @@ server answer it, always as an extended entry; FLOOD_DENIED_PORT is never permit
 so a "denied" flood walks the whole list and meets the drop policy.
 `flood_permit = false` leaves the attacker out entirely.
 
-Generated entries come from 198.19.0.0/16 (2001:2:0:ff::/64), which no testbed
-host uses. `standard` entries match the source only; `extended` entries match
-source, destination, protocol and port: they share the measured hosts and differ
-in the port, so a packet compares every field of every entry, as on a router.
+Generated entries come from 198.19.0.0/17 (2001:2:0:ff::/64), which no testbed
+host uses (198.19.128.0/17 holds a rule-set review's mapped addresses), so at most
+32767 standard IPv4 entries have sources of their own. `standard` entries match
+the source only; `extended` entries match source, destination, protocol and
+port: they share the measured hosts and differ in the port, so a packet compares
+every field of every entry, as on a router.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from secperf.schema.fields import bounded, one_or_sweep, parse_count
 from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
-GENERATED_V4 = ipaddress.ip_network("198.19.0.0/16")
+# secperf.testbed.topology.ACL_RESERVED_NET4 / _NET6
+GENERATED_V4 = ipaddress.ip_network("198.19.0.0/17")
 GENERATED_V6 = ipaddress.ip_network("2001:2:0:ff::/64")
 FIRST_GENERATED_PORT = 10000  # above every port the engine uses
 MAX_RULES = 65536
@@ -95,7 +98,14 @@ class Entry:
 
 
 def generated_address(i: int, family: int) -> str:
+    """The i-th never-matching address (i from 0), inside GENERATED_V4 / GENERATED_V6."""
     net = GENERATED_V4 if family == 4 else GENERATED_V6
+    if i + 1 >= net.num_addresses:
+        raise MechanismError(
+            f"generated entry {i + 1} has no address of its own in {net}",
+            fix=f"ask for at most {net.num_addresses - 1} such entries "
+            '(entries = "extended" shares the hosts and differs in the port)',
+        )
     return str(net.network_address + 1 + i)
 
 
@@ -113,7 +123,7 @@ def generated_entries(n: int, entries: Entries, plan: TrafficPlan) -> list[Entry
     for i in range(n):
         # Same hosts as the measured flow, another port; past the port space,
         # another destination too.
-        dst = plan.server_addr if i < span else generated_address(i, plan.family)
+        dst = plan.server_addr if i < span else generated_address(i - span, plan.family)
         proto = "tcp" if i % 2 == 0 else "udp"
         out.append(Entry(plan.client_addr, dst, proto, FIRST_GENERATED_PORT + i % span))
     return out

@@ -30,6 +30,7 @@ from pydantic import Field, field_validator
 from secperf.engine import CONTROL_PORT, DATA_PORTS
 from secperf.errors import MechanismError
 from secperf.metric import MetricRow
+from secperf.rulesets.addrmap import AddressMap
 from secperf.rulesets.model import PlacedFlow
 from secperf.schema.fields import StrictModel
 from secperf.testbed.hosts import Host
@@ -155,6 +156,10 @@ class MechanismContext:
     # The server host, for a mechanism that must copy the server's settings
     # (the TCP options a SYN proxy promises); set by the runner once the testbed exists.
     server: Host | None = None
+    # The scenario's one address map (secperf.rulesets.addrmap.AddressMap) when some
+    # entry loads a rule set (MechanismKind.rule_sets): every rule set of every
+    # variant and the traffic share it. None for every other scenario.
+    address_map: AddressMap | None = None
 
 
 # ---------------------------------------------------------------- the scenario entry
@@ -311,6 +316,22 @@ class CheckContext:
     key: str  # e.g. "variants.acl-set.mechanisms[0]"
     where: str  # the scenario file
     family: int  # 4 or 6
+    # The scenario's testbed graph (None in contexts built by hand), for checks that
+    # name hosts and links (a rule set's interfaces map).
+    topology: Topology | None = None
+
+
+@dataclass(frozen=True)
+class RuleSetUse:
+    """A user's rule file an entry loads as written (MechanismKind.rule_sets): the plan
+    loads it, derives its traffic, maps its addresses with every other rule set of the
+    scenario, and names the interfaces of `host` towards the hosts `interfaces` gives."""
+
+    path: Path
+    format: Literal["nft", "iptables"]
+    # The rule set's interface name -> the testbed host behind it (its link from `host`).
+    interfaces: dict[str, str]
+    host: str = "dut"  # where it is loaded (the entry's `on`)
 
 
 S = TypeVar("S", bound=MechanismSpec)
@@ -354,6 +375,15 @@ class MechanismKind(Generic[S]):
     # The metrics of the `mechanism` records its runtime's `observe` writes after each
     # test (a tunnel's daemons' memory), read as a workload's result records are.
     metrics: tuple[MetricRow, ...] = ()
+    # The user's rule files an entry loads as written (None: it loads none): the plan
+    # maps them onto the testbed with one map for the whole scenario (secperf.plan.review).
+    rule_sets: Callable[[S], Sequence[RuleSetUse]] | None = None
+    # Traits one entry adds to the kind's (a rule file with NAT translates too).
+    entry_traits: Callable[[S], frozenset[Trait]] | None = None
+
+    def traits_of(self, spec: S) -> frozenset[Trait]:
+        """The kind's traits and those this entry adds."""
+        return self.traits | (self.entry_traits(spec) if self.entry_traits else frozenset())
 
     def tools_for(self, spec: S) -> list[Tool]:
         """The programs this entry needs (preflight refuses a run without them)."""

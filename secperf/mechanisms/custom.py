@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from secperf.errors import MechanismError, ToolMissingError
+from secperf.errors import MechanismError, ScenarioError, ToolMissingError
 from secperf.mechanisms.base import (
     IPTABLES_TOOLS,
     CheckContext,
@@ -103,7 +103,8 @@ class Custom(Mechanism):
             proc = dut.run(argv, check=False, timeout=60)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip()
-            raise MechanismError(
+            # a bad rule file is bad input: `secperf check` exits 3 (docs/ci-example.md)
+            raise ScenarioError(
                 f"{argv[0]} rejects the rule set:\n{detail}",
                 where=str(self.spec.file),
                 fix="correct the line the tool names (run the command above to retry by hand)",
@@ -224,7 +225,7 @@ def check_iptables_targets(path: Path) -> None:
                 "or use a target such as ACCEPT, DROP, REJECT or RETURN"
             )
         )
-        raise MechanismError(
+        raise ScenarioError(
             f"-A {chain} jumps to {target!r}, which is neither a chain of table {tbl} "
             "in this file nor an iptables target (iptables-restore --test does not catch this)",
             where=f"{path}:{number}",

@@ -22,6 +22,7 @@ from secperf.mechanisms import (
     nat,
     proxy,
     rps,
+    ruleset,
     synproxy,
     tls_inspect,
     vpn,
@@ -34,6 +35,7 @@ MECHANISMS: KindRegistry[MechanismKind[Any]] = KindRegistry(
     [
         acl.KIND,
         custom.KIND,
+        ruleset.KIND,
         nat.KIND,
         appliance.KIND,
         synproxy.KIND,

@@ -3,13 +3,16 @@
 A plan is the scenario read against its testbed graph: the topology (with an attacker
 or an ids host only where a kind asks for one), every workload point and its client
 and server hosts (and its generators), the traffic each pair sends, the hosts the
-inventory puts on other machines, and, once rendered, every variant's mechanisms with
-their rule files written into the run directory. A test can build and inspect a plan
+inventory puts on other machines, a rule-set review's one address map and placed
+flows (secperf.plan.review: only when a mechanism loads a user's rule set), and, once
+rendered, every variant's mechanisms with their rule files written into the run
+directory. A test can build and inspect a plan
 without root; the runner (secperf.run.runner) only executes rounds over it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +36,8 @@ from secperf.plan.placement import (
     placement_hook,
     resolve_placement,
 )
+from secperf.plan.review import RuleSetPlan, plan_rule_sets
+from secperf.rulesets.addrmap import AddressMap
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.testbed.hosts.ssh_transport import SshSpec
@@ -95,6 +100,7 @@ def prepare_variants(
     topology: Topology,
     ends: tuple[str, str] | None = None,
     suffix: str = "",
+    address_map: AddressMap | None = None,
 ) -> list[Variant]:
     """Render every variant's mechanisms into the run directory (no side effects elsewhere),
     each for the hosts its `on` names and for the traffic between `ends` (client and
@@ -119,6 +125,7 @@ def prepare_variants(
                 hook=placement_hook(topology, kind, hosts, where=where),
                 topology=topology,
                 ends=ends,
+                address_map=address_map,
             )
             ctx.rendered = mech.render(ctx)
             v.mechanisms.append((mech, ctx))
@@ -179,6 +186,9 @@ class Plan:
     remotes: dict[str, SshSpec]
     # (client, server) pair -> its variants, rendered (empty until `render`)
     variant_sets: dict[tuple[str, str], list[Variant]] = field(default_factory=dict)
+    # A rule-set review's one address map and placed traffic (secperf.plan.review);
+    # None unless a mechanism loads a user's rule set or a workload sends its traffic.
+    rule_sets: RuleSetPlan | None = None
 
     @classmethod
     def of(cls, scenario: Scenario) -> Plan:
@@ -186,7 +196,11 @@ class Plan:
         family = 6 if scenario.testbed.family == "ipv6" else 4
         points = expand_scenario(scenario)
         topology = topology_for(scenario, points)
+        rule_sets = plan_rule_sets(scenario, topology)
+        if rule_sets is not None:
+            topology = rule_sets.topology(topology)
         client, server = (default_endpoint(topology, r) for r in ("client", "server"))
+        traffic = traffic_plan(topology, family, client, server)
         return cls(
             scenario=scenario,
             family=family,
@@ -194,9 +208,24 @@ class Plan:
             topology=topology,
             endpoints={p.point_id: endpoints(topology, p) for p in points},
             generators={p.point_id: tuple(generator_hosts(topology, p)) for p in points},
-            traffic=traffic_plan(topology, family, client, server),
+            traffic=dataclasses.replace(traffic, flows=rule_sets.flows) if rule_sets else traffic,
             remotes=ssh_specs(scenario, topology),
+            rule_sets=rule_sets,
         )
+
+    @property
+    def address_map(self) -> AddressMap | None:
+        """The scenario's one address map (secperf.rulesets.addrmap), or None."""
+        return self.rule_sets.address_map if self.rule_sets is not None else None
+
+    def traffic_for(self, client: str, server: str, generators: list[str]) -> TrafficPlan:
+        """The traffic between one (client, server) pair, with the review's flows."""
+        tp = traffic_plan(self.topology, self.family, client, server, generators=generators)
+        return dataclasses.replace(tp, flows=self.traffic.flows)
+
+    def rule_set_map(self) -> dict[str, Any] | None:
+        """For run.json: the map as kept and printed, the named interfaces, the flows."""
+        return self.rule_sets.describe() if self.rule_sets is not None else None
 
     # -- rendering -----------------------------------------------------------------------
     def render(self, files_dir: Path, prefix: str) -> None:
@@ -212,12 +241,13 @@ class Plan:
         self.variant_sets = {
             pair: prepare_variants(
                 self.scenario,
-                traffic_plan(self.topology, self.family, *pair, generators=senders[pair]),
+                self.traffic_for(*pair, generators=senders[pair]),
                 files_dir,
                 f"secperf_{prefix}",
                 self.topology,
                 ends=pair,
                 suffix=f".{pair[0]}-{pair[1]}" if len(pairs) > 1 else "",
+                address_map=self.address_map,
             )
             for pair in pairs
         }

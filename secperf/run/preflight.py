@@ -18,6 +18,7 @@ from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan.graph import build_topology
 from secperf.scenario.loader import _LineMap
 from secperf.scenario.scenario import Scenario
+from secperf.testbed.topology import Topology
 from secperf.tools import Tool, engine_path
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
 from secperf.workloads.registry import WORKLOADS
@@ -76,10 +77,14 @@ def mechanism_entries(
     """Every mechanism entry of every variant: its kind, itself, and where it stands."""
     family = 6 if scenario.testbed.family == "ipv6" else 4
     where = str(scenario.source or "scenario")
+    try:  # for checks that name hosts; a graph that cannot be built is refused elsewhere
+        topology: Topology | None = build_topology(scenario)
+    except SecperfError:
+        topology = None
     for name, variant in scenario.variants.items():
         for i, mech in enumerate(variant.mechanisms):
             key = f"variants.{name}.mechanisms[{i}]"
-            yield MECHANISMS.of(mech), mech, CheckContext(key, where, family)
+            yield MECHANISMS.of(mech), mech, CheckContext(key, where, family, topology)
 
 
 def tools_for(scenario: Scenario) -> list[Tool]:

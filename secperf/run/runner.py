@@ -208,6 +208,9 @@ class Runner(Rounds):
                     testbed=testbed_info(testbed),
                     topology=self.plan.topology.describe(),
                     placements=self.plan.placements(),
+                    # a rule-set review's address map, named interfaces and placed flows
+                    # (the map also beside each rendered rule set: <name>.addrmap.json)
+                    rule_set_map=self.plan.rule_set_map(),
                 )
                 servers = self._start_servers(testbed)
                 try:

@@ -37,12 +37,13 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from ipaddress import ip_address
 from typing import Protocol
 
 from secperf.errors import TestbedError
 from secperf.testbed.commands import run_command
 from secperf.testbed.ledger import Ledger
-from secperf.testbed.topology import LinkSpec, Topology
+from secperf.testbed.topology import MAPPED_HOSTS_NET4, MAPPED_HOSTS_NET6, LinkSpec, Topology
 
 IFNAMSIZ = 15  # usable characters in a Linux interface name
 TBF_MIN_BURST = 1600  # bytes: more than one full-size frame
@@ -234,6 +235,7 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
                 for addr in topology.emulated_addresses(role, fam):
                     extra = " nodad" if fam == 6 else ""
                     lines.append(f"addr add {addr}/{plen} dev {dev}{extra}")
+    lines += extra_address_lines(topology, role, ifnames)
     for link in links:
         lines.append(f"link set {ifnames[link.name]} up")
     # The direct link's /24 is on-link, more specific than the default: traffic
@@ -250,7 +252,62 @@ def host_ip_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> lis
             f"route add {net} via {via} metric {GRAPH_ROUTE_METRIC}"
             for net, via in topology.routes(role, fam)
         ]
+        lines += extra_route_lines(topology, role, fam)
     return lines
+
+
+def extra_address_lines(topology: Topology, role: str, ifnames: dict[str, str]) -> list[str]:
+    """`ip -batch` lines for the host's extra host addresses (Topology.extra_addresses,
+    a rule-set review's mapped ones): on an end host's link towards its gateway, on a
+    forwarding host's loopback (it owns them, whichever interface a packet comes in by)."""
+    addrs = topology.extra_addresses.get(role, ())
+    if not addrs:
+        return []
+    dev = "lo"
+    if not topology.host(role).forwarding:
+        gateway = topology.gateway(role)
+        link = next(
+            (
+                lk
+                for lk in topology.links_of(role)
+                if role in lk.addr4 and gateway is not None and ip_address(gateway) in lk.net4
+            ),
+            None,
+        )
+        if link is None:
+            raise TestbedError(
+                f"host {role} has extra addresses but no link towards a forwarding host",
+                fix="link it to the DUT (or a gateway)",
+            )
+        dev = ifnames[link.name]
+    out = []
+    for addr in addrs:
+        six = ip_address(addr).version == 6
+        out.append(f"addr add {addr}/{128 if six else 32} dev {dev}{' nodad' if six else ''}")
+    return out
+
+
+def extra_route_lines(topology: Topology, role: str, family: int) -> list[str]:
+    """Routes to the extra addresses: a forwarding host has a host route to each that
+    another host owns (via the first hop towards it); an end host sends the whole mapped
+    range to its gateway. Nothing when the topology has no extra address."""
+    if not topology.extra_addresses:
+        return []
+    if not topology.host(role).forwarding:
+        gateway = topology.gateway(role, family)
+        if gateway is None:
+            return []
+        net = MAPPED_HOSTS_NET4 if family == 4 else MAPPED_HOSTS_NET6
+        return [f"route add {net} via {gateway} metric {GRAPH_ROUTE_METRIC}"]
+    out = []
+    plen = 32 if family == 4 else 128
+    for addr, owner in topology.extra_owner(family).items():
+        if owner == role:
+            continue
+        via = topology.next_hop(role, owner, family)
+        if via is not None:
+            out.append(f"route add {addr}/{plen} via {via}")
+    return out
 
 
 # `ethtool -K` keywords and the `ethtool -k` lines they switch.

@@ -4,10 +4,12 @@ A Topology is pure data, with no side effects. `Testbed.build` turns it into
 hosts (namespaces) and links (veths); the mechanisms and workloads read names,
 addresses and paths from it. Every address comes from the benchmarking ranges
 (RFC 2544 198.18.0.0/15, RFC 5180 2001:2::/48) and is checked on construction,
-so a testbed can never answer for a real network. 198.19.0.0/16 and
+so a testbed can never answer for a real network. 198.19.0.0/17 and
 2001:2:0:ff::/64 are kept free (ACL generators draw their non-matching entries
 from them), and so is 198.18.240.0/20 with 2001:2:0:f0::/60: tunnel overlays
-(VPN inner addresses) live there.
+(VPN inner addresses) live there. 198.19.128.0/17 and 2001:2:0:8000::/49 hold a
+rule-set review's mapped addresses (secperf.rulesets.addrmap): a host owns them
+only as the topology's extra host addresses (`Topology.extra_addresses`).
 
 Hosts have a name (unique), a role (`client`, `server`, `dut`, `gateway`,
 `attacker`, `ids`, or `switch`), a zone, and forward or not. A link joins two
@@ -46,6 +48,7 @@ from ipaddress import (
     IPv6Interface,
     IPv6Network,
     ip_address,
+    ip_network,
 )
 
 from secperf.errors import TestbedError
@@ -53,8 +56,12 @@ from secperf.errors import TestbedError
 TESTBED_NET4 = IPv4Network("198.18.0.0/15")
 TESTBED_NET6 = IPv6Network("2001:2::/48")
 # Generated non-matching ACL entries come from here; no host may use them.
-ACL_RESERVED_NET4 = IPv4Network("198.19.0.0/16")
+ACL_RESERVED_NET4 = IPv4Network("198.19.0.0/17")
 ACL_RESERVED_NET6 = IPv6Network("2001:2:0:ff::/64")
+# A rule-set review's mapped addresses (secperf.rulesets.addrmap.MAPPED_NET4/6): a host
+# owns them as extra host addresses (Topology.extra_addresses), no link subnet uses them.
+MAPPED_HOSTS_NET4 = IPv4Network("198.19.128.0/17")
+MAPPED_HOSTS_NET6 = IPv6Network("2001:2:0:8000::/49")
 # Tunnel overlays (VPN inner addresses); no link subnet may use them.
 TUNNEL_NET4 = IPv4Network("198.18.240.0/20")
 TUNNEL_NET6 = IPv6Network("2001:2:0:f0::/60")
@@ -68,10 +75,13 @@ FORWARDING_ROLES = ("dut", "gateway")
 OFFLOAD_SETTINGS = ("on", "off")
 DUT = "dut"
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+# An interface name a rule set may use (the kernel's rule: 1-15 characters, no `/`,
+# no space or `:`); "lo" and the testbed bridge's are taken.
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,15}$")
 
 
 def check_testbed_address(addr: str | IPv4Address | IPv6Address, *, where: str = "") -> None:
-    """Refuse an address outside the testbed ranges (or inside the ACL-reserved /16)."""
+    """Refuse an address outside the testbed ranges (or inside the ACL-reserved /17)."""
     a = ip_address(addr) if isinstance(addr, str) else addr
     ok = (
         a in TESTBED_NET4 and a not in ACL_RESERVED_NET4
@@ -84,7 +94,7 @@ def check_testbed_address(addr: str | IPv4Address | IPv6Address, *, where: str =
             f"({TESTBED_NET4} and {TESTBED_NET6}, without {ACL_RESERVED_NET4} "
             f"and {ACL_RESERVED_NET6})",
             where=where or None,
-            fix="use addresses from 198.18.0.0/16 or 2001:2::/48 only",
+            fix="use addresses from 198.18.0.0/16, 198.19.128.0/17 or 2001:2::/48 only",
         )
 
 
@@ -238,6 +248,15 @@ class Topology:
     # TSO/GSO/GRO on every veth (unless a link says otherwise): "on" = the kernel's
     # defaults, "off" = all three off (secperf.testbed.links.apply_offloads).
     offloads: str = "on"
+    # Interface names by end: (host, peer) -> the name `host`'s end of its link to `peer`
+    # carries inside the host (a rule set's `lan0`); every other end has the generated
+    # name (secperf.testbed.links.ifname).
+    ifnames: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Extra host addresses (/32, /128) per host, from MAPPED_HOSTS_NET4/6 (a rule-set
+    # review's mapped addresses): on an end host's link towards its gateway, on a
+    # forwarding host's loopback; every forwarding host routes each to its owner, every
+    # end host routes the mapped ranges to its gateway (secperf.testbed.links).
+    extra_addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [h.name for h in self.hosts]
@@ -273,6 +292,73 @@ class Topology:
                 for fam in (4, 6):
                     for addr in self.emulated_addresses(name, fam):
                         check_testbed_address(addr, where=f"emulated host on {name}")
+        self._check_ifnames()
+        self._check_extra_addresses()
+
+    def _check_ifnames(self) -> None:
+        """Each named end is an end of a link, each name usable and once per host."""
+        per_host: dict[str, str] = {}
+        for (host, peer), name in self.ifnames.items():
+            where = f"interface {name!r} of {host} (towards {peer})"
+            if self.link_between(host, peer) is None:
+                raise TestbedError(f"{where}: {host} has no link to {peer}", where=where)
+            if not IFNAME_RE.match(name) or name in ("lo", "br"):
+                raise TestbedError(
+                    f"{where}: not a name this testbed can give an interface",
+                    where=where,
+                    fix="use 1-15 letters, digits and ._+- (not lo)",
+                )
+            key = f"{host}/{name}"
+            if key in per_host:
+                raise TestbedError(
+                    f"{where}: {host} already has an interface {name!r} (towards {per_host[key]})",
+                    where=where,
+                    fix="give each of a host's links its own name",
+                )
+            per_host[key] = peer
+
+    def _check_extra_addresses(self) -> None:
+        """Extra addresses are host addresses in the mapped ranges, each on one host."""
+        used = {str(i.ip) for lk in self.links for i in lk.addr4.values()}
+        used |= {str(i.ip) for lk in self.links for i in lk.addr6.values()}
+        for host, addrs in self.extra_addresses.items():
+            where = f"extra address of {host}"
+            if host not in self.names or self.host(host).is_switch:
+                raise TestbedError(f"{where}: no such host (have {', '.join(self.names)})")
+            for text in addrs:
+                a = ip_address(text)
+                net = MAPPED_HOSTS_NET4 if isinstance(a, IPv4Address) else MAPPED_HOSTS_NET6
+                if a not in net:
+                    raise TestbedError(
+                        f"{where}: {a} is outside {net}",
+                        where=where,
+                        fix="map the address into the rule-set range (secperf.rulesets.addrmap)",
+                    )
+                if str(a) in used:
+                    raise TestbedError(f"{where}: {a} is used twice", where=where)
+                used.add(str(a))
+
+    def extra_owner(self, family: int = 4) -> dict[str, str]:
+        """Every extra address of this family -> the host that owns it."""
+        return {
+            a: host
+            for host, addrs in self.extra_addresses.items()
+            for a in addrs
+            if ip_address(a).version == _family(family)
+        }
+
+    def next_hop(self, name: str, dst: str, family: int = 4) -> str | None:
+        """The address `name` sends a packet for host `dst`'s primary address to: `dst`
+        itself on a shared segment, else the derived route's hop or the gateway."""
+        idx = 0 if _family(family) == 4 else 1
+        for peer, seg in self.neighbours(name):
+            if peer == dst:
+                return str(seg.members[peer][idx].ip)
+        target = ip_address(self.primary_address(dst, family))
+        for net, via in self.routes(name, family):
+            if target in ip_network(net):
+                return via
+        return self.gateway(name, family)
 
     def _check_link(self, link: LinkSpec) -> None:
         where = f"link {link.name}"
@@ -289,7 +375,9 @@ class Topology:
             link.net4.subnet_of(TESTBED_NET4)
             and not link.net4.overlaps(ACL_RESERVED_NET4)
             and not link.net4.overlaps(TUNNEL_NET4)
+            and not link.net4.overlaps(MAPPED_HOSTS_NET4)
             and link.net6.subnet_of(TESTBED_NET6)
+            and not link.net6.overlaps(MAPPED_HOSTS_NET6)
             and not link.net6.overlaps(ACL_RESERVED_NET6)
             and not link.net6.overlaps(TUNNEL_NET6)
         ):
@@ -665,6 +753,16 @@ class Topology:
             ],
             "emulated_hosts": self.emulated_hosts,
             "offloads": self.offloads,
+            **(
+                {
+                    "ifnames": [
+                        {"host": h, "peer": p, "name": n} for (h, p), n in self.ifnames.items()
+                    ]
+                }
+                if self.ifnames
+                else {}
+            ),
+            **({"extra_addresses": dict(self.extra_addresses)} if self.extra_addresses else {}),
         }
 
 

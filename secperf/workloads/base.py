@@ -441,7 +441,11 @@ class WorkloadKind(Generic[S]):
     - `validate(spec, testbed, topology)`: a scenario-level check (Refused, or None);
       `preflight(spec, ctx)`: a static check before any testbed (raises ScenarioError);
       `tools(spec)`: the programs it needs;
-    - `offered`: the kind can run open loop at a fixed offered rate (OfferedLoad).
+    - `offered`: the kind can run open loop at a fixed offered rate (OfferedLoad);
+    - `rule_set_traffic(spec)`: the kind sends a rule-set review's traffic: "coverage"
+      (derived from the scenario's rule sets) or the path of the user's own flow file
+      (CSV, conntrack dump, pcap); None: it sends none. The plan places those flows
+      (secperf.plan.review) and hands them to executors as `ctx.plan.flows`.
     """
 
     name: str
@@ -461,3 +465,4 @@ class WorkloadKind(Generic[S]):
     checks: bool = False
     layout: ReportLayout | None = None
     offered: OfferedLoad | None = None
+    rule_set_traffic: Callable[[S], str | Path | None] | None = None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from secperf.errors import MechanismError
+from secperf.errors import ScenarioError
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.custom import Custom, CustomSpec
@@ -119,7 +119,7 @@ def test_custom_nft_file_is_loaded_and_a_bad_one_names_its_line(
         reset_dut(tb.host("dut"), custom.backends())
     bad = tmp_path / "bad.nft"
     bad.write_text("table inet user {\n  chain forward {\n    tcp dporrt 7000 drop\n  }\n}\n")
-    with pytest.raises(MechanismError) as err:
+    with pytest.raises(ScenarioError) as err:  # a bad rule file is bad input (exit 3)
         Custom(CustomSpec(file=bad, format="nft")).check(4)
     assert "bad.nft:3:" in str(err.value)
 
@@ -129,6 +129,6 @@ def test_custom_iptables_file_checked_with_its_own_parser(tmp_path: Path) -> Non
     bad.write_text(
         "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -p tcp --dportt 80 -j ACCEPT\nCOMMIT\n"
     )
-    with pytest.raises(MechanismError) as err:
+    with pytest.raises(ScenarioError) as err:
         Custom(CustomSpec(file=bad, format="iptables", backend="iptables-nft")).check(4)
     assert "line 3" in str(err.value).lower() or "--dportt" in str(err.value)

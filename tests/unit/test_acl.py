@@ -128,3 +128,15 @@ def test_render_writes_files_into_the_run_directory(tmp_path: Path) -> None:
 def test_too_many_rules_is_a_clear_error() -> None:
     with pytest.raises(MechanismError, match="at most 65536"):
         generated_entries(70000, "standard", PLAN)
+
+
+def test_generated_entries_stay_in_the_acl_half_of_198_19() -> None:
+    reserved = ipaddress.ip_network("198.19.0.0/17")
+    mapped = ipaddress.ip_network("198.19.128.0/17")
+    standard = generated_entries(32767, "standard", PLAN)
+    assert all(ipaddress.ip_address(e.src) in reserved for e in standard)
+    assert ipaddress.ip_address(standard[-1].src) not in mapped
+    extended = generated_entries(65536, "extended", PLAN)
+    assert all(e.dst is not None and ipaddress.ip_address(e.dst) not in mapped for e in extended)
+    with pytest.raises(MechanismError, match=r"no address of its own in 198\.19\.0\.0/17"):
+        generated_entries(32768, "standard", PLAN)

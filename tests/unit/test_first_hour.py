@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secperf.cli import app
-from secperf.errors import EngineError, MechanismError, ScenarioError
+from secperf.errors import EngineError, ScenarioError
 from secperf.results.rundir import RunDir
 from secperf.scenario.loader import load_scenario, parse_scenario
 
@@ -267,7 +267,7 @@ def test_iptables_bad_jump_target_is_refused(tmp_path: Path) -> None:
         "*filter\n:FORWARD DROP [0:0]\n:MINE - [0:0]\n-A FORWARD -j MINE\n"
         "-A MINE -p tcp --dport 22 -j DORP\nCOMMIT\n",
     )
-    with pytest.raises(MechanismError) as info:
+    with pytest.raises(ScenarioError) as info:  # a bad rule file is bad input (exit 3)
         check_static(load_scenario(path))
     assert "rules.ipt:5" in str(info.value) and "'DORP'" in str(info.value)
     assert "did you mean DROP" in str(info.value)

@@ -41,6 +41,7 @@ def test_every_kind_is_its_models_literal_and_builds_its_runtime() -> None:
     assert MECHANISMS.names() == [
         "acl",
         "custom",
+        "ruleset",
         "nat",
         "appliance",
         "synproxy",
@@ -56,6 +57,7 @@ def test_every_kind_is_its_models_literal_and_builds_its_runtime() -> None:
     minimal: dict[str, dict[str, Any]] = {
         "acl": {"rules": 1},
         "custom": {"file": "x.nft", "format": "nft"},
+        "ruleset": {"file": "x.nft"},
         "nat": {"mode": "pat"},
         "vpn": {"implementation": "wireguard"},
         "rps": {"cpus": "0"},
@@ -75,7 +77,7 @@ def test_what_the_kinds_declare_is_what_the_code_branched_on() -> None:
     def having(pred: Any) -> set[str]:
         return {k.name for k in MECHANISMS if pred(k)}
 
-    assert having(lambda k: "filters" in k.traits) == {"acl", "custom", "appliance"}
+    assert having(lambda k: "filters" in k.traits) == {"acl", "custom", "ruleset", "appliance"}
     assert having(lambda k: "detects" in k.traits) == {"ips", "ids"}
     assert having(lambda k: k.forwarding_only) == {
         "nat",
@@ -88,7 +90,8 @@ def test_what_the_kinds_declare_is_what_the_code_branched_on() -> None:
     assert having(lambda k: k.sensor_role is not None) == {"ids"}
     assert having(lambda k: k.hosts) == {"ids"}
     assert having(lambda k: k.single is not None) == {"acl"}
-    assert having(lambda k: k.kernel_check is not None) == {"custom"}
+    assert having(lambda k: k.kernel_check is not None) == {"custom", "ruleset"}
+    assert having(lambda k: k.rule_sets is not None) == {"ruleset"}
     assert having(lambda k: k.run_check is not None) == {"appliance", "ips", "ids"}
 
 

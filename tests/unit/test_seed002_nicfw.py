@@ -30,7 +30,7 @@ def nicfw_rules(n: int, cls: str) -> str:
         f"the set {what}.",
         "# Header-only rules: secperf-nfq checks every one against every packet (no content,",
         "# so no Hyperscan scan), as the EFW walked its rule list. The generated entries drop",
-        "# sources in 198.19.0.0/16, which no testbed host uses; the last rule drops the flood",
+        "# sources in 198.19.0.0/17, which no testbed host uses; the last rule drops the flood",
         "# ports the set denies. Everything else is accepted (secperf-nfq's default verdict).",
         "# Written by nicfw_rules in tests/unit/test_seed002_nicfw.py.",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network, ip_address
 
 import pytest
@@ -16,7 +17,7 @@ from secperf.testbed.topology import (
 )
 
 V4 = IPv4Network("198.18.0.0/15")
-V4_RESERVED = IPv4Network("198.19.0.0/16")
+V4_RESERVED = IPv4Network("198.19.0.0/17")
 V6 = IPv6Network("2001:2::/48")
 
 
@@ -184,3 +185,48 @@ def test_priority_queue_under_tbf_sends_the_control_port_first() -> None:
     assert len(filters) == 4  # sport and dport, IPv4 and IPv6
     assert all("match" in f and "5201 0xffff flowid 2:10" in f for f in filters)
     assert any("protocol ipv6" in f and "match ip6 dport 5201" in f for f in filters)
+
+
+def test_named_ends_and_extra_addresses_are_checked() -> None:
+    base = Topology.standard()
+    named = replace(base, ifnames={("dut", "client"): "lan0", ("dut", "server"): "wan0"})
+    assert named.ifnames[("dut", "client")] == "lan0"
+    for bad, message in [
+        ({("dut", "nobody"): "x"}, "no link"),
+        ({("client", "server"): "x"}, "no link"),
+        ({("dut", "client"): "a/b"}, "not a name"),
+        ({("dut", "client"): "lan0", ("dut", "server"): "lan0"}, "already has"),
+    ]:
+        with pytest.raises(TestbedError, match=message):
+            replace(base, ifnames=bad)
+    extra = replace(base, extra_addresses={"client": ("198.19.128.5",), "dut": ("198.19.128.1",)})
+    assert extra.extra_owner(4) == {"198.19.128.5": "client", "198.19.128.1": "dut"}
+    check_testbed_address("198.19.128.5")  # the mapped range is the testbed's
+    for bad_extra, message in [
+        ({"client": ("198.19.0.5",)}, "outside"),  # the ACL's never-matching range
+        ({"client": ("198.18.1.2",)}, "outside"),  # a link's address
+        ({"client": ("198.19.128.5",), "server": ("198.19.128.5",)}, "used twice"),
+        ({"nobody": ("198.19.128.5",)}, "no such host"),
+    ]:
+        with pytest.raises(TestbedError, match=message):
+            replace(base, extra_addresses=bad_extra)
+
+
+def test_plain_beds_have_no_named_ends_or_extra_routes() -> None:
+    t = Topology.standard()
+    dut = host_ip_lines(t, "dut", {"client-dut": "spx-dc", "dut-server": "spx-ds"})
+    assert not any("198.19" in line or " lo" in line.split("dev")[-1] for line in dut[1:])
+    assert "ifnames" not in t.describe() and "extra_addresses" not in t.describe()
+
+
+def test_extra_ipv6_addresses_and_their_routes() -> None:
+    t = replace(
+        Topology.standard(),
+        extra_addresses={"client": ("2001:2:0:8000::5",), "dut": ("2001:2:0:8000::1",)},
+    )
+    client = host_ip_lines(t, "client", {"client-dut": "x-cd"})
+    assert "addr add 2001:2:0:8000::5/128 dev x-cd nodad" in client
+    assert "route add 2001:2:0:8000::/49 via 2001:2:0:1::1 metric 100" in client
+    dut = host_ip_lines(t, "dut", {"client-dut": "x-dc", "dut-server": "x-ds"})
+    assert "route add 2001:2:0:8000::5/128 via 2001:2:0:1::2" in dut
+    assert "addr add 2001:2:0:8000::1/128 dev lo nodad" in dut

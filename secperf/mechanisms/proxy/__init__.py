@@ -23,7 +23,7 @@ work as for squid.
 
 The switches the paper turned, one key each:
 - `rules`: N squid `http_access` rules; N-1 never match (sources and destinations
-  from 198.19.0.0/16, which no testbed host has) and the one that admits the
+  from 198.19.0.0/17, which no testbed host has) and the one that admits the
   testbed comes `first` or `last` (`match`); anything else is denied. `deny` lists
   destination addresses refused before every other rule (for tests and demos).
   ftp-proxy has no rule base of its own: the same N rules are an nft chain on the

@@ -36,8 +36,9 @@ def daemon_binary(name: str, package: str) -> str:
 
 
 def filler_net(i: int) -> str:
-    """The i-th never-matching address, from 198.19.0.0/16 (reserved for ACL generators)."""
-    return f"198.19.{(i // 250) % 250}.{i % 250 + 1}/32"
+    """The i-th never-matching address, from 198.19.0.0/17 (reserved for ACL generators;
+    secperf.testbed.topology.ACL_RESERVED_NET4)."""
+    return f"198.19.{(i // 250) % 128}.{i % 250 + 1}/32"
 
 
 def service_name(ctx: MechanismContext) -> str:

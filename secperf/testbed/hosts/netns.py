@@ -192,7 +192,11 @@ class NetnsHost:
         return True
 
     def ifname(self, peer: str) -> str:
+        """The topology's name for this end (a rule set's `lan0`), else the generated one."""
         topo = self._bed.topology
+        named = topo.ifnames.get((self.role, peer))
+        if named is not None:
+            return named
         return links.ifname(self._bed.prefix, topo.tag(self.role), topo.tag(peer))
 
     # -- capabilities ---------------------------------------------------------------
