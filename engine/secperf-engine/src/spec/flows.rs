@@ -328,14 +328,6 @@ impl KindSpec for FlowsSpec {
                             .into(),
                     ));
                 }
-                if flows.iter().all(|f| f.weight.is_none()) {
-                    return Err(bad(
-                        "flows".into(),
-                        "every flow has its own rate: give at least one a weight (the \
-                         weighted schedule is what the result's rate measures)"
-                            .into(),
-                    ));
-                }
                 if flows.iter().filter(|f| f.rate.is_some()).count() > MAX_RATED {
                     return Err(bad(
                         "flows".into(),

@@ -233,7 +233,9 @@ pub fn weighted_loop(plan: &Plan) -> Result<()> {
             let mut s = lock(&plan.sched);
             let k = s.1;
             s.1 += 1;
-            let flow = s.0.next();
+            let Some(flow) = s.0.next() else {
+                return Ok(()); // no weighted flow: the probes' loops do the work
+            };
             let due = rate.map(|r| Duration::from_secs_f64(k as f64 / r));
             (flow, due, plan.t0.elapsed())
         };

@@ -48,13 +48,12 @@ impl Stride {
         }
     }
 
-    /// The flow (its index in the spec) the next attempt goes to.
-    pub fn next(&mut self) -> usize {
-        let Some(Reverse(Pass(p, i))) = self.heap.pop() else {
-            return 0; // no weighted flow: the spec refuses this
-        };
+    /// The flow (its index in the spec) the next attempt goes to; None when
+    /// no flow has a weight (every flow a probe on its own rate).
+    pub fn next(&mut self) -> Option<usize> {
+        let Reverse(Pass(p, i)) = self.heap.pop()?;
         self.heap.push(Reverse(Pass(p + self.strides[i], i)));
-        self.choices[i]
+        Some(self.choices[i])
     }
 }
 
@@ -66,7 +65,7 @@ mod tests {
     fn shares_follow_weights_in_any_window() {
         let w = [(0, 5.0), (1, 3.0), (2, 1.0), (3, 0.5)];
         let mut s = Stride::new(&w);
-        let picks: Vec<usize> = (0..20_000).map(|_| s.next()).collect();
+        let picks: Vec<usize> = (0..20_000).filter_map(|_| s.next()).collect();
         let total: f64 = w.iter().map(|x| x.1).sum();
         for (a, b) in [(0, 20_000), (1234, 9876), (17, 4017)] {
             let n = (b - a) as f64;
@@ -86,8 +85,10 @@ mod tests {
     fn the_same_weights_give_the_same_order() {
         let w = [(3, 2.0), (7, 1.0)];
         let (mut a, mut b) = (Stride::new(&w), Stride::new(&w));
-        let x: Vec<usize> = (0..100).map(|_| a.next()).collect();
-        let y: Vec<usize> = (0..100).map(|_| b.next()).collect();
+        let x: Vec<usize> = (0..100).filter_map(|_| a.next()).collect();
+        let y: Vec<usize> = (0..100).filter_map(|_| b.next()).collect();
+        assert_eq!(x.len(), 100);
+        assert_eq!(Stride::new(&[]).next(), None);
         assert_eq!(x, y);
         assert!(x.iter().all(|i| *i == 3 || *i == 7));
     }
