@@ -250,6 +250,10 @@ fn the_guard_and_the_spec_refuse_what_they_should() {
     assert!(bad(json!({"kind": "flows", "role": "server", "flows": one})).contains("allow"));
     let both = json!([{"protocol": "tcp", "src": "127.0.0.1", "dst": "127.0.0.1", "dport": 9, "weight": 1, "rate": 1}]);
     assert!(bad(json!({"kind": "flows", "flows": both})).contains("weight and rate"));
+    // Only probes (each on its own rate) is a spec: the weighted loops have nothing to do.
+    let probes =
+        json!([{"protocol": "udp", "src": "127.0.0.1", "dst": "127.0.0.1", "dport": 9, "rate": 2}]);
+    assert!(Spec::from_value(json!({"kind": "flows", "flows": probes})).is_ok());
     // An address outside the testbed ranges: refused before any packet.
     for (field, f) in [
         (
