@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    duration_of, interval_of, parallel_of, per_second_of, seconds, timeout_of, warmup_of, CpuGroup,
+    duration_of, interval_of, parallel_of, per_second_of, timeout_of, warmup_of, CpuGroup,
     KindSpec, Names, Protocol, TCP_MAX, UDP_MAX,
 };
 
@@ -299,7 +299,6 @@ impl KindSpec for FlowsSpec {
         let parallel = parallel_of(raw.parallel, 1024)?;
         let rate = per_second_of("rate", raw.rate)?;
         let timeout = timeout_of(raw.timeout, Some(1.0))?.unwrap_or(1.0);
-        seconds("timeout", timeout, true, 0.0, 60.0, "1")?;
         let given = raw.flows.unwrap_or_default();
         if given.is_empty() || given.len() > MAX_FLOWS {
             return Err(bad(
