@@ -133,3 +133,53 @@ def test_a_probe_that_gets_through_is_a_violation(bed: Testbed) -> None:
     denied_check = next(c for c in rec["checks"] if "denied" in c["name"])
     assert denied_check["applicable"] and not denied_check["passed"]
     assert "telnet" in denied_check["detail"]
+
+
+NAT = "flowsnat"
+
+
+def test_a_dnat_flow_is_answered_where_it_lands_and_a_masquerade_source_is_allowed(
+    bed: Testbed,
+) -> None:
+    """Sent to 198.18.2.99:5400, rewritten to the server's 5402 (the server listens
+    there, not at the flow's destination), and masqueraded on the way: the server sees
+    the DUT's address as the source, which the workload declares for it."""
+    dut = bed.host("dut")
+    out_dev = dut.run(["ip", "-o", "-4", "route", "get", SERVER]).stdout.split(" dev ")[1]
+    dut.run(
+        ["nft", "-f", "-"],
+        input=f"""table ip {NAT} {{
+  chain pre {{
+    type nat hook prerouting priority dstnat; policy accept;
+    ip daddr 198.18.2.99 tcp dport 5400 dnat to {SERVER}:5402
+  }}
+  chain post {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname "{out_dev.split()[0]}" masquerade
+  }}
+}}
+""",
+    )
+    try:
+        web = FLOWS[0]
+        moved = dataclasses.replace(web, dst="198.18.2.99", listen=SERVER, listen_port=5402)
+        kept: list[Record] = []
+        ctx = MeasureContext.on(bed, f"{SERVER}:5201", variant="rules", keep=kept.append)
+        ctx = dataclasses.replace(ctx, plan=dataclasses.replace(ctx.plan, flows=(moved,)))
+        point = one_point({"kind": "flows", "duration": 0.5, "warmup": 0.2, "timeout": 0.5})
+        rec = WORKLOADS.get("flows").executor.measure(ctx, point)
+        tracked = dut.run(["conntrack", "-L", "-p", "tcp", "-d", "198.18.2.99"]).stdout
+    finally:
+        dut.run(["nft", "delete", "table", "ip", NAT], check=False)
+    # the DUT rewrote both ends: replies come from the server's 5402 to its own address
+    assert f"src={SERVER} dst=198.18.2.1 sport=5402" in tracked, tracked
+    f = _flow(rec, "web")
+    assert f["ok"] > 0 and f["failed"] == 0, rec
+    assert rec["servers"]["server"]["refused_sources"] == 0
+    server_spec = next(
+        k["record"]["spec"]
+        for k in kept
+        if k.get("role") == "flows-server-server" and k["record"].get("type") == "start"
+    )
+    assert server_spec["flows"][0]["port"] == 5402
+    assert "198.18.2.1" in server_spec["allow"]  # the DUT's address, the masquerade's
