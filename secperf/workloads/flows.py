@@ -1,12 +1,12 @@
 """Kind `flows`: a rule-set review's traffic, a mix of live flows through the DUT.
 
 Each flow is a real TCP connection (handshake, request, response, the server's FIN
-first) or UDP exchange, from its own testbed source to its own destination, so that
-stateful rules see every flow as they see production traffic. Which flows: `traffic`
-says (`"coverage"`: one flow per accepting rule and a probe per denying rule of the
-scenario's rule set; or a path to the user's own CSV, conntrack dump or pcap); the
-placement (secperf.rulesets) puts them on the testbed as `ctx.plan.flows`, which is
-all this executor reads.
+first), UDP exchange or ICMP echo (the destination's kernel answers it), from its own
+testbed source to its own destination, so that stateful rules see every flow as they
+see production traffic. Which flows: `traffic` says (`"coverage"`: one flow per
+accepting rule and a probe per denying rule of the scenario's rule set; or a path to
+the user's own CSV, conntrack dump or pcap); the placement (secperf.rulesets) puts
+them on the testbed as `ctx.plan.flows`, which is all this executor reads.
 
 One engine server (`kind = "flows"`, `role = "server"`) runs in every host that
 answers flows (the server, the DUT for flows to its own addresses, the client for an
@@ -86,15 +86,15 @@ def _weight_of(pf: PlacedFlow) -> float | None:
 
 def _live(flows: Sequence[PlacedFlow]) -> tuple[list[tuple[int, PlacedFlow]], list[dict[str, Any]]]:
     """The flows the engine sends, each with its id (its place in the plan), and the
-    ones it cannot (ICMP, no port, no weight), each with why."""
+    ones it cannot (another protocol, no port, no weight), each with why."""
     live: list[tuple[int, PlacedFlow]] = []
     skipped: list[dict[str, Any]] = []
     for i, pf in enumerate(flows):
         f = pf.flow
         why = None
-        if f.protocol not in ("tcp", "udp"):
-            why = f"{f.protocol} flows are not sent (TCP and UDP only)"
-        elif f.dport is None or pf.listen_port is None:
+        if f.protocol not in ("tcp", "udp", "icmp"):
+            why = f"{f.protocol} flows are not sent (TCP, UDP and ICMP echo only)"
+        elif f.protocol != "icmp" and (f.dport is None or pf.listen_port is None):
             why = "no destination port"
         elif (w := _weight_of(pf)) is not None and w <= 0:
             why = "weight 0"
@@ -147,7 +147,8 @@ def engine_specs(
     by_server: dict[str, list[tuple[int, PlacedFlow]]] = defaultdict(list)
     for i, pf in live:
         by_client[pf.client].append((i, pf))
-        by_server[pf.server].append((i, pf))
+        if pf.flow.protocol != "icmp":  # the destination's kernel answers an echo
+            by_server[pf.server].append((i, pf))
     weights = {
         host: sum(w for _, pf in fl if (w := _weight_of(pf)) is not None)
         for host, fl in by_client.items()
@@ -165,10 +166,10 @@ def engine_specs(
                 "protocol": f.protocol,
                 "src": pf.src,
                 "dst": pf.dst,
-                "dport": f.dport,
                 "request": f.request,
-                "response": f.response,
             }
+            if f.protocol != "icmp":  # an echo has no port, and its reply is its size
+                e.update(dport=f.dport, response=f.response)
             w = _weight_of(pf)
             e.update({"weight": w} if w is not None else {"rate": PROBE_RATE})
             entries.append(e)
@@ -346,7 +347,7 @@ class FlowsExecutor:
         live, skipped = _live(ctx.plan.flows)
         if not live:
             raise EngineError(
-                "the flows workload has no TCP or UDP flow to send"
+                "the flows workload has no TCP, UDP or ICMP flow to send"
                 + (f" ({len(skipped)} skipped: {skipped[0]['why']})" if skipped else ""),
                 where=f"workload {p.name}",
                 fix='give it traffic with TCP or UDP flows (traffic = "coverage" needs a '
@@ -394,6 +395,8 @@ class FlowsExecutor:
             rec["checks"] = checks
             rec["violations"] = violations if applicable else []
             rec["passed"] = all(c["passed"] for c in checks if c["applicable"])
+        else:
+            rec["checks"], rec["violations"], rec["passed"] = [], [], True
         ctx.keep(rec)
         return rec
 

@@ -143,7 +143,8 @@ def test_a_dnat_flow_is_answered_where_it_lands_and_a_masquerade_source_is_allow
 ) -> None:
     """Sent to 198.18.2.99:5400, rewritten to the server's 5402 (the server listens
     there, not at the flow's destination), and masqueraded on the way: the server sees
-    the DUT's address as the source, which the workload declares for it."""
+    the DUT's address as the source, which the workload declares for it. An ICMP echo
+    beside it is answered by the server's kernel."""
     dut = bed.host("dut")
     out_dev = dut.run(["ip", "-o", "-4", "route", "get", SERVER]).stdout.split(" dev ")[1]
     dut.run(
@@ -163,9 +164,11 @@ def test_a_dnat_flow_is_answered_where_it_lands_and_a_masquerade_source_is_allow
     try:
         web = FLOWS[0]
         moved = dataclasses.replace(web, dst="198.18.2.99", listen=SERVER, listen_port=5402)
+        echo = Flow("ping", "icmp", CLIENT, SERVER, None, None, None, request=56)
+        ping = PlacedFlow(echo, "client", "server", CLIENT, SERVER, SERVER, None)
         kept: list[Record] = []
         ctx = MeasureContext.on(bed, f"{SERVER}:5201", variant="rules", keep=kept.append)
-        ctx = dataclasses.replace(ctx, plan=dataclasses.replace(ctx.plan, flows=(moved,)))
+        ctx = dataclasses.replace(ctx, plan=dataclasses.replace(ctx.plan, flows=(moved, ping)))
         point = one_point({"kind": "flows", "duration": 0.5, "warmup": 0.2, "timeout": 0.5})
         rec = WORKLOADS.get("flows").executor.measure(ctx, point)
         tracked = dut.run(["conntrack", "-L", "-p", "tcp", "-d", "198.18.2.99"]).stdout
@@ -175,6 +178,8 @@ def test_a_dnat_flow_is_answered_where_it_lands_and_a_masquerade_source_is_allow
     assert f"src={SERVER} dst=198.18.2.1 sport=5402" in tracked, tracked
     f = _flow(rec, "web")
     assert f["ok"] > 0 and f["failed"] == 0, rec
+    # the echo: answered by the server's kernel, through the same masquerade
+    assert _flow(rec, "ping")["ok"] > 0 and _flow(rec, "ping")["failed"] == 0, rec
     assert rec["servers"]["server"]["refused_sources"] == 0
     server_spec = next(
         k["record"]["spec"]

@@ -46,20 +46,24 @@ def test_specs_per_host_with_probes_on_their_own_rate() -> None:
         _pf("dns", "udp", dport=53, listen_port=53, weight=1.0),
         _pf("ssh", dport=22, listen_port=22, expect="deny"),
         _pf("ping", "icmp", dport=None, listen_port=None),
+        _pf("portless", dport=None, listen_port=None),
         _pf("in", client="server", server="client", src="198.18.2.2", listen_port=8080),
     ]
     live, skipped = flows._live(placed)
-    assert [pf.flow.name for _, pf in live] == ["web", "dns", "ssh", "in"]
-    assert skipped == [{"name": "ping", "why": "icmp flows are not sent (TCP and UDP only)"}]
+    assert [pf.flow.name for _, pf in live] == ["web", "dns", "ssh", "ping", "in"]
+    assert skipped == [{"name": "portless", "why": "no destination port"}]
     s = _specs(placed, parallel=10, rate=1000)
     client = s.clients["client"]
     by = {f["name"]: f for f in client["flows"]}
     assert by["web"]["weight"] == 3.0 and "rate" not in by["web"]
     assert by["ssh"]["rate"] == flows.PROBE_RATE and "weight" not in by["ssh"]
-    assert [f["id"] for f in client["flows"]] == [0, 1, 2]  # ids: places in the plan
-    # parallel and rate split by the client hosts' weights (4 : 1)
+    assert [f["id"] for f in client["flows"]] == [0, 1, 2, 3]  # ids: places in the plan
+    # an echo: no port, no response size, and no server (the kernel answers it)
+    assert "dport" not in by["ping"] and "response" not in by["ping"]
+    assert "ping" not in {f["name"] for f in s.servers["server"]["flows"]}
+    # parallel and rate split by the client hosts' weights (5 : 1)
     assert client["parallel"] == 8 and s.clients["server"]["parallel"] == 2
-    assert client["rate"] == 800 and s.clients["server"]["rate"] == 200
+    assert client["rate"] == 1000 * 5 / 6 and s.clients["server"]["rate"] == 1000 / 6
     server = s.servers["server"]
     assert server["role"] == "server"
     assert {f["port"] for f in server["flows"]} == {80, 53, 22}

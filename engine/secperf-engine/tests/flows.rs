@@ -280,3 +280,29 @@ fn the_guard_and_the_spec_refuse_what_they_should() {
     let e = secperf_engine::run(spec, false, Instant::now(), &mut Vec::new()).unwrap_err();
     assert_eq!(e.field(), Some("allow[0]"));
 }
+
+#[test]
+fn an_icmp_flow_is_an_echo_the_kernel_answers() {
+    let (res, _) = client(json!({
+        "kind": "flows", "duration": 0.3, "warmup": 0, "interval": 0, "parallel": 1, "timeout": 0.3,
+        "flows": [
+            {"name": "ping", "protocol": "icmp", "src": "127.0.0.1", "dst": "127.0.0.1", "request": 56},
+            {"name": "ping6", "protocol": "icmp", "src": "::1", "dst": "::1", "request": 100},
+        ],
+    }));
+    let res = res.expect("the test ran");
+    for (name, size) in [("ping", 56), ("ping6", 100)] {
+        let f = flow(&res, name);
+        assert!(n(&f["ok"]) > 0, "{}", f);
+        assert_eq!(f["ok"], f["attempts"]);
+        assert_eq!(n(&f["bytes"]), n(&f["ok"]) * 2 * size);
+    }
+    // No server answers echoes: an icmp flow in a server spec is refused.
+    let e = Spec::from_value(
+        json!({"kind": "flows", "role": "server", "allow": ["127.0.0.1"],
+        "flows": [{"protocol": "icmp", "listen": "127.0.0.1", "port": 1}]}),
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(e.to_string().contains("kernel answers"), "{}", e);
+}

@@ -32,13 +32,45 @@ pub enum Role {
     Server,
 }
 
+/// Largest ICMP echo payload a flow may ask for.
+pub const ICMP_MAX: usize = 65000;
+
+/// A flow's protocol: a TCP connection, a UDP exchange, or an ICMP echo (which
+/// the destination host's kernel answers: no server socket, no `dport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowProto {
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+impl FlowProto {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlowProto::Tcp => "tcp",
+            FlowProto::Udp => "udp",
+            FlowProto::Icmp => "icmp",
+        }
+    }
+
+    /// The transport a server socket of this flow has (None: ICMP has none).
+    pub fn transport(self) -> Option<Protocol> {
+        match self {
+            FlowProto::Tcp => Some(Protocol::Tcp),
+            FlowProto::Udp => Some(Protocol::Udp),
+            FlowProto::Icmp => None,
+        }
+    }
+}
+
 /// One flow as given; which fields apply depends on the role.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFlow {
     id: Option<u16>,
     name: Option<String>,
-    protocol: Option<Protocol>,
+    protocol: Option<FlowProto>,
     src: Option<IpAddr>,
     dst: Option<IpAddr>,
     dport: Option<u16>,
@@ -73,7 +105,7 @@ pub struct FlowSpec {
     /// shared by flows of different sizes knows which one arrived.
     pub id: u16,
     pub name: String,
-    pub protocol: Protocol,
+    pub protocol: FlowProto,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub src: Option<IpAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -130,11 +162,12 @@ fn bad(field: String, message: String) -> EngineError {
     }
 }
 
-fn flow_size(field: String, v: Option<u64>, protocol: Protocol) -> Result<usize> {
+fn flow_size(field: String, v: Option<u64>, protocol: FlowProto) -> Result<usize> {
     let v = v.unwrap_or(64);
     let max = match protocol {
-        Protocol::Udp => UDP_MAX,
-        Protocol::Tcp => TCP_MAX,
+        FlowProto::Udp => UDP_MAX,
+        FlowProto::Tcp => TCP_MAX,
+        FlowProto::Icmp => ICMP_MAX,
     };
     if v == 0 || v > max as u64 {
         return Err(bad(
@@ -156,7 +189,10 @@ fn resolve_flow(i: usize, f: RawFlow, role: Role) -> Result<FlowSpec> {
     let protocol = f.protocol.ok_or_else(|| {
         bad(
             at("protocol"),
-            format!("{} is required: give \"tcp\" or \"udp\"", at("protocol")),
+            format!(
+                "{} is required: give \"tcp\", \"udp\" or \"icmp\"",
+                at("protocol")
+            ),
         )
     })?;
     let need = |v: Option<IpAddr>, k: &str| {
@@ -200,13 +236,23 @@ fn resolve_flow(i: usize, f: RawFlow, role: Role) -> Result<FlowSpec> {
                     ),
                 ));
             }
-            (
-                Some(src),
-                Some(dst),
-                Some(port_of(f.dport, "dport")?),
-                None,
-                None,
-            )
+            let dport = if protocol == FlowProto::Icmp {
+                refuse(f.dport.is_some(), "dport")?;
+                None
+            } else {
+                Some(port_of(f.dport, "dport")?)
+            };
+            (Some(src), Some(dst), dport, None, None)
+        }
+        Role::Server if protocol == FlowProto::Icmp => {
+            return Err(bad(
+                at("protocol"),
+                format!(
+                    "{} is icmp: the destination's kernel answers echo requests, so leave \
+                     icmp flows out of a server spec",
+                    at("protocol")
+                ),
+            ));
         }
         Role::Server => {
             for (given, k) in [
@@ -228,7 +274,11 @@ fn resolve_flow(i: usize, f: RawFlow, role: Role) -> Result<FlowSpec> {
         }
     };
     let request = flow_size(at("request"), f.request, protocol)?;
-    let response = flow_size(at("response"), f.response, protocol)?;
+    // An echo reply is the request's size.
+    let response = match protocol {
+        FlowProto::Icmp => request,
+        _ => flow_size(at("response"), f.response, protocol)?,
+    };
     if f.weight.is_some() && f.rate.is_some() {
         return Err(bad(
             at("rate"),
@@ -381,10 +431,10 @@ impl FlowsSpec {
     pub fn listens(&self) -> Result<Vec<Listen>> {
         let mut by: BTreeMap<(u8, IpAddr, u16), Vec<usize>> = BTreeMap::new();
         for (i, f) in self.flows.iter().enumerate() {
-            let (Some(a), Some(p)) = (f.listen, f.port) else {
+            let (Some(a), Some(p), Some(t)) = (f.listen, f.port, f.protocol.transport()) else {
                 continue;
             };
-            let proto = u8::from(f.protocol == Protocol::Udp);
+            let proto = u8::from(t == Protocol::Udp);
             by.entry((proto, a, p)).or_default().push(i);
         }
         let mut out = Vec::new();

@@ -32,7 +32,7 @@ pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protoc
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
 pub use flood::{FloodSender, FloodSpec};
-pub use flows::{FlowSpec, FlowsSpec, Listen, Role, ID_BYTES};
+pub use flows::{FlowProto, FlowSpec, FlowsSpec, Listen, Role, ID_BYTES};
 pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};

@@ -23,8 +23,9 @@ use socket2::{Domain, Socket, Type};
 
 use crate::error::{EngineError, Result};
 use crate::rt::sys;
-use crate::spec::{FlowSpec, FlowsSpec, Protocol, ID_BYTES};
+use crate::spec::{FlowProto, FlowSpec, FlowsSpec, ID_BYTES};
 
+use super::icmp;
 use super::sched::Stride;
 
 /// Why an attempt failed.
@@ -308,9 +309,15 @@ fn micros(d: Duration) -> u64 {
 /// A socket bound to the flow's source (its port from the kernel): a source
 /// this host lacks fails the test, it is not the path's failure.
 fn bound(f: &FlowSpec, src: IpAddr, ty: Type) -> Result<Socket> {
-    let peer_domain = Domain::for_address(SocketAddr::new(src, 0));
-    let s = Socket::new(peer_domain, ty, None).map_err(EngineError::io(
-        "cannot create a socket: check the process's file limit (ulimit -n)",
+    let domain = Domain::for_address(SocketAddr::new(src, 0));
+    let proto = (ty == Type::RAW).then_some(if src.is_ipv6() {
+        socket2::Protocol::ICMPV6
+    } else {
+        socket2::Protocol::ICMPV4
+    });
+    let s = Socket::new(domain, ty, proto).map_err(EngineError::io(
+        "cannot create a socket: check the process's file limit (ulimit -n); an icmp flow \
+         needs a raw socket (root or CAP_NET_RAW)",
     ))?;
     if ty == Type::STREAM {
         let _ = s.set_tcp_nodelay(true);
@@ -326,13 +333,13 @@ fn bound(f: &FlowSpec, src: IpAddr, ty: Type) -> Result<Socket> {
 
 /// One attempt of flow `f`: its outcome (a failure is an outcome, not an error).
 fn attempt(f: &FlowSpec, timeout: f64, buf: &mut Buffers) -> Result<Outcome> {
-    let (Some(src), Some(dst), Some(port)) = (f.src, f.dst, f.dport) else {
+    let (Some(src), Some(dst)) = (f.src, f.dst) else {
         return Err(EngineError::Internal(format!(
-            "flow {} has no src, dst or dport on the client: report this bug",
+            "flow {} has no src or dst on the client: report this bug",
             f.name
         )));
     };
-    let peer = SocketAddr::new(dst, port);
+    let peer = SocketAddr::new(dst, f.dport.unwrap_or(0));
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(timeout);
     let mut o = Outcome {
@@ -342,13 +349,27 @@ fn attempt(f: &FlowSpec, timeout: f64, buf: &mut Buffers) -> Result<Outcome> {
         total_us: 0,
     };
     let r = match f.protocol {
-        Protocol::Tcp => {
+        FlowProto::Tcp => {
             let s = bound(f, src, Type::STREAM)?;
             tcp(f, s, peer, t0, deadline, buf, &mut o)
         }
-        Protocol::Udp => {
+        FlowProto::Udp => {
             let s = bound(f, src, Type::DGRAM)?;
             udp(f, s.into(), peer, deadline, buf, &mut o)
+        }
+        FlowProto::Icmp => {
+            let s: UdpSocket = bound(f, src, Type::RAW)?.into();
+            o.bytes += f.request as u64;
+            let req = buf.request(f).to_vec();
+            icmp::echo(&s, dst, &req, deadline, &mut buf.resp).and_then(|n| {
+                o.bytes += n as u64;
+                o.connect_us = micros(t0.elapsed());
+                if n == f.request {
+                    Ok(())
+                } else {
+                    Err(io::ErrorKind::UnexpectedEof.into())
+                }
+            })
         }
     };
     if let Err(e) = r {

@@ -27,6 +27,7 @@ use crate::spec::{FlowsSpec, KindSpec, Role};
 use crate::wire::record::{Record, Sink};
 
 mod client;
+mod icmp;
 mod sched;
 mod server;
 
@@ -108,11 +109,15 @@ fn run_client(spec: &FlowsSpec, began: Instant, sink: &mut dyn Sink) -> Result<(
         .flows
         .iter()
         .filter_map(|f| {
-            Some(format!(
-                "{} {}",
-                f.protocol.name(),
-                std::net::SocketAddr::new(f.dst?, f.dport?)
-            ))
+            let dst = f.dst?;
+            Some(match f.dport {
+                Some(p) => format!(
+                    "{} {}",
+                    f.protocol.name(),
+                    std::net::SocketAddr::new(dst, p)
+                ),
+                None => format!("{} {}", f.protocol.name(), dst),
+            })
         })
         .collect();
     let plan = Arc::new(Plan::new(spec.clone()));
