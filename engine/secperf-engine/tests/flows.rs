@@ -306,3 +306,22 @@ fn an_icmp_flow_is_an_echo_the_kernel_answers() {
     .unwrap_err();
     assert!(e.to_string().contains("kernel answers"), "{}", e);
 }
+
+#[test]
+fn the_server_serves_at_most_parallel_connections_at_once() {
+    let pt = free_port();
+    let server = FlowsServer::start(json!({
+        "kind": "flows", "role": "server", "duration": 0.4, "warmup": 0, "parallel": 1,
+        "allow": ["127.0.0.1"],
+        "flows": [{"name": "one", "protocol": "tcp", "listen": "127.0.0.1", "port": pt}],
+    }));
+    let (res, _) = client(json!({
+        "kind": "flows", "duration": 0.4, "warmup": 0, "interval": 0, "parallel": 4, "timeout": 1,
+        "flows": [{"name": "one", "protocol": "tcp", "src": "127.0.0.1", "dst": "127.0.0.1", "dport": pt}],
+    }));
+    let srv = server.stop();
+    let res = res.expect("the test ran");
+    // Four loops, one connection served at a time: the others wait in the queue.
+    assert_eq!(n(&srv["busy_max"]), 1, "{}", srv);
+    assert!(n(&res["ok"]) > 0, "{}", res);
+}
