@@ -363,7 +363,7 @@ class FlowsExecutor:
             for _, test in servers:
                 test.wait_started(SERVER_START_S)
             for host, spec in specs.clients.items():
-                clients.append((host, EngineTest(ctx.testbed.host(host), spec)))
+                clients.append((host, EngineTest(ctx.testbed.host(host), spec, timeout=budget)))
             for _, test in clients:
                 test.wait_started()
             results = [
