@@ -16,6 +16,7 @@ from secperf.workloads import (
     dos,
     failclosed,
     flood,
+    flows,
     http,
     http_capacity,
     illegal,
@@ -49,5 +50,6 @@ WORKLOADS: KindRegistry[WorkloadKind[Any]] = KindRegistry(
         illegal.KIND,
         rfc2544.KIND,
         attack_mix.KIND,
+        flows.KIND,
     ],
 )

@@ -35,6 +35,7 @@ SHIPPED = [
     "illegal",
     "rfc2544",
     "attack_mix",
+    "flows",
 ]
 
 
@@ -103,7 +104,7 @@ def test_hosts_and_floods_come_from_the_kind() -> None:
     ]
     assert WORKLOADS.of(rfc).layout is not None and WORKLOADS.of(plain).layout is None
     assert [k.name for k in WORKLOADS if k.generators] == ["stream", "rr", "crr"]
-    assert [k.name for k in WORKLOADS if k.checks] == ["failclosed", "illegal"]
+    assert [k.name for k in WORKLOADS if k.checks] == ["failclosed", "illegal", "flows"]
 
 
 def test_importing_one_kind_imports_no_other_and_not_the_schema() -> None:

@@ -1,7 +1,8 @@
 //! secperf-engine: the data plane of secperf. One binary serves and drives
 //! traffic (kinds `stream`, `rr`, `crr` over TCP and UDP, `latency` over UDP, IPv4 and
 //! IPv6; `http` against a web server; `connections` for held-connection capacity;
-//! `flood`, a paced one-way packet flood; `mix`, HTTP and FTP virtual clients)
+//! `flood`, a paced one-way packet flood; `mix`, HTTP and FTP virtual clients;
+//! `flows`, a rule-set review's live flows)
 //! and reports it as NDJSON records. The contract is docs/engine-protocol.md;
 //! the layers (error, wire, rt, spec, kinds, then the server and this root)
 //! are in engine/ARCHITECTURE-engine.md.

@@ -6,6 +6,7 @@ mod base;
 mod connections;
 mod crr;
 mod flood;
+mod flows;
 mod http;
 mod latency;
 mod mix;
@@ -29,6 +30,7 @@ pub fn of(spec: Spec) -> Box<dyn Kind> {
         Spec::Connections(s) => Box::new(connections::Connections::new(s)),
         Spec::Flood(s) => Box::new(flood::Flood::new(s)),
         Spec::Mix(s) => Box::new(mix::Mix::new(s)),
+        Spec::Flows(s) => Box::new(flows::Flows::new(s)),
     }
 }
 

@@ -12,6 +12,7 @@ mod common;
 mod connections;
 mod crr;
 mod flood;
+mod flows;
 mod http;
 mod latency;
 mod mix;
@@ -31,6 +32,7 @@ pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protoc
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
 pub use flood::{FloodSender, FloodSpec};
+pub use flows::{FlowProto, FlowSpec, FlowsSpec, Listen, Role, ID_BYTES};
 pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};
@@ -55,6 +57,7 @@ pub enum Spec {
     Connections(ConnectionsSpec),
     Flood(FloodSpec),
     Mix(MixSpec),
+    Flows(FlowsSpec),
 }
 
 /// One kind as the parser sees it.
@@ -74,7 +77,7 @@ fn entry<K: KindSpec + Into<Spec>>() -> Entry {
 }
 
 /// Every kind, in the order messages list them.
-fn kinds() -> [Entry; 8] {
+fn kinds() -> [Entry; 9] {
     [
         entry::<StreamSpec>(),
         entry::<RrSpec>(),
@@ -84,6 +87,7 @@ fn kinds() -> [Entry; 8] {
         entry::<ConnectionsSpec>(),
         entry::<FloodSpec>(),
         entry::<MixSpec>(),
+        entry::<FlowsSpec>(),
     ]
 }
 
@@ -249,6 +253,7 @@ impl Spec {
             Spec::Connections(_) => ConnectionsSpec::NAME,
             Spec::Flood(_) => FloodSpec::NAME,
             Spec::Mix(_) => MixSpec::NAME,
+            Spec::Flows(_) => FlowsSpec::NAME,
         }
     }
 
@@ -264,6 +269,7 @@ impl Spec {
             Spec::Connections(s) => s.to_value(),
             Spec::Flood(s) => s.to_value(),
             Spec::Mix(s) => s.to_value(),
+            Spec::Flows(s) => s.to_value(),
         }
     }
 
@@ -279,6 +285,7 @@ impl Spec {
             Spec::Connections(s) => s.total_seconds(),
             Spec::Flood(s) => s.duration,
             Spec::Mix(_) => 0.0,
+            Spec::Flows(s) => s.total_seconds(),
         }
     }
 
@@ -315,6 +322,7 @@ impl Spec {
                 out.extend(s.socks.map(|a| ("socks".to_string(), a.ip())));
                 out
             }
+            Spec::Flows(s) => s.addresses(),
         }
     }
 
@@ -339,7 +347,9 @@ impl Spec {
             Spec::Rr(s) => s.check_local_limits(),
             Spec::Crr(s) => s.check_local_limits(),
             Spec::Connections(s) => s.check_local_limits(),
-            Spec::Latency(_) | Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) => Ok(()),
+            Spec::Latency(_) | Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => {
+                Ok(())
+            }
         }
     }
 }
@@ -363,4 +373,5 @@ into_spec!(
     Connections(ConnectionsSpec),
     Flood(FloodSpec),
     Mix(MixSpec),
+    Flows(FlowsSpec),
 );
