@@ -437,4 +437,6 @@ KIND = WorkloadKind(
     moved=("ok",),
     checks=True,
     test_seconds=lambda s, _bps: s.duration + s.warmup + 2 * s.timeout,
+    # the plan places a rule-set review's traffic for it: "coverage" or a flow file
+    rule_set_traffic=lambda s: s.traffic,
 )
