@@ -160,7 +160,7 @@ def trace_rules(table: str, family: int) -> str:
 # The sender each client host runs: the first packet of each of its flows, from the
 # flow's source address and its own source port, never waiting for an answer.
 _SENDER = r"""
-import json, socket, sys
+import json, socket, struct, sys
 for p in json.loads(sys.argv[1]):
     fam = socket.AF_INET6 if ":" in p["src"] else socket.AF_INET
     if p["protocol"] == "tcp":
@@ -170,6 +170,20 @@ for p in json.loads(sys.argv[1]):
         try:
             s.connect((p["dst"], p["dport"]))
         except (BlockingIOError, OSError):
+            pass
+        s.close()
+    elif p["protocol"] == "icmp" and fam == socket.AF_INET:
+        # an echo request whose identifier is the probe's own "port"
+        body = struct.pack("!BBHHH", 8, 0, 0, p["sport"], 1) + b"secperf-probe"
+        total = sum(struct.unpack("!%dH" % (len(body) // 2), body[: len(body) // 2 * 2]))
+        total = (total >> 16) + (total & 0xFFFF)
+        total += total >> 16
+        body = body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
+        s = socket.socket(fam, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        s.bind((p["src"], 0))
+        try:
+            s.sendto(body, (p["dst"], 0))
+        except OSError:
             pass
         s.close()
     elif p["protocol"] == "udp":
@@ -211,15 +225,16 @@ def probe(
         by_client: dict[str, list[dict[str, Any]]] = {}
         keys: dict[tuple[str, str, str], str] = {}
         for i, pf in enumerate(placed):
-            if pf.flow.protocol == "icmp" or pf.flow.dport is None:
-                continue
+            icmp = pf.flow.protocol == "icmp"
+            if (icmp and ":" in pf.src) or (not icmp and pf.flow.dport is None):
+                continue  # no ICMPv6 echo probe yet: it stays "unseen"
             sport = FIRST_PORT + 1 + i
             by_client.setdefault(pf.client, []).append(
                 {
                     "protocol": pf.flow.protocol,
                     "src": pf.src,
                     "dst": pf.dst,
-                    "dport": pf.flow.dport,
+                    "dport": pf.flow.dport or 0,
                     "sport": sport,
                 }
             )
@@ -246,7 +261,7 @@ def _decisions(
     out: dict[str, Decision] = {}
     for trace in traces.values():
         f = trace.fields
-        sport = f.get("sport")
+        sport = f.get("sport") or f.get("id")  # an ICMP echo's identifier stands for it
         if sport is None:
             continue
         name = keys.get(_key(f.get("saddr", ""), f.get("daddr", ""), int(sport)))
@@ -260,7 +275,7 @@ def _settled(traces: Mapping[str, Trace]) -> bool:
     return all(
         t.steps and (t.steps[-1].verdict in TERMINAL or t.steps[-1].handle is None)
         for t in traces.values()
-        if t.fields.get("sport")
+        if t.fields.get("sport") or t.fields.get("id")
     )
 
 

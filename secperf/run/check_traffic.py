@@ -30,14 +30,18 @@ class TrafficCheck:
     flows: int = 0
     dropped: dict[str, list[str]] = field(default_factory=dict)  # variant -> lines
     passed: dict[str, int] = field(default_factory=dict)  # variant -> flows through
+    # variant -> (probes meant to be denied, those that were)
+    probes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out: list[str] = []
         for variant, n in self.passed.items():
             drops = self.dropped.get(variant, [])
+            meant, denied = self.probes.get(variant, (0, 0))
             out.append(
                 f"{variant}: {n} of {self.flows} flows pass"
-                + (f", {len(drops)} dropped:" if drops else "")
+                + (f", {denied} of {meant} probes meant to be denied are" if meant else "")
+                + (f"; {len(drops)} other flow(s) dropped:" if drops else "")
             )
             out += [f"  {d}" for d in drops]
         return out
@@ -82,8 +86,13 @@ def check_traffic(sc: Scenario) -> TrafficCheck | None:
                 result.flows = len(rows)
                 through = [r for r in rows if r["verdict"] == "accept"]
                 result.passed[variant.name] = len(through)
+                meant = [r for r in rows if r.get("expect") == "deny"]
+                result.probes[variant.name] = (
+                    len(meant),
+                    sum(r["verdict"] == "deny" for r in meant),
+                )
                 result.dropped[variant.name] = [
-                    f"{r['flow']} {r['describe']}: {r['verdict']} by {r['decided_by']}"
+                    f"{r['flow']} {r['describe']}: {r['verdict']} ({r['decided_by']})"
                     + (
                         f" (derived for {r['derived_for']})"
                         if r.get("derived_for") and r.get("expect") == "accept"
