@@ -278,6 +278,11 @@ class Mechanism(ABC):
         TLS-inspecting proxy's own CA), or None when it signs nothing."""
         return None
 
+    def rule_files(self) -> tuple[Path, ...]:
+        """The user's rule files this mechanism loads (a rule set and its includes):
+        flows derived from them are this variant's own, whose verdicts it must keep."""
+        return ()
+
     def rule_source(self, family: str, table: str, chain: str, index: int) -> str | None:
         """Where the rule at `index` (0-based) of FAMILY TABLE CHAIN was written, as
         `file:line`, when this mechanism loaded it and knows (a user's rule set); None

@@ -176,6 +176,11 @@ class RuleSetMechanism(Mechanism):
         observed = self._counts.observe() if self._counts is not None else None
         return None if observed is None else {"kind": self.kind, **observed}
 
+    def rule_files(self) -> tuple[Path, ...]:
+        """The file and every file it includes (as loaded), or the file alone before."""
+        rs = self._loaded
+        return tuple(rs.files) if rs is not None and rs.files else (self.spec.file,)
+
     def rule_source(self, family: str, table: str, chain: str, index: int) -> str | None:
         """The rule's file:line in the user's file (the loaded rule set knows it)."""
         rs = self._loaded

@@ -177,11 +177,18 @@ def traffic_file(scenario: Scenario, source: str | Path, key: str) -> Path:
 def unique_flows(
     wanted: list[tuple[Flow, dict[str, str], str]],
 ) -> list[tuple[Flow, dict[str, str], str]]:
-    """Each flow once (by flow_key, the first kept), each name once: two rule sets'
-    own "f1" become "f1" and "f1.2"."""
+    """Each flow once (by flow_key, the first kept, with the rules of the others it
+    also serves in `also_for`), each name once: two rule sets' own "f1" become "f1" and
+    "f1.2"."""
     seen: dict[tuple[Any, ...], tuple[Flow, dict[str, str], str]] = {}
     for entry in wanted:
-        seen.setdefault(flow_key(entry[0]), entry)
+        key = flow_key(entry[0])
+        first = seen.setdefault(key, entry)
+        rule = entry[0].rule
+        if first is not entry and rule is not None and rule != first[0].rule:
+            # the same flow serves another rule set's rule too: keep that rule
+            merged = dataclasses.replace(first[0], also_for=(*first[0].also_for, rule))
+            seen[key] = (merged, first[1], first[2])
     names: dict[str, int] = {}
     out = []
     for f, i, h in seen.values():

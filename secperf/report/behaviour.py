@@ -4,6 +4,7 @@ first, before any cost (secperf.results.behaviour builds it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -22,8 +23,17 @@ def _coverage(section: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _short(text: str) -> str:
+    """Rule files named relative to the working directory, where they lie under it."""
+    return text.replace(f"{Path.cwd()}/", "")
+
+
 def behaviour_lines(section: Mapping[str, Any]) -> list[str]:
-    """Plain lines (the terminal and the JUnit/plain outputs share them)."""
+    """Plain lines (the terminal and the HTML report share them)."""
+    return [_short(line) for line in _lines(section)]
+
+
+def _lines(section: Mapping[str, Any]) -> list[str]:
     flows, changes = section["flows"], section["changes"]
     cover = _coverage(section)
     out = [

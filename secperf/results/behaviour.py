@@ -37,6 +37,8 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
             entry["variants"][variant] = {
                 "verdict": row.get("verdict"),
                 "decided_by": row.get("decided_by"),
+                "own": row.get("own", True),
+                "derived_for": row.get("derived_for"),
             }
     changes = [
         f
@@ -50,9 +52,9 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
         hit = total = 0
         for f in flows.values():
             mine = f["variants"].get(variant)
-            if mine is None or f["expect"] is None:
-                continue
-            derived = f["derived_for"]
+            if mine is None or f["expect"] is None or not mine.get("own", True):
+                continue  # another rule set's flow: a change, if any, is listed above
+            derived = mine.get("derived_for", f["derived_for"])
             if f["expect"] == "accept" and derived is not None:
                 total += 1
             wrong = (f["expect"] == "accept") != (mine["verdict"] == "accept")

@@ -13,6 +13,7 @@ turns it into testbed addresses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -153,6 +154,9 @@ class Flow:
     # user's own traffic (its verdict is measured, not assumed).
     expect: Expect | None = None
     rule: RuleRef | None = None  # the rule it was derived for
+    # The same flow derived for rules of other rule sets (a review's two files): each
+    # variant expects its verdict from the rule of its own file.
+    also_for: tuple[RuleRef, ...] = ()
     origin: str = "coverage"  # "coverage", "csv:LINE", "conntrack:LINE", "pcap:FILE"
     # After a DNAT: the address and port the flow really reaches (the rule set's own
     # address), so the testbed puts a server there.
@@ -163,9 +167,17 @@ class Flow:
         port = f":{self.dport}" if self.dport is not None else ""
         return f"{self.protocol} {self.src} -> {self.dst}{port}"
 
+    def rule_in(self, files: Sequence[Path] | set[Path]) -> RuleRef | None:
+        """The rule of `files` it was derived for (its own, or one it shares), if any."""
+        for ref in (self.rule, *self.also_for):
+            if ref is not None and ref.file in files:
+                return ref
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["rule"] = None if self.rule is None else self.rule.where()
+        out["also_for"] = [r.where() for r in self.also_for]
         return out
 
 

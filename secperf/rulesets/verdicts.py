@@ -125,18 +125,36 @@ def parse_trace(lines: Sequence[str], skip_table: str) -> dict[str, Trace]:
     return traces
 
 
-def decide(steps: Sequence[Step]) -> Decision:
-    """The packet's fate and the step that decided it (see the module's docstring)."""
-    last_accept: Step | None = None
+def decide(
+    steps: Sequence[Step], filters: frozenset[tuple[str, str, str]] | None = None
+) -> Decision:
+    """The packet's fate and the step that decided it (see the module's docstring). An
+    accepted packet is credited to the last rule of a filter chain (`filters`: family,
+    table, chain) that accepted it, before a NAT chain's statement or a policy."""
+    accepts: list[Step] = []
     for step in steps:
         if step.verdict in ("drop", "reject"):
             return Decision("deny", step.family, step.table, step.chain, step.handle)
         if step.verdict == "accept":
-            last_accept = step
-    if last_accept is None:
+            accepts.append(step)
+    if not accepts:
         return Decision("accept")  # traced, matched nothing terminal: every policy accepts
-    s = last_accept
-    return Decision("accept", s.family, s.table, s.chain, s.handle)
+
+    def rank(s: Step) -> tuple[bool, bool]:
+        in_filter = filters is None or (s.family, s.table, s.chain) in filters
+        return (in_filter, s.handle is not None)
+
+    best = max(reversed(accepts), key=rank)  # the last of the best-ranked
+    return Decision("accept", best.family, best.table, best.chain, best.handle)
+
+
+def filter_chains(dut: Host) -> frozenset[tuple[str, str, str]]:
+    """The DUT's chains of type filter (user chains count: a jump's rules filter)."""
+    out = dut.run(["nft", "-j", "list", "chains"]).stdout
+    chains = [o["chain"] for o in json.loads(out or '{"nftables": []}')["nftables"] if "chain" in o]
+    return frozenset(
+        (c["family"], c["table"], c["name"]) for c in chains if c.get("type", "filter") == "filter"
+    )
 
 
 def trace_rules(table: str, family: int) -> str:
@@ -212,6 +230,7 @@ def probe(
 ) -> dict[str, Decision]:
     """One traced probe per flow; flow name -> its Decision. The DUT's rule set is left
     as it was (the tracing table is removed, the monitor stopped)."""
+    filters = filter_chains(dut)
     dut.run(["nft", "-f", "-"], input=trace_rules(table, family))
     monitor = dut.spawn(
         ["nft", "-a", "monitor", "trace"],
@@ -245,7 +264,7 @@ def probe(
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             traces = parse_trace(lines, table)
-            found = _decisions(traces, keys)
+            found = _decisions(traces, keys, filters)
             if len(found) == len(keys) and _settled(traces):
                 break
             reader.read(lines, 0.2)
@@ -256,7 +275,9 @@ def probe(
 
 
 def _decisions(
-    traces: Mapping[str, Trace], keys: Mapping[tuple[str, str, str], str]
+    traces: Mapping[str, Trace],
+    keys: Mapping[tuple[str, str, str], str],
+    filters: frozenset[tuple[str, str, str]],
 ) -> dict[str, Decision]:
     out: dict[str, Decision] = {}
     for trace in traces.values():
@@ -266,7 +287,7 @@ def _decisions(
             continue
         name = keys.get(_key(f.get("saddr", ""), f.get("daddr", ""), int(sport)))
         if name is not None and name not in out:
-            out[name] = decide(trace.steps)
+            out[name] = decide(trace.steps, filters)
     return out
 
 

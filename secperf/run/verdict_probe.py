@@ -80,15 +80,20 @@ def probe_variant(
         return None
     decisions = probe(dut, hosts, placed, table=table, family=family)
     places = chain_positions(dut)
+    own = {f for mech, _ in mechanisms for f in mech.rule_files()}
     rows: list[dict[str, Any]] = []
     for pf in placed:
         d = decisions[pf.flow.name]
+        mine = pf.flow.rule_in(own)
+        rule = mine or pf.flow.rule
         rows.append(
             {
                 "flow": pf.flow.name,
                 "describe": pf.flow.describe(),
                 "expect": pf.flow.expect,
-                "derived_for": None if pf.flow.rule is None else pf.flow.rule.where(),
+                "derived_for": None if rule is None else rule.where(),
+                # derived from this variant's own rule set: its verdict is expected here
+                "own": pf.flow.rule is None or mine is not None,
                 "origin": pf.flow.origin,
                 **d.as_dict(),
                 "decided_by": decided_by(d, places, mechanisms),
