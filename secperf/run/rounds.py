@@ -69,6 +69,8 @@ class PointState:
     primary: dict[str, bool]
     values: Values
     stop: dict[str, Any]
+    # the primary metrics whose degradation is on the ratio scale (Metric.ratio_scale)
+    ratio: frozenset[str] = frozenset()
     rounds: int = 0
     longest_round_s: float = 0.0
     done: bool = False
@@ -203,6 +205,9 @@ class Rounds:
             primary={m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary},
             values={v.name: {} for v in variants},
             stop=stop,
+            ratio=frozenset(
+                m.name for m in metrics_for_kind(point.kind) if m.primary and m.ratio_scale
+            ),
         )
 
     def _visit(
@@ -262,6 +267,7 @@ class Rounds:
             confidence=rep.confidence,
             halfwidth_pct=rep.halfwidth_pct,
             degradation_pp=rep.degradation_pp,
+            ratio=state.ratio,
         )
 
     def _round(self, testbed: Testbed, state: PointState, progress: RunProgress) -> None:
