@@ -172,6 +172,17 @@ def _ratio_degradation(
     return Summary(s.n, mean, sd, ends[0], ends[1], halfwidth_pp(mean, ends[0], ends[1]), outliers)
 
 
+def rounds_to_target(n: int, halfwidth: float, target: float) -> int:
+    """About how many more paired rounds bring a half width of `halfwidth` after `n`
+    rounds down to `target`: it shrinks as 1 / sqrt(n), so about n (h / t)^2 in all
+    (the t quantile's own shrinking is left out: the estimate errs long). 0 when met."""
+    if target <= 0 or n < 1:
+        raise ValueError("a target above 0 and at least one round are needed")
+    if halfwidth <= target:
+        return 0
+    return max(1, math.ceil(n * (halfwidth / target) ** 2) - n)
+
+
 def bracketed_interval(
     lows: Sequence[float], highs: Sequence[float], confidence: float
 ) -> tuple[float, float]:

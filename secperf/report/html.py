@@ -32,12 +32,12 @@ from secperf.report.answer import (
     baseline_only,
     check_verdicts,
     descriptions,
-    forest_charts,
     rule_text,
     value_text,
     verdicts,
 )
 from secperf.report.distributions import delay_charts
+from secperf.report.forest import forest_charts
 from secperf.report.gate import (
     GateError,
     Outcome,

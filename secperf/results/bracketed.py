@@ -94,26 +94,35 @@ def side_range(row: Row) -> tuple[float, float] | None:
     return max(low, 0.0), high
 
 
-def censored_bound(row: Row, base: Row | None) -> dict[str, Any] | None:
-    """A censored comparison's bound, where no round paired a found value on both sides
-    but one side is censored: the range of the ratio variant / baseline
-    (`ratio_low`, `ratio_high`, one of them open: 0 or None for infinity) and of the
-    degradation in % (`low`, `high`, None where open). None when the rows were paired,
-    are no searches, or bound nothing (both "at least", both "below")."""
-    if base is None or row.get("degradation_pct") is not None:
+def censored_bound(row: Row, other: Row | None) -> dict[str, Any] | None:
+    """A censored comparison's bound, `row` against `other` (the baseline, or the
+    variant a paper row compares with), where one side is censored: the range of the
+    ratio row / other (`ratio_low`, `ratio_high`; None for infinity) and of the
+    degradation in % (`low`, `high`; None where the ratio's end is open, 0 or
+    infinity, so that end says nothing: the variant may be 0). None when they are no
+    searches, neither is censored, or they bound nothing (both "at least", both
+    "below"). The caller decides whether found values paired instead."""
+    if other is None:
         return None
-    if not (int(row.get("censored_n") or 0) or int(base.get("censored_n") or 0)):
+    if not (int(row.get("censored_n") or 0) or int(other.get("censored_n") or 0)):
         return None
-    mine, theirs = side_range(row), side_range(base)
+    mine, theirs = side_range(row), side_range(other)
     if mine is None or theirs is None:
         return None
     ratios = stats.ratio_range(mine, theirs)
     if ratios is None:
         return None
-    lo, hi = stats.degradation_range(ratios, higher_is_better=bool(row.get("higher_is_better")))
+    better_up = bool(row.get("higher_is_better"))
+    ends = [None if r == 0 or math.isinf(r) else r for r in ratios]
+    degradations = [
+        None if r is None else stats.degradation_range((r, r), higher_is_better=better_up)[0]
+        for r in ends
+    ]
+    # higher is better: the ratio's high end gives the degradation's low end
+    low, high = degradations[::-1] if better_up else degradations
     return {
         "ratio_low": ratios[0],
-        "ratio_high": None if math.isinf(ratios[1]) else ratios[1],
-        "low": lo if math.isfinite(lo) else None,
-        "high": hi if math.isfinite(hi) else None,
+        "ratio_high": ends[1],
+        "low": low,
+        "high": high,
     }

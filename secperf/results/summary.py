@@ -34,6 +34,7 @@ from secperf.results.metrics import (
 )
 from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
+from secperf.results.shortfall import shortfall
 
 FORMAT = 1
 BASELINE = "baseline"
@@ -386,6 +387,7 @@ def _row(
         "outliers": [reps[i] for i in s.outliers] if s else [],
         "stop_reason": stop.get("reason"),
         "stop_reps": stop.get("reps"),
+        "stop_rounds_s": stop.get("rounds_s"),  # the point's rounds' measuring time
         "errors": len(group.errors),
         # repetitions whose search found no value; they are in no mean or interval
         "censored_n": len(group.censored(metric.name)),
@@ -504,10 +506,12 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
     bases = {
         (r["workload"], r["point_id"], r["metric"]): r for r in rows if r["variant"] == BASELINE
     }
-    for row in rows:  # a found value against a censored one: a bound, not "not measured"
+    for row in (r for r in rows if r["variant"] != BASELINE):
+        # a found value against a censored one: a bound, not "not measured"
         base_row = bases.get((row["workload"], row["point_id"], row["metric"]))
-        if row["variant"] != BASELINE and row["search"] is not None:
-            row["degradation_bound"] = bracketed.censored_bound(row, base_row)
+        paired = row["degradation_pct"] is not None
+        row["degradation_bound"] = None if paired else bracketed.censored_bound(row, base_row)
+        row["degradation_shortfall"] = shortfall(row, target_pp)  # the target it missed
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     cpu = [cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu]
     for c in cpu:

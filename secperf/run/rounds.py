@@ -242,7 +242,10 @@ class Rounds:
                     progress.grow(self._estimate(state.point, 1, len(state.variants)))
                 began = self.clock()
                 self._round(testbed, state, progress)
-                state.longest_round_s = max(state.longest_round_s, self.clock() - began)
+                took = self.clock() - began
+                state.longest_round_s = max(state.longest_round_s, took)
+                # the rounds' measuring time: what a missed target's "about N min more" scales
+                state.stop["rounds_s"] = round(float(state.stop.get("rounds_s", 0.0)) + took, 3)
                 ran = True
             # the traced round gives softirq per unit of work: kinds without a unit
             # (searches, latency, checks) get none

@@ -19,11 +19,11 @@ from secperf.report.answer import (
     NONE,
     UNMEASURED,
     UNRESOLVED,
-    forest_charts,
     judge,
     rule_text,
     verdicts,
 )
+from secperf.report.forest import forest_charts
 from secperf.report.html import write_html
 from secperf.report.terminal import common_notes, print_report
 from secperf.results.rundir import RunDir
@@ -245,8 +245,16 @@ def test_a_search_that_found_no_value_says_its_bounds_in_the_answer() -> None:
         {**metric, "variant": "drop", "n": 0, "censored_n": 2,
          "search": {"below_n": 2, "below_bound": 500.0}},
     ]  # fmt: skip
+    # "below 500" against "at least 8,127" bounds the ratio: a cost, said as a bound
+    (v,) = verdicts({"rows": [{**r, "higher_is_better": True} for r in rows]})
+    assert v.outcome == COST
+    assert v.text == (
+        "costs: not found down to 500, at most 0.06 × the baseline's, which was at least 8,127"
+    )
+    # both "at least": nothing is known of their ratio
+    rows[1]["search"] = {"at_least_n": 2, "at_least_bound": 500.0}
     (v,) = verdicts({"rows": rows})
     assert v.outcome == UNMEASURED
     assert v.text == (
-        "not measured: the search found no value: not found down to 500 (baseline: at least 8,127)"
+        "not measured: the search found no value: at least 500 (baseline: at least 8,127)"
     )
