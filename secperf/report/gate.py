@@ -29,6 +29,7 @@ from typing import Any
 from secperf import stats
 from secperf.errors import SecperfError
 from secperf.report.answer import headline
+from secperf.results.metrics import ratio_scale
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect
 from secperf.scenario.expect import BASELINE, Bound, Expect, Rule
@@ -212,6 +213,7 @@ def run_figures(
             [mine[r] for r in paired],
             higher_is_better=bool(row.get("higher_is_better")),
             confidence=confidence,
+            ratio=ratio_scale(str(row.get("metric"))),
         )
         return Estimate(_finite(d.mean), _finite(d.ci_low), _finite(d.ci_high))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from secperf import stats
 from secperf.results.bracketed import censored_bound
+from secperf.results.metrics import ratio_scale
 from secperf.scenario.expect import BASELINE
 from secperf.scenario.paper import PaperRow, Selector, Tolerance, parse_selector
 
@@ -73,6 +74,7 @@ def _change(
             [mine[r] for r in paired],
             higher_is_better=better_up,
             confidence=confidence,
+            ratio=ratio_scale(str(row.get("metric"))),
         )
         d, lo, hi = _finite(s.mean), _finite(s.ci_low), _finite(s.ci_high)
         if d is None:
