@@ -429,19 +429,17 @@ def _range_line(group: Sequence[Verdict]) -> str:
     found = [v.pct for v in group if v.outcome in (COST, BETTER) and v.pct is not None]
     counts: dict[str, int] = {}
     for v in group:
-        counts[v.outcome] = counts.get(v.outcome, 0) + 1
+        key = "no interval" if v.no_interval else v.outcome
+        counts[key] = counts.get(key, 0) + 1
     words = {
         COST: "cost",
         BETTER: "better",
         NONE: "no measurable cost",
         UNRESOLVED: "not resolved",
+        "no interval": "without an interval",
         UNMEASURED: "not measured",
     }
-    parts = [
-        f"{counts[k]} {words[k]}"
-        for k in (COST, BETTER, NONE, UNRESOLVED, UNMEASURED)
-        if k in counts
-    ]
+    parts = [f"{counts[k]} {word}" for k, word in words.items() if k in counts]
     span = ""
     if found:
         low, high = fmt_pct(min(found)), fmt_pct(max(found))
