@@ -32,13 +32,16 @@ def _num(x: Any) -> float | None:
 
 def shortfall(row: Mapping[str, Any], target_pp: float) -> dict[str, Any] | None:
     """How a variant row's degradation interval missed ±`target_pp` points (None: met,
-    or no interval): `target_pp`, `halfwidth_pp` (the larger side), `rounds` (paired),
-    `reason` (why the point stopped, in words; a row that is not a stopping target
-    says so), `more_rounds` and `more_s` (None when the rounds' time is unknown)."""
+    no interval, or not a primary metric: the target is the stopping rule's, and a
+    service demand is none): `target_pp`, `halfwidth_pp` (the larger side), `rounds`
+    (paired), `reason` (why the point stopped, in words), `more_rounds` and `more_s`
+    (None when the rounds' time is unknown)."""
     pct = _num(row.get("degradation_pct"))
     low, high = _num(row.get("degradation_ci_low")), _num(row.get("degradation_ci_high"))
     n = int(row.get("degradation_n") or 0)
     if pct is None or low is None or high is None or n < stats.MIN_PAIRS_FOR_INTERVAL:
+        return None
+    if not row.get("primary"):
         return None
     half = _num(row.get("degradation_halfwidth_pp"))
     if half is None:
@@ -47,15 +50,12 @@ def shortfall(row: Mapping[str, Any], target_pp: float) -> dict[str, Any] | None
         return None
     more = stats.rounds_to_target(n, half, target_pp)
     seconds, reps = _num(row.get("stop_rounds_s")), int(row.get("stop_reps") or 0)
-    reason = str(row.get("stop_reason") or "")
-    said = REASONS.get(reason, "")
-    if not row.get("primary"):
-        said = "not a stopping target"
+    said = REASONS.get(str(row.get("stop_reason") or ""))
     return {
         "target_pp": target_pp,
         "halfwidth_pp": half,
         "rounds": n,
-        "reason": said or None,
+        "reason": said,
         "more_rounds": more,
         "more_s": more * seconds / reps if seconds is not None and reps > 0 else None,
     }
