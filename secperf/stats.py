@@ -2,8 +2,11 @@
 
 Every figure secperf prints carries a Student-t interval. Degradation pairs a
 variant's repetition i with the baseline's repetition i (they ran back to back,
-interleaved), so drift on a shared machine cancels. Outliers are flagged with
-Tukey's fences and reported, never removed.
+interleaved), so drift on a shared machine cancels; a rate's or a service demand's
+on the ratio scale (the log of the paired ratio), anything else's as the arithmetic
+difference, and fewer than MIN_PAIRS_FOR_INTERVAL pairs give no interval. A search
+that found no value bounds a ratio instead (`ratio_range`). Outliers are flagged
+with Tukey's fences and reported, never removed.
 """
 
 from __future__ import annotations
