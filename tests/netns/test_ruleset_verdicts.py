@@ -75,11 +75,19 @@ def test_each_flow_is_decided_by_the_rule_that_matches_it(bed: Testbed) -> None:
         table=f"secperf_{bed.prefix}_trace",
     )
     h = handles(bed)
-    assert (got["web"].verdict, got["web"].chain, got["web"].handle) == ("accept", "forward", h["80"])
+    assert (got["web"].verdict, got["web"].chain, got["web"].handle) == (
+        "accept",
+        "forward",
+        h["80"],
+    )
     assert (got["smtp"].verdict, got["smtp"].handle) == ("deny", h["25"])
     assert (got["dns"].verdict, got["dns"].handle) == ("accept", h["53"])
     # no rule matched: the forward chain's policy decided
-    assert (got["other"].verdict, got["other"].chain, got["other"].handle) == ("deny", "forward", None)
+    assert (got["other"].verdict, got["other"].chain, got["other"].handle) == (
+        "deny",
+        "forward",
+        None,
+    )
     assert (got["ssh"].verdict, got["ssh"].chain, got["ssh"].handle) == ("accept", "input", h["22"])
     # the tracing table is gone again
     tables = bed.host("dut").run(["nft", "list", "tables"]).stdout
