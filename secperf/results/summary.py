@@ -425,9 +425,10 @@ def _row(
         lo, hi = _finite(d.ci_low), _finite(d.ci_high)
         b, v = base.intervals(metric.name), group.intervals(metric.name)
         if search is not None and lo is not None:  # the interval holds both sides' brackets
+            bracketed_pairs = all(r in b and r in v for r in paired)
             iv = bracketed.pair_interval(
-                [b[r] for r in paired if r in b and r in v],
-                [v[r] for r in paired if r in b and r in v],
+                [b[r] for r in paired if bracketed_pairs],
+                [v[r] for r in paired if bracketed_pairs],
                 higher_is_better=metric.higher_is_better,
                 ratio=metric.ratio_scale,
                 confidence=confidence,
