@@ -11,12 +11,16 @@ no kind; `secperf.results.metrics` looks a record's kind up in the registry.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 Record = Mapping[str, Any]
 Extractor = Callable[[Record], float | None]
+
+# A rate's unit: something per second ("Mbit/s", "conn/s", "kB/s (…)") or per minute.
+_RATE_UNIT = re.compile(r"/s\b|^TPM$")
 
 # How a report words a censored search: the value lies below / at or above `{bound}`.
 DEFAULT_CENSORED_WORDS = {"below": "< {bound}", "at_least": "≥ {bound}"}
@@ -27,7 +31,12 @@ class Metric:
     """One number a report shows for a workload point.
 
     `censored`: for a search's metric, how the report words a search that found no
-    value, (below, at least), each with `{bound}`; None: DEFAULT_CENSORED_WORDS."""
+    value, (below, at least), each with `{bound}`; None: DEFAULT_CENSORED_WORDS.
+
+    `scale`: the scale of its paired degradation (secperf.stats.degradation): "ratio"
+    (the log of the paired ratio) or "difference" (the arithmetic paired difference);
+    None: "ratio" for a rate (a unit per second or per minute) and a service demand,
+    "difference" for the rest (a loss %, a delay, a count that may be 0)."""
 
     name: str
     label: str
@@ -35,6 +44,14 @@ class Metric:
     higher_is_better: bool
     primary: bool
     censored: tuple[str, str] | None = None
+    scale: Literal["ratio", "difference"] | None = None
+
+    @property
+    def ratio_scale(self) -> bool:
+        """Is its degradation on the ratio scale (a rate's loss can never pass 100 %)?"""
+        if self.scale is not None:
+            return self.scale == "ratio"
+        return self.service_demand or bool(_RATE_UNIT.search(self.unit))
 
     @property
     def service_demand(self) -> bool:

@@ -2,14 +2,17 @@
 
 Every figure secperf prints carries a Student-t interval. Degradation pairs a
 variant's repetition i with the baseline's repetition i (they ran back to back,
-interleaved), so drift on a shared machine cancels. Outliers are flagged with
-Tukey's fences and reported, never removed.
+interleaved), so drift on a shared machine cancels; a rate's or a service demand's
+on the ratio scale (the log of the paired ratio), anything else's as the arithmetic
+difference, and fewer than MIN_PAIRS_FOR_INTERVAL pairs give no interval. A search
+that found no value bounds a ratio instead (`ratio_range`). Outliers are flagged
+with Tukey's fences and reported, never removed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,30 +95,137 @@ def ci_met(values: Sequence[float], confidence: float, halfwidth_pct: float) -> 
     return summarize(values, confidence).halfwidth_pct <= halfwidth_pct
 
 
+# Paired rounds below which a degradation has no interval: two pairs give a t interval
+# with one degree of freedom (t = 12.7 at 95 %), whose width says nothing (±85 points
+# on a 2-round run); the answer says "2 rounds: no interval" instead.
+MIN_PAIRS_FOR_INTERVAL = 3
+
+
 def degradation(
     baseline: Sequence[float],
     variant: Sequence[float],
     *,
     higher_is_better: bool,
     confidence: float,
+    ratio: bool = False,
 ) -> Summary:
     """Paired degradation in %: positive = the variant is worse.
 
-    d_i = (b_i - v_i) / b_i * 100 when higher is better (throughput),
-    d_i = (v_i - b_i) / b_i * 100 when lower is better (latency, CPU).
-    The Summary is over d_i; its halfwidth_pct is the CI half width in
-    percentage points (not relative to the mean degradation)."""
+    `ratio` False (a loss %, a delay where 0 is possible): the arithmetic paired
+    difference, d_i = (b_i - v_i) / b_i * 100 when higher is better (throughput),
+    (v_i - b_i) / b_i * 100 when lower is better; the mean of d_i with its t interval.
+
+    `ratio` True (rates, service demands): the ratio scale. r_i = v_i / b_i; the t
+    interval of mean(log r_i), back-transformed; the estimate is the geometric mean
+    of the paired ratios as a % change, (1 - g) * 100 when higher is better, (g - 1)
+    * 100 otherwise. A rate's loss then never passes 100 %, and the interval is not
+    symmetric around a skewed ratio. A value of 0 (a denied stream) has no log: that
+    series falls back to the arithmetic difference, its interval clipped to what a
+    quantity that cannot go below 0 allows (a loss of at most 100 %, a gain of a
+    lower-is-better one of at most 100 %).
+
+    Fewer than MIN_PAIRS_FOR_INTERVAL pairs: the estimate without an interval
+    (ci_low -inf, ci_high +inf). `halfwidth_pct` is the larger side of the interval
+    in percentage points (the stopping rule's half width; the two are equal on the
+    arithmetic scale); `stddev` is that of d_i, or of 100 * log r_i on the ratio scale."""
     if len(baseline) != len(variant):
         raise ValueError(
             f"paired samples differ in length: {len(baseline)} baseline vs {len(variant)} variant"
         )
     if any(b == 0 for b in baseline):
         raise ValueError("a baseline value is 0: degradation in % is undefined")
+    _check_confidence(confidence)
+    pairs = list(zip(baseline, variant, strict=True))
+    if ratio and all(b > 0 and v > 0 for b, v in pairs):
+        return _ratio_degradation(pairs, higher_is_better, confidence)
     sign = 1.0 if higher_is_better else -1.0
-    d = [sign * (b - v) / b * 100.0 for b, v in zip(baseline, variant, strict=True)]
+    d = [sign * (b - v) / b * 100.0 for b, v in pairs]
     s = summarize(d, confidence)
-    halfwidth = (s.ci_high - s.ci_low) / 2 if s.n >= 2 else INF
-    return Summary(s.n, s.mean, s.stddev, s.ci_low, s.ci_high, halfwidth, s.outliers)
+    if s.n < MIN_PAIRS_FOR_INTERVAL:
+        return Summary(s.n, s.mean, s.stddev, -INF, INF, INF, s.outliers)
+    low, high = s.ci_low, s.ci_high
+    if ratio:  # a quantity that cannot go below 0: the ratio v/b is at least 0
+        low, high = (low, min(high, 100.0)) if higher_is_better else (max(low, -100.0), high)
+    return Summary(s.n, s.mean, s.stddev, low, high, halfwidth_pp(s.mean, low, high), s.outliers)
+
+
+def halfwidth_pp(mean: float, low: float, high: float) -> float:
+    """A degradation interval's half width against its target: the larger of its two
+    sides around the estimate (an interval on the ratio scale is not symmetric)."""
+    return max(high - mean, mean - low)
+
+
+def _from_log_ratio(log_r: float, higher_is_better: bool) -> float:
+    """log(v / b) -> the degradation in % (positive = worse)."""
+    g = math.exp(log_r)
+    return (1.0 - g) * 100.0 if higher_is_better else (g - 1.0) * 100.0
+
+
+def _ratio_degradation(
+    pairs: Sequence[tuple[float, float]], higher_is_better: bool, confidence: float
+) -> Summary:
+    logs = [math.log(v / b) for b, v in pairs]
+    s = summarize(logs, confidence)
+    mean = _from_log_ratio(s.mean, higher_is_better)
+    sd = s.stddev * 100.0
+    outliers = tukey_outliers(logs)
+    if s.n < MIN_PAIRS_FOR_INTERVAL:
+        return Summary(s.n, mean, sd, -INF, INF, INF, outliers)
+    ends = sorted(_from_log_ratio(x, higher_is_better) for x in (s.ci_low, s.ci_high))
+    return Summary(s.n, mean, sd, ends[0], ends[1], halfwidth_pp(mean, ends[0], ends[1]), outliers)
+
+
+def rounds_to_target(n: int, halfwidth: float, target: float) -> int:
+    """About how many more paired rounds bring a half width of `halfwidth` after `n`
+    rounds down to `target`: it shrinks as 1 / sqrt(n), so about n (h / t)^2 in all
+    (the t quantile's own shrinking is left out: the estimate errs long). 0 when met."""
+    if target <= 0 or n < 1:
+        raise ValueError("a target above 0 and at least one round are needed")
+    if halfwidth <= target:
+        return 0
+    return max(1, math.ceil(n * (halfwidth / target) ** 2) - n)
+
+
+def bracketed_interval(
+    lows: Sequence[float], highs: Sequence[float], confidence: float
+) -> tuple[float, float]:
+    """The interval of a mean of quantities each known only to lie in [lo_i, hi_i]:
+    [mean(lo) - h, mean(hi) + h], h the larger t half width of the two series (a
+    search's bracket: docs/methodology.md, "Searches"). Callers pass logs of ratios
+    for an interval on the ratio scale."""
+    if len(lows) != len(highs) or not lows:
+        raise ValueError("a bracketed interval needs as many lows as highs, at least one")
+    h = 0.0
+    if len(lows) >= 2:
+        h = max(
+            summarize(lows, confidence).ci_high - sum(lows) / len(lows),
+            summarize(highs, confidence).ci_high - sum(highs) / len(highs),
+        )
+    return sum(lows) / len(lows) - h, sum(highs) / len(highs) + h
+
+
+def ratio_range(
+    variant: tuple[float, float], baseline: tuple[float, float]
+) -> tuple[float, float] | None:
+    """What v / b can be when v lies in [v_lo, v_hi] and b in [b_lo, b_hi], each end
+    possibly open (0 below, inf above: a censored search, "at least" or "below"), as
+    [v_lo / b_hi, v_hi / b_lo]. None when nothing is known (0 to inf) or b may be 0."""
+    (vl, vh), (bl, bh) = variant, baseline
+    if bl <= 0 or vl < 0 or vh < vl or bh < bl:
+        return None
+    low = 0.0 if math.isinf(bh) else vl / bh
+    high = INF if math.isinf(vh) else vh / bl
+    if low == 0 and math.isinf(high):
+        return None
+    return low, high
+
+
+def degradation_range(
+    ratios: tuple[float, float], *, higher_is_better: bool
+) -> tuple[float, float]:
+    """A range of v / b as a degradation range in % (positive = worse), ordered."""
+    ends = sorted((1.0 - r) * 100.0 if higher_is_better else (r - 1.0) * 100.0 for r in ratios)
+    return ends[0], ends[1]
 
 
 def difference(a: Sequence[float], b: Sequence[float], confidence: float) -> Summary:
@@ -183,8 +293,12 @@ def paired_ci_met(
     higher_is_better: bool,
     confidence: float,
     halfwidth_pp: float,
+    ratio: bool = False,
 ) -> bool | None:
     """Is the paired degradation's interval as narrow as asked (± halfwidth_pp points)?
+
+    On the ratio scale (`ratio`, see `degradation`) the larger side of the interval
+    is compared with the target.
 
     Rounds are paired by their number; a round missing on either side is not paired.
     None when no round pairs at all (nothing to narrow yet). Where a baseline value is
@@ -204,7 +318,7 @@ def paired_ci_met(
         return _own_ci_met(baseline, confidence, halfwidth_pp) and _own_ci_met(
             variant, confidence, halfwidth_pp
         )
-    d = degradation(b, v, higher_is_better=higher_is_better, confidence=confidence)
+    d = degradation(b, v, higher_is_better=higher_is_better, confidence=confidence, ratio=ratio)
     return d.halfwidth_pct <= halfwidth_pp
 
 
@@ -216,6 +330,7 @@ def targets_met(
     confidence: float,
     halfwidth_pct: float,
     degradation_pp: float | None = None,
+    ratio: Collection[str] = (),
 ) -> bool | None:
     """Are the point's asked intervals met, over the rounds so far?
 
@@ -223,7 +338,8 @@ def targets_met(
     half width ≤ `degradation_pp` percentage points. With the baseline alone: its own
     interval is within `halfwidth_pct` % of its mean. A metric that no round has paired
     yet does not hold the point back; None when nothing at all could be paired.
-    `degradation_pp` None: `halfwidth_pct` (the single target of older scenarios)."""
+    `degradation_pp` None: `halfwidth_pct` (the single target of older scenarios).
+    `ratio`: the metrics whose degradation is on the ratio scale (Metric.ratio_scale)."""
     pp = halfwidth_pct if degradation_pp is None else degradation_pp
     base = values.get(baseline, {})
     variants = [name for name in values if name != baseline]
@@ -241,6 +357,7 @@ def targets_met(
                 higher_is_better=higher_is_better,
                 confidence=confidence,
                 halfwidth_pp=pp,
+                ratio=metric in ratio,
             )
             if met is not None:
                 verdicts.append(met)
@@ -260,6 +377,7 @@ def stop_reason(
     confidence: float,
     halfwidth_pct: float,
     degradation_pp: float | None = None,
+    ratio: Collection[str] = (),
 ) -> str | None:
     """Why a workload point stops after `rounds` rounds, or None to run another
     (without a budget: the runner adds that, secperf.run.budget).
@@ -280,6 +398,7 @@ def stop_reason(
         confidence=confidence,
         halfwidth_pct=halfwidth_pct,
         degradation_pp=degradation_pp,
+        ratio=ratio,
     )
     if met is None:
         return "unpaired"

@@ -249,7 +249,10 @@ def value_cell(row: Row | None, words: Mapping[str, str] | None = None) -> Cell:
 
 
 def degradation_cell(row: Row | None) -> Cell:
-    """A variant's degradation % with its interval, marked when significant."""
+    """A variant's degradation % with its interval, marked when significant; a censored
+    search's comparison as its bound ("≥ +88.8 % (bound)")."""
+    if row is not None and row.get("degradation_pct") is None:
+        return _bound_cell(row.get("degradation_bound"))
     if row is None or row.get("degradation_pct") is None:
         return Cell("–")
     text = fmt_pct(row["degradation_pct"])
@@ -260,6 +263,19 @@ def degradation_cell(row: Row | None) -> Cell:
     if significant:
         text += SIGNIFICANT
     return Cell(text, significant=significant)
+
+
+def _bound_cell(bound: Any) -> Cell:
+    """The degradation a censored comparison bounds: "≥ +88.8 % (bound)", "≤ …" or both
+    ends (an end is None where the variant's ratio to the baseline is open: 0 or ∞)."""
+    lo, hi = (bound.get(k) for k in ("low", "high")) if isinstance(bound, Mapping) else (None, None)
+    if lo is None and hi is None:
+        return Cell("–")
+    text = f"≥ {fmt_pct(lo)} %" if hi is None else f"≤ {fmt_pct(hi)} %"
+    if lo is not None and hi is not None:
+        text = f"[{fmt_pct(lo)}, {fmt_pct(hi)}]"
+    significant = (lo is not None and lo > 0) or (hi is not None and hi < 0)
+    return Cell(f"{text} (bound){SIGNIFICANT if significant else ''}", significant=significant)
 
 
 def point_name(workload: str, label: str) -> str:

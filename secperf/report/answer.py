@@ -1,4 +1,5 @@
-"""The answer first: one verdict per variant and headline metric, and the forest plot.
+"""The answer first: one verdict per variant and headline metric (the forest plot of
+them is secperf.report.forest).
 
 A verdict reads a summary row's paired degradation and its interval by one rule
 (docs/methodology.md, "Verdicts"), with x the run's precision target
@@ -8,8 +9,14 @@ A verdict reads a summary row's paired degradation and its interval by one rule
 - it includes 0 and lies within ±x: **no measurable cost** (|Δ| < x %);
 - it includes 0 and reaches past ±x: **not resolved** (the interval is too wide to
   tell a cost from none);
-- no interval (fewer than two paired rounds, a search that found no value): **not
-  measured**, never a 0.
+- no interval: fewer than three paired rounds ("2 rounds: no interval"), or **not
+  measured** (a search that found no value, a baseline of 0), never a 0;
+- a found search value against a censored one ("at least", "below"): a **bound**
+  ("at most 0.20 × the baseline's, which was not denied up to 71,681"), costing,
+  better or not resolved by what the bound excludes.
+
+A row whose interval is wider than its target says so on its line, with its rounds,
+why they stopped and about how much longer would reach it (secperf.results.shortfall).
 
 Headline metrics are each kind's primary metrics and its service demand (CPU per
 unit of work). A row's `bottleneck` (what limited it), when the summary has one, is
@@ -27,13 +34,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from secperf import stats
 from secperf.report.limits import CANNOT
-from secperf.report.plots import figure_bytes, new_figure
 from secperf.report.tags import tag_name, variant_tags
+from secperf.results.bracketed import censored_bound
 from secperf.results.metrics import censored_words
+from secperf.results.shortfall import shortfall, shortfall_text
 from secperf.tables import (
     BASELINE,
-    Chart,
+    MISSED,
     Row,
     censored_text,
     failed_text,
@@ -46,9 +55,6 @@ from secperf.tables import (
 
 COST, BETTER, NONE, UNRESOLVED, UNMEASURED = "cost", "better", "none", "unresolved", "unmeasured"
 DEFAULT_NEGLIGIBLE_PCT = 2.0  # the scenario default of [repeat] halfwidth_pct
-FOREST_ROWS = 40  # rows of one forest chart; more are split by variant
-
-_COLORS = {COST: "#b2182b", BETTER: "#2166ac", NONE: "#4d4d4d", UNRESOLVED: "#e08214"}
 
 
 def headline(row: Row) -> bool:
@@ -77,6 +83,12 @@ class Verdict:
     # SHOULD criteria the variant's or the baseline's rounds missed: the numbers stand,
     # the reader is told (RFC 9411's deviations)
     noted: str = ""
+    # a censored comparison: what the bound says ("…, at most 0.20 × the baseline's, …")
+    bound: str = ""
+    # the interval missed the precision target: by how much and what would reach it
+    shortfall: str = ""
+    # too few paired rounds for an interval: `why` is the whole verdict
+    no_interval: bool = False
 
     @property
     def interval(self) -> str:
@@ -87,11 +99,15 @@ class Verdict:
     @property
     def text(self) -> str:
         """The verdict in words, e.g. "costs +25.0 % [+24.1, +25.9]", and the SHOULD
-        criteria its rounds missed."""
-        return f"{self._outcome_text} ({self.noted})" if self.noted else self._outcome_text
+        criteria its rounds missed, and the precision target it missed."""
+        text = f"{self._outcome_text} ({self.noted})" if self.noted else self._outcome_text
+        return f"{text}; {self.shortfall}" if self.shortfall else text
 
     @property
     def _outcome_text(self) -> str:
+        if self.bound:
+            word = {COST: "costs", BETTER: "better"}.get(self.outcome, "not resolved")
+            return f"{word}: {self.bound}"
         if self.outcome == COST:
             return f"costs {fmt_pct(self.pct)} % {self.interval}"
         if self.outcome == BETTER:
@@ -99,10 +115,10 @@ class Verdict:
         if self.outcome == NONE:
             return f"no measurable cost (|Δ| < {self.negligible_pct:g} %) {self.interval}"
         if self.outcome == UNRESOLVED:
-            assert self.low is not None and self.high is not None
-            half = (self.high - self.low) / 2
+            assert self.low is not None and self.high is not None and self.pct is not None
+            half = stats.halfwidth_pp(self.pct, self.low, self.high)
             return f"not resolved: {fmt_pct(self.pct)} % ± {half:.1f} points {self.interval}"
-        return f"not measured: {self.why}"
+        return self.why if self.no_interval else f"not measured: {self.why}"
 
     @property
     def limited_by(self) -> str:
@@ -141,8 +157,8 @@ def judge(row: Row, x: float) -> tuple[str, str]:
         if base == 0:
             return UNMEASURED, "the baseline measured 0: a cost in % is undefined"
         return UNMEASURED, "no round paired it with the baseline"
-    if lo is None or hi is None:
-        return UNMEASURED, f"one paired round only ({fmt_pct(pct)} %), no interval"
+    if lo is None or hi is None or not has_interval(row):
+        return UNMEASURED, no_interval_text(row)
     if lo > 0:
         return COST, ""
     if hi < 0:
@@ -150,6 +166,55 @@ def judge(row: Row, x: float) -> tuple[str, str]:
     if -x < lo and hi < x:
         return NONE, ""
     return UNRESOLVED, ""
+
+
+def has_interval(row: Row) -> bool:
+    """Enough paired rounds for an interval (a summary written before the rule gave one
+    to 2 rounds: ±85 points that said nothing)."""
+    n = row.get("degradation_n")
+    return n is None or int(n) >= stats.MIN_PAIRS_FOR_INTERVAL
+
+
+def no_interval_text(row: Row) -> str:
+    """ "2 rounds: no interval (Δ +3.1 %)"."""
+    n = int(row.get("degradation_n") or 1)
+    return (
+        f"{n} round{'' if n == 1 else 's'}: no interval (Δ {fmt_pct(row.get('degradation_pct'))} %)"
+    )
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else fmt_value(x)
+
+
+def bound_verdict(row: Row, base: Row | None) -> tuple[str, str] | None:
+    """(outcome, words) of a censored comparison: a found value against a censored one,
+    as a bound on the ratio ("9,819 [6,223–9,819] packets/s, at most 0.11 × the
+    baseline's, which was not denied up to 87,758"); None when it bounds nothing."""
+    b = row.get("degradation_bound")
+    if not isinstance(b, Mapping) and row.get("degradation_pct") is None:
+        b = censored_bound(row, base)
+    if not isinstance(b, Mapping) or base is None:
+        return None
+    r_low, r_high, low, high = (b.get(k) for k in ("ratio_low", "ratio_high", "low", "high"))
+    if r_high is not None and r_low:
+        ratio = f"between {_ratio(r_low)} and {_ratio(r_high)} ×"
+    elif r_high is not None:
+        ratio = f"at most {_ratio(r_high)} ×"
+    else:
+        ratio = f"at least {_ratio(r_low or 0.0)} ×"
+    unit = str(row.get("unit") or "")
+    words = f"{_found(row).removesuffix(MISSED)} {unit}".rstrip()
+    words += f", {ratio} the baseline's, which was "
+    words += (
+        f"{_found(base).removesuffix(MISSED)} {unit}".rstrip() if base.get("n") else _found(base)
+    )
+    outcome = UNRESOLVED
+    if low is not None and low > 0:
+        outcome = COST
+    elif high is not None and high < 0:
+        outcome = BETTER
+    return outcome, words
 
 
 def _found(row: Row) -> str:
@@ -207,8 +272,15 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
         for r in (r for r in rows if r["variant"] == variant):
             outcome, why = judge(r, x)
             base = bases.get((r.get("workload"), r.get("point_id"), r.get("metric")))
-            if outcome == UNMEASURED:
-                why = _why(r, why, base)
+            bounded = bound_verdict(r, base) if outcome == UNMEASURED else None
+            if bounded is not None:
+                outcome, bound = bounded
+            elif outcome == UNMEASURED:
+                why, bound = _why(r, why, base), ""
+            else:
+                bound = ""
+            short = shortfall(r, x) if outcome != UNMEASURED else None
+            lacking = outcome == UNMEASURED and r.get("degradation_pct") is not None
             out.append(
                 Verdict(
                     variant=variant,
@@ -218,14 +290,17 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
                     metric=str(r.get("metric", "")),
                     metric_label=str(r.get("metric_label") or r.get("metric", "")),
                     outcome=outcome,
-                    pct=r.get("degradation_pct"),
-                    low=r.get("degradation_ci_low"),
-                    high=r.get("degradation_ci_high"),
+                    pct=None if bound else r.get("degradation_pct"),
+                    low=None if bound or lacking else r.get("degradation_ci_low"),
+                    high=None if bound or lacking else r.get("degradation_ci_high"),
                     pairs=int(r.get("degradation_n") or 0),
                     negligible_pct=x,
                     bottleneck=_limit(r),
                     why=why,
                     noted=_noted(r, base),
+                    bound=bound,
+                    shortfall=shortfall_text(short) if short else "",
+                    no_interval=lacking,
                 )
             )
     return out
@@ -336,85 +411,6 @@ def descriptions(run_meta: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-# -- the forest plot -------------------------------------------------------------------
-
-
-def _plotted(v: Verdict) -> bool:
-    return v.outcome != UNMEASURED and v.pct is not None
-
-
-def forest_charts(summary: Mapping[str, Any]) -> list[Chart]:
-    """Every variant × headline metric's degradation with its interval, zero marked and
-    the band of "no measurable cost" shaded; variants as panels, at most FOREST_ROWS
-    rows a chart."""
-    found = [v for v in verdicts(summary) if _plotted(v)]
-    if not found:
-        return []
-    groups: list[list[Verdict]] = []
-    for variant in dict.fromkeys(v.variant for v in found):
-        rows = [v for v in found if v.variant == variant]
-        if groups and len(groups[-1]) + len(rows) <= FOREST_ROWS:
-            groups[-1] += rows
-        else:
-            groups += [rows[i : i + FOREST_ROWS] for i in range(0, len(rows), FOREST_ROWS)]
-    x = negligible_pct(summary)
-    conf = float(summary.get("confidence", 0.95)) * 100
-    out = []
-    for i, group in enumerate(groups, start=1):
-        part = f" ({i} of {len(groups)})" if len(groups) > 1 else ""
-        title = f"What each variant costs: degradation % with its {conf:g} % interval{part}"
-        out.append(Chart(title, forest_chart(title, group, x)))
-    return out
-
-
-def forest_chart(title: str, rows: Sequence[Verdict], x: float) -> bytes:
-    variants = list(dict.fromkeys(v.variant for v in rows))
-    per = {name: [v for v in rows if v.variant == name] for name in variants}
-    height = 0.8 + 0.22 * len(rows) + 0.3 * len(variants)
-    fig = new_figure(7.2, height)
-    grid = fig.add_gridspec(len(variants), 1, height_ratios=[len(per[n]) + 0.6 for n in variants])
-    lows = [v.low if v.low is not None else v.pct for v in rows]
-    highs = [v.high if v.high is not None else v.pct for v in rows]
-    left = min(-x, *(lo for lo in lows if lo is not None))
-    right = max(x, *(hi for hi in highs if hi is not None))
-    pad = (right - left) * 0.04
-    axes: list[Any] = []
-    for k, name in enumerate(variants):
-        ax = fig.add_subplot(grid[k, 0], sharex=axes[0] if axes else None)
-        axes.append(ax)
-        mine = per[name]
-        ys = list(range(len(mine)))[::-1]
-        ax.axvspan(-x, x, color="0.92", zorder=0)
-        ax.axvline(0, color="0.2", linewidth=1.0, zorder=1)
-        for y, v in zip(ys, mine, strict=True):
-            color = _COLORS.get(v.outcome, "0.3")
-            if v.low is not None and v.high is not None:
-                ax.plot([v.low, v.high], [y, y], color=color, linewidth=2.0, zorder=2)
-            ax.plot([v.pct or 0.0], [y], marker="D", color=color, markersize=5, zorder=3)
-        ax.set_yticks(ys, [f"{v.where} · {v.metric_label}" for v in mine], fontsize=8)
-        ax.set_ylim(-0.7, len(mine) - 0.3)
-        ax.set_title(name, fontsize=9, loc="left", fontweight="bold")
-        ax.tick_params(axis="x", labelsize=8, labelbottom=k == len(variants) - 1)
-        ax.grid(axis="x", color="0.85", linewidth=0.6)
-        # the numbers beside the plot, as a forest plot's table column
-        right_labels = ax.secondary_yaxis("right")
-        right_labels.set_yticks(ys, [_short(v) for v in mine], fontsize=8)
-        right_labels.tick_params(length=0)
-    axes[0].set_xlim(left - pad, right + pad)
-    axes[-1].set_xlabel(f"degradation % (positive = worse); shaded: |Δ| < {x:g} %", fontsize=8)
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.tight_layout()
-    return figure_bytes(fig)
-
-
-def _short(v: Verdict) -> str:
-    if v.outcome == NONE:
-        return f"none {v.interval}"
-    if v.low is None:
-        return f"{fmt_pct(v.pct)} (no interval)"
-    return f"{fmt_pct(v.pct)} {v.interval}"
-
-
 # -- the answer in the terminal ------------------------------------------------------------
 
 _STYLES = {
@@ -433,19 +429,17 @@ def _range_line(group: Sequence[Verdict]) -> str:
     found = [v.pct for v in group if v.outcome in (COST, BETTER) and v.pct is not None]
     counts: dict[str, int] = {}
     for v in group:
-        counts[v.outcome] = counts.get(v.outcome, 0) + 1
+        key = "no interval" if v.no_interval else v.outcome
+        counts[key] = counts.get(key, 0) + 1
     words = {
         COST: "cost",
         BETTER: "better",
         NONE: "no measurable cost",
         UNRESOLVED: "not resolved",
+        "no interval": "without an interval",
         UNMEASURED: "not measured",
     }
-    parts = [
-        f"{counts[k]} {words[k]}"
-        for k in (COST, BETTER, NONE, UNRESOLVED, UNMEASURED)
-        if k in counts
-    ]
+    parts = [f"{counts[k]} {word}" for k, word in words.items() if k in counts]
     span = ""
     if found:
         low, high = fmt_pct(min(found)), fmt_pct(max(found))

@@ -29,6 +29,7 @@ from typing import Any
 from secperf import stats
 from secperf.errors import SecperfError
 from secperf.report.answer import headline
+from secperf.results.metrics import ratio_scale
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect
 from secperf.scenario.expect import BASELINE, Bound, Expect, Rule
@@ -155,7 +156,13 @@ def row_degradation(row: Mapping[str, Any]) -> Estimate:
             why = "no degradation: the search found no value"
         return Estimate(None, why=why)
     low, high = _finite(row.get("degradation_ci_low")), _finite(row.get("degradation_ci_high"))
-    return Estimate(mean, low, high, "" if low is not None else "one paired round, no interval")
+    n = row.get("degradation_n")
+    if n is not None and int(n) < stats.MIN_PAIRS_FOR_INTERVAL:
+        low = high = None  # a summary written before the rule gave 2 rounds an interval
+    if low is None or high is None:
+        k = int(n or 1)
+        return Estimate(mean, None, None, f"{k} paired round{'' if k == 1 else 's'}, no interval")
+    return Estimate(mean, low, high, "")
 
 
 def row_value(row: Mapping[str, Any]) -> Estimate:
@@ -206,6 +213,7 @@ def run_figures(
             [mine[r] for r in paired],
             higher_is_better=bool(row.get("higher_is_better")),
             confidence=confidence,
+            ratio=ratio_scale(str(row.get("metric"))),
         )
         return Estimate(_finite(d.mean), _finite(d.ci_low), _finite(d.ci_high))
 

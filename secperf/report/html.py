@@ -32,13 +32,13 @@ from secperf.report.answer import (
     baseline_only,
     check_verdicts,
     descriptions,
-    forest_charts,
     rule_text,
     value_text,
     verdicts,
 )
 from secperf.report.attribution import cost_lines
 from secperf.report.distributions import delay_charts
+from secperf.report.forest import forest_charts
 from secperf.report.gate import (
     GateError,
     Outcome,

@@ -201,3 +201,10 @@ def cpu_breakdown(
         testbed=testbed,
         machine=busy,
     )
+
+
+def ratio_scale(name: str) -> bool:
+    """Is a metric's paired degradation on the ratio scale (Metric.ratio_scale; an
+    unknown metric: the arithmetic difference)?"""
+    metric = METRICS.get(name)
+    return metric is not None and metric.ratio_scale

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from secperf import stats
+from secperf.results.bracketed import censored_bound
+from secperf.results.metrics import ratio_scale
 from secperf.scenario.expect import BASELINE
 from secperf.scenario.paper import PaperRow, Selector, Tolerance, parse_selector
 
@@ -72,6 +74,7 @@ def _change(
             [mine[r] for r in paired],
             higher_is_better=better_up,
             confidence=confidence,
+            ratio=ratio_scale(str(row.get("metric"))),
         )
         d, lo, hi = _finite(s.mean), _finite(s.ci_low), _finite(s.ci_high)
         if d is None:
@@ -163,6 +166,49 @@ def _shown(
     return None
 
 
+def _bounded(
+    p: PaperRow, row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """A censored comparison's verdict fields: the run's change known only as a bound
+    (a found search against one that found no value), judged by the tolerance at both
+    of its ends: both hold: agrees; neither, and the paper's change outside it:
+    differs; otherwise not resolved. None when nothing bounds it."""
+    against = p.against or BASELINE
+    other = next(
+        (
+            r
+            for r in rows
+            if r.get("variant") == against
+            and r.get("point_id") == row.get("point_id")
+            and r.get("metric") == row.get("metric")
+        ),
+        None,
+    )
+    b = censored_bound(row, other)
+    if b is None:
+        return None
+    r_low, r_high = float(b["ratio_low"]), b["ratio_high"]
+    low, high = (r_low - 1) * 100.0, math.inf if r_high is None else (r_high - 1) * 100.0
+    if p.ratio is not None:
+        ours = f"≥ ×{_num(r_low)}" if r_high is None else f"≤ ×{_num(r_high)}"
+        if r_low > 0 and r_high is not None:
+            ours = f"×{_num(r_low)} to ×{_num(r_high)}"
+    else:
+        ours = f"≥ {low:+.1f} %" if r_high is None else f"≤ {high:+.1f} %"
+        if r_low > 0 and r_high is not None:
+            ours = f"{low:+.1f} to {high:+.1f} %"
+    ours += " (bound)"
+    tol, paper = p.tolerance_or_default, p.paper_change or 0.0
+    ends = [tol.holds(x, None, None, paper) for x in (low, high)]
+    fields: dict[str, Any] = {"ours": ours, "ours_low": low, "ours_high": _finite(high)}
+    if all(ends):
+        return {**fields, "verdict": AGREES}
+    if not any(ends) and not low <= paper <= high:
+        return {**fields, "verdict": DIFFERS, "why": f"the bound lies outside {tol}"}
+    why = f"the bound reaches both inside and outside {tol}"
+    return {**fields, "verdict": UNRESOLVED, "why": why}
+
+
 def verdict(
     p: PaperRow,
     rows: Sequence[Mapping[str, Any]],
@@ -217,7 +263,8 @@ def verdict(
             ours, low, high, why = _change(row, p.against, values, confidence)
             paper_number = p.paper_change or 0.0
         if ours is None:
-            out.append({**entry, "ours": None, "verdict": UNMEASURED, "why": why})
+            bounded = _bounded(p, row, rows) if p.value is None else None
+            out.append({**entry, **(bounded or {"ours": None, "verdict": UNMEASURED, "why": why})})
             continue
         text = (
             _value_text(ours, low, high, unit)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from secperf import stats
-from secperf.results import attribution, behaviour, evidence
+from secperf.results import attribution, behaviour, bracketed, evidence
 from secperf.results.bottleneck import comparison
 from secperf.results.checks import ValidationRounds, collect_checks
 from secperf.results.cpu import collect_guest_cpu, cpu_row
@@ -33,6 +33,7 @@ from secperf.results.metrics import (
 )
 from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
+from secperf.results.shortfall import shortfall
 
 FORMAT = 1
 BASELINE = "baseline"
@@ -308,34 +309,6 @@ def _stop_for(stops: list[Mapping[str, Any]], point_id: str, variant: str) -> Ma
     return found
 
 
-def _t_halfwidth(values: Sequence[float], confidence: float) -> float:
-    s = stats.summarize(values, confidence)
-    return s.ci_high - s.mean
-
-
-def _bracketed_interval(
-    lows: Sequence[float], highs: Sequence[float], confidence: float
-) -> tuple[float, float]:
-    """The interval of a mean of quantities each known only to lie in [lo_i, hi_i]:
-    their mean lies in [mean(lo), mean(hi)], widened on each side by the larger t
-    half width of the lo and hi series. Never narrower than the mean bracket, so a
-    search's resolution stays in the interval even when every repetition agreed."""
-    hw = max(_t_halfwidth(lows, confidence), _t_halfwidth(highs, confidence))
-    return sum(lows) / len(lows) - hw, sum(highs) / len(highs) + hw
-
-
-def _degradation_bounds(
-    base: tuple[float, float], variant: tuple[float, float], higher_is_better: bool
-) -> tuple[float, float] | None:
-    """The range of one pair's degradation % when both values are only bracketed."""
-    (bl, bh), (vl, vh) = base, variant
-    if bl <= 0 or bh <= 0:
-        return None
-    if higher_is_better:  # d = (b − v) / b: smallest with v high and b low
-        return (1 - vh / bl) * 100.0, (1 - vl / bh) * 100.0
-    return (vl / bh - 1) * 100.0, (vh / bl - 1) * 100.0
-
-
 def _search_fields(group: Group, metric: str) -> dict[str, Any] | None:
     """The row's `search` object: how its repetitions' searches ended."""
     if not is_search_metric(metric):
@@ -385,7 +358,7 @@ def _row(
     brackets = group.intervals(metric.name)
     if search is not None and s is not None and all(r in brackets for r in reps):
         # a search's value is known to its bracket only: the interval holds it
-        ci_low, ci_high = _bracketed_interval(
+        ci_low, ci_high = stats.bracketed_interval(
             [brackets[r][0] for r in reps], [brackets[r][1] for r in reps], confidence
         )
         halfwidth = (ci_high - ci_low) / 2 / abs(s.mean) * 100.0 if s.mean else None
@@ -413,6 +386,7 @@ def _row(
         "outliers": [reps[i] for i in s.outliers] if s else [],
         "stop_reason": stop.get("reason"),
         "stop_reps": stop.get("reps"),
+        "stop_rounds_s": stop.get("rounds_s"),  # the point's rounds' measuring time
         "errors": len(group.errors),
         # repetitions whose search found no value; they are in no mean or interval
         "censored_n": len(group.censored(metric.name)),
@@ -423,6 +397,8 @@ def _row(
         "degradation_ci_low": None,
         "degradation_ci_high": None,
         "degradation_n": None,
+        # "ratio": the log of the paired ratio, back-transformed; "difference": arithmetic
+        "degradation_scale": "ratio" if metric.ratio_scale else "difference",
         "significant": None,
         # the degradation's half width against its target (percentage points)
         "degradation_halfwidth_pp": None,
@@ -443,20 +419,28 @@ def _row(
             [series[r] for r in paired],
             higher_is_better=metric.higher_is_better,
             confidence=confidence,
+            ratio=metric.ratio_scale,
         )
+        lo, hi = _finite(d.ci_low), _finite(d.ci_high)
+        b, v = base.intervals(metric.name), group.intervals(metric.name)
+        if search is not None and lo is not None:  # the interval holds both sides' brackets
+            bracketed_pairs = all(r in b and r in v for r in paired)
+            iv = bracketed.pair_interval(
+                [b[r] for r in paired if bracketed_pairs],
+                [v[r] for r in paired if bracketed_pairs],
+                higher_is_better=metric.higher_is_better,
+                ratio=metric.ratio_scale,
+                confidence=confidence,
+            )
+            lo, hi = (None, None) if iv is None else (_finite(iv[0]), _finite(iv[1]))
         row["degradation_pct"] = _finite(d.mean)
-        row["degradation_ci_low"] = _finite(d.ci_low)
-        row["degradation_ci_high"] = _finite(d.ci_high)
-        row["significant"] = bool(stats.significant(d))
-        if search is not None:
-            _bracket_degradation(row, base, group, metric, paired, confidence)
-        lo, hi = row["degradation_ci_low"], row["degradation_ci_high"]
-        if lo is not None and hi is not None:
-            row["degradation_halfwidth_pp"] = (hi - lo) / 2
-            pp = target if target_pp is None else target_pp
-            row["degradation_target_met"] = (hi - lo) / 2 <= pp
-        else:
-            row["degradation_target_met"] = False
+        row["degradation_ci_low"], row["degradation_ci_high"] = lo, hi
+        row["significant"] = None if lo is None or hi is None else lo > 0 or hi < 0
+        row["degradation_target_met"] = False
+        if lo is not None and hi is not None and row["degradation_pct"] is not None:
+            half = stats.halfwidth_pp(row["degradation_pct"], lo, hi)
+            row["degradation_halfwidth_pp"] = half
+            row["degradation_target_met"] = half <= (target if target_pp is None else target_pp)
     elif len(paired) == 1:  # one pair: a figure without an interval
         r = paired[0]
         row["degradation_pct"] = _point_degradation(
@@ -464,31 +448,6 @@ def _row(
         )
         row["degradation_target_met"] = False
     return row
-
-
-def _bracket_degradation(
-    row: dict[str, Any],
-    base: Group,
-    group: Group,
-    metric: Metric,
-    paired: Sequence[int],
-    confidence: float,
-) -> None:
-    """Widen a search metric's degradation interval by both sides' brackets; it is
-    significant only if that interval excludes 0."""
-    b, v = base.intervals(metric.name), group.intervals(metric.name)
-    pairs = [
-        _degradation_bounds(b[r], v[r], metric.higher_is_better)
-        for r in paired
-        if r in b and r in v
-    ]
-    bounds = [p for p in pairs if p is not None]
-    if len(bounds) != len(paired):
-        row["degradation_ci_low"] = row["degradation_ci_high"] = row["significant"] = None
-        return
-    lo, hi = _bracketed_interval([p[0] for p in bounds], [p[1] for p in bounds], confidence)
-    row["degradation_ci_low"], row["degradation_ci_high"] = _finite(lo), _finite(hi)
-    row["significant"] = lo > 0 or hi < 0
 
 
 def _noting_delays(
@@ -549,6 +508,15 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         seen = evidence.noise(group)
         if seen is not None:
             noise.append({"workload": workload, "point_id": point_id, "variant": variant, **seen})
+    bases = {
+        (r["workload"], r["point_id"], r["metric"]): r for r in rows if r["variant"] == BASELINE
+    }
+    for row in (r for r in rows if r["variant"] != BASELINE):
+        # a found value against a censored one: a bound, not "not measured"
+        base_row = bases.get((row["workload"], row["point_id"], row["metric"]))
+        paired = row["degradation_pct"] is not None
+        row["degradation_bound"] = None if paired else bracketed.censored_bound(row, base_row)
+        row["degradation_shortfall"] = shortfall(row, target_pp)  # the target it missed
     scenario: Mapping[str, Any] = meta.get("scenario") or {}
     cpu = [cpu_row(g, conf, irq_time_accounting(meta)) for g in groups.values() if g.cpu]
     for c in cpu:

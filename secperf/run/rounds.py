@@ -70,6 +70,8 @@ class PointState:
     primary: dict[str, bool]
     values: Values
     stop: dict[str, Any]
+    # the primary metrics whose degradation is on the ratio scale (Metric.ratio_scale)
+    ratio: frozenset[str] = frozenset()
     rounds: int = 0
     longest_round_s: float = 0.0
     done: bool = False
@@ -206,6 +208,9 @@ class Rounds:
             primary={m.name: m.higher_is_better for m in metrics_for_kind(point.kind) if m.primary},
             values={v.name: {} for v in variants},
             stop=stop,
+            ratio=frozenset(
+                m.name for m in metrics_for_kind(point.kind) if m.primary and m.ratio_scale
+            ),
         )
 
     def _visit(
@@ -240,7 +245,10 @@ class Rounds:
                     progress.grow(self._estimate(state.point, 1, len(state.variants)))
                 began = self.clock()
                 self._round(testbed, state, progress)
-                state.longest_round_s = max(state.longest_round_s, self.clock() - began)
+                took = self.clock() - began
+                state.longest_round_s = max(state.longest_round_s, took)
+                # the rounds' measuring time: what a missed target's "about N min more" scales
+                state.stop["rounds_s"] = round(float(state.stop.get("rounds_s", 0.0)) + took, 3)
                 ran = True
             # the traced round gives softirq per unit of work: kinds without a unit
             # (searches, latency, checks) get none
@@ -268,6 +276,7 @@ class Rounds:
             confidence=rep.confidence,
             halfwidth_pct=rep.halfwidth_pct,
             degradation_pp=rep.degradation_pp,
+            ratio=state.ratio,
         )
 
     def _round(self, testbed: Testbed, state: PointState, progress: RunProgress) -> None:

@@ -171,6 +171,7 @@ CAPACITY = Metric(
     True,
     True,
     censored=("< {bound}", "at least {bound}"),
+    scale="ratio",  # a count held: its loss can never pass 100 %
 )
 SEARCH = Search(CAPACITY, legacy=legacy_capacity)
 OPEN_RATE = Metric("open_rate", "Open rate", "conn/s", True, False)

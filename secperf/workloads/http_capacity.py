@@ -265,6 +265,7 @@ MAX_HELD = Metric(
     True,
     True,
     censored=("< {bound}", "at least {bound}"),
+    scale="ratio",  # a count held: its loss can never pass 100 %
 )
 SEARCH = Search(MAX_HELD)
 

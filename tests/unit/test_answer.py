@@ -19,17 +19,18 @@ from secperf.report.answer import (
     NONE,
     UNMEASURED,
     UNRESOLVED,
-    forest_charts,
     judge,
     rule_text,
     verdicts,
 )
-from secperf.report.html import write_html
+from secperf.report.forest import forest_charts
+from secperf.report.html import _answer_html, write_html
 from secperf.report.terminal import common_notes, print_report
+from secperf.results.bracketed import censored_bound
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
-from secperf.tables import ReportTable
+from secperf.tables import ReportTable, degradation_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_RUN = ROOT / "tests" / "data" / "runs" / "20261122T010203Z-quick"
@@ -245,8 +246,98 @@ def test_a_search_that_found_no_value_says_its_bounds_in_the_answer() -> None:
         {**metric, "variant": "drop", "n": 0, "censored_n": 2,
          "search": {"below_n": 2, "below_bound": 500.0}},
     ]  # fmt: skip
+    # "below 500" against "at least 8,127" bounds the ratio: a cost, said as a bound
+    (v,) = verdicts({"rows": [{**r, "higher_is_better": True} for r in rows]})
+    assert v.outcome == COST
+    assert v.text == (
+        "costs: not found down to 500, at most 0.06 × the baseline's, which was at least 8,127"
+    )
+    # both "at least": nothing is known of their ratio
+    rows[1]["search"] = {"at_least_n": 2, "at_least_bound": 500.0}
     (v,) = verdicts({"rows": rows})
     assert v.outcome == UNMEASURED
     assert v.text == (
-        "not measured: the search found no value: not found down to 500 (baseline: at least 8,127)"
+        "not measured: the search found no value: at least 500 (baseline: at least 8,127)"
     )
+
+
+# -- what the answer cannot claim (issues 42 and 43) --------------------------------
+
+_POINT = {"workload": "w", "point_id": "w#0", "label": "", "metric": "tps", "primary": True}
+
+
+def test_two_rounds_say_no_interval_never_85_points() -> None:
+    # a summary written before the rule: 2 pairs with a t interval of 1 degree of freedom
+    two = {**_POINT, **row(12.3, -72.7, 97.3), "variant": "a", "degradation_n": 2}
+    (v,) = verdicts({"rows": [two], "degradation_target_pp": 2.0})
+    assert v.outcome == UNMEASURED
+    assert v.text == "2 rounds: no interval (Δ +12.3 %)"
+    assert "points" not in v.text and v.low is None and v.high is None
+    one = {**two, "degradation_n": 1, "degradation_ci_low": None, "degradation_ci_high": None}
+    assert verdicts({"rows": [one]})[0].text == "1 round: no interval (Δ +12.3 %)"
+
+
+def test_a_found_value_against_an_at_least_is_a_bounded_verdict() -> None:
+    kept = ROOT / "docs" / "runs" / "seed002-flood-tolerance-quick-2026-11-26" / "summary.json"
+    summary = json.loads(kept.read_text("utf-8"))
+    found = {v.variant: v for v in verdicts(summary) if v.metric == "min_flood_rate"}
+    efw = found["efw-1"]
+    assert efw.outcome == COST
+    assert efw.text == (
+        "costs: 9,819 [6,220–9,821] packets/s, at most 0.11 × the baseline's, which was "
+        "not denied up to 87,758 achieved (96,000 asked)"
+    )
+    assert "not measured" not in " ".join(v.text for v in found.values())
+
+
+def test_a_bound_that_holds_no_change_is_not_resolved() -> None:
+    base = {**_POINT, "metric": "max_conn_rate", "higher_is_better": True}
+    rows = [
+        {**base, "variant": "baseline", "n": 3, "mean": 900.0, "ci_low": 880.0,
+         "ci_high": 920.0, "search": {"found_n": 3}},
+        {**base, "variant": "a", "n": 0, "censored_n": 3, "degradation_pct": None,
+         "search": {"at_least_n": 3, "at_least_bound": 500.0}},
+    ]  # fmt: skip
+    (v,) = verdicts({"rows": rows})
+    assert v.outcome == UNRESOLVED
+    assert v.text.startswith("not resolved: ≥ 500, at least 0.54 × the baseline's, which was 900")
+
+
+def test_a_row_that_missed_its_target_says_by_how_much_and_what_would_reach_it() -> None:
+    wide = {
+        **_POINT,
+        **row(10.0, 4.7, 15.3),
+        "variant": "a",
+        "degradation_n": 12,
+        "degradation_halfwidth_pp": 5.3,
+        "stop_reason": "budget_spent",
+        "stop_reps": 12,
+        "stop_rounds_s": 120.0,
+    }
+    summary = {"rows": [wide], "degradation_target_pp": 2.0}
+    (v,) = verdicts(summary)
+    # 12 (5.3 / 2)^2 = 84.3 rounds in all: 73 more of 10 s each, about 12 min
+    shortfall = (
+        "target ±2 not met: ±5.3 after 12 rounds (budget spent); about 12 min more would reach it"
+    )
+    assert v.text == f"costs +10.0 % [+4.7, +15.3]; {shortfall}"
+    console = Console(record=True, width=250, color_system=None)
+    print_report(console, summary, {}, details=False, header=False)
+    assert shortfall in console.export_text()
+    assert shortfall in "".join(_answer_html(summary, {}))
+    # without the rounds' time (a run from before it was kept): the rounds it needs
+    (old,) = verdicts({**summary, "rows": [{**wide, "stop_rounds_s": None}]})
+    assert old.text.endswith("after 12 rounds (budget spent); about 73 more rounds would reach it")
+    # a row within its target says nothing more
+    narrow = {**wide, **row(10.0, 8.5, 11.5), "degradation_halfwidth_pp": 1.5}
+    (met,) = verdicts({**summary, "rows": [narrow]})
+    assert "target" not in met.text
+
+
+def test_the_tables_print_a_censored_comparison_as_its_bound() -> None:
+    kept = ROOT / "docs" / "runs" / "seed002-flood-tolerance-quick-2026-11-26" / "summary.json"
+    rows = json.loads(kept.read_text("utf-8"))["rows"]
+    flood = {r["variant"]: r for r in rows if r["metric"] == "min_flood_rate"}
+    efw = {**flood["efw-1"], "degradation_bound": censored_bound(flood["efw-1"], flood["baseline"])}
+    assert degradation_cell(efw).text == "≥ +88.8 % (bound)†"
+    assert degradation_cell(flood["efw-1"]).text == "–"  # kept before the bound existed

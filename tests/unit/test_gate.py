@@ -25,6 +25,7 @@ from secperf.report.gate import (
     GateError,
     check_expectations,
     decide,
+    row_degradation,
     run_figures,
 )
 from secperf.results.metrics import METRICS
@@ -321,3 +322,13 @@ def test_an_unreadable_expectation_in_run_json_is_said_not_skipped(tmp_path: Pat
     result = cli.invoke(app, ["report", str(run.path)])
     assert result.exit_code == 4
     assert "scenario.expect[0] cannot be read: expected a bound" in result.output
+
+
+def test_two_paired_rounds_give_the_gate_no_interval_to_pass_on() -> None:
+    # a summary written before the rule stored a 1-degree-of-freedom interval for 2 rounds
+    two = {"degradation_pct": 1.0, "degradation_ci_low": -80.0, "degradation_ci_high": 82.0}
+    estimate = row_degradation({**two, "degradation_n": 2})
+    assert (estimate.low, estimate.high) == (None, None)
+    assert estimate.why == "2 paired rounds, no interval"
+    three = row_degradation({**two, "degradation_n": 3})
+    assert (three.low, three.high) == (-80.0, 82.0)

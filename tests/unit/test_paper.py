@@ -261,3 +261,50 @@ def test_an_interval_too_wide_to_compare_is_not_resolved_never_agreed() -> None:
     # a wide one that excludes the paper's change is resolved too
     away = _row(degradation_pct=-40.0, degradation_ci_low=-70.0, degradation_ci_high=-10.0)
     assert _verdict([away], change="-1%", tolerance="5pp")["verdict"] == DIFFERS
+
+
+def test_a_found_value_against_a_censored_one_is_judged_by_its_bound() -> None:
+    # efw-64 denied at 14,200 packets/s; efw-1 not denied up to 71,681: at most ×0.20
+    point = {
+        "workload": "min-flood",
+        "point_id": "min-flood#0",
+        "label": "min-flood",
+        "metric": "min_flood_rate",
+        "unit": "packets/s",
+        "higher_is_better": True,
+    }
+    one = {
+        **point,
+        "variant": "efw-1",
+        "n": 0,
+        "censored_n": 3,
+        "degradation_pct": None,
+        "search": {"at_least_n": 3, "at_least_bound": 71_681.0},
+    }
+    many = {
+        **point,
+        "variant": "efw-64",
+        "n": 3,
+        "mean": 14_200.0,
+        "ci_low": 14_000.0,
+        "ci_high": 14_300.0,
+        "degradation_pct": None,
+        "search": {"found_n": 3},
+    }
+    rows = [one, many]  # fmt: skip
+
+    def judged(ratio: float, tolerance: str) -> dict[str, Any]:
+        raw = {"figure": "Fig. 3b", "row": "64 rules", "variant": "efw-64", "against": "efw-1",
+               "workload": "min-flood", "metric": "min_flood_rate", "ratio": ratio,
+               "tolerance": tolerance}  # fmt: skip
+        (v,) = paper_verdicts({"paper": [raw]}, rows, {}, 0.95, 2.0)
+        return v
+
+    # a change of -100 % to -80 %: within x1.5 of the paper's -77.5 % (×0.225) at both ends
+    agrees = judged(0.225, "x1.5")
+    assert agrees["verdict"] == AGREES and agrees["ours"] == "≤ ×0.199 (bound)"
+    v = judged(0.15, "x1.1")  # -85 % ×1.1: -93.5 to -77.3; -80 holds, -100 does not
+    assert v["verdict"] == UNRESOLVED
+    assert "bound reaches both inside and outside x1.1" in v["why"]
+    assert judged(0.6, "x1.5")["verdict"] == DIFFERS  # -40 % ×1.5: never -80 % or less
+    assert paper_report.outcome(v) != "not measured"

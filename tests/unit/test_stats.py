@@ -13,6 +13,8 @@ from secperf.stats import (
     degradation,
     difference,
     paired_ci_met,
+    ratio_range,
+    rounds_to_target,
     significant,
     stop_reason,
     summarize,
@@ -262,3 +264,88 @@ def test_a_zero_baseline_falls_back_to_both_sides_own_intervals() -> None:
         paired_ci_met({}, {0: 1.0}, higher_is_better=True, confidence=0.95, halfwidth_pp=2.0)
         is None
     )
+
+
+# -- the ratio scale (issue 42 item 4) -----------------------------------------------
+
+# A throughput nearly denied in every round, as seed002-flood-tolerance-quick's EFW
+# under a flood: the arithmetic interval passed 100 % ("+93.4 % [+55.6, +131.1]").
+FLOODED_BASE = [88.0, 90.0, 86.0]
+FLOODED = [0.9, 4.5, 12.0]
+
+
+def test_a_throughput_loss_on_the_ratio_scale_never_passes_100_pct() -> None:
+    plain = degradation(FLOODED_BASE, FLOODED, higher_is_better=True, confidence=0.95)
+    assert plain.ci_high > 100.0  # more than all of it: what cannot be
+    d = degradation(FLOODED_BASE, FLOODED, higher_is_better=True, confidence=0.95, ratio=True)
+    assert d.ci_high < 100.0 and d.ci_low < d.mean < d.ci_high
+    # the estimate is the geometric mean of the paired ratios, as a % change
+    g = math.exp(sum(math.log(v / b) for b, v in zip(FLOODED_BASE, FLOODED, strict=True)) / 3)
+    assert d.mean == pytest.approx((1 - g) * 100)
+    # the interval is the t interval of the logs, back-transformed
+    logs = [math.log(v / b) for b, v in zip(FLOODED_BASE, FLOODED, strict=True)]
+    s = summarize(logs, 0.95)
+    assert d.ci_low == pytest.approx((1 - math.exp(s.ci_high)) * 100)
+    assert d.ci_high == pytest.approx((1 - math.exp(s.ci_low)) * 100)
+
+
+def test_a_service_demand_interval_is_asymmetric_on_skewed_ratios() -> None:
+    # CPU per unit of work ×1.5, ×3 and ×20 the baseline's: a skewed ratio
+    base = [10.0, 10.0, 10.0]
+    sd = [15.0, 30.0, 200.0]
+    d = degradation(base, sd, higher_is_better=False, confidence=0.95, ratio=True)
+    up, down = d.ci_high - d.mean, d.mean - d.ci_low
+    assert up > 3 * down  # not symmetric around the estimate
+    assert d.ci_low > -100.0  # CPU per unit cannot fall below 0
+    assert d.halfwidth_pct == pytest.approx(up)  # the stopping rule sees the larger side
+    plain = degradation(base, sd, higher_is_better=False, confidence=0.95)
+    assert plain.ci_high - plain.mean == pytest.approx(plain.mean - plain.ci_low)
+    assert plain.ci_low < -100.0  # a symmetric interval around a skewed mean
+
+
+def test_a_zero_rate_falls_back_to_the_difference_clipped_to_what_can_be() -> None:
+    d = degradation(
+        FLOODED_BASE, [0.0, 4.5, 12.0], higher_is_better=True, confidence=0.95, ratio=True
+    )
+    assert d.mean == pytest.approx(
+        sum((b - v) / b * 100 for b, v in zip(FLOODED_BASE, [0.0, 4.5, 12.0], strict=True)) / 3
+    )
+    assert d.ci_high == 100.0
+
+
+def test_two_pairs_give_no_interval_on_either_scale() -> None:
+    for ratio in (False, True):
+        d = degradation(
+            [100.0, 98.0], [50.0, 80.0], higher_is_better=True, confidence=0.95, ratio=ratio
+        )
+        assert math.isinf(d.ci_low) and math.isinf(d.ci_high) and d.halfwidth_pct == math.inf
+        assert not significant(d)
+
+
+def test_the_stopping_rule_compares_the_larger_side_on_the_ratio_scale() -> None:
+    base = {0: 100.0, 1: 100.0, 2: 100.0}
+    var = {0: 60.0, 1: 70.0, 2: 90.0}
+    d = degradation(
+        list(base.values()), list(var.values()), higher_is_better=True, confidence=0.95, ratio=True
+    )
+    symmetric = (d.ci_high - d.ci_low) / 2
+    assert d.halfwidth_pct > symmetric
+    between = (d.halfwidth_pct + symmetric) / 2
+    args = {"higher_is_better": True, "confidence": 0.95, "halfwidth_pp": between}
+    assert paired_ci_met(base, var, ratio=True, **args) is False
+    assert paired_ci_met(base, var, ratio=True, **{**args, "halfwidth_pp": d.halfwidth_pct}) is True
+
+
+def test_rounds_to_target_scales_as_one_over_sqrt_n() -> None:
+    assert rounds_to_target(12, 5.3, 2.0) == 73  # 12 * (5.3 / 2)^2 = 84.3: 85 in all
+    assert rounds_to_target(10, 2.0, 2.0) == 0
+    assert rounds_to_target(4, 2.1, 2.0) == 1
+
+
+def test_a_ratio_range_is_open_where_a_search_was_censored() -> None:
+    # found 14,200 against "not denied up to 71,681": at most 0.20 ×
+    found = ratio_range((14_200.0, 14_200.0), (71_681.0, math.inf))
+    assert found is not None
+    lo, hi = found
+    assert lo == 0.0 and hi == pytest.approx(0.198, abs=1e-3)
+    assert ratio_range((500.0, math.inf), (8_000.0, math.inf)) is None  # both "at least"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from datetime import UTC, datetime
@@ -349,3 +350,59 @@ def test_softirq_joins_the_testbed_where_the_kernel_keeps_it_out_of_processes(
     assert cpu["softirq_in_hosts"] is False
     assert cpu["per_unit_us"]["testbed"]["mean"] == pytest.approx(800.0)  # 3 s + 1 s softirq
     assert cpu["reconciliation_flag"] is False
+
+
+def test_a_rates_degradation_is_on_the_ratio_scale_and_a_delays_a_difference(
+    tmp_path: Path,
+) -> None:
+    # nearly denied in every round: the arithmetic interval would pass 100 %
+    values: Values = {
+        ("tcp-rr", "tcp-rr#0", "baseline"): [88, 90, 86],
+        ("tcp-rr", "tcp-rr#0", "acl"): [0.9, 4.5, 12.0],
+    }
+    summary = build_summary(make_run(tmp_path, values), 0.95)
+    json.dumps(summary, allow_nan=False)
+    acl = rows_of(summary)[1]
+    assert acl["degradation_scale"] == "ratio"
+    assert acl["degradation_ci_low"] < acl["degradation_pct"] < acl["degradation_ci_high"]
+    assert acl["degradation_ci_high"] < 100.0
+    # the half width against the target is the larger side
+    hw = acl["degradation_halfwidth_pp"]
+    pct, lo, hi = acl["degradation_pct"], acl["degradation_ci_low"], acl["degradation_ci_high"]
+    assert hw == pytest.approx(max(hi - pct, pct - lo)) and hw > (hi - lo) / 2
+    # service demand (CPU per transaction) on the ratio scale: asymmetric, above -100 %
+    sd = rows_of(summary, "sd_cpu_us_per_tx")[1]
+    assert sd["degradation_scale"] == "ratio"
+    assert sd["degradation_ci_high"] - sd["degradation_pct"] > 3 * (
+        sd["degradation_pct"] - sd["degradation_ci_low"]
+    )
+    lat = rows_of(summary, "latency_mean_us")[1]
+    assert lat["degradation_scale"] == "difference"
+
+
+def test_two_paired_rounds_give_a_figure_but_no_interval(tmp_path: Path) -> None:
+    values: Values = {
+        ("tcp-rr", "tcp-rr#0", "baseline"): [100, 102],
+        ("tcp-rr", "tcp-rr#0", "acl"): [80, 60],
+    }
+    acl = rows_of(build_summary(make_run(tmp_path, values), 0.95))[1]
+    assert acl["degradation_n"] == 2 and acl["degradation_pct"] is not None
+    assert acl["degradation_ci_low"] is None and acl["degradation_ci_high"] is None
+    assert acl["significant"] is None and acl["degradation_target_met"] is False
+
+
+def test_a_missed_target_is_in_the_summary_with_rounds_and_an_estimate(tmp_path: Path) -> None:
+    stops = [{"point_id": "tcp-rr#0", "reason": "budget_spent", "reps": 4, "rounds_s": 40.0}]
+    values: Values = {
+        ("tcp-rr", "tcp-rr#0", "baseline"): [100, 100, 100, 100],
+        ("tcp-rr", "tcp-rr#0", "acl"): [80, 90, 70, 85],
+    }
+    acl = rows_of(build_summary(make_run(tmp_path, values, stops=stops), 0.95))[1]
+    short = acl["degradation_shortfall"]
+    assert short["target_pp"] == 2.0 and short["rounds"] == 4
+    assert short["halfwidth_pp"] == pytest.approx(acl["degradation_halfwidth_pp"])
+    assert short["reason"] == "budget spent"
+    # the half width shrinks as 1/sqrt(n): n (h/t)^2 rounds in all, 10 s a round here
+    more = math.ceil(4 * (short["halfwidth_pp"] / 2.0) ** 2) - 4
+    assert short["more_rounds"] == more and short["more_s"] == pytest.approx(more * 10.0)
+    assert acl["stop_rounds_s"] == 40.0

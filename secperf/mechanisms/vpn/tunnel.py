@@ -282,6 +282,7 @@ TUNNEL_CPU_CLIENT = Metric(
     "CPU µs/kB (1 kB = 1000 B through its device)",
     False,
     False,
+    scale="ratio",  # CPU per unit of work, as a service demand
 )
 TUNNEL_CPU_SERVER = Metric(
     "tunnel_cpu_server_us_per_kb",
@@ -289,6 +290,7 @@ TUNNEL_CPU_SERVER = Metric(
     "CPU µs/kB (1 kB = 1000 B through its device)",
     False,
     False,
+    scale="ratio",  # CPU per unit of work, as a service demand
 )
 TUNNEL_RSS_CLIENT = Metric(
     "tunnel_rss_client_mib", "Tunnel daemon memory, client end", "MiB (RSS)", False, False
