@@ -18,7 +18,7 @@ from pathlib import Path
 from secperf.errors import ToolMissingError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The static build (glibc linked in, `make setup`): what remote hosts get, so a lab
+# The static build (glibc linked in, `make setup-all`): what remote hosts get, so a lab
 # machine needs no particular glibc, only x86_64 Linux.
 STATIC_ENGINE = REPO_ROOT / "engine" / "target" / "static" / "x86_64-unknown-linux-gnu" / "release"
 

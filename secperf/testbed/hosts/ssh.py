@@ -209,7 +209,7 @@ class SshHost:
         out = self._must(
             f"{q} version",
             "the engine does not run there",
-            "the host needs x86_64 Linux; without the static build (`make setup` makes it "
+            "the host needs x86_64 Linux; without the static build (`make setup-all` makes it "
             "in engine/target/static) the copied binary also needs Debian 12's glibc or newer",
         )
         try:
