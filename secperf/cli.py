@@ -52,6 +52,7 @@ from secperf.run.preflight import (
     all_tools,
     check_kernel,
     check_static,
+    install_for,
     install_hint,
     kernel_check_notes,
     missing,
@@ -63,7 +64,7 @@ from secperf.scenario.loader import load_scenario
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand, expand_scenario
 from secperf.testbed.testbed import clean as clean_ledgers
-from secperf.tools import engine_path, install_packages
+from secperf.tools import engine_path
 
 # Exit codes (README.md): 0 ok, 2 usage (a bad command line, an expectation that
 # matches nothing), 3 invalid scenario, 4 a run, report or comparison failed,
@@ -566,30 +567,18 @@ def clean() -> None:
         console.print("nothing to clean: no ledger of a dead run")
 
 
-@app.command()
-def doctor(
-    install: Annotated[
-        Path | None,
-        typer.Option(
-            "--install",
-            metavar="SCENARIO",
-            help="install what this scenario's kinds need (as root; no service is "
-            "started or left enabled)",
-        ),
-    ] = None,
-) -> None:
-    """Check every tool the scenarios and benches need, and say how to install what is missing."""
+INSTALL = typer.Option(
+    "--install", metavar="SCENARIO", help="install what its kinds need (no service left enabled)"
+)
 
-    tools = all_tools()
-    if install is not None:
-        try:
-            tools = list({t.program: t for t in tools_for(load_scenario(install))}.values())
-            packages = sorted({t.package for t in missing(tools)})
-            if packages:
-                console.print("installing " + " ".join(packages), markup=False)
-            install_packages(packages)
-        except SecperfError as exc:
-            raise fail(exc) from None
+
+@app.command()
+def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
+    """Check every tool the scenarios and benches need, and say how to install what is missing."""
+    try:
+        tools = all_tools() if install is None else install_for(load_scenario(install), console)
+    except SecperfError as exc:
+        raise fail(exc) from None
     gone = missing(tools)
     for tool in tools:
         mark = "[red]missing[/]" if tool in gone else "[green]ok[/]"

@@ -18,7 +18,7 @@ from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan.graph import build_topology
 from secperf.scenario.loader import _LineMap
 from secperf.scenario.scenario import Scenario
-from secperf.tools import Tool, engine_path
+from secperf.tools import Tool, engine_path, install_packages
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
 from secperf.workloads.registry import WORKLOADS
 
@@ -54,6 +54,17 @@ def missing(tools: list[Tool]) -> list[Tool]:
 def install_hint(tools: list[Tool]) -> str:
     packages = sorted({t.package for t in tools})
     return "apt-get install -y --no-install-recommends " + " ".join(packages)
+
+
+def install_for(scenario: Scenario, console: Any) -> list[Tool]:
+    """Install the packages of the tools `scenario`'s kinds declare that are missing here
+    (no service started or enabled: secperf.tools.install_packages); its tools."""
+    tools = list({t.program: t for t in tools_for(scenario)}.values())
+    packages = sorted({t.package for t in missing(tools)})
+    if packages:
+        console.print("installing " + " ".join(packages), markup=False)
+    install_packages(packages)
+    return tools
 
 
 OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recording offloads)')
