@@ -122,6 +122,30 @@ def test_check_quotes_the_workdir_in_every_command(monkeypatch: pytest.MonkeyPat
         assert ";touch /pwned" not in cmd.replace(shlex.quote(EVIL + "/secperf-engine"), "")
 
 
+def test_check_runs_nothing_from_a_workdir_it_found_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """issue 41: a workdir reported missing (its parent a sticky /tmp, say) may be made by
+    a local user between two commands; `secperf check` sends no command naming the engine."""
+
+    def answer(cmd: str) -> tuple[int, str, str]:
+        if "secperf-workdir" in cmd:
+            return 0, "missing\n", ""
+        if cmd.startswith("ip "):
+            return 0, json.dumps([{"addr_info": [{"local": "198.18.230.2"}]}]), ""
+        return 0, '{"version": "9.9.9"}\n', ""
+
+    client = FakeClient(answer)
+    monkeypatch.setattr(inventory, "connect", lambda spec: client)
+    spec = SshSpec(
+        name="server", host="198.18.230.2", workdir="/tmp/secperf", addresses=("198.18.230.2",)
+    )
+    said = inventory.reach(spec, engine_sha="0" * 64)
+    assert "not there yet" in said
+    assert any("secperf-workdir" in cmd for cmd in client.sent)
+    assert not [cmd for cmd in client.sent if "secperf-engine" in cmd], client.sent
+
+
 # -- finding 1: a root-only default, a ledger confined to it --------------------------
 
 
