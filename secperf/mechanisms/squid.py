@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from secperf.errors import MechanismError
-from secperf.mechanisms import privdrop
+from secperf.services import privdrop
 from secperf.services.nginx import accepts
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.testbed.ledger import Ledger

@@ -47,7 +47,7 @@ The switches the paper turned, one key each:
 Each daemon is started in the foreground through `host.spawn` (the host's cgroup
 and the ledger) and stopped in `release()`; every file is in the run directory.
 squid, which drops to the `proxy` user, writes its pid, cache log and access log in a
-folder of its own (mechanisms/privdrop.py: root's, under /run/secperf-daemons), copied
+folder of its own (services/privdrop.py: root's, under /run/secperf-daemons), copied
 back into the run directory when it stops: no directory of the run changes hands.
 squid keeps shared memory in /dev/shm outside the namespace: each variant's squid
 gets its own service name (`-n`), so the segments never clash between runs.
@@ -59,7 +59,6 @@ import time
 from pathlib import Path
 
 from secperf.errors import MechanismError
-from secperf.mechanisms import privdrop
 from secperf.mechanisms.base import (
     Mechanism,
     MechanismContext,
@@ -92,7 +91,7 @@ from secperf.mechanisms.proxy.spec import (
     ProxySpec,
 )
 from secperf.mechanisms.squid import Squid
-from secperf.services import dns
+from secperf.services import dns, privdrop
 from secperf.services.nginx import accepts
 from secperf.testbed import cgroups
 from secperf.testbed.hosts import Host, ManagedProcess
@@ -193,6 +192,8 @@ class Proxy(Mechanism):
         if self._squid is not None:  # its logs come back to the run directory
             self._squid.stop(self.directory(ctx))
             self._squid = None
+        if self.dns_server is not None:  # its query log comes back, its folder goes
+            self.dns_server.stop()
         self.dns_server = None
         if self._limits is not None:
             cgroups.remove_limits(_ledger(dut), self._limits)
