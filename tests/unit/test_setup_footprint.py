@@ -10,6 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from secperf.cli import app
+from secperf.run import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,3 +116,38 @@ def test_no_policy_before_means_none_after(tmp_path: Path) -> None:
     )
     assert done.returncode == 100
     assert not policy.exists()
+
+
+def test_doctor_install_installs_the_scenario_s_tools_through_the_same_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`secperf doctor --install SCENARIO`: the packages of the tools that scenario's kinds
+    declare, no other, through scripts/quiet-apt-install.sh (a stub apt-get here, whose
+    install enables a unit: the link is gone afterwards)."""
+    units = tmp_path / "units"
+    wants = units / "multi-user.target.wants"
+    wants.mkdir(parents=True)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    asked = tmp_path / "asked"
+    made = wants / "nftables.service"
+    _script(
+        stubs / "apt-get",
+        f"""case "$1" in
+  install) shift; echo "$@" > "{asked}"; ln -s /lib/systemd/system/nftables.service "{made}" ;;
+esac
+exit 0
+""",
+    )
+    monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
+    monkeypatch.setenv("SECPERF_POLICY_RC_D", str(tmp_path / "policy-rc.d"))
+    monkeypatch.setenv("SECPERF_SYSTEMD_DIR", str(units))
+    monkeypatch.setenv("SECPERF_SETUP_RECORD", str(tmp_path / "record.txt"))
+    # As if nothing were installed: every tool quick.toml's kinds declare is missing.
+    monkeypatch.setattr(preflight, "missing", lambda tools: list(tools))
+    result = CliRunner().invoke(app, ["doctor", "--install", str(REPO / "scenarios/quick.toml")])
+    words = asked.read_text().split()
+    assert [w for w in words if not w.startswith("-")] == ["conntrack", "iproute2", "nftables"]
+    assert "--no-install-recommends" in words, result.output
+    assert not made.is_symlink()
+    assert not (tmp_path / "policy-rc.d").exists()
