@@ -92,8 +92,8 @@ class Squid:
         fix: str | None = None,
     ) -> ManagedProcess:
         """Make the folder (`writes` for squid, `copies` as root's; `prepare(folder)`
-        may add to it before squid runs), check the config, start squid with its output
-        in `out_dir`/LABEL.stderr and wait until it accepts on `port`."""
+        may add to it before squid runs), check the config and start squid with its
+        output in `out_dir`/LABEL.stderr (never through a link); `wait` for it next."""
         self._ledger = dut.ledger
         self._made = True
         privdrop.make_folder(dut.ledger, self.dir, USER, writes, copies)
