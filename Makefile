@@ -1,32 +1,36 @@
 # The two commands a new user needs: `make run` and `make test`.
-# Both install what is missing first (scripts/setup.sh).
+# Both install what is missing first (scripts/setup.sh): `make run` what
+# scenarios/quick.toml needs, `make test` (and lint, unit, netns, bench) everything.
 
 VENV := .venv/bin
 SCENARIO ?= scenarios/quick.toml
 CARGO := cargo
 ENGINE_MANIFEST := engine/Cargo.toml
 
-.PHONY: setup run test lint unit netns engine-test bench clean
+.PHONY: setup setup-all run test lint unit netns engine-test bench clean
 
 setup:
 	@bash scripts/setup.sh
 
+setup-all:
+	@bash scripts/setup.sh --all
+
 run: setup
 	$(VENV)/secperf run $(SCENARIO)
 
-test: setup lint engine-test
+test: setup-all lint engine-test
 	$(VENV)/python -m pytest -q tests
 
-unit: setup
+unit: setup-all
 	$(VENV)/python -m pytest -q tests/unit
 
-netns: setup
+netns: setup-all
 	$(VENV)/python -m pytest -q tests/netns
 
 engine-test:
 	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST)
 
-lint: setup
+lint: setup-all
 	$(VENV)/ruff format --check secperf tests bench
 	$(VENV)/ruff check secperf tests bench
 	$(VENV)/mypy secperf
@@ -35,7 +39,7 @@ lint: setup
 	$(CARGO) clippy --release --quiet --manifest-path $(ENGINE_MANIFEST) --all-targets -- -D warnings
 	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST) -p secperf-engine --test layers
 
-bench: setup
+bench: setup-all
 	$(VENV)/python bench/testbed_build.py
 	$(VENV)/python bench/engine_vs_peers.py
 	$(VENV)/python bench/timestamp_overhead.py

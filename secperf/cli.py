@@ -59,6 +59,7 @@ from secperf.run.preflight import (
     all_tools,
     check_kernel,
     check_static,
+    install_for,
     install_hint,
     kernel_check_notes,
     missing,
@@ -435,11 +436,18 @@ def clean() -> None:
         console.print("nothing to clean: no ledger of a dead run")
 
 
-@app.command()
-def doctor() -> None:
-    """Check every tool the scenarios and benches need, and say how to install what is missing."""
+INSTALL = typer.Option(
+    "--install", metavar="SCENARIO", help="install what its kinds need (no service left enabled)"
+)
 
-    tools = all_tools()
+
+@app.command()
+def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
+    """Check every tool the scenarios and benches need, and say how to install what is missing."""
+    try:
+        tools = all_tools() if install is None else install_for(load_scenario(install), console)
+    except SecperfError as exc:
+        raise fail(exc) from None
     gone = missing(tools)
     for tool in tools:
         mark = "[red]missing[/]" if tool in gone else "[green]ok[/]"

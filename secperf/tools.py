@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from secperf.errors import ToolMissingError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The static build (glibc linked in, `make setup`): what remote hosts get, so a lab
+# The static build (glibc linked in, `make setup-all`): what remote hosts get, so a lab
 # machine needs no particular glibc, only x86_64 Linux.
 STATIC_ENGINE = REPO_ROOT / "engine" / "target" / "static" / "x86_64-unknown-linux-gnu" / "release"
 
@@ -90,3 +91,32 @@ def nfq_path() -> str:
     """The NFQUEUE daemon (the appliance's and the IPS's): $SECPERF_NFQ, this
     checkout's release build, or PATH."""
     return built_binary("secperf-nfq", "SECPERF_NFQ", "the appliance's daemon")
+
+
+# The one way secperf installs Debian packages: no service started, no unit left enabled
+# (the links an install made are removed and recorded); scripts/setup.sh calls it too.
+QUIET_INSTALL = REPO_ROOT / "scripts" / "quiet-apt-install.sh"
+
+
+def install_packages(packages: list[str]) -> None:
+    """Install `packages` through scripts/quiet-apt-install.sh (as root)."""
+    if not packages:
+        return
+    if not QUIET_INSTALL.is_file():
+        raise ToolMissingError(
+            f"{QUIET_INSTALL} is missing (secperf installs through it)",
+            fix="run secperf from its checkout, or apt-get install the packages yourself: "
+            + " ".join(packages),
+        )
+    if os.geteuid() != 0:
+        raise ToolMissingError(
+            "installing " + " ".join(packages) + " needs root",
+            fix="run `secperf doctor --install` as root",
+        )
+    done = subprocess.run(["bash", str(QUIET_INSTALL), *packages], check=False)
+    if done.returncode != 0:
+        raise ToolMissingError(
+            f"installing {' '.join(packages)} failed (exit {done.returncode})",
+            where=str(QUIET_INSTALL),
+            fix="read apt-get's message above; the packages may not exist on this release",
+        )

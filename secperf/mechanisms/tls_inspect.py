@@ -6,8 +6,9 @@ squid peeks at the client's hello (the SNI) and then, by `mode`:
 
 - `bump`: decrypts. It opens its own TLS connection to the server, makes a
   certificate for the server's name signed by the run's proxy CA (made in
-  render(), key 0600 inside the run directory; `security_file_certgen` keeps
-  the generated ones in a database there), and answers the client with it; each
+  render(), its key root's, 0600 inside the run directory, in the ledger from
+  apply on and removed at teardown; `security_file_certgen` keeps the generated
+  ones in a database in squid's own folder), and answers the client with it; each
   request is seen in clear, logged with its URL path, and re-encrypted toward
   the server. Clients must trust the proxy CA (`trusted_ca`).
 - `splice`: looks at the SNI only and passes the bytes through: the client sees
@@ -20,15 +21,14 @@ CPU seconds and its helpers', its memory, and the connections it logged, with
 CPU and memory per connection.
 
 squid runs in the foreground through `host.spawn` (the DUT's cgroup and the
-ledger) and stops in `release()`; its shared-memory segments (in /dev/shm,
-outside the namespace) are named per run and variant and recorded in the ledger.
+ledger) and stops in `release()`, through secperf.mechanisms.squid (the proxy
+kind's squid too): it drops to `proxy` and writes only in a folder of its own,
+root's, under /run/secperf-daemons; no directory of the run changes hands.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import time
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,23 +41,21 @@ from secperf.mechanisms.base import (
     RenderedFile,
     apply_files,
 )
+from secperf.mechanisms.squid import Squid, give_tree
+from secperf.mechanisms.squid import folder as squid_folder
+from secperf.mechanisms.squid import service as squid_service
 from secperf.services import pki
-from secperf.services.nginx import accepts
 from secperf.services.ports import HTTPS_PORT
 from secperf.testbed.hosts import Host, ManagedProcess
-from secperf.testbed.ledger import Ledger
 from secperf.testbed.procfs import rss_bytes
 from secperf.tools import Tool, find_program
 
 FORWARD_PORT = 3138  # squid insists on one plain http_port; never used by the tests
 INTERCEPT_PORT = 3139
-READY_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 10.0
 CERT_DB_MB = 16
 CERTGEN = Path("/usr/lib/squid/security_file_certgen")
-SHM_DIR = Path("/dev/shm")
-SHM_SEGMENTS = ("cf__metadata.shm", "cf__queues.shm", "cf__readers.shm")
 CLK_TCK = 100
+WRITES = ("cache.log", "squid.pid", "access.log")
 
 Mode = Literal["bump", "splice"]
 
@@ -72,11 +70,14 @@ class TlsInspectSpec(MechanismSpec):
 
 
 def service_name(ctx: MechanismContext) -> str:
-    """squid's -n: names its /dev/shm segments; unique per run (table) and variant."""
-    return re.sub(r"[^A-Za-z0-9]", "", f"{ctx.table}{ctx.name}tls")[:48]
+    """squid's -n: names its /dev/shm segments and its folder; unique per run (table)
+    and variant."""
+    return squid_service(ctx.table, ctx.name, "tls")
 
 
-def render_squid(spec: TlsInspectSpec, d: Path) -> str:
+def render_squid(spec: TlsInspectSpec, d: Path, own: Path) -> str:
+    """squid's config: it reads the CA in `d` (as root, before it drops), and writes
+    only in `own`, its folder (secperf.mechanisms.squid)."""
     d = d.resolve()
     action = "bump" if spec.mode == "bump" else "splice"
     fmt = "%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %<a %ssl::>sni %ssl::bump_mode"
@@ -88,7 +89,7 @@ def render_squid(spec: TlsInspectSpec, d: Path) -> str:
                 f"https_port {INTERCEPT_PORT} intercept ssl-bump "
                 f"tls-cert={d}/proxy-ca.pem tls-key={d}/proxy-ca.key "
                 "generate-host-certificates=on dynamic_cert_mem_cache_size=16MB",
-                f"sslcrtd_program {CERTGEN} -s {d}/ssl_db -M {CERT_DB_MB}MB",
+                f"sslcrtd_program {CERTGEN} -s {own}/ssl_db -M {CERT_DB_MB}MB",
                 "sslcrtd_children 4 startup=1 idle=1",
                 # The server's CA is the workload's: the proxy does not verify it.
                 "tls_outgoing_options flags=DONT_VERIFY_PEER",
@@ -98,9 +99,9 @@ def render_squid(spec: TlsInspectSpec, d: Path) -> str:
                 "ssl_bump peek step1",
                 *(["ssl_bump stare step2"] if spec.mode == "bump" else []),
                 f"ssl_bump {action} all",
-                f"pid_filename {d}/squid.pid",
-                f"cache_log {d}/cache.log",
-                f"coredump_dir {d}",
+                f"pid_filename {own}/squid.pid",
+                f"cache_log {own}/cache.log",
+                f"coredump_dir {own}",
                 "cache_store_log none",
                 "cache_mem 0 MB",
                 "cache deny all",
@@ -109,7 +110,7 @@ def render_squid(spec: TlsInspectSpec, d: Path) -> str:
                 "visible_hostname secperf-tls-inspect",
                 "cache_effective_user proxy",
                 # The name the clients send as SNI resolves here, not by DNS.
-                f"hosts_file {d}/hosts",
+                f"hosts_file {own}/hosts",
                 "dns_nameservers 127.0.0.1",
                 "client_persistent_connections on",
                 "server_persistent_connections on",
@@ -117,7 +118,7 @@ def render_squid(spec: TlsInspectSpec, d: Path) -> str:
                 "via off",
                 "debug_options ALL,1",
                 f"logformat secperf {fmt}",
-                f"access_log stdio:{d}/access.log secperf",
+                f"access_log stdio:{own}/access.log secperf",
                 "acl testbed src 198.18.0.0/15",
                 "http_access allow testbed",
                 "http_access deny all",
@@ -165,8 +166,7 @@ class TlsInspect(Mechanism):
 
     def __init__(self, spec: TlsInspectSpec) -> None:
         super().__init__(spec)
-        self._proc: ManagedProcess | None = None
-        self._shm: tuple[Ledger, list[Path]] | None = None
+        self._squid: Squid | None = None
         self._dir: Path | None = None
         self._cpu0 = 0.0
         self._lines0 = 0
@@ -191,7 +191,8 @@ class TlsInspect(Mechanism):
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "proxy-ca.pem").is_file():
             pki.make_ca(d, "proxy-ca", f"secperf inspecting proxy CA {ctx.table} {ctx.name}")
-        (d / "squid.conf").write_text(render_squid(self.spec, d))
+        own = squid_folder(service_name(ctx))
+        (d / "squid.conf").write_text(render_squid(self.spec, d, own))
         (d / "hosts").write_text(f"{ctx.plan.server_addr} {pki.SERVER_NAME}\n")
         nft = ctx.files_dir / f"{ctx.name}.nft"
         nft.write_text(render_nft(f"{ctx.table}_tlsi"))
@@ -216,15 +217,9 @@ class TlsInspect(Mechanism):
 
     def release(self, dut: Host, ctx: MechanismContext) -> None:
         """Stop squid (and its helpers); the redirect goes with reset_dut."""
-        if self._proc is not None:
-            self._proc.stop(timeout=STOP_TIMEOUT_S)
-            self._proc = None
-        if self._shm is not None:
-            ledger, paths = self._shm
-            for path in paths:
-                path.unlink(missing_ok=True)
-                ledger.remove("file", path=str(path))
-            self._shm = None
+        if self._squid is not None:
+            self._squid.stop(self.directory(ctx))
+            self._squid = None
 
     def _start_squid(self, dut: Host, ctx: MechanismContext, d: Path) -> None:
         binary = find_program(
@@ -235,65 +230,56 @@ class TlsInspect(Mechanism):
                 f"{CERTGEN} is missing: this squid cannot make certificates (ssl-bump)",
                 fix="apt-get install -y --no-install-recommends squid-openssl",
             )
-        # A fresh certificate database per start (it caches certificates of the CA).
-        db = d / "ssl_db"
-        shutil.rmtree(db, ignore_errors=True)
-        made = dut.run([str(CERTGEN), "-c", "-s", str(db), "-M", f"{CERT_DB_MB}MB"], check=False)
-        if made.returncode != 0:
-            raise MechanismError(
-                f"security_file_certgen could not make its database: {made.stderr[-300:]}",
-                where=str(db),
-            )
-        # squid drops to the proxy user: its directory (CA included) must be its own.
-        for path in [d, *d.rglob("*")]:
-            shutil.chown(path, "proxy", "proxy")
-        for sub in d.parents:
-            if sub == Path("/"):
-                break
-            sub.chmod(sub.stat().st_mode | 0o001)
-        conf = d / "squid.conf"
-        check = dut.run([binary, "-k", "parse", "-f", str(conf.resolve())], check=False)
-        if check.returncode != 0 or "ERROR" in (check.stderr or ""):
-            raise MechanismError(
-                f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
-                where=str(conf),
-                fix="check that squid is squid-openssl (`squid -v` shows --with-openssl)",
-            )
+        # The CA key: root's and 0600 (squid reads it before it drops), gone at teardown.
+        key = d / "proxy-ca.key"
         ledger = dut.ledger
-        if ledger is not None:
-            paths = [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
-            for path in paths:
-                ledger.add("file", path=str(path))
-            self._shm = (ledger, paths)
-        log = d / "squid.stderr"
-        with log.open("w") as err:
-            self._proc = dut.spawn(
-                [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
-                stdout=err,
-                stderr=err,
-                label="squid-tls",
+        if ledger is not None and not any(
+            e["type"] == "file" and e.get("path") == str(key) for e in ledger.live_entries()
+        ):
+            ledger.add("file", path=str(key))
+        for path in (key, d / "proxy-ca.pem"):
+            os.chown(path, 0, 0, follow_symlinks=False)
+            os.chmod(path, 0o600, follow_symlinks=False)
+
+        def certificate_db(own: Path) -> None:
+            # A fresh database per start (it caches certificates of the CA), made by root
+            # in the folder no one else can write yet, then given to squid's helpers.
+            db = own / "ssl_db"
+            made = dut.run(
+                [str(CERTGEN), "-c", "-s", str(db), "-M", f"{CERT_DB_MB}MB"], check=False
             )
-        self._dir = d
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline and self._proc.poll() is None:
-            # The plain port: a probe of the intercept port has no original
-            # destination, and squid 5 stops accepting there after it.
-            if accepts(dut, "127.0.0.1", FORWARD_PORT):
-                self._cpu0, self._lines0 = self._cpu(), self._log_lines()
-                return
-        said = log.read_text(errors="replace")[-800:] if log.is_file() else ""
-        raise MechanismError(
-            f"squid (tls_inspect) did not accept on port {INTERCEPT_PORT} in {dut.name} within "
-            f"{READY_TIMEOUT_S:.0f} s: {said.strip() or 'no output'}",
-            where=str(log),
-            fix="read squid.stderr and cache.log; check that the port is free on the DUT",
+            if made.returncode != 0:
+                raise MechanismError(
+                    f"security_file_certgen could not make its database: {made.stderr[-300:]}",
+                    where=str(db),
+                )
+            give_tree(db)
+
+        self._squid = Squid(service_name(ctx), label="squid")
+        self._squid.start(
+            dut,
+            binary=binary,
+            conf=d / "squid.conf",
+            out_dir=d,
+            writes=WRITES,
+            copies=[d / "hosts"],
+            prepare=certificate_db,
+            fix="check that squid is squid-openssl (`squid -v` shows --with-openssl)",
         )
+        self._dir = self._squid.dir
+        # The plain port: a probe of the intercept port has no original destination,
+        # and squid 5 stops accepting there after it.
+        self._squid.wait(dut, FORWARD_PORT, d / "squid.stderr")
+        self._cpu0, self._lines0 = self._cpu(), self._log_lines()
 
     # -- what it cost ------------------------------------------------------------------
+    def _proc(self) -> ManagedProcess | None:
+        proc = self._squid.proc if self._squid is not None else None
+        return proc if proc is not None and proc.poll() is None else None
+
     def _pids(self) -> list[int]:
-        if self._proc is None or self._proc.poll() is not None:
-            return []
-        return [self._proc.pid, *_children(self._proc.pid)]
+        proc = self._proc()
+        return [] if proc is None else [proc.pid, *_children(proc.pid)]
 
     def _cpu(self) -> float:
         return sum(c for c in (_cpu_seconds(p) for p in self._pids()) if c is not None)
@@ -330,7 +316,8 @@ class TlsInspect(Mechanism):
 
     # -- DaemonMechanism -----------------------------------------------------------------
     def daemons(self) -> list[ManagedProcess]:
-        return [self._proc] if self._proc is not None and self._proc.poll() is None else []
+        proc = self._proc()
+        return [] if proc is None else [proc]
 
 
 KIND = MechanismKind(

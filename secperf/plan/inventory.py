@@ -131,16 +131,18 @@ def reach(spec: SshSpec, engine_sha: str | None = None) -> str:
     where = f"host {spec.name} (ssh {spec.destination})"
     try:
         # Nothing in the work directory runs before no one else can have put it there.
+        # A missing one is made at the run's start: until then anything found at its path
+        # was put there by someone else, so nothing of it runs (not even `version`).
         exists = check_workdir(client, spec, create=False, where=where)
         engine = shlex.quote(posixpath.join(spec.workdir, "secperf-engine"))
-        got = remote_run(client, f"{engine} version 2>/dev/null", where=where)
-        try:
-            version = str(json.loads(got.stdout.splitlines()[0])["version"])
-        except (ValueError, IndexError, KeyError, TypeError):
-            version = "not there yet (copied at the run's start)"
-        if not exists:
-            version = f"not there yet (copied to {spec.workdir}, made at the run's start)"
-        if engine_sha is not None and version[0].isdigit():
+        version = f"not there yet (copied to {spec.workdir}, made at the run's start)"
+        if exists:
+            got = remote_run(client, f"{engine} version 2>/dev/null", where=where)
+            try:
+                version = str(json.loads(got.stdout.splitlines()[0])["version"])
+            except (ValueError, IndexError, KeyError, TypeError):
+                version = "not there yet (copied at the run's start)"
+        if exists and engine_sha is not None and version[0].isdigit():
             sha = remote_run(client, f"sha256sum {engine} | cut -d' ' -f1", where=where).stdout
             if sha.strip() != engine_sha:
                 version += " (differs from this machine's: replaced at the run's start)"

@@ -58,7 +58,7 @@ from secperf.report.terminal import (
 )
 from secperf.report.timeseries import round_values, series_charts, strip_charts
 from secperf.report.topology_svg import render_topology_svg
-from secperf.results.rundir import RunDir
+from secperf.results.rundir import RunDir, write_atomic
 from secperf.results.summary import build_summary
 from secperf.scenario.expect import Expect
 from secperf.tables import BASELINE, Chart, ReportTable, point_name
@@ -449,9 +449,7 @@ def write_html(run: RunDir) -> Path:
     meta = run.read_run_json()
     summary = in_order(run.read_summary() if run.has_summary() else build_summary(run), meta)
     path = run.report_html_path
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(summary, meta, parts=parts_of(run, summary, meta)), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, render_html(summary, meta, parts=parts_of(run, summary, meta)))
     return path
 
 
@@ -472,6 +470,6 @@ def write_pngs(run: RunDir, directory: Path | None = None) -> list[Path]:
     out = []
     for i, chart in enumerate(parts.charts, start=1):
         path = target / f"{i:02d}-{_slug(chart.title)}.png"
-        path.write_bytes(chart.image)
+        write_atomic(path, chart.image)
         out.append(path)
     return out

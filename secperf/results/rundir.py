@@ -12,9 +12,11 @@ Layout (format 1, documented in docs/data-format.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,15 +46,45 @@ def _safe_name(name: str) -> str:
     return cleaned or "run"
 
 
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=False)
-        f.write("\n")
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `path` whole or not at all, never through a link: the data goes to a new
+    temporary file beside it (mkstemp: a fresh random name opened O_EXCL, so a link
+    planted there, by whoever can write the run directory, is never followed), which is
+    then renamed over `path` (a link at `path` is replaced, its target untouched)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def append_line(path: Path, text: str) -> None:
+    """Append one line to `path` (made if missing), refused if `path` is a link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        if path.is_symlink():
+            raise RunDirError(
+                f"{path} is a symbolic link: secperf does not write through it",
+                where=str(path),
+                fix="remove the link (someone put it in the run directory)",
+            ) from None
+        raise
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
         f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write the JSON document whole (write_atomic), so a reader never sees half a file."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 class RunDir:
@@ -187,9 +219,7 @@ class RunDir:
         line["record"] = dict(record)
         text = json.dumps(line, ensure_ascii=False, allow_nan=False)
         # Open, write, close per line: a Ctrl-C or crash keeps every line written.
-        with self.records_path.open("a", encoding="utf-8") as f:
-            f.write(text + "\n")
-            f.flush()
+        append_line(self.records_path, text)
         return seq
 
     def iter_records(self) -> Iterator[dict[str, Any]]:

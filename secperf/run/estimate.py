@@ -105,3 +105,48 @@ def fmt_eta(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f} min"
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+# A run's records on disk (records.jsonl), bounded before it runs: a line of the engine's
+# is at most about this long (the kept runs' average 450-600 B; an http interval record
+# with its latency histogram is the longest), and a run may keep at most RECORDS_MAX_BYTES.
+RECORD_BYTES = 1024
+RECORDS_MAX_BYTES = 1024**3
+# Lines of a test besides its interval records: start, result, a mechanism's, a spare.
+FIXED_LINES = 4
+
+
+@dataclass(frozen=True)
+class RecordsEstimate:
+    """The most records.jsonl may hold, planned: every test of the planned rounds (and
+    the traced round), each disturbed round measured again, from every generator."""
+
+    bytes: float
+    # Record lines per second of interval at 1 s, summed over the tests: with an interval
+    # of T s the interval records are interval_seconds / T lines.
+    interval_seconds: float
+    fixed_bytes: float
+
+    def floor(self) -> float:
+        """The shortest interval at which the records fit RECORDS_MAX_BYTES (inf: none)."""
+        room = RECORDS_MAX_BYTES - self.fixed_bytes
+        return self.interval_seconds * RECORD_BYTES / room if room > 0 else float("inf")
+
+
+def records_estimate(scenario: Scenario) -> RecordsEstimate:
+    """What the run's records may take on disk at most (RecordsEstimate)."""
+    points = expand_scenario(scenario)
+    names = [name for name, _m, _s in expanded_variants(scenario)]
+    pairs = [(p, 1 + sum(p.measures(n) for n in names)) for p in points]
+    rounds = planned_rounds(scenario, pairs)
+    again = 1 + scenario.repeat.remeasure
+    total = seconds = fixed = 0.0
+    for (p, tests), n in zip(pairs, rounds, strict=True):
+        count = (n + 1) * tests * again * p.generators
+        fixed += count * FIXED_LINES * RECORD_BYTES
+        every = p.spec.record_interval()
+        if every > 0:
+            length = p.spec.duration + p.spec.warmup
+            seconds += count * length
+            total += count * (length / every) * RECORD_BYTES
+    return RecordsEstimate(total + fixed, seconds, fixed)

@@ -12,14 +12,15 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from secperf.errors import SecperfError, ToolMissingError
+from secperf.errors import ScenarioError, SecperfError, ToolMissingError
 from secperf.mechanisms.base import CheckContext, MechanismKind, MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan.graph import build_topology
+from secperf.run.estimate import RECORDS_MAX_BYTES, records_estimate
 from secperf.scenario.loader import _LineMap
 from secperf.scenario.scenario import Scenario
 from secperf.testbed.topology import Topology
-from secperf.tools import Tool, engine_path
+from secperf.tools import Tool, engine_path, install_packages
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
 from secperf.workloads.registry import WORKLOADS
 
@@ -57,6 +58,17 @@ def missing(tools: list[Tool]) -> list[Tool]:
 def install_hint(tools: list[Tool]) -> str:
     packages = sorted({t.package for t in tools})
     return "apt-get install -y --no-install-recommends " + " ".join(packages)
+
+
+def install_for(scenario: Scenario, console: Any) -> list[Tool]:
+    """Install the packages of the tools `scenario`'s kinds declare that are missing here
+    (no service started or enabled: secperf.tools.install_packages); its tools."""
+    tools = list({t.program: t for t in tools_for(scenario)}.values())
+    packages = sorted({t.package for t in missing(tools)})
+    if packages:
+        console.print("installing " + " ".join(packages), markup=False)
+    install_packages(packages)
+    return tools
 
 
 OFFLOAD_TOOL = Tool("ethtool", "ethtool", 'testbed offloads = "off" (and recording offloads)')
@@ -122,6 +134,28 @@ def check_static(scenario: Scenario) -> None:
         if kind.check is not None:
             kind.check(mech, ctx)
     check_workloads(scenario)
+    check_records(scenario)
+
+
+def check_records(scenario: Scenario) -> None:
+    """Refuse a run whose records could take more than RECORDS_MAX_BYTES on disk, with
+    the interval floor that would fit and what else to change."""
+    planned = records_estimate(scenario)
+    if planned.bytes <= RECORDS_MAX_BYTES:
+        return
+    floor = planned.floor()
+    interval = (
+        f"an interval of at least {floor:.2g} s (validation.deviation_interval) would fit"
+        if floor != float("inf")
+        else "even without interval records they do not fit"
+    )
+    raise ScenarioError(
+        f"the run's records could take {planned.bytes / 1024**3:.1f} GiB on disk: a run may "
+        f"keep at most {RECORDS_MAX_BYTES // 1024**3} GiB of records; {interval}",
+        where=str(scenario.source or "scenario"),
+        fix="lengthen the interval, or shorten [repeat] budget or max, duration, the "
+        "sweeps, or remeasure",
+    )
 
 
 def check_workloads(scenario: Scenario) -> None:

@@ -30,6 +30,7 @@ from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.expect import Expect, problems
 from secperf.scenario.paper import PaperRow, paper_problems
 from secperf.schema.fields import (
+    FILE_SET_TOTAL_MAX,
     Name,
     NonNegativeDuration,
     PositiveDuration,
@@ -123,6 +124,8 @@ Mechanism = Annotated[MechanismSpec, MECHANISMS]
 # The most variants one variant's sweeps may expand into (the product of its lists):
 # each is rendered, loaded and measured in every round.
 MAX_VARIANT_SWEEP = 256
+# The most [[workloads]] tables of one scenario (the largest shipped one has 27).
+MAX_WORKLOADS = 64
 
 
 class Variant(StrictModel):
@@ -332,11 +335,35 @@ class Scenario(StrictModel):
                 raise ValueError(f"workloads[{i}]{key} {refused.message}")
         return self
 
+    @model_validator(mode="after")
+    def _files_of_the_run_bounded(self) -> Scenario:
+        """Every workload writes its files into the same server roots: all of them
+        together stay within FILE_SET_TOTAL_MAX, as one workload's do."""
+        sets = {
+            f"workloads[{i}].{key}": sizes
+            for i, w in enumerate(self.workloads)
+            for key, sizes in w.file_sets().items()
+        }
+        total = sum(sum(sizes) for sizes in sets.values())
+        if total > FILE_SET_TOTAL_MAX and len(self.workloads) > 1:
+            raise ValueError(
+                f"the workloads' files total {total / 1024**3:.1f} GiB: the files all "
+                f"workloads of a run serve may total at most {FILE_SET_TOTAL_MAX // 1024**3} "
+                "GiB together (each is built in memory and written to the server hosts); "
+                "use fewer or smaller files, or split the workloads into scenarios"
+            )
+        return self
+
     @field_validator("workloads")
     @classmethod
     def _workloads_named_uniquely(cls, value: list[WorkloadSpec]) -> list[WorkloadSpec]:
         if not value:
             raise ValueError("a scenario needs at least one workload: add a [[workloads]] table")
+        if len(value) > MAX_WORKLOADS:
+            raise ValueError(
+                f"{len(value)} workloads: a scenario may have at most {MAX_WORKLOADS} (each "
+                "is measured against every variant in every round); split it into scenarios"
+            )
         explicit: dict[str, int] = {}
         for i, workload in enumerate(value):
             if workload.derived_name:

@@ -16,6 +16,7 @@ host's python3, so look-ups need no dig/host on the machine.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import time
@@ -23,12 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from secperf.errors import SecperfError
+from secperf.services import privdrop
 from secperf.testbed.testbed import Host, ManagedProcess
 from secperf.testbed.topology import Topology
 from secperf.tools import find_program
 
 DOMAIN = "testbed.secperf"
 DNS_PORT = 53
+# dnsmasq drops to these once its socket is bound (dnsmasq-base makes no user of its own).
+DNS_USER = "nobody"
+DNS_GROUP = "nogroup"
 START_TIMEOUT_S = 10.0
 
 
@@ -60,8 +65,14 @@ def render_hosts(topology: Topology) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_args(directory: Path, address: str, port: int = DNS_PORT) -> list[str]:
+def render_args(
+    directory: Path, address: str, port: int = DNS_PORT, own: Path | None = None
+) -> list[str]:
+    """dnsmasq's command line: it binds and writes its pid file in `directory` as root,
+    then drops to DNS_USER, reading its hosts file and writing its query log in `own`
+    (its folder, services/privdrop.py; `directory` when not given)."""
     d = directory.resolve()
+    w = (own or directory).resolve()
     return [
         dnsmasq_path(),
         "--keep-in-foreground",
@@ -69,17 +80,17 @@ def render_args(directory: Path, address: str, port: int = DNS_PORT) -> list[str
         "--no-resolv",
         "--no-hosts",
         "--no-poll",
-        f"--addn-hosts={d}/hosts",
+        f"--addn-hosts={w}/hosts",
         f"--listen-address={address}",
         "--bind-interfaces",
         f"--port={port}",
         f"--domain={DOMAIN}",
         "--local=/testbed.secperf/",
         "--log-queries",
-        f"--log-facility={d}/queries.log",
+        f"--log-facility={w}/queries.log",
         f"--pid-file={d}/dnsmasq.pid",
-        "--user=root",
-        "--group=root",
+        f"--user={DNS_USER}",
+        f"--group={DNS_GROUP}",
         "--local-ttl=0",  # answers are not to be kept: a resolver asks again
         "--cache-size=0",  # every look-up is answered (and logged) by the server itself
     ]
@@ -158,12 +169,14 @@ class DnsServer:
     address: str
     port: int
     process: ManagedProcess
+    # dnsmasq's folder (hosts file, query log): root's, under privdrop.RUN_ROOT.
+    own: Path | None = None
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def log(self) -> str:
-        path = self.directory / "queries.log"
+        path = (self.own or self.directory) / "queries.log"
         return path.read_text(errors="replace") if path.is_file() else ""
 
     def queries(self, qtype: str | None = None) -> int:
@@ -172,7 +185,12 @@ class DnsServer:
         return sum(1 for line in self.log().splitlines() if tag in line)
 
     def stop(self) -> None:
+        """Stop dnsmasq; its query log comes back into `directory`, its folder goes."""
         self.process.stop()
+        if self.own is not None:
+            privdrop.collect(self.own, ["queries.log"], self.directory)
+            privdrop.remove_folder(self.host.ledger, self.own)
+            self.own = None
 
 
 def start_dns(
@@ -181,12 +199,19 @@ def start_dns(
     """Start dnsmasq in `host` on `address`:`port` with the records of `topology`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "hosts").write_text(render_hosts(topology))
-    argv = render_args(directory, address, port)
+    # Its folder: the hosts file copied in as root's, the query log made by root and
+    # given to DNS_USER (dnsmasq opens it as root, then writes it as that user).
+    name = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+    own = privdrop.RUN_ROOT / f"dns-{name}"
+    privdrop.make_folder(host.ledger, own, DNS_USER, ["queries.log"], [directory / "hosts"])
+    argv = render_args(directory, address, port, own)
     (directory / "dnsmasq.argv").write_text(" ".join(argv) + "\n")
     errors = directory / "stderr.log"
-    with errors.open("w") as err:
+    with privdrop.open_nofollow(errors) as err:
         proc = host.spawn(argv, stdout=err, stderr=err, label="dnsmasq")
-    server = DnsServer(host=host, directory=directory, address=address, port=port, process=proc)
+    server = DnsServer(
+        host=host, directory=directory, address=address, port=port, process=proc, own=own
+    )
     me = host_records(topology)[0][1]
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and server.alive():
@@ -195,7 +220,7 @@ def start_dns(
                 return server
         except DnsError:
             continue
-    proc.stop()
+    server.stop()
     detail = errors.read_text(errors="replace") if errors.is_file() else ""
     raise DnsError(
         f"dnsmasq did not answer on {address}:{port} in {host.name} within "

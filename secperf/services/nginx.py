@@ -16,6 +16,7 @@ and session tickets, so the client's settings decide what is negotiated.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from secperf.engine import DATA_PORTS
 from secperf.errors import SecperfError
-from secperf.services import pki
+from secperf.services import pki, privdrop
 from secperf.services.pki import Issued
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.services.ports import HTTPS_PORT as HTTPS_PORT  # re-exported
@@ -35,6 +36,7 @@ from secperf.tools import find_program
 assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 assert DATA_PORTS[0] <= HTTPS_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 START_TIMEOUT_S = 10.0
+NGINX_USER = "www-data"  # the workers' (Debian's base-passwd has it)
 FILES = "files"  # URL prefix and directory under the web root
 # `/k<n>/<file>` serves the same files on connections nginx closes after n requests
 # (keepalive_requests in a location of its own, so that one server serves every n).
@@ -100,14 +102,18 @@ def render_config(
     missing: set[str],
     tls: Issued | None = None,
     tls_resumption: bool = True,
+    own: Path | None = None,
 ) -> str:
-    """The whole nginx.conf: every path inside `directory`; HTTPS on HTTPS_PORT too
-    when `tls` (the server's certificate and key) is given."""
+    """The whole nginx.conf: the master's files (pid, log) in `directory`, what the
+    workers read and write (web root, temp dirs) in `own`, the folder of NGINX_USER's
+    (`directory` when not given); HTTPS on HTTPS_PORT too when `tls` (the server's
+    certificate and key, read by the master as root) is given."""
     d = directory.resolve()
-    temps = [f"client_body_temp_path {d}/tmp/body;", f"proxy_temp_path {d}/tmp/proxy;"]
+    w = (own or directory).resolve()
+    temps = [f"client_body_temp_path {w}/tmp/body;", f"proxy_temp_path {w}/tmp/proxy;"]
     for module in ("fastcgi", "uwsgi", "scgi"):
         if module not in missing:
-            temps.append(f"{module}_temp_path {d}/tmp/{module};")
+            temps.append(f"{module}_temp_path {w}/tmp/{module};")
     listens = [f"listen {port} reuseport backlog=4096;"]
     if ipv6:
         listens.append(f"listen [::]:{port} ipv6only=on reuseport backlog=4096;")
@@ -131,8 +137,9 @@ def render_config(
         ]
     lines = [
         "# written by secperf: one run's web server, in the server's namespace",
-        # The run directory may be private to root; workers must read the files.
-        "user root;",
+        # The workers drop to an unprivileged user; they read the web root in a folder
+        # of root's under /run/secperf-daemons (services/privdrop.py), not the run's.
+        f"user {NGINX_USER};",
         "worker_processes 1;",
         f"worker_rlimit_nofile {2 * NGINX_CONNECTIONS};",
         f"pid {d}/nginx.pid;",
@@ -154,9 +161,9 @@ def render_config(
         "    server {",
         *(f"        {x}" for x in listens),
         *(f"        {x}" for x in https),
-        f"        root {d}/www;",
+        f"        root {w}/www;",
         *(
-            f"        location /k{n}/ {{ alias {d}/www/{FILES}/; keepalive_requests {n}; }}"
+            f"        location /k{n}/ {{ alias {w}/www/{FILES}/; keepalive_requests {n}; }}"
             for n in range(1, MAX_PER_CONNECTION + 1)
         ),
         "    }",
@@ -189,10 +196,12 @@ class Nginx:
     # The CA that signed `tls` (the clients trust it).
     ca: Issued | None = None
     urls: dict[int, str] = field(default_factory=dict)
+    # The workers' folder (web root, temp dirs): root's, under privdrop.RUN_ROOT.
+    own: Path | None = None
 
     @property
     def root(self) -> Path:
-        return self.directory / "www"
+        return (self.own or self.directory) / "www"
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -207,6 +216,8 @@ class Nginx:
 
     def stop(self) -> None:
         self.process.stop()
+        if self.own is not None:
+            privdrop.remove_folder(self.host.ledger, self.own)
 
     def connection_limit(self) -> int:
         """The most connections its worker can hold: worker_connections, or fewer where
@@ -242,8 +253,14 @@ def start_nginx(
     (and HTTPS_PORT too, with `tls`; `tls_resumption` False: no session is ever resumed)."""
     binary = nginx_path()
     directory.mkdir(parents=True, exist_ok=True)
+    # The workers' folder: root's and writable by root only; nginx's master makes its
+    # temp dirs in tmp/ and gives them to the workers.
+    own = privdrop.RUN_ROOT / (
+        "nginx-" + hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+    )
+    privdrop.make_folder(host.ledger, own, NGINX_USER, ())
     for sub in ("www", "tmp"):
-        (directory / sub).mkdir(exist_ok=True)
+        (own / sub).mkdir(mode=0o755)
     conf = directory / "nginx.conf"
     conf.write_text(
         render_config(
@@ -253,6 +270,7 @@ def start_nginx(
             missing=_missing_modules(binary),
             tls=tls,
             tls_resumption=tls_resumption,
+            own=own,
         )
     )
     errors = directory / "stderr.log"
@@ -274,7 +292,7 @@ def start_nginx(
             label="nginx",
         )
     server = Nginx(
-        host=host, directory=directory, port=port, process=proc, address=address, tls=tls
+        host=host, directory=directory, port=port, process=proc, address=address, tls=tls, own=own
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -282,7 +300,7 @@ def start_nginx(
             break
         if accepts(host, address, port) and (tls is None or accepts(host, address, HTTPS_PORT)):
             return server
-    proc.stop()
+    server.stop()
     detail = (errors.read_text(errors="replace") if errors.is_file() else "") + server.error_log()
     raise NginxError(
         f"nginx did not accept on {address}:{port} in {host.name} within {START_TIMEOUT_S:.0f} s: "

@@ -28,6 +28,10 @@ A remote ledger has the same lines, and one more type:
   state       path                            (the run directory where the host's
                                                firewall, legacy tables and ipsets
                                                were saved as found: put back first)
+  setting     path, value                     (a /proc/sys/net file or an interface's
+                                               rps_cpus, and what it held before the
+                                               run changed it: written back by
+                                               teardown and the watchdog)
 
 What a ledger names is acted on only when it is plausible (`process_ids`,
 `confined`): a process is a pid above 1 with a positive starttime, a file lies

@@ -127,6 +127,16 @@ class WorkloadSpec(StrictModel):
         left_out = NOT_PARAMS | self.unrecorded()
         return {k: v for k, v in self.model_dump().items() if k not in left_out}
 
+    def file_sets(self) -> dict[str, list[int]]:
+        """The files this workload serves, by key (sizes): each is built in memory and
+        written to the server host; none by default."""
+        return {}
+
+    def record_interval(self) -> float:
+        """Seconds between a test's interval records (0: none): the engine's 1 s unless
+        the kind asks otherwise (the run's records on disk are bounded by it)."""
+        return 1.0
+
     def path_rate(self) -> int | None:
         """The rate every link of the client-server path is shaped to for this point's
         tests (0: unshaped); None leaves the links as the graph made them."""

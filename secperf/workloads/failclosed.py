@@ -280,6 +280,8 @@ def _forwarding_off(
 ) -> Check:
     keys = _forwarding_keys(path.family)
     saved = {k: _sysctl(dut, k) for k in keys}
+    for k, v in saved.items():  # put back by teardown (and a lab host's watchdog) too
+        dut.track_setting("/proc/sys/" + k.replace(".", "/"), v)
     try:
         dut.run(["sysctl", "-q", "-w", *(f"{k}=0" for k in keys)])
         ok, results, leaks = _nothing_passes(hosts, echos, path)

@@ -331,8 +331,16 @@ class HttpWorkload(OpenLoop, ManySources, WorkloadSpec):
 
     @model_validator(mode="after")
     def _files_total(self) -> HttpWorkload:
-        check_file_sets_total({"files": self.files})
+        check_file_sets_total(self.file_sets())
         return self
+
+    def file_sets(self) -> dict[str, list[int]]:
+        return {"files": self.files}
+
+    def record_interval(self) -> float:
+        """Interval records only for the validation's deviations (engine_spec below)."""
+        v = self.validation
+        return v.deviation_interval if v is not None and v.deviations() else 0.0
 
     def unrecorded(self) -> frozenset[str]:
         return self.closed_loop_keys()

@@ -94,6 +94,9 @@ class HttpCapacityWorkload(ManySources, WorkloadSpec):
     groups: list[str] | None = None
     resumption: bool = True
 
+    def file_sets(self) -> dict[str, list[int]]:
+        return {"files": self.files}
+
     @model_validator(mode="after")
     def _bracket(self) -> HttpCapacityWorkload:
         if self.low >= self.high:

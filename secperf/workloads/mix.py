@@ -106,14 +106,15 @@ class MixWorkload(WorkloadSpec):
 
     @model_validator(mode="after")
     def _files_total(self) -> MixWorkload:
-        check_file_sets_total(
-            {
-                "html_files": self.html_files,
-                "gif_files": self.gif_files,
-                "ftp_files": self.ftp_files,
-            }
-        )
+        check_file_sets_total(self.file_sets())
         return self
+
+    def file_sets(self) -> dict[str, list[int]]:
+        return {
+            "html_files": self.html_files,
+            "gif_files": self.gif_files,
+            "ftp_files": self.ftp_files,
+        }
 
     def default_name(self) -> str:
         return "mix"

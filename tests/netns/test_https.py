@@ -16,7 +16,8 @@ import pytest
 
 from secperf.engine import CONTROL_PORT, Record
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.tls_inspect import TlsInspect, TlsInspectSpec
+from secperf.mechanisms.squid import folder as squid_folder
+from secperf.mechanisms.tls_inspect import TlsInspect, TlsInspectSpec, service_name
 from secperf.scenario.sweep import one_point
 from secperf.services import pki
 from secperf.services.nginx import HTTPS_PORT
@@ -135,7 +136,8 @@ def test_tls_inspect_bump_and_splice(bed: tuple[Testbed, Path], tmp_path: Path, 
         )
         assert r["bytes"] == 20 * FILE
         seen = issuer_seen(tb, files / "web" / "server" / "pki" / "server-ca.pem")
-        log = (proxy_ca.parent / "access.log").read_text()
+        # squid writes in its own folder (secperf.mechanisms.squid) while it runs
+        log = (squid_folder(service_name(ctx)) / "access.log").read_text()
         cost = mech.observe()
         # CPU comes in 10 ms ticks: 20 spliced connections may take less than one.
         assert cost is not None and cost["cpu_seconds"] >= 0 and cost["memory_bytes"] > 0, cost
@@ -151,6 +153,7 @@ def test_tls_inspect_bump_and_splice(bed: tuple[Testbed, Path], tmp_path: Path, 
     finally:
         mech.release(tb.host("dut"), ctx)
         reset_dut(tb.host("dut"), {"nft"})
+    assert (proxy_ca.parent / "access.log").is_file()  # brought back when squid stopped
     # Without the proxy the client sees the server's certificate again.
     assert "secperf server CA" in issuer_seen(
         tb, files / "web" / "server" / "pki" / "server-ca.pem"

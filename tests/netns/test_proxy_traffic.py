@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy, ProxySpec, shm_paths
+from secperf.mechanisms.proxy import DNS_ADDRESS, Proxy, ProxySpec
+from secperf.mechanisms.proxy.config import service_name
+from secperf.mechanisms.squid import shm_paths
 from secperf.services import dns
 from secperf.services.nginx import HTTP_PORT, write_files
 from secperf.services.vsftpd import FTP_PORT, Vsftpd, file_url, start_vsftpd
@@ -103,14 +105,14 @@ def applied(
     dut = bed.tb.host("dut")
     proxy.apply(dut, ctx)
     # squid's shared memory lives outside the namespace, under this run's name.
-    assert any(p.exists() for p in shm_paths(ctx))
+    assert any(p.exists() for p in shm_paths(service_name(ctx)))
     try:
         yield proxy, ctx
     finally:
         proxy.release(dut, ctx)
         reset_dut(dut, proxy.backends())
     assert not proxy.daemons()
-    assert not any(p.exists() for p in shm_paths(ctx))
+    assert not any(p.exists() for p in shm_paths(service_name(ctx)))
 
 
 def fetch(bed: Bed, url: str) -> subprocess.CompletedProcess[str]:

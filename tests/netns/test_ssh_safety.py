@@ -351,3 +351,40 @@ def test_host_key_checking_off_trusts_on_first_use_and_keeps_the_key(
     assert "server" in got.stderr and "host key" in got.stderr and str(saved) in got.stderr, (
         got.stderr
     )
+
+
+# -- issue 41: a lab DUT's settings come back after a crash ---------------------------------
+
+FAILCLOSED = """
+[variants.acl]
+mechanisms = [{ kind = "acl", rules = 5 }]
+[[workloads]]
+kind = "failclosed"
+timeout = "10s"
+"""
+
+
+def _forwarding(lab: Lab, host: str) -> str:
+    return in_ns(lab, host, "cat", "/proc/sys/net/ipv4/ip_forward").strip()
+
+
+def test_a_killed_controller_gets_ip_forward_back_from_the_watchdog(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """secperf killed while failclosed has the DUT's forwarding off (its probes wait 10 s
+    there): the DUT's watchdog writes the value found back from the ledger's `setting`
+    line, with no `secperf clean`."""
+    assert _forwarding(lab, "dut") == "1"
+    path = scenario(lab, tmp_path / "fc.toml", FAILCLOSED)
+    proc = start_run(lab, path, tmp_path / "o", tmp_path / "state")
+    try:
+        poll("the DUT's forwarding switched off", lambda: _forwarding(lab, "dut") == "0", 180)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    poll("the DUT's forwarding back on", lambda: _forwarding(lab, "dut") == "1", 15)
+    log = next(lab.workdir("dut").glob("*/watchdog.log")).read_text()
+    assert "restored /proc/sys/net/ipv4/ip_forward 1" in log, log
+    assert lab.wait_quiet(timeout=15) == {}
+    cleaned = lab.secperf("clean", env={"SECPERF_STATE_DIR": str(tmp_path / "state")})
+    assert cleaned.returncode == 0, cleaned.stderr

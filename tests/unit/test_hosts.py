@@ -196,6 +196,9 @@ class Bench:
     def track_file(self, path: str) -> None:
         pass
 
+    def track_setting(self, path: str, value: str) -> None:
+        pass
+
 
 def test_a_new_backend_is_one_factory_entry(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch

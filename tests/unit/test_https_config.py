@@ -87,13 +87,17 @@ def test_nginx_serves_https_only_with_certificates(tmp_path: Path) -> None:
 
 
 def test_squid_bumps_or_splices(tmp_path: Path) -> None:
-    bump = render_squid(TlsInspectSpec(mode="bump"), tmp_path)
-    splice = render_squid(TlsInspectSpec(mode="splice"), tmp_path)
+    own = tmp_path / "own"
+    bump = render_squid(TlsInspectSpec(mode="bump"), tmp_path, own)
+    splice = render_squid(TlsInspectSpec(mode="splice"), tmp_path, own)
     for conf in (bump, splice):
         assert f"https_port {INTERCEPT_PORT} intercept ssl-bump" in conf
         assert "ssl_bump peek step1" in conf
         assert f"tls-key={tmp_path.resolve()}/proxy-ca.key" in conf
         assert "cache deny all" in conf
+        # squid writes only in its own folder, never in the run directory
+        assert f"pid_filename {own}/squid.pid" in conf and f"-s {own}/ssl_db" in conf
+        assert f"access_log stdio:{own}/access.log" in conf
     assert "ssl_bump stare step2" in bump and "ssl_bump bump all" in bump
     assert "ssl_bump splice all" in splice and "stare" not in splice and "bump all" not in splice
     nft = render_nft("secperf_x_tlsi")

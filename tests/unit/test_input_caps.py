@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from secperf.scenario.scenario import MAX_VARIANT_SWEEP, Scenario
+from secperf.errors import ScenarioError
+from secperf.run.estimate import RECORDS_MAX_BYTES, records_estimate
+from secperf.run.preflight import check_records
+from secperf.scenario.scenario import MAX_VARIANT_SWEEP, MAX_WORKLOADS, Scenario
 from secperf.schema.fields import FILE_SET_TOTAL_MAX
 
 
@@ -60,3 +63,60 @@ def test_a_variant_sweep_product_is_capped() -> None:
     ]
     msg = refused([{"kind": "rr"}], both)
     assert "expands into 400 variants" in msg, msg
+
+
+# -- issue 41: totals over the whole run ---------------------------------------------
+
+
+def test_the_files_of_all_workloads_together_are_capped() -> None:
+    """Each workload within its own 1 GiB, but they serve from the same roots."""
+    ok = scenario([{"kind": "http", "name": "a", "files": ["300MiB", "300KiB"]}], ACL)
+    assert sum(ok.workloads[0].file_sets()["files"]) < FILE_SET_TOTAL_MAX
+    msg = refused(
+        [
+            {"kind": "http", "name": "a", "files": ["600MiB"]},
+            {"kind": "mix", "name": "b", "html_files": ["500MiB"], "gif_files": ["1KiB"]},
+        ],
+        ACL,
+    )
+    assert "files total 1.1 GiB" in msg and "at most 1 GiB together" in msg, msg
+    assert "fewer or smaller files" in msg, msg
+
+
+def test_the_number_of_workloads_is_capped() -> None:
+    assert MAX_WORKLOADS == 64
+    many = [{"kind": "rr", "name": f"rr{i}"} for i in range(MAX_WORKLOADS)]
+    assert len(scenario(many, ACL).workloads) == MAX_WORKLOADS
+    msg = refused([*many, {"kind": "rr", "name": "one-more"}], ACL)
+    assert f"65 workloads: a scenario may have at most {MAX_WORKLOADS}" in msg, msg
+    assert "split it into scenarios" in msg, msg
+
+
+def test_a_run_whose_records_could_outgrow_the_disk_cap_is_refused() -> None:
+    """http interval records every 0.05 s for a week's budget: refused by `check`, with
+    the interval floor that would fit; the same scenario at 1 s-a-record-free fits."""
+    http = {
+        "kind": "http",
+        "duration": "600s",
+        "validation": {"max_rate_deviation_pct": 10, "deviation_interval": 0.05},
+    }
+    week = {"budget": 7 * 86400, "max": 1000}
+    noisy = Scenario.model_validate(
+        {
+            "name": "t",
+            "repeat": week,
+            "variants": {"v": {"mechanisms": ACL}},
+            "workloads": [http],
+        }
+    )
+    with pytest.raises(ScenarioError) as info:
+        check_records(noisy)
+    msg = str(info.value)
+    assert f"at most {RECORDS_MAX_BYTES // 1024**3} GiB of records" in msg, msg
+    floor = records_estimate(noisy).floor()
+    assert 0.05 < floor < 60 and f"an interval of at least {floor:.2g} s" in msg, msg
+    assert "lengthen the interval" in msg, msg
+    quiet = noisy.model_copy(update={"workloads": [noisy.workloads[0].model_copy(
+        update={"validation": None})]})  # fmt: skip
+    check_records(quiet)  # no interval records: a week of tests fits
+    assert records_estimate(quiet).bytes < RECORDS_MAX_BYTES

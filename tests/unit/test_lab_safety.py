@@ -122,6 +122,30 @@ def test_check_quotes_the_workdir_in_every_command(monkeypatch: pytest.MonkeyPat
         assert ";touch /pwned" not in cmd.replace(shlex.quote(EVIL + "/secperf-engine"), "")
 
 
+def test_check_runs_nothing_from_a_workdir_it_found_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """issue 41: a workdir reported missing (its parent a sticky /tmp, say) may be made by
+    a local user between two commands; `secperf check` sends no command naming the engine."""
+
+    def answer(cmd: str) -> tuple[int, str, str]:
+        if "secperf-workdir" in cmd:
+            return 0, "missing\n", ""
+        if cmd.startswith("ip "):
+            return 0, json.dumps([{"addr_info": [{"local": "198.18.230.2"}]}]), ""
+        return 0, '{"version": "9.9.9"}\n', ""
+
+    client = FakeClient(answer)
+    monkeypatch.setattr(inventory, "connect", lambda spec: client)
+    spec = SshSpec(
+        name="server", host="198.18.230.2", workdir="/tmp/secperf", addresses=("198.18.230.2",)
+    )
+    said = inventory.reach(spec, engine_sha="0" * 64)
+    assert "not there yet" in said
+    assert any("secperf-workdir" in cmd for cmd in client.sent)
+    assert not [cmd for cmd in client.sent if "secperf-engine" in cmd], client.sent
+
+
 # -- finding 1: a root-only default, a ledger confined to it --------------------------
 
 
@@ -245,3 +269,28 @@ def test_the_local_teardown_never_signals_pid_1_or_a_group_of_all(
     local.teardown_entries(ledger)
     assert signalled == [(4242, 99, 4242)]
     assert not ledger.path.exists()  # every line was dealt with
+
+
+def test_teardown_writes_back_the_settings_its_ledger_names() -> None:
+    """issue 41: `secperf clean` (remote_teardown) puts back a lab host's ip_forward and rps
+    masks from the ledger's `setting` lines, through SETTINGS (the watchdog's script too)."""
+    line = teardown.setting_line("/proc/sys/net/ipv4/ip_forward", "1")
+
+    def answer(cmd: str) -> tuple[int, str, str]:
+        if "secperf-workdir" in cmd:
+            return 0, "ok\n", ""
+        if cmd.startswith("cat "):
+            return 0, line + "\n", ""
+        if "settings" in cmd:
+            return 0, "restored /proc/sys/net/ipv4/ip_forward 1\n", ""
+        return 0, "", ""
+
+    client = FakeClient(answer)
+    spec = SshSpec(name="dut", host="198.18.230.2")
+    removed = teardown.remote_teardown(client, spec, "sp1")
+    sent = [c for c in client.sent if shlex.split(c)[:3] == ["sh", "-c", teardown.SETTINGS]]
+    assert len(sent) == 1 and shlex.split(sent[0])[-1] == teardown.remote_ledger(spec, "sp1")
+    assert "/proc/sys/net/ipv4/ip_forward 1 on dut (put back as found)" in removed
+    assert teardown.setting_problem("/etc/passwd", "1") is not None
+    assert teardown.setting_problem("/proc/sys/net/ipv4/ip_forward", "1; reboot") is not None
+    assert teardown.setting_problem("/sys/class/net/eth1/queues/rx-0/rps_cpus", "3") is None

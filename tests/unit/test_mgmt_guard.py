@@ -5,6 +5,10 @@ in tests/netns/test_ssh_safety.py."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 from secperf.mechanisms.acl import AclSpec, generated_entries, render_iptables
@@ -133,3 +137,26 @@ def test_only_loads_are_guarded_and_the_command_reads_stdin() -> None:
     assert argv == ["nft", "-j", "-f", "-"] and text == "table ip t {}\n"
     argv, _ = guarded(["ip6tables-legacy-restore", "/r/x.ipt"], "*filter\nCOMMIT\n", MGMT)
     assert argv == ["ip6tables-legacy-restore"]
+
+
+def test_an_ipv6_session_keeps_neighbour_discovery_in_every_guarded_chain() -> None:
+    """issue 41: without NS/NA (and RS/RA) a drop policy cuts an IPv6 session as soon as
+    the neighbour entries expire; only ND's hop limit 255 (never from off the link)."""
+    mgmt6 = Management.parse("2001:db8::1 41234 2001:db8::2 22")
+    assert mgmt6 is not None
+    assert MGMT is not None and not any("icmpv6" in r for r in MGMT.nft_rules())
+    nd = [r for r in mgmt6.nft_rules() if "icmpv6" in r]
+    assert nd == [
+        "ip6 hoplimit 255 icmpv6 type { nd-router-solicit, nd-router-advert, "
+        "nd-neighbor-solicit, nd-neighbor-advert } accept"
+    ]
+    out = guard_iptables("*filter\n:INPUT DROP [0:0]\n:OUTPUT DROP [0:0]\nCOMMIT\n", mgmt6, 6)
+    for chain in ("INPUT", "OUTPUT"):
+        for kind in ("neighbour-solicitation", "neighbour-advertisement"):
+            assert (
+                f"-I {chain} 1 -p ipv6-icmp -m icmp6 --icmpv6-type {kind} -m hl --hl-eq 255 "
+                "-j ACCEPT" in out
+            ), out
+    if os.geteuid() == 0 and shutil.which("ip6tables-legacy-restore"):
+        # ip6tables-restore itself accepts the lines (--test: nothing is loaded)
+        subprocess.run(["ip6tables-legacy-restore", "--test"], input=out, text=True, check=True)

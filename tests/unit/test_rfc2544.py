@@ -13,12 +13,13 @@ import pytest
 
 import secperf.workloads.rfc2544.layout as report
 import secperf.workloads.rfc2544.logic as rfc2544
+from secperf.errors import EngineError
 from secperf.report.terminal import build_tables
 from secperf.results.metrics import extract, searches
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand
 from secperf.workloads.rfc2544 import Rfc2544Workload
-from secperf.workloads.rfc2544.executor import Steering
+from secperf.workloads.rfc2544.executor import MANAGEMENT, Steering
 
 
 def fake_dut(capacity_fps: float, *, sender_max: float = 1e9, seconds: float = 1.0):  # type: ignore[no-untyped-def]
@@ -267,14 +268,24 @@ def test_scenario_refuses_ipv6_and_a_missing_line_rate() -> None:
 class _StubHost:
     """A DUT whose interfaces have names a shell would read as commands."""
 
-    def __init__(self, ifnames: list[str]) -> None:
+    name = "dut"
+
+    def __init__(self, ifnames: list[str], management: tuple[str, ...] = ()) -> None:
         self.ifnames = ifnames
+        self.management = management
         self.calls: list[list[str]] = []
+        self.settings: list[tuple[str, str]] = []
+
+    def track_setting(self, path: str, value: str) -> None:
+        self.calls.append(["track", path, value])
+        self.settings.append((path, value))
 
     def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
         out = ""
-        if argv[:3] == ["ip", "-j", "link"]:
+        if argv[:3] == ["sh", "-c", MANAGEMENT]:
+            out = "".join(f"{n}\n" for n in self.management)
+        elif argv[:3] == ["ip", "-j", "link"]:
             out = json.dumps([{"ifname": n} for n in self.ifnames])
         elif argv[0] == "cat":
             out = "0\n"
@@ -289,7 +300,7 @@ def test_steering_passes_interface_paths_as_arguments_never_in_a_script(tmp_path
     steering = Steering(ctx, "1")  # type: ignore[arg-type]
     steering.apply()
     steering.restore()
-    writes = [c for c in host.calls if c[0] == "sh"]
+    writes = [c for c in host.calls if c[0] == "sh" and c[2] != MANAGEMENT]
     assert len(writes) == 4  # two interfaces (not lo), set and restored
     for argv in writes:
         script = argv[2]
@@ -303,6 +314,40 @@ def test_steering_passes_interface_paths_as_arguments_never_in_a_script(tmp_path
     subprocess.run(argv, check=True, cwd=tmp_path)
     assert target.read_text().strip() == "2"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_steering_records_every_mask_in_the_ledger_before_it_writes_it() -> None:
+    """issue 41: a crashed controller's lab DUT gets its rps masks back from the ledger
+    (remote_teardown.SETTINGS), so each is recorded, with its value, before it changes."""
+    host = _StubHost(["lo", "eth1", "eth2"])
+    ctx = SimpleNamespace(testbed=SimpleNamespace(host=lambda name: host))
+    Steering(ctx, "1").apply()  # type: ignore[arg-type]
+    paths = [f"/sys/class/net/{d}/queues/rx-0/rps_cpus" for d in ("eth1", "eth2")]
+    assert host.settings == [(p, "0") for p in paths]
+    for path in paths:
+        tracked = host.calls.index(["track", path, "0"])
+        written = next(i for i, c in enumerate(host.calls) if c[0] == "sh" and c[-1] == path)
+        assert tracked < written
+
+
+def test_steering_refuses_to_touch_the_management_interface() -> None:
+    host = _StubHost(["lo", "eth0", "eth1"], management=("eth0",))
+    ctx = SimpleNamespace(testbed=SimpleNamespace(host=lambda name: host))
+    with pytest.raises(EngineError, match=r"eth0.*never steers"):
+        Steering(ctx, "1").apply()  # type: ignore[arg-type]
+    assert host.settings == []
+    assert not [c for c in host.calls if c[0] == "sh" and c[2] != MANAGEMENT]
+
+
+def test_the_management_script_names_the_interface_of_the_session() -> None:
+    """MANAGEMENT as the host runs it: the interface holding $SSH_CONNECTION's local
+    address (here loopback's), nothing without a session."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SSH_CONNECTION": "127.0.0.9 5 127.0.0.1 22"}
+    got = subprocess.run(["sh", "-c", MANAGEMENT], env=env, capture_output=True, text=True)
+    assert got.stdout.split() == ["lo"]
+    env.pop("SSH_CONNECTION")
+    got = subprocess.run(["sh", "-c", MANAGEMENT], env=env, capture_output=True, text=True)
+    assert got.stdout == ""
 
 
 def test_a_latency_test_that_fails_is_kept_as_an_error_the_report_names(

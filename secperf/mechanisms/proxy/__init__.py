@@ -47,7 +47,7 @@ The switches the paper turned, one key each:
 Each daemon is started in the foreground through `host.spawn` (the host's cgroup
 and the ledger) and stopped in `release()`; every file is in the run directory.
 squid, which drops to the `proxy` user, writes its pid, cache log and access log in a
-folder of its own (mechanisms/privdrop.py: root's, under /run/secperf-daemons), copied
+folder of its own (services/privdrop.py: root's, under /run/secperf-daemons), copied
 back into the run directory when it stops: no directory of the run changes hands.
 squid keeps shared memory in /dev/shm outside the namespace: each variant's squid
 gets its own service name (`-n`), so the segments never clash between runs.
@@ -59,7 +59,6 @@ import time
 from pathlib import Path
 
 from secperf.errors import MechanismError
-from secperf.mechanisms import privdrop
 from secperf.mechanisms.base import (
     Mechanism,
     MechanismContext,
@@ -76,7 +75,6 @@ from secperf.mechanisms.proxy.config import (
     render_rule_file,
     render_squid,
     service_name,
-    shm_paths,
     squid_copies,
     squid_dir,
     squid_writes,
@@ -92,7 +90,8 @@ from secperf.mechanisms.proxy.spec import (
     STOP_TIMEOUT_S,
     ProxySpec,
 )
-from secperf.services import dns
+from secperf.mechanisms.squid import Squid
+from secperf.services import dns, privdrop
 from secperf.services.nginx import accepts
 from secperf.testbed import cgroups
 from secperf.testbed.hosts import Host, ManagedProcess
@@ -117,8 +116,7 @@ class Proxy(Mechanism):
         self._procs: list[ManagedProcess] = []
         self._limits: cgroups.LimitGroup | None = None
         self.dns_server: dns.DnsServer | None = None
-        self._shm: tuple[Ledger, list[Path]] | None = None
-        self._squid: tuple[Ledger | None, Path] | None = None
+        self._squid: Squid | None = None
 
     @staticmethod
     def directory(ctx: MechanismContext) -> Path:
@@ -192,16 +190,10 @@ class Proxy(Mechanism):
         while self._procs:
             self._procs.pop().stop(timeout=STOP_TIMEOUT_S)
         if self._squid is not None:  # its logs come back to the run directory
-            ledger, own = self._squid
-            privdrop.collect(own, ["access.log", "cache.log"], self.directory(ctx))
-            privdrop.remove_folder(ledger, own)
+            self._squid.stop(self.directory(ctx))
             self._squid = None
-        if self._shm is not None:  # squid leaves its segments behind when stopped
-            ledger, paths = self._shm
-            for path in paths:
-                path.unlink(missing_ok=True)
-                ledger.remove("file", path=str(path))
-            self._shm = None
+        if self.dns_server is not None:  # its query log comes back, its folder goes
+            self.dns_server.stop()
         self.dns_server = None
         if self._limits is not None:
             cgroups.remove_limits(_ledger(dut), self._limits)
@@ -226,32 +218,18 @@ class Proxy(Mechanism):
             )
 
     def _start_squid(self, dut: Host, ctx: MechanismContext, d: Path) -> None:
-        binary = daemon_binary("squid", "squid")
         # squid drops to the proxy user: it writes in a folder of its own, nothing else.
-        own = squid_dir(ctx)
-        privdrop.make_folder(
-            dut.ledger, own, "proxy", squid_writes(self.spec), squid_copies(self.spec, d)
-        )
-        self._squid = (dut.ledger, own)
-        conf = d / "squid.conf"
-        check = dut.run([binary, "-k", "parse", "-f", str(conf.resolve())], check=False)
-        if check.returncode != 0:
-            raise MechanismError(
-                f"squid rejects its generated config: {(check.stderr or check.stdout)[-500:]}",
-                where=str(conf),
-            )
-        ledger = dut.ledger
-        if ledger is not None:
-            for path in shm_paths(ctx):
-                ledger.add("file", path=str(path))
-            self._shm = (ledger, shm_paths(ctx))
-        self._launch(
+        self._squid = Squid(service_name(ctx))
+        proc = self._squid.start(
             dut,
-            [binary, "-N", "-n", service_name(ctx), "-f", str(conf.resolve())],
-            "squid",
-            FORWARD_PORT,
-            d,
+            binary=daemon_binary("squid", "squid"),
+            conf=d / "squid.conf",
+            out_dir=d,
+            writes=squid_writes(self.spec),
+            copies=squid_copies(self.spec, d),
         )
+        self._squid.wait(dut, FORWARD_PORT, d / "squid.stderr")
+        self._confine(proc)
 
     def _start_danted(self, dut: Host, d: Path) -> None:
         binary = daemon_binary("danted", "dante-server")
@@ -303,7 +281,8 @@ class Proxy(Mechanism):
 
     # -- DaemonMechanism -----------------------------------------------------------------
     def daemons(self) -> list[ManagedProcess]:
-        return [p for p in self._procs if p.poll() is None]
+        squid = [self._squid.proc] if self._squid is not None and self._squid.proc else []
+        return [p for p in [*self._procs, *squid] if p.poll() is None]
 
 
 def _ledger(dut: Host) -> Ledger:

@@ -5,10 +5,9 @@ the daemons with them."""
 from __future__ import annotations
 
 import ipaddress
-import re
 from pathlib import Path
 
-from secperf.mechanisms import privdrop
+from secperf.mechanisms import squid
 from secperf.mechanisms.base import (
     MechanismContext,
 )
@@ -42,18 +41,9 @@ def filler_net(i: int) -> str:
 
 
 def service_name(ctx: MechanismContext) -> str:
-    """squid's -n: names its /dev/shm segments; unique per run (table) and variant."""
-    return re.sub(r"[^A-Za-z0-9]", "", f"{ctx.table}{ctx.name}")[:48]
-
-
-SHM_DIR = Path("/dev/shm")
-SHM_SEGMENTS = ("cf__metadata.shm", "cf__queues.shm", "cf__readers.shm")
-
-
-def shm_paths(ctx: MechanismContext) -> list[Path]:
-    """The shared-memory files squid makes under its service name, outside the
-    namespace; recorded in the ledger before squid starts and removed at release."""
-    return [SHM_DIR / f"{service_name(ctx)}-{seg}" for seg in SHM_SEGMENTS]
+    """squid's -n: names its /dev/shm segments and its folder; unique per run (table)
+    and variant."""
+    return squid.service(ctx.table, ctx.name)
 
 
 # squid's external ACL helper for `rule_cache`: reads "SRC DST" lines, answers OK or ERR
@@ -111,7 +101,7 @@ def squid_writes(proxy: ProxySpec) -> tuple[str, ...]:
 
 def squid_dir(ctx: MechanismContext) -> Path:
     """The folder squid writes in (privdrop.make_folder), one per run and variant."""
-    return privdrop.RUN_ROOT / service_name(ctx)
+    return squid.folder(service_name(ctx))
 
 
 def render_squid(proxy: ProxySpec, ctx: MechanismContext, directory: Path) -> str:

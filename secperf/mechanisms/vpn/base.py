@@ -504,7 +504,7 @@ def run_local(argv: list[str], *, what: str, input: str | None = None) -> str:
     except FileNotFoundError:
         raise MechanismError(
             f"{argv[0]} is not installed ({what})",
-            fix="run `make setup` (scripts/setup.sh installs the VPN packages)",
+            fix="run `make setup-all` (scripts/setup.sh --all installs the VPN packages)",
         ) from None
     if proc.returncode != 0:
         raise MechanismError(

@@ -141,5 +141,8 @@ class ExternalHost:
     def track_file(self, path: str) -> None:
         raise self._refuse(["(a file)", path])
 
+    def track_setting(self, path: str, value: str) -> None:
+        raise self._refuse(["(a setting)", path])
+
     def __repr__(self) -> str:
         return f"ExternalHost({self._name!r})"

@@ -27,6 +27,15 @@ from dataclasses import dataclass
 
 from secperf.errors import TestbedError
 
+# IPv6 neighbour and router discovery (RFC 4861: always with hop limit 255, so never
+# from off the link): the nft name and the ip6tables name of each type.
+ND_TYPES = (
+    ("nd-router-solicit", "router-solicitation"),
+    ("nd-router-advert", "router-advertisement"),
+    ("nd-neighbor-solicit", "neighbour-solicitation"),
+    ("nd-neighbor-advert", "neighbour-advertisement"),
+)
+
 
 @dataclass(frozen=True)
 class Management:
@@ -61,13 +70,19 @@ class Management:
         return ipaddress.ip_address(self.host).version
 
     def nft_rules(self) -> list[str]:
-        """The two accepts (toward sshd, back from it), as nft statements."""
+        """The two accepts (toward sshd, back from it), as nft statements; over IPv6 also
+        neighbour and router discovery (ND_TYPES), without which the host and the
+        controller stop finding each other once their neighbour entries expire."""
         ip = "ip" if self.family == 4 else "ip6"
         c, h, p = self.controller, self.host, self.port
-        return [
+        rules = [
             f"{ip} saddr {c} {ip} daddr {h} tcp dport {p} accept",
             f"{ip} saddr {h} {ip} daddr {c} tcp sport {p} accept",
         ]
+        if self.family == 6:
+            types = ", ".join(nft for nft, _ipt in ND_TYPES)
+            rules.append(f"ip6 hoplimit 255 icmpv6 type {{ {types} }} accept")
+        return rules
 
     def iptables_rules(self, chain: str) -> list[str]:
         """The accept for one built-in chain, as an iptables-restore line."""
@@ -75,11 +90,16 @@ class Management:
         c, h, p = f"{self.controller}/{n}", f"{self.host}/{n}", self.port
         inbound = f"-I {chain} 1 -s {c} -d {h} -p tcp --dport {p} -j ACCEPT"
         outbound = f"-I {chain} 1 -s {h} -d {c} -p tcp --sport {p} -j ACCEPT"
+        nd = [
+            f"-I {chain} 1 -p ipv6-icmp -m icmp6 --icmpv6-type {ipt} -m hl --hl-eq 255 -j ACCEPT"
+            for _nft, ipt in ND_TYPES
+            if self.family == 6
+        ]
         if chain in ("INPUT", "PREROUTING"):
-            return [inbound]
+            return [inbound, *nd]
         if chain in ("OUTPUT", "POSTROUTING"):
-            return [outbound]
-        return [inbound, outbound]
+            return [outbound, *nd]
+        return [inbound, outbound, *nd]
 
 
 class GuardError(TestbedError):

@@ -331,6 +331,9 @@ class NetnsHost:
         if not any(e.get("path") == path for e in self._ledger.live_entries()):
             self._ledger.add("file", path=path)
 
+    def track_setting(self, path: str, value: str) -> None:
+        pass  # the namespace's sysctls and interfaces go with it
+
     def __repr__(self) -> str:
         return f"NetnsHost({self.role!r}, netns={self.netns!r})"
 

@@ -312,6 +312,13 @@ class Host(Protocol):
         crash."""
         ...
 
+    def track_setting(self, path: str, value: str) -> None:
+        """Record a kernel setting (a /proc/sys/net or rps_cpus file) about to be
+        changed, with `value`, what it holds now, so that teardown (and an SSH host's
+        watchdog) writes it back even after a crash. A host whose settings die with it
+        (a namespace, the run's VM) records nothing."""
+        ...
+
 
 class Backend(Host, Protocol):
     """A host as the Testbed builds, wires and removes it. Everything above the

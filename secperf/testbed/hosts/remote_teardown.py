@@ -8,7 +8,8 @@ remove lines (secperf.testbed.ledger). Its work directory is checked first
 (hosts/remote_workdir.py): a ledger others could have written is not trusted.
 Teardown stops its live processes only while pid + starttime still match
 (KILL_GROUP; a pid must be above 1), puts the host's state back as it was found
-(RESTORE: the nftables ruleset, the iptables-legacy tables, the ipsets), and removes
+(RESTORE: the nftables ruleset, the iptables-legacy tables, the ipsets; SETTINGS: the
+kernel settings a workload changed, as its `setting` lines say), and removes
 the run's files (only paths strictly inside the work directory) and the ledger, all
 over one SSH session.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from typing import Any
 
@@ -112,6 +114,61 @@ exit 0
 """
 
 
+# The kernel settings a run changes on a host (failclosed's forwarding switch, rfc2544's
+# rps masks) and may put back: a path and a value of these shapes only, nothing else.
+SETTING_PATH = re.compile(
+    r"/proc/sys/net/[a-z0-9_]+(/[a-z0-9_]+)*"
+    r"|/sys/class/net/[A-Za-z0-9_.:@-]+/queues/rx-[0-9]+/rps_cpus"
+)
+SETTING_VALUE = re.compile(r"[0-9a-f,]{1,64}")
+
+
+def setting_problem(path: str, value: str) -> str | None:
+    """Why a `setting` line with `path` and `value` would not be acted on, or None."""
+    if not SETTING_PATH.fullmatch(path) or ".." in path:
+        return f"{path!r} is not a /proc/sys/net setting or an interface's rps_cpus"
+    if not SETTING_VALUE.fullmatch(value):
+        return f"{value!r} is not a number or a CPU mask"
+    return None
+
+
+def setting_line(path: str, value: str) -> str:
+    """The ledger line of a setting about to change (what SETTINGS reads back)."""
+    return json.dumps({"op": "add", "type": "setting", "path": path, "value": value})
+
+
+# argv: sh -c SETTINGS settings LEDGER: write back every `setting` line of the ledger, the
+# newest first, so the value the run found first is the one left. The same shapes as
+# setting_problem (the path through grep -x, the value in its own class); a line of any
+# other shape is left alone. Run by teardown and by the watchdog (ssh_process.WATCHDOG).
+SETTINGS = r"""
+ledger=$1
+re='/proc/sys/net/[a-z0-9_]+(/[a-z0-9_]+)*|/sys/class/net/[A-Za-z0-9_.:@-]+/queues/rx-[0-9]+/rps_cpus'
+p='^{"op": *"add", *"type": *"setting", *"path": *"\([^" ]*\)", *"value": *"\([0-9a-f,]*\)"}$'
+sed -n "s/$p/\1 \2/p" "$ledger" 2>/dev/null | tac | while read -r path value; do
+  case $path in *..*) continue;; esac
+  printf '%s\n' "$path" | grep -qxE "$re" || continue
+  [ -n "$value" ] && [ ${#value} -le 64 ] || continue
+  [ -e "$path" ] || continue
+  [ "$(cat "$path" 2>/dev/null)" != "$value" ] || continue
+  if printf '%s\n' "$value" > "$path"; then echo "restored $path $value"
+  else echo "could not put back $path" >&2; fi
+done
+exit 0
+"""
+
+
+def restore_settings(client: Any, ledger: str, *, where: str, name: str) -> list[str]:
+    """Write back the settings the ledger names (SETTINGS); what was put back."""
+    argv = ["sh", "-c", SETTINGS, "settings", ledger]
+    got = remote_run(client, shlex.join(argv), where=where, timeout=60.0)
+    return [
+        f"{line.removeprefix('restored ')} on {name} (put back as found)"
+        for line in got.stdout.splitlines()
+        if line.startswith("restored ")
+    ]
+
+
 def remote_ledger(spec: SshSpec, prefix: str) -> str:
     """Where the run `prefix` keeps its ledger on the host."""
     return posixpath.join(spec.workdir, f"{prefix}.ledger.jsonl")
@@ -189,6 +246,8 @@ def remote_teardown(client: Any, spec: SshSpec, prefix: str) -> list[str]:
         rundir = confined(e.get("path"), spec.workdir) if e.get("type") == "state" else None
         if rundir is not None:
             removed += restore_state(client, rundir, where=where, name=spec.name)
+    if any(e.get("type") == "setting" for e in live):
+        removed += restore_settings(client, ledger, where=where, name=spec.name)
     paths = [
         path
         for e in reversed(live)

@@ -56,6 +56,8 @@ from secperf.testbed.hosts.remote_teardown import (
     remote_ledger,
     remote_rundir,
     remote_teardown,
+    setting_line,
+    setting_problem,
 )
 from secperf.testbed.hosts.remote_workdir import check_workdir
 from secperf.testbed.hosts.ssh_process import (
@@ -209,7 +211,7 @@ class SshHost:
         out = self._must(
             f"{q} version",
             "the engine does not run there",
-            "the host needs x86_64 Linux; without the static build (`make setup` makes it "
+            "the host needs x86_64 Linux; without the static build (`make setup-all` makes it "
             "in engine/target/static) the copied binary also needs Debian 12's glibc or newer",
         )
         try:
@@ -443,7 +445,20 @@ class SshHost:
         return stopped
 
     def track_file(self, path: str) -> None:
-        line = json.dumps({"op": "add", "type": "file", "path": path})
+        self._ledger_line(json.dumps({"op": "add", "type": "file", "path": path}))
+
+    def track_setting(self, path: str, value: str) -> None:
+        """A `setting` line (remote_teardown.SETTINGS writes it back, at teardown and
+        from the watchdog); only a path and value it would act on."""
+        problem = setting_problem(path, value)
+        if problem is not None:
+            raise TestbedError(
+                f"secperf puts back only network settings it can name safely: {problem}",
+                where=self.where,
+            )
+        self._ledger_line(setting_line(path, value))
+
+    def _ledger_line(self, line: str) -> None:
         q = shlex.quote
         self.run(["sh", "-c", f"printf '%s\\n' {q(line)} >> {q(self.remote_ledger)}"])
 

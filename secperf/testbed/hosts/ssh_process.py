@@ -32,7 +32,7 @@ from typing import IO, Any, cast
 
 from secperf.errors import TestbedError
 from secperf.testbed.hosts.protocol import Host, ManagedProcess, Redirect
-from secperf.testbed.hosts.remote_teardown import KILL_GROUP, RESTORE
+from secperf.testbed.hosts.remote_teardown import KILL_GROUP, RESTORE, SETTINGS
 from secperf.testbed.hosts.ssh_transport import CONNECT_TIMEOUT_S
 
 # argv: sh -c WRAPPER secperf-wrap LEDGER LABEL GRACE PROGRAM ARGS...
@@ -234,9 +234,9 @@ class RemoteProcess(ManagedProcess):
         return f"RemoteProcess(pid={self.pid}, label={self.label!r}, host={self.host!r})"
 
 
-# argv: bash -c WATCHDOG secperf-watchdog RUNDIR LEDGER DEADLINE KILL_GROUP RESTORE
+# argv: bash -c WATCHDOG secperf-watchdog RUNDIR LEDGER DEADLINE KILL_GROUP RESTORE SETTINGS
 WATCHDOG = r"""
-rundir=$1; ledger=$2; deadline=$3; kill_group=$4; restore=$5
+rundir=$1; ledger=$2; deadline=$3; kill_group=$4; restore=$5; settings=$6
 umask 077
 st=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
 printf '{"op":"add","type":"process","pid":%s,"starttime":%s,"pgid":%s,"label":"watchdog"}\n' \
@@ -267,6 +267,7 @@ sed -n "s/$p$n,\"starttime\":$n,.*/\1 \2/p" "$ledger" | while read -r pid pst; d
 done
 echo "$(now) stopped what the run started"
 sh -c "$restore" restore "$rundir"
+sh -c "$settings" settings "$ledger"
 if [ "$rc" -gt 128 ]; then
   # A dead link: sshd would hold this session (and the run's remote shell) for hours.
   # End it: the nearest sshd above this process serves this connection only.
@@ -288,7 +289,7 @@ class HostWatchdog:
         self.where = where
         self.interval = max(0.5, deadline_s / 4)
         argv = ["bash", "-c", WATCHDOG, "secperf-watchdog", rundir, ledger]
-        argv += [f"{deadline_s:g}", KILL_GROUP, RESTORE]
+        argv += [f"{deadline_s:g}", KILL_GROUP, RESTORE, SETTINGS]
         try:
             self.chan = client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
             self.chan.exec_command(shlex.join(argv))

@@ -194,5 +194,8 @@ class NetnsOrVmHost:
     def track_file(self, path: str) -> None:
         self.current.track_file(path)
 
+    def track_setting(self, path: str, value: str) -> None:
+        self.current.track_setting(path, value)
+
     def __repr__(self) -> str:
         return f"NetnsOrVmHost({self.role!r}, selected={self.selected!r})"

@@ -528,6 +528,9 @@ class VmHost:
     def track_file(self, path: str) -> None:
         self.ns.track_file(path)
 
+    def track_setting(self, path: str, value: str) -> None:
+        pass  # the guest's kernel goes with the VM
+
     def proc_stat(self) -> dict[str, int]:
         """The guest's own /proc/stat (aggregate cpu line, USER_HZ ticks)."""
         return parse_proc_stat(self.run(["cat", "/proc/stat"]).stdout)

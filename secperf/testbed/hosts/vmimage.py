@@ -37,10 +37,18 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from secperf.errors import TestbedError
+from secperf.testbed.hosts.vmcache import (
+    check_boot_files,
+    check_deb,
+    private_dir,
+    sandboxed_download_dir,
+    sha256_file,
+    take_deb,
+)
 
 RECIPE_VERSION = 1
 KERNEL_META = "linux-image-cloud-amd64"
@@ -116,7 +124,10 @@ INITTAB = """\
 
 RC = f"""\
 #!/bin/sh
-# secperf guest boot: mounts, modules, the management NIC, then the agent (inittab).
+# secperf guest boot: busybox's applets, mounts, modules, the management NIC, then the
+# agent (inittab). The applets are linked here, not when the image is built: a link
+# that exists (a Debian package's program, secperf's modprobe) is kept.
+/usr/bin/busybox --install -s
 export PATH={GUEST_PATH}
 export LD_LIBRARY_PATH={GUEST_LIBS}
 mount -t proc proc /proc
@@ -245,6 +256,9 @@ class Recipe:
     packages: dict[str, str]  # name -> Debian version
     kernel_package: str
     nfq_sha256: str
+    # name -> the .deb's SHA256 in apt's signed index (each .deb is checked against it;
+    # not in the digest: a version has one)
+    sha256: dict[str, str] = field(default_factory=dict)
 
     def files(self) -> dict[str, str]:
         """secperf's own files in the image (path -> text)."""
@@ -287,14 +301,6 @@ class Image:
     kernel: Path
     initrd: Path
     manifest: dict[str, object]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _apt(argv: list[str], *, cwd: Path | None = None, timeout: float = 300) -> str:
@@ -370,10 +376,17 @@ def resolve_recipe(nfq: Path) -> Recipe:
             f"image build: the appliance daemon {nfq} does not exist",
             fix="build the engine: cargo build --release --manifest-path engine/Cargo.toml",
         )
+    unsigned = [n for n in names if len(shown[n].get("SHA256", "")) != 64]
+    if unsigned:
+        raise TestbedError(
+            f"image build: apt's index gives no SHA256 for {', '.join(unsigned)}",
+            fix="run `apt-get update` (each .deb is checked against its signed index)",
+        )
     return Recipe(
         packages={n: shown[n]["Version"] for n in names},
         kernel_package=kernel,
         nfq_sha256=sha256_file(nfq),
+        sha256={n: shown[n]["SHA256"] for n in names},
     )
 
 
@@ -581,7 +594,8 @@ def ensure_image(nfq: Path, *, timeout: float = 600.0, log: list[str] | None = N
     """The image for this recipe: from the cache, else built now (bounded by `timeout`)."""
     recipe = resolve_recipe(nfq)
     digest = recipe.digest()
-    base = cache_root() / "vm-image"
+    private_dir(cache_root())
+    base = private_dir(cache_root() / "vm-image")
     final = base / digest
     if (final / "manifest.json").is_file():
         return _image(final)
@@ -603,7 +617,9 @@ def ensure_image(nfq: Path, *, timeout: float = 600.0, log: list[str] | None = N
 
 
 def _image(path: Path) -> Image:
+    """The built image at `path`, its kernel and initramfs checked against the manifest."""
     manifest = json.loads((path / "manifest.json").read_text())
+    check_boot_files(manifest, {"vmlinuz": path / "vmlinuz", "initrd": path / "initrd.cpio"})
     return Image(
         path=path,
         digest=str(manifest["digest"]),
@@ -623,31 +639,48 @@ def _left(deadline: float, what: str) -> float:
     return left
 
 
-def _build(recipe: Recipe, nfq: Path, stage: Path, debs: Path, deadline: float) -> None:
-    debs.mkdir(parents=True, exist_ok=True)
-    wanted = [f"{n}={v}" for n, v in sorted(recipe.packages.items())]
+def _cached_debs(recipe: Recipe, debs: Path) -> dict[str, Path]:
+    """The recipe's .debs already in the cache, each checked against its SHA256."""
     files: dict[str, Path] = {}
     for name, version in recipe.packages.items():
         epochless = version.split(":", 1)[-1]
         hits = sorted(debs.glob(f"{name}_*{epochless}_*.deb"))
         if hits:
+            check_deb(hits[0], name, version, recipe.sha256[name])
             files[name] = hits[0]
-    need = [w for w in wanted if w.split("=")[0] not in files]
-    if need:
+    return files
+
+
+def _download(recipe: Recipe, need: list[str], debs: Path, deadline: float) -> dict[str, Path]:
+    """`apt-get download` as apt's sandbox user into a folder of its own, each .deb
+    checked and moved into the cache (vmcache.take_deb)."""
+    files: dict[str, Path] = {}
+    with sandboxed_download_dir() as folder:
         _apt(
-            ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", *need],
-            cwd=debs,
+            ["apt-get", "download", "-q", *need],
+            cwd=folder,
             timeout=_left(deadline, "apt-get download"),
         )
-        for name, version in recipe.packages.items():
+        for item in need:
+            name, version = item.split("=", 1)
             epochless = version.split(":", 1)[-1]
-            hits = sorted(debs.glob(f"{name}_*{epochless}_*.deb"))
+            hits = sorted(folder.glob(f"{name}_*{epochless}_*.deb"))
             if not hits:
                 raise TestbedError(
                     f"image build: apt-get download gave no .deb for {name} {version}",
                     fix="run `apt-get update`, then again",
                 )
-            files[name] = hits[0]
+            files[name] = take_deb(hits[0], debs, name, version, recipe.sha256[name])
+    return files
+
+
+def _build(recipe: Recipe, nfq: Path, stage: Path, debs: Path, deadline: float) -> None:
+    private_dir(debs)
+    wanted = [f"{n}={v}" for n, v in sorted(recipe.packages.items())]
+    files = _cached_debs(recipe, debs)
+    need = [w for w in wanted if w.split("=")[0] not in files]
+    if need:
+        files.update(_download(recipe, need, debs, deadline))
     unpack = stage / "unpack"
     root = stage / "root"
     root.mkdir(parents=True)
@@ -673,22 +706,11 @@ def _build(recipe: Recipe, nfq: Path, stage: Path, debs: Path, deadline: float) 
         (root / "usr/lib64/ld-linux-x86-64.so.2").symlink_to(
             "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
         )
-    # busybox applets for whatever Debian's packages did not bring.
-    busybox = root / "usr/bin/busybox"
-    applets = subprocess.run(
-        [str(busybox), "--list-full"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    for applet in applets:
-        base = applet.rsplit("/", 1)[-1]
-        # A program a Debian package brought (ip, tc, sysctl...) wins over busybox's.
-        if base == "modprobe" or any(
-            (root / d / base).exists() or (root / d / base).is_symlink()
-            for d in ("usr/bin", "usr/sbin")
-        ):
-            continue
-        real = root / "usr" / applet if not applet.startswith("usr/") else root / applet
-        real.parent.mkdir(parents=True, exist_ok=True)
-        real.symlink_to("/usr/bin/busybox")
+    # busybox's applets are linked at boot (RC: `busybox --install -s`, which keeps
+    # what a Debian package brought): no program of the guest's runs here. The shell
+    # the inittab's script needs is the one link made now.
+    if not (root / "usr/bin/sh").exists():
+        (root / "usr/bin/sh").symlink_to("/usr/bin/busybox")
     (root / "init").symlink_to("/usr/bin/busybox")
     for d in ("proc", "sys", "dev", "tmp", "run", "root", "var/run"):
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -725,6 +747,8 @@ def _build(recipe: Recipe, nfq: Path, stage: Path, debs: Path, deadline: float) 
     _left(deadline, "writing the initramfs")
     write_cpio(root, out / "initrd.cpio")
     manifest = {
+        "vmlinuz_sha256": sha256_file(out / "vmlinuz"),
+        "initrd_sha256": sha256_file(out / "initrd.cpio"),
         "programs": guest_programs(root),
         "digest": recipe.digest(),
         "recipe": RECIPE_VERSION,

@@ -35,6 +35,7 @@ from secperf.errors import EngineError, SecperfError
 from secperf.search import Bracket
 from secperf.testbed import placement
 from secperf.testbed.cgroups import parse_cpus
+from secperf.testbed.hosts import Host
 from secperf.workloads.base import MeasureContext, Spec, WorkloadPoint, scalar
 from secperf.workloads.flood import keep_side
 from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
@@ -135,6 +136,21 @@ class Receiver:
         )
 
 
+# The interface holding the address the host's sshd reports for this session (the third
+# word of $SSH_CONNECTION); none outside an SSH session (a namespace, the run's VM).
+MANAGEMENT = r"""
+set -- $SSH_CONNECTION
+[ -n "$3" ] || exit 0
+ip -o addr show | awk -v a="$3" '{split($4, p, "/"); if (p[1] == a) print $2}'
+"""
+
+
+def management_interfaces(host: Host) -> set[str]:
+    """The interfaces the host's management session arrives on (see MANAGEMENT)."""
+    got = host.run(["sh", "-c", MANAGEMENT], check=False)
+    return {line.split("@")[0] for line in got.stdout.split() if line}
+
+
 def cpu_mask(cpus: str) -> str:
     """A CPU list ("1", "0-1", "0,2") as the hex mask rps_cpus takes."""
     return placement.cpu_mask(parse_cpus(cpus))
@@ -153,12 +169,23 @@ class Steering:
     before: dict[str, str] | None = None
 
     def _files(self) -> list[str]:
-        out = self.ctx.testbed.host("dut").run(["ip", "-j", "link", "show"]).stdout
-        return [
-            f"/sys/class/net/{dev['ifname']}/queues/rx-0/rps_cpus"
-            for dev in json.loads(out)
+        host = self.ctx.testbed.host("dut")
+        devices = [
+            dev["ifname"]
+            for dev in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)
             if dev.get("ifname") != "lo"
         ]
+        management = management_interfaces(host)
+        touched = sorted(set(devices) & management)
+        if touched:
+            raise EngineError(
+                f"dut_cpus would steer {', '.join(touched)} on {host.name}, the interface of "
+                "the session secperf manages it through: secperf never steers it",
+                where="rfc2544 dut_cpus",
+                fix="drop dut_cpus for a DUT reached over its test network, or manage it "
+                "through an interface it does not forward on",
+            )
+        return [f"/sys/class/net/{dev}/queues/rx-0/rps_cpus" for dev in devices]
 
     def apply(self) -> dict[str, str]:
         host = self.ctx.testbed.host("dut")
@@ -166,6 +193,8 @@ class Steering:
         self.before = {}
         for path in self._files():
             self.before[path] = host.run(["cat", path]).stdout.strip()
+            # put back by teardown (and a lab host's watchdog) if this process dies
+            host.track_setting(path, self.before[path])
             host.run(placement.write_argv(mask, path))
         return {"dut_cpus": self.cpus, "rps_mask": mask}
 
