@@ -26,8 +26,9 @@ for arg in "$@"; do
 done
 
 # scenarios/quick.toml: ip and tc (iproute2), nft, conntrack (secperf.run.preflight's
-# tools_for); python3-venv for .venv.
-RUN_PACKAGES=(iproute2 nftables conntrack procps python3-venv)
+# tools_for); python3-venv for .venv; bpftrace and perf for its traced and attribution
+# rounds (the softirq time, the hot rules' CPU profile).
+RUN_PACKAGES=(iproute2 nftables conntrack procps python3-venv bpftrace linux-perf)
 
 ALL_PACKAGES=("${RUN_PACKAGES[@]}" iptables ipset ethtool iputils-ping
           iperf3 sockperf netsniff-ng hping3
@@ -50,12 +51,7 @@ ALL_PACKAGES=("${RUN_PACKAGES[@]}" iptables ipset ethtool iputils-ping
           wrk  # bench/http_ftp_vs_peers.py: the engine's HTTP client against wrk
           # remote hosts: the tests run real OpenSSH servers in namespaces as the "remote" machines
           openssh-server openssh-client
-          # the kernel's softirq time, exactly (irq:softirq_entry/exit tracepoints), in
-          # the traced round of each point (docs/methodology.md, "The mechanism's own cost")
-          bpftrace
-          # perf (cpu-clock sampling, no PMU needed): the attribution round's CPU profile
-          # of each configuration, where the cost goes (docs/methodology.md, "Where the cost goes")
-          linux-perf)
+          )
 
 if [ "$mode" = all ]; then PACKAGES=("${ALL_PACKAGES[@]}"); else PACKAGES=("${RUN_PACKAGES[@]}"); fi
 if [ "$list" -eq 1 ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi
