@@ -104,6 +104,7 @@ def review_scenario(
     interfaces: Mapping[str, str] | None = None,
     duration: str = "1s",
     budget: float | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
     """The scenario the review runs (a dict the scenario loader validates)."""
     for path in (current, proposed):
@@ -139,8 +140,13 @@ def review_scenario(
         "variants": {CURRENT: variant(current, CURRENT), PROPOSED: variant(proposed, PROPOSED)},
         "workloads": [{"kind": "flows", "name": "flows", "traffic": traffic, "duration": duration}],
     }
+    repeat: dict[str, Any] = {}
     if budget is not None:
-        scenario["repeat"] = {"budget": budget}
+        repeat["budget"] = budget
+    if rounds is not None:
+        repeat["min"] = repeat["max"] = rounds
+    if repeat:
+        scenario["repeat"] = repeat
     return scenario
 
 

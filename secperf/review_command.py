@@ -71,6 +71,12 @@ def review(
         float | None,
         typer.Option("--budget", metavar="SECONDS", help="Time for the measured rounds."),
     ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds", metavar="N", help="Exactly N paired rounds (default: until the target)."
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
     ] = Path("results"),
@@ -98,6 +104,7 @@ def review(
             interfaces=parse_interfaces(interfaces) if interfaces else None,
             duration=duration,
             budget=budget,
+            rounds=rounds,
         )
         text = tomli_w.dumps(data)
         if print_scenario:

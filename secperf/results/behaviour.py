@@ -39,6 +39,7 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
                 "decided_by": row.get("decided_by"),
                 "own": row.get("own", True),
                 "derived_for": row.get("derived_for"),
+                "matched": row.get("matched") or [],
             }
     changes = [
         f
@@ -58,7 +59,10 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
             if f["expect"] == "accept" and derived is not None:
                 total += 1
             wrong = (f["expect"] == "accept") != (mine["verdict"] == "accept")
-            other_rule = derived is not None and mine["decided_by"] != derived
+            # it reached its rule: that rule decided it, or matched it on the way (a NAT
+            # statement's flow is decided by the filter rule that lets it through)
+            reached = mine["decided_by"] == derived or derived in mine.get("matched", [])
+            other_rule = derived is not None and not reached
             if f["expect"] == "accept" and derived is not None and not wrong and not other_rule:
                 hit += 1
             if wrong or other_rule:

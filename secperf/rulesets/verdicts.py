@@ -17,6 +17,7 @@ filter-chain rule that accepted it (a chain's policy when no rule did).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -77,6 +78,8 @@ class Decision:
     table: str | None = None
     chain: str | None = None
     handle: int | None = None  # None with a chain: that chain's policy
+    # every rule the packet matched on its way (family, table, chain, handle), in order
+    matched: tuple[tuple[str, str, str, int], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -287,7 +290,13 @@ def _decisions(
             continue
         name = keys.get(_key(f.get("saddr", ""), f.get("daddr", ""), int(sport)))
         if name is not None and name not in out:
-            out[name] = decide(trace.steps, filters)
+            d = decide(trace.steps, filters)
+            hits = tuple(
+                (st.family, st.table, st.chain, st.handle)
+                for st in trace.steps
+                if st.handle is not None
+            )
+            out[name] = dataclasses.replace(d, matched=hits)
     return out
 
 

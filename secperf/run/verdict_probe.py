@@ -45,6 +45,25 @@ def chain_positions(dut: Host) -> dict[tuple[str, str, str, int], int]:
     return places
 
 
+def rule_name(
+    family: str,
+    table: str,
+    chain: str,
+    handle: int,
+    places: dict[tuple[str, str, str, int], int],
+    mechanisms: Sequence[tuple[Mechanism, MechanismContext]],
+) -> str:
+    """A loaded rule as a person reads it: its file:line where a mechanism knows it."""
+    index = places.get((family, table, chain, handle))
+    if index is None:
+        return f"{family} {table} {chain}, handle {handle}"
+    for mech, _ctx in mechanisms:
+        where = mech.rule_source(family, table, chain, index)
+        if where is not None:
+            return where
+    return f"{family} {table} {chain}, rule {index + 1}"
+
+
 def decided_by(
     d: Decision,
     places: dict[tuple[str, str, str, int], int],
@@ -57,14 +76,7 @@ def decided_by(
         return "no rule: every chain's policy accepts"
     if d.handle is None:
         return f"the policy of {d.family} {d.table} {d.chain}"
-    index = places.get((d.family, d.table, d.chain, d.handle))
-    if index is not None:
-        for mech, _ctx in mechanisms:
-            where = mech.rule_source(d.family, d.table, d.chain, index)
-            if where is not None:
-                return where
-        return f"{d.family} {d.table} {d.chain}, rule {index + 1}"
-    return f"{d.family} {d.table} {d.chain}, handle {d.handle}"
+    return rule_name(d.family, d.table, d.chain, d.handle, places, mechanisms)
 
 
 def probe_variant(
@@ -97,6 +109,8 @@ def probe_variant(
                 "origin": pf.flow.origin,
                 **d.as_dict(),
                 "decided_by": decided_by(d, places, mechanisms),
+                # the rules it matched on its way: did it reach the rule it was made for?
+                "matched": [rule_name(*m, places, mechanisms) for m in d.matched],
             }
         )
     return rows
