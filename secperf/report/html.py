@@ -37,6 +37,7 @@ from secperf.report.answer import (
     verdicts,
 )
 from secperf.report.attribution import cost_lines
+from secperf.report.behaviour import behaviour_lines
 from secperf.report.distributions import delay_charts
 from secperf.report.forest import forest_charts
 from secperf.report.gate import (
@@ -243,6 +244,12 @@ def render_html(
         f"<h1>{escape(head[0])}</h1>",
         *([f'<p class="lead">{escape(description)}</p>'] if description else []),
     ]
+    if summary.get("behaviour"):
+        # a rule-set review: what the variants decide differently, before any cost
+        lines = behaviour_lines(summary["behaviour"])
+        body.append('<h2 id="behaviour">Behaviour</h2>')
+        body.append(f'<p class="note">{escape(lines[0])}</p>')
+        body.append(f'<pre class="behaviour">{escape(chr(10).join(lines[1:]))}</pre>')
     answer = _answer_html(summary, run_meta)
     forest = forest_charts(summary)
     parts.charts += forest

@@ -105,6 +105,9 @@ def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) 
         for f in b["flows"]:
             if f["expect"] == "deny":
                 assert f["variants"][variant]["verdict"] == "deny", f
+    html = (run_dir / "report.html").read_text()
+    assert html.index('id="behaviour"') < html.index('id="answer"')
+    assert "1 flow(s) decided differently" in html
     # the map is kept, and the slower set walks its 500 rules
     meta = json.loads((run_dir / "run.json").read_text())
     assert any("10.1.0.0/16 ->" in line for line in meta["rule_set_map"]["lines"])
