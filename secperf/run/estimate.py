@@ -66,7 +66,7 @@ def estimate(scenario: Scenario) -> Estimate:
         the attribution round's two (profiled, counted; the baseline's one)."""
         if WORKLOADS.get(p.kind).work_unit is None:
             return 0
-        return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attribution)
+        return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attributes)
 
     least = scenario.repeat.min
     minimum = sum(point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs)

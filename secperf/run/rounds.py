@@ -256,7 +256,7 @@ class Rounds:
             if not state.traced and rep.trace_softirq and unit is not None and state.variants:
                 state.traced = True
                 self._traced_round(testbed, state)
-            if not state.attributed and rep.attribution and unit is not None and state.variants:
+            if not state.attributed and rep.attributes and unit is not None and state.variants:
                 state.attributed = True
                 self._attribution_round(testbed, state)
         finally:

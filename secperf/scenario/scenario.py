@@ -87,8 +87,14 @@ class Repeat(StrictModel):
     trace_softirq: bool = True
     # One more round per point for where the cost goes: each configuration profiled
     # (perf cpu-clock sampling) and its packet filters' rules counted on a copy of the
-    # live rule set (hot rules, rules walked per chain); its rates are not used.
-    attribution: bool = True
+    # live rule set (hot rules, rules walked per chain); its rates are not used. Not
+    # given: as trace_softirq (a file that leaves one extra round out leaves both).
+    attribution: bool | None = None
+
+    @property
+    def attributes(self) -> bool:
+        """Whether the attribution round runs."""
+        return self.trace_softirq if self.attribution is None else self.attribution
 
     @field_validator("confidence", mode="before")
     @classmethod
