@@ -11,6 +11,7 @@ use socket2::{Domain, Socket, Type};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::{self, Kind, ServerEnv, ServerSetup};
+use crate::rt::guard::{Admission, Budget, Peers, Reservation, MAX_SERVER_MEMORY};
 use crate::rt::net::would_block;
 use crate::rt::shared::Shared;
 use crate::rt::target;
@@ -44,6 +45,8 @@ pub const MAX_TESTS: usize = 64;
 pub struct Server {
     listener: TcpListener,
     opts: ServeOptions,
+    /// The memory its concurrent tests may hold together.
+    budget: Arc<Budget>,
 }
 
 impl Server {
@@ -72,6 +75,7 @@ impl Server {
         Ok(Server {
             listener: s.into(),
             opts,
+            budget: Budget::new(MAX_SERVER_MEMORY),
         })
     }
 
@@ -100,11 +104,12 @@ impl Server {
                     }
                     let opts = self.opts.clone();
                     let slot = active.clone();
+                    let budget = self.budget.clone();
                     let spawned =
                         std::thread::Builder::new()
                             .name("control".into())
                             .spawn(move || {
-                                handle_control(stream, peer, &opts);
+                                handle_control(stream, peer, &opts, &budget);
                                 slot.fetch_sub(1, SeqCst);
                             });
                     if let Err(e) = spawned {
@@ -142,7 +147,7 @@ fn refuse_busy(stream: TcpStream, peer: SocketAddr) {
     let _ = conn.send(&ErrorReply::from_error(&e));
 }
 
-fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
+fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions, budget: &Arc<Budget>) {
     let local_ip = match stream.local_addr() {
         Ok(a) => a.ip().to_canonical(),
         Err(_) => return,
@@ -153,7 +158,7 @@ fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
         let _ = conn.send(&ErrorReply::from_error(&e));
         return;
     }
-    if let Err(e) = run_test(&mut conn, local_ip, peer.ip(), opts) {
+    if let Err(e) = run_test(&mut conn, local_ip, peer.ip(), opts, budget) {
         eprintln!("secperf-engine: test from {} ended: {}", peer, e);
         let _ = conn.send(&ErrorReply::from_error(&e));
     }
@@ -164,6 +169,7 @@ fn run_test(
     local_ip: IpAddr,
     peer: IpAddr,
     opts: &ServeOptions,
+    budget: &Arc<Budget>,
 ) -> Result<()> {
     let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
     let spec_value = match conn.recv(SETUP_WAIT).map_err(lost)? {
@@ -189,10 +195,20 @@ fn run_test(
     };
     let spec = Spec::from_value(spec_value)?;
     spec.check_local_limits()?;
+    // The test's memory, held until it ends (the spec's own cap was checked
+    // as it was read).
+    let _memory: Reservation = budget.reserve(spec.server_memory())?;
+    // Its data sockets serve the peer and the addresses the spec declares,
+    // and only as many connections as it opens.
+    let peer = peer.to_canonical();
+    let admit = Admission::new(
+        Peers::new(peer, spec.declared_sources()),
+        spec.data_connections(),
+    );
     let env = ServerEnv {
         ip: local_ip,
         data_ports: opts.data_ports,
-        peer: peer.to_canonical(),
+        admit: admit.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
     let kind = kinds::of(spec);
@@ -208,6 +224,9 @@ fn run_test(
     // Whatever happened, the test's threads end now.
     shared.stop.store(true, Relaxed);
     shared.abort.store(true, Relaxed);
+    if let Some(what) = admit.refused() {
+        eprintln!("secperf-engine: test from {}: {}", peer, what);
+    }
     r
 }
 

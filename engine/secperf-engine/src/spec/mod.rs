@@ -8,6 +8,7 @@
 //! old names (`message_size`, `request_size`, `response_size`); the resolved
 //! spec uses the new ones.
 
+mod budget;
 mod common;
 mod connections;
 mod crr;
@@ -26,6 +27,7 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, Result};
 use crate::rt::target;
 
+pub use budget::check_helpers;
 pub(crate) use common::KindSpec;
 pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protocol};
 pub use connections::ConnectionsSpec;
@@ -235,6 +237,7 @@ impl Spec {
         if let Spec::Mix(m) = &mut spec {
             m.given = Value::Object(given);
         }
+        spec.check_server_bounds()?;
         Ok(spec)
     }
 
