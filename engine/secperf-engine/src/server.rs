@@ -11,7 +11,7 @@ use socket2::{Domain, Socket, Type};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::{self, Kind, ServerEnv, ServerSetup};
-use crate::rt::guard::{Admission, Budget, Peers, Reservation, MAX_SERVER_MEMORY};
+use crate::rt::guard::{Admission, Budget, Reservation, MAX_SERVER_MEMORY};
 use crate::rt::net::would_block;
 use crate::rt::shared::Shared;
 use crate::rt::target;
@@ -202,7 +202,7 @@ fn run_test(
     // and only as many connections as it opens.
     let peer = peer.to_canonical();
     let admit = Admission::new(
-        Peers::new(peer, spec.declared_sources()),
+        spec.served_peers(peer, opts.allow_any_target)?,
         spec.data_connections(),
     );
     let env = ServerEnv {

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Seq
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use socket2::SockRef;
 
 use crate::error::{EngineError, Result};
@@ -43,20 +44,123 @@ pub fn size_words(n: u64) -> String {
     }
 }
 
+/// An address, or a prefix of them (`198.18.5.0/24`): a source a test's
+/// data sockets serve. Read and written as text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    net: IpAddr,
+    len: u8,
+}
+
+impl Prefix {
+    /// Its first and last addresses.
+    pub fn ends(&self) -> (IpAddr, IpAddr) {
+        match self.net {
+            IpAddr::V4(a) => {
+                let host = u32::MAX.checked_shr(u32::from(self.len)).unwrap_or(0);
+                let first = u32::from(a) & !host;
+                (
+                    IpAddr::from(first.to_be_bytes()),
+                    IpAddr::from((first | host).to_be_bytes()),
+                )
+            }
+            IpAddr::V6(a) => {
+                let host = u128::MAX.checked_shr(u32::from(self.len)).unwrap_or(0);
+                let first = u128::from(a) & !host;
+                (
+                    IpAddr::from(first.to_be_bytes()),
+                    IpAddr::from((first | host).to_be_bytes()),
+                )
+            }
+        }
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let (first, last) = self.ends();
+        match (ip.to_canonical(), first, last) {
+            (IpAddr::V4(x), IpAddr::V4(f), IpAddr::V4(l)) => f <= x && x <= l,
+            (IpAddr::V6(x), IpAddr::V6(f), IpAddr::V6(l)) => f <= x && x <= l,
+            _ => false,
+        }
+    }
+
+    pub fn is_ipv6(&self) -> bool {
+        self.net.is_ipv6()
+    }
+}
+
+impl From<IpAddr> for Prefix {
+    fn from(ip: IpAddr) -> Prefix {
+        let ip = ip.to_canonical();
+        Prefix {
+            net: ip,
+            len: if ip.is_ipv4() { 32 } else { 128 },
+        }
+    }
+}
+
+impl std::str::FromStr for Prefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Prefix, String> {
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let net: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{:?} is not an address or ADDR/LEN", s))?;
+        let net = net.to_canonical();
+        let most = if net.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            None => most,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|&l| l <= most)
+                .ok_or_else(|| format!("{:?}: the prefix length must be 0..={}", s, most))?,
+        };
+        Ok(Prefix { net, len })
+    }
+}
+
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let most = if self.net.is_ipv4() { 32 } else { 128 };
+        if self.len == most {
+            write!(f, "{}", self.net)
+        } else {
+            write!(f, "{}/{}", self.ends().0, self.len)
+        }
+    }
+}
+
+impl Serialize for Prefix {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Prefix {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Prefix, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The sources a test's data sockets serve: the control connection's peer
-/// and the addresses its spec declared.
+/// and the addresses (or prefixes) its spec declared.
 #[derive(Clone, Debug)]
 pub struct Peers {
-    allowed: Vec<IpAddr>,
+    allowed: Vec<Prefix>,
 }
 
 impl Peers {
-    pub fn new(peer: IpAddr, declared: impl IntoIterator<Item = IpAddr>) -> Peers {
-        let mut allowed = vec![peer.to_canonical()];
-        for ip in declared {
-            let ip = ip.to_canonical();
-            if !allowed.contains(&ip) {
-                allowed.push(ip);
+    pub fn new(peer: IpAddr, declared: impl IntoIterator<Item = Prefix>) -> Peers {
+        let mut allowed = vec![Prefix::from(peer)];
+        for p in declared {
+            if !allowed.contains(&p) {
+                allowed.push(p);
             }
         }
         Peers { allowed }
@@ -64,12 +168,11 @@ impl Peers {
 
     /// Whether `ip` is the peer or one of the declared addresses.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.allowed.contains(&ip)
+        self.allowed.iter().any(|p| p.contains(ip))
     }
 
     /// Every address served (the peer first), e.g. for a helper process.
-    pub fn addresses(&self) -> &[IpAddr] {
+    pub fn addresses(&self) -> &[Prefix] {
         &self.allowed
     }
 
@@ -280,11 +383,35 @@ mod tests {
     fn peers_match_canonically() {
         let p = Peers::new(
             "::ffff:198.18.1.2".parse().unwrap(),
-            ["198.18.1.3".parse().unwrap()],
+            [
+                "198.18.1.3".parse().unwrap(),
+                "198.18.5.0/24".parse().unwrap(),
+            ],
         );
         assert!(p.contains("198.18.1.2".parse().unwrap()));
         assert!(p.contains("::ffff:198.18.1.3".parse().unwrap()));
         assert!(!p.contains("198.18.1.4".parse().unwrap()));
+        assert!(p.contains("198.18.5.255".parse().unwrap()));
+        assert!(!p.contains("198.18.6.0".parse().unwrap()));
+    }
+
+    #[test]
+    fn prefixes_read_and_write_as_text() {
+        let p: Prefix = "2001:2:0:5::7/64".parse().unwrap();
+        assert_eq!(p.to_string(), "2001:2:0:5::/64");
+        assert_eq!(
+            p.ends().1,
+            "2001:2:0:5:ffff:ffff:ffff:ffff".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            "198.18.1.1".parse::<Prefix>().unwrap().to_string(),
+            "198.18.1.1"
+        );
+        assert!("198.18.1.1/33".parse::<Prefix>().is_err());
+        assert!("0.0.0.0/0"
+            .parse::<Prefix>()
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
     }
 
     #[test]

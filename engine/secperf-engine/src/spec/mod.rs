@@ -8,7 +8,6 @@
 //! old names (`message_size`, `request_size`, `response_size`); the resolved
 //! spec uses the new ones.
 
-mod budget;
 mod common;
 mod connections;
 mod crr;
@@ -17,6 +16,7 @@ mod http;
 mod latency;
 mod mix;
 mod rr;
+mod serving;
 mod stream;
 
 use std::net::IpAddr;
@@ -27,7 +27,6 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, Result};
 use crate::rt::target;
 
-pub use budget::check_helpers;
 pub(crate) use common::KindSpec;
 pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protocol};
 pub use connections::ConnectionsSpec;
@@ -37,6 +36,7 @@ pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};
 pub use rr::RrSpec;
+pub use serving::check_helpers;
 pub use stream::StreamSpec;
 
 pub use crate::wire::ftp::Mode;

@@ -5,7 +5,7 @@
 //! accepts until it holds its `cap`) and report their state as JSON lines.
 
 use std::io::{self, Write};
-use std::net::{IpAddr, TcpListener};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use socket2::SockRef;
 
 use crate::error::{EngineError, Result};
 use crate::rt::evloop::{self, Got, Poller};
-use crate::rt::guard::Peers;
+use crate::rt::guard::{Peers, Prefix};
 use crate::rt::sys;
 use crate::spec::Close;
 
@@ -249,7 +249,7 @@ pub struct HoldJob {
     pub cap: u64,
     /// The addresses it serves: the control connection's peer first, then
     /// those the spec declared.
-    pub peers: Vec<IpAddr>,
+    pub peers: Vec<Prefix>,
     pub close: Close,
     pub nofile_want: u64,
 }
@@ -295,12 +295,12 @@ pub fn hold_worker(job: HoldJob) -> Result<()> {
     };
     let stop = || done.load(Relaxed);
     let cap = usize::try_from(job.cap).unwrap_or(usize::MAX);
-    let Some((&peer, declared)) = job.peers.split_first() else {
+    let Some((peer, declared)) = job.peers.split_first() else {
         return Err(EngineError::Internal(
             "a connections helper was given no peer to serve: report this bug".into(),
         ));
     };
-    let peers = Peers::new(peer, declared.iter().copied());
+    let peers = Peers::new(peer.ends().0, declared.iter().copied());
     hold_loop(&listener, &stop, &peers, cap, job.close, st, &mut report)
 }
 

@@ -8,8 +8,9 @@
 use std::net::IpAddr;
 
 use crate::error::{EngineError, Result};
-use crate::rt::guard::{size_words, MAX_HELPERS, MAX_TEST_MEMORY};
+use crate::rt::guard::{size_words, Peers, Prefix, MAX_HELPERS, MAX_TEST_MEMORY};
 use crate::rt::net::SCRATCH;
+use crate::rt::target;
 use crate::spec::common::{Direction, Protocol};
 use crate::spec::{ConnectionsSpec, Spec};
 
@@ -36,17 +37,50 @@ fn need(bytes: u64, field: &'static str, how: String) -> Need {
 
 impl Spec {
     /// The addresses the spec declares its data comes from, besides the
-    /// control connection's peer: `bind`, and `sources` (latency,
-    /// connections). The server serves these and no other.
-    pub fn declared_sources(&self) -> Vec<IpAddr> {
+    /// control connection's peer, each with the field that names it: `bind`,
+    /// `sources` (latency, connections) and `peers` (the same through a NAT).
+    pub fn declared_sources(&self) -> Vec<(String, Prefix)> {
+        let one = |field: &str, ip: &Option<IpAddr>| {
+            ip.iter()
+                .map(|&ip| (field.to_string(), Prefix::from(ip)))
+                .collect::<Vec<_>>()
+        };
+        let list = |field: &str, v: &[Prefix]| {
+            v.iter()
+                .enumerate()
+                .map(|(i, &p)| (format!("{}[{}]", field, i), p))
+                .collect::<Vec<_>>()
+        };
+        let addrs = |v: &[IpAddr]| v.iter().map(|&ip| Prefix::from(ip)).collect::<Vec<_>>();
         match self {
-            Spec::Stream(s) => s.bind.into_iter().collect(),
-            Spec::Rr(s) => s.bind.into_iter().collect(),
-            Spec::Crr(s) => s.bind.into_iter().collect(),
-            Spec::Latency(s) => s.sources.clone(),
-            Spec::Connections(s) => s.bind.into_iter().chain(s.sources.clone()).collect(),
+            Spec::Stream(s) => one("bind", &s.bind),
+            Spec::Rr(s) => one("bind", &s.bind),
+            Spec::Crr(s) => one("bind", &s.bind),
+            Spec::Latency(s) => {
+                [list("sources", &addrs(&s.sources)), list("peers", &s.peers)].concat()
+            }
+            Spec::Connections(s) => [
+                one("bind", &s.bind),
+                list("sources", &addrs(&s.sources)),
+                list("peers", &s.peers),
+            ]
+            .concat(),
             Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) => Vec::new(),
         }
+    }
+
+    /// The sources a server serves for this test: the control connection's
+    /// `peer` and what the spec declares, each of which (a source is one the
+    /// server answers, so sends to) must lie in the testbed ranges unless the
+    /// server runs with --allow-any-target.
+    pub fn served_peers(&self, peer: IpAddr, allow_any: bool) -> Result<Peers> {
+        let declared = self.declared_sources();
+        for (field, p) in &declared {
+            let (first, last) = p.ends();
+            target::check(field, first, allow_any)?;
+            target::check(field, last, allow_any)?;
+        }
+        Ok(Peers::new(peer, declared.into_iter().map(|(_, p)| p)))
     }
 
     /// How many data connections the test opens to the server in all (None:
