@@ -230,6 +230,8 @@ fn run(
     }
     let nofile = sys::raise_nofile_to(spec.connections + SPARE_FDS);
     let cap = per_process(spec.per_process, nofile);
+    // At most MAX_HELPERS helper processes on this side too.
+    check_helpers(spec, Some(cap))?;
     let procs = shard::processes(spec.connections, cap);
     let (mut conn, setup) = base::setup(server, spec.to_value())?;
     let data = SocketAddr::new(server.ip(), setup.data_port);
