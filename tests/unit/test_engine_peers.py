@@ -1,0 +1,53 @@
+"""The engine server answers only the control connection's peer and the addresses a
+spec declares (docs/security.md, "What the engine's server accepts"): a NAT that
+translates the client's emulated hosts makes the server see other addresses, so the
+spec declares what the NAT makes of them (`peers`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from secperf.mechanisms.base import MechanismContext, traffic_plan
+from secperf.mechanisms.nat import Nat, NatSpec
+from secperf.testbed.topology import Topology
+from secperf.workloads.base import MeasureContext
+from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
+
+
+def _specs(tmp_path: Path, mode: str | None) -> dict[str, object]:
+    topo = Topology.standard(emulated_hosts=2)
+    plan = traffic_plan(topo, 4)
+    mechanisms = []
+    if mode is not None:
+        nat = Nat(NatSpec(mode=mode))  # type: ignore[arg-type]
+        mechanisms.append(
+            (nat, MechanismContext(plan=plan, files_dir=tmp_path, name="v.0", table="t"))
+        )
+    ctx = MeasureContext(
+        testbed=None,  # type: ignore[arg-type]
+        topology=topo,
+        plan=plan,
+        family=4,
+        variant="v",
+        direct=False,
+        target="198.18.2.2:5201",
+        mechanisms=mechanisms,  # type: ignore[arg-type]
+    )
+    workload = LatencyWorkload.model_validate({"kind": "latency"})
+    spec, _ = LatencyExecutor().specs(ctx, workload)
+    return spec
+
+
+def test_a_latency_test_through_a_static_or_pool_nat_declares_the_public_side(
+    tmp_path: Path,
+) -> None:
+    for mode in ("static", "pool"):
+        spec = _specs(tmp_path, mode)
+        assert spec["sources"], spec  # the emulated hosts, which the NAT translates
+        assert spec["peers"] == ["198.18.5.0/24"], spec
+
+
+def test_without_a_translation_of_the_sources_nothing_more_is_declared(tmp_path: Path) -> None:
+    # PAT translates the control connection to the same address as the probes.
+    for mode in (None, "pat"):
+        assert "peers" not in _specs(tmp_path, mode)
