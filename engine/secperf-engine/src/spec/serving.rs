@@ -1,9 +1,10 @@
-//! What a spec asks of the server that serves it: the addresses its data
-//! comes from besides the control connection's peer, how many data
-//! connections it opens, how much memory the server's side holds, and how
-//! many helper processes it may start. The server lets in nothing more
-//! (rt::guard); a spec whose server side would hold more than one test may
-//! is refused here, on both sides, before any traffic.
+//! What a spec asks of the server that serves it, kind by kind (`Spec`'s
+//! methods in spec/mod.rs pick the kind): the addresses its data comes from
+//! besides the control connection's peer, how many data connections it
+//! opens, how much memory the server's side holds, and how many helper
+//! processes it may start. The server lets in nothing more (rt::guard); a
+//! spec whose server side would hold more than one test may is refused when
+//! it is read, on both sides, before any traffic.
 
 use std::net::IpAddr;
 
@@ -12,7 +13,10 @@ use crate::rt::guard::{size_words, Peers, Prefix, MAX_HELPERS, MAX_TEST_MEMORY};
 use crate::rt::net::SCRATCH;
 use crate::rt::target;
 use crate::spec::common::{Direction, Protocol};
-use crate::spec::{ConnectionsSpec, Spec};
+use crate::spec::connections::ConnectionsSpec;
+use crate::spec::crr::CrrSpec;
+use crate::spec::rr::RrSpec;
+use crate::spec::stream::StreamSpec;
 
 /// What a UDP receiving thread reads a datagram into.
 const DATAGRAM: u64 = 65536;
@@ -25,8 +29,8 @@ const LATENCY: u64 = 8 << 20;
 const PER_CONNECTION: u64 = 256;
 
 /// The server side's memory, with the field to lower and how it adds up.
-struct Need {
-    bytes: u64,
+pub struct Need {
+    pub bytes: u64,
     field: &'static str,
     how: String,
 }
@@ -35,181 +39,155 @@ fn need(bytes: u64, field: &'static str, how: String) -> Need {
     Need { bytes, field, how }
 }
 
-impl Spec {
-    /// The addresses the spec declares its data comes from, besides the
-    /// control connection's peer, each with the field that names it: `bind`,
-    /// `sources` (latency, connections) and `peers` (the same through a NAT).
-    pub fn declared_sources(&self) -> Vec<(String, Prefix)> {
-        let one = |field: &str, ip: &Option<IpAddr>| {
-            ip.iter()
-                .map(|&ip| (field.to_string(), Prefix::from(ip)))
-                .collect::<Vec<_>>()
-        };
-        let list = |field: &str, v: &[Prefix]| {
-            v.iter()
-                .enumerate()
-                .map(|(i, &p)| (format!("{}[{}]", field, i), p))
-                .collect::<Vec<_>>()
-        };
-        let addrs = |v: &[IpAddr]| v.iter().map(|&ip| Prefix::from(ip)).collect::<Vec<_>>();
-        match self {
-            Spec::Stream(s) => one("bind", &s.bind),
-            Spec::Rr(s) => one("bind", &s.bind),
-            Spec::Crr(s) => one("bind", &s.bind),
-            Spec::Latency(s) => {
-                [list("sources", &addrs(&s.sources)), list("peers", &s.peers)].concat()
-            }
-            Spec::Connections(s) => [
-                one("bind", &s.bind),
-                list("sources", &addrs(&s.sources)),
-                list("peers", &s.peers),
-            ]
-            .concat(),
-            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) => Vec::new(),
-        }
-    }
+/// A declared address and the field that names it.
+pub type Declared = (String, Prefix);
 
-    /// The sources a server serves for this test: the control connection's
-    /// `peer` and what the spec declares, each of which (a source is one the
-    /// server answers, so sends to) must lie in the testbed ranges unless the
-    /// server runs with --allow-any-target.
-    pub fn served_peers(&self, peer: IpAddr, allow_any: bool) -> Result<Peers> {
-        let declared = self.declared_sources();
-        for (field, p) in &declared {
-            let (first, last) = p.ends();
-            target::check(field, first, allow_any)?;
-            target::check(field, last, allow_any)?;
-        }
-        Ok(Peers::new(peer, declared.into_iter().map(|(_, p)| p)))
-    }
+/// `bind`, if given.
+pub fn bind(ip: &Option<IpAddr>) -> Vec<Declared> {
+    ip.iter()
+        .map(|&ip| ("bind".to_string(), Prefix::from(ip)))
+        .collect()
+}
 
-    /// How many data connections the test opens to the server in all (None:
-    /// not counted here: UDP, or crr, whose server holds one connection at a
-    /// time per accepting thread).
-    pub fn data_connections(&self) -> Option<u64> {
-        match self {
-            Spec::Stream(s) if s.common.protocol == Protocol::Tcp => {
-                let dirs = if s.direction == Direction::Both { 2 } else { 1 };
-                Some(s.parallel as u64 * dirs)
-            }
-            Spec::Rr(s) if s.common.protocol == Protocol::Tcp => Some(1),
-            Spec::Connections(s) => Some(s.connections),
-            Spec::Stream(_)
-            | Spec::Rr(_)
-            | Spec::Crr(_)
-            | Spec::Latency(_)
-            | Spec::Http(_)
-            | Spec::Flood(_)
-            | Spec::Mix(_) => None,
-        }
-    }
+/// A list field, each entry named `field[i]`.
+pub fn list<T: Copy + Into<Prefix>>(field: &str, v: &[T]) -> Vec<Declared> {
+    v.iter()
+        .enumerate()
+        .map(|(i, &p)| (format!("{}[{}]", field, i), p.into()))
+        .collect()
+}
 
-    fn server_need(&self) -> Need {
-        match self {
-            Spec::Stream(s) => {
-                let msg = s.message as u64;
-                let (receivers, read) = match s.common.protocol {
-                    Protocol::Tcp => (
-                        if s.direction.client_sends() {
-                            s.parallel as u64
-                        } else {
-                            0
-                        },
-                        msg.max(MIN_READ).max(s.rcvlowat as u64),
-                    ),
-                    Protocol::Udp => (
-                        if s.direction == Direction::Receive {
-                            1
-                        } else {
-                            s.parallel as u64
-                        },
-                        DATAGRAM,
-                    ),
-                };
-                // The senders share one message.
-                let send = if s.direction.client_receives() {
-                    msg
-                } else {
-                    0
-                };
-                need(
-                    receivers * read + send,
-                    "message",
-                    format!(
-                        "{} receiving streams × {} read buffer + {} shared send buffer",
-                        receivers,
-                        size_words(read),
-                        size_words(send)
-                    ),
-                )
-            }
-            Spec::Rr(s) => {
-                let read = match s.common.protocol {
-                    Protocol::Tcp => (s.request as u64).min(SCRATCH as u64),
-                    Protocol::Udp => DATAGRAM,
-                };
-                need(
-                    s.response as u64 + read,
-                    "response",
-                    format!(
-                        "one {} response + {} read buffer",
-                        size_words(s.response as u64),
-                        size_words(read)
-                    ),
-                )
-            }
-            Spec::Crr(s) => {
-                let threads = s.server_threads() as u64;
-                let read = (s.request as u64).min(SCRATCH as u64);
-                need(
-                    s.response as u64 + threads * read,
-                    "response",
-                    format!(
-                        "one {} response shared + {} threads × {} read buffer",
-                        size_words(s.response as u64),
-                        threads,
-                        size_words(read)
-                    ),
-                )
-            }
-            Spec::Latency(_) => need(LATENCY, "kind", "a latency server's state".into()),
-            Spec::Connections(s) => need(
-                s.connections * PER_CONNECTION,
-                "connections",
-                format!("{} connections × {} B", s.connections, PER_CONNECTION),
+/// The sources a server serves for a test: the control connection's `peer`
+/// and what the spec declares, each of which (the server answers a source,
+/// so sends to it) must lie in the testbed ranges unless the server runs
+/// with --allow-any-target.
+pub fn served(peer: IpAddr, declared: Vec<Declared>, allow_any: bool) -> Result<Peers> {
+    for (field, p) in &declared {
+        let (first, last) = p.ends();
+        target::check(field, first, allow_any)?;
+        target::check(field, last, allow_any)?;
+    }
+    Ok(Peers::new(peer, declared.into_iter().map(|(_, p)| p)))
+}
+
+/// Data connections a stream test opens: `parallel` per direction (TCP).
+pub fn stream_connections(s: &StreamSpec) -> Option<u64> {
+    let dirs = if s.direction == Direction::Both { 2 } else { 1 };
+    (s.common.protocol == Protocol::Tcp).then_some(s.parallel as u64 * dirs)
+}
+
+/// An rr test opens one data connection (TCP).
+pub fn rr_connections(s: &RrSpec) -> Option<u64> {
+    (s.common.protocol == Protocol::Tcp).then_some(1)
+}
+
+/// A stream server: a read buffer per receiving stream, one shared message.
+pub fn stream_need(s: &StreamSpec) -> Need {
+    let msg = s.message as u64;
+    let (receivers, read) = match s.common.protocol {
+        Protocol::Tcp => (
+            if s.direction.client_sends() {
+                s.parallel as u64
+            } else {
+                0
+            },
+            msg.max(MIN_READ).max(s.rcvlowat as u64),
+        ),
+        Protocol::Udp => (
+            if s.direction == Direction::Receive {
+                1
+            } else {
+                s.parallel as u64
+            },
+            DATAGRAM,
+        ),
+    };
+    // The senders share one message.
+    let send = if s.direction.client_receives() {
+        msg
+    } else {
+        0
+    };
+    need(
+        receivers * read + send,
+        "message",
+        format!(
+            "{} receiving streams × {} read buffer + {} shared send buffer",
+            receivers,
+            size_words(read),
+            size_words(send)
+        ),
+    )
+}
+
+/// An rr server: one response, a bounded read buffer.
+pub fn rr_need(s: &RrSpec) -> Need {
+    let read = match s.common.protocol {
+        Protocol::Tcp => (s.request as u64).min(SCRATCH as u64),
+        Protocol::Udp => DATAGRAM,
+    };
+    need(
+        s.response as u64 + read,
+        "response",
+        format!(
+            "one {} response + {} read buffer",
+            size_words(s.response as u64),
+            size_words(read)
+        ),
+    )
+}
+
+/// A crr server: one response shared by its threads, a read buffer each.
+pub fn crr_need(s: &CrrSpec) -> Need {
+    let threads = s.server_threads() as u64;
+    let read = (s.request as u64).min(SCRATCH as u64);
+    need(
+        s.response as u64 + threads * read,
+        "response",
+        format!(
+            "one {} response shared + {} threads × {} read buffer",
+            size_words(s.response as u64),
+            threads,
+            size_words(read)
+        ),
+    )
+}
+
+/// A latency server: its state, whatever the spec.
+pub fn latency_need() -> Need {
+    need(LATENCY, "kind", "a latency server's state".into())
+}
+
+/// A connections server: a few bytes a held connection.
+pub fn connections_need(s: &ConnectionsSpec) -> Need {
+    need(
+        s.connections * PER_CONNECTION,
+        "connections",
+        format!("{} connections × {} B", s.connections, PER_CONNECTION),
+    )
+}
+
+/// A kind without an engine server.
+pub fn no_need() -> Need {
+    need(0, "kind", String::new())
+}
+
+/// Refuses a test whose server side would hold more than MAX_TEST_MEMORY.
+pub fn check_need(n: &Need) -> Result<()> {
+    if n.bytes > MAX_TEST_MEMORY {
+        return Err(EngineError::spec(
+            n.field,
+            format!(
+                "the server's side of this test would hold {} ({}), above the {} one test \
+                 may hold: lower `{}` (or `parallel`)",
+                size_words(n.bytes),
+                n.how,
+                size_words(MAX_TEST_MEMORY),
+                n.field
             ),
-            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) => need(0, "kind", String::new()),
-        }
+        ));
     }
-
-    /// The memory the server's side of this test holds (its buffers, as the
-    /// spec sizes them), what the server reserves for it at `setup`.
-    pub fn server_memory(&self) -> u64 {
-        self.server_need().bytes
-    }
-
-    /// Refuses a spec whose server side would hold more than MAX_TEST_MEMORY,
-    /// or start more than MAX_HELPERS helper processes.
-    pub fn check_server_bounds(&self) -> Result<()> {
-        let n = self.server_need();
-        if n.bytes > MAX_TEST_MEMORY {
-            return Err(EngineError::spec(
-                n.field,
-                format!(
-                    "the server's side of this test would hold {} ({}), above the {} one test \
-                     may hold: lower `{}` (or `parallel`)",
-                    size_words(n.bytes),
-                    n.how,
-                    size_words(MAX_TEST_MEMORY),
-                    n.field
-                ),
-            ));
-        }
-        if let Spec::Connections(c) = self {
-            check_helpers(c, c.per_process)?;
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Refuses a connections test that `per_process` (the one asked, or the
