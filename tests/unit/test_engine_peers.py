@@ -45,9 +45,7 @@ def test_a_latency_test_through_a_static_or_pool_nat_declares_the_public_side(
         spec = _specs(tmp_path, mode)
         assert spec["sources"], spec  # the emulated hosts, which the NAT translates
         assert spec["peers"] == ["198.18.5.0/24"], spec
-
-
-def test_without_a_translation_of_the_sources_nothing_more_is_declared(tmp_path: Path) -> None:
-    # PAT translates the control connection to the same address as the probes.
+    # Without a translation of the sources nothing more is declared: PAT translates
+    # the control connection to the same address as the probes.
     for mode in (None, "pat"):
         assert "peers" not in _specs(tmp_path, mode)
