@@ -1,17 +1,22 @@
-"""The engine server answers only the control connection's peer and the addresses a
-spec declares (docs/security.md, "What the engine's server accepts"): a NAT that
-translates the client's emulated hosts makes the server see other addresses, so the
-spec declares what the NAT makes of them (`peers`)."""
+"""What the engine's server accepts (docs/engine-protocol.md, "What a server accepts"):
+it answers only the control connection's peer and the addresses a spec declares, so a
+NAT that translates the client's emulated hosts makes the spec declare what the NAT
+makes of them (`peers`); and it holds at most 1 GiB for a test, so a stream workload
+past it is refused when the scenario is read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
 
 from secperf.mechanisms.base import MechanismContext, traffic_plan
 from secperf.mechanisms.nat import Nat, NatSpec
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
+from secperf.workloads.stream import StreamWorkload
 
 
 def _specs(tmp_path: Path, mode: str | None) -> dict[str, object]:
@@ -49,3 +54,17 @@ def test_a_latency_test_through_a_static_or_pool_nat_declares_the_public_side(
     # the control connection to the same address as the probes.
     for mode in (None, "pat"):
         assert "peers" not in _specs(tmp_path, mode)
+
+
+def test_a_stream_whose_server_would_hold_more_than_the_engine_allows_is_refused() -> None:
+    with pytest.raises(ValidationError, match="1 GiB it allows a test"):
+        StreamWorkload.model_validate({"kind": "stream", "message": "64MiB", "parallel": 32})
+    with pytest.raises(ValidationError, match="lower message or parallel"):
+        StreamWorkload.model_validate(
+            {"kind": "stream", "message": "64MiB", "parallel": [1, 16, 32], "direction": "both"}
+        )
+    StreamWorkload.model_validate({"kind": "stream", "message": "64MiB", "parallel": 8})
+    # The client receives: the server sends one shared message, whatever parallel is.
+    StreamWorkload.model_validate(
+        {"kind": "stream", "message": "64MiB", "parallel": 128, "direction": "receive"}
+    )
