@@ -34,6 +34,9 @@ const SETUP_WAIT: Duration = Duration::from_secs(30);
 const TEST_GRACE: Duration = Duration::from_secs(120);
 /// How long `finish` waits for the receivers to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
+/// How long a test that ends waits for its threads before its memory goes
+/// back to the budget.
+const THREADS_END: Duration = Duration::from_secs(3);
 /// Most control connections (each one test, its threads and buffers) one
 /// server holds at once; one more is refused with an error reply. secperf
 /// runs a handful at a time (one per generator); each may hold up to
@@ -221,9 +224,11 @@ fn run_test(
         }
     };
     let r = drive(conn, kind.as_ref(), &shared, setup, deadline);
-    // Whatever happened, the test's threads end now.
+    // Whatever happened, the test's threads end now, and its memory goes back
+    // to the budget once they have (each sees the abort within WAKE).
     shared.stop.store(true, Relaxed);
     shared.abort.store(true, Relaxed);
+    shared.wait_all(Instant::now() + THREADS_END);
     if let Some(what) = admit.refused() {
         eprintln!("secperf-engine: test from {}: {}", peer, what);
     }

@@ -4,7 +4,9 @@
 //! together (`Budget`) and how many helper processes (`HelperSlots`).
 //!
 //! A test's data sockets serve the control connection's peer and the
-//! addresses its spec declares (`bind`, `sources`): any other source is a
+//! addresses its spec declares (`bind`, `sources`, `peers`, each inside the
+//! testbed ranges unless the server runs with --allow-any-target: the server
+//! answers them; spec/serving.rs): any other source is a
 //! stranger (or a spoofed datagram) and gets nothing, not a byte back, not a
 //! thread, not a buffer. A TCP connection beyond the test's own count is
 //! closed at once (an RST: SO_LINGER 0).
