@@ -273,6 +273,13 @@ class Mechanism(ABC):
         mechanism is transparent to them."""
         return None
 
+    def translated_sources(self, ctx: MechanismContext) -> list[str]:
+        """Addresses or prefixes ("198.18.5.0/24") the server sees the client's traffic
+        come from instead of the client's own (a NAT), or [] when it sees the client's.
+        The engine server serves them too (a spec's `peers`): it answers only the
+        control connection's peer and the addresses a spec declares."""
+        return []
+
     def trusted_ca(self, ctx: MechanismContext) -> Path | None:
         """A CA (PEM) that TLS clients must trust to talk through this mechanism (a
         TLS-inspecting proxy's own CA), or None when it signs nothing."""

@@ -91,6 +91,13 @@ class Nat(Mechanism):
     def apply(self, host: Host, ctx: MechanismContext) -> None:
         apply_files(host, ctx.rendered, self.spec.backend, ctx.plan.family)
 
+    def translated_sources(self, ctx: MechanismContext) -> list[str]:
+        """static and pool translate into the public side; PAT to the DUT's outside
+        address, which the control connection is translated to as well."""
+        if self.spec.mode == "pat":
+            return []
+        return [str(PUBLIC_V4 if ctx.plan.family == 4 else PUBLIC_V6)]
+
     def translated_source(self, plan: TrafficPlan, dut_outside: str) -> set[str]:
         """The source addresses the server may see for the client's traffic."""
         if self.spec.mode == "static":

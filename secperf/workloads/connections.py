@@ -32,7 +32,7 @@ from secperf.workloads.base import (
     WorkloadSpec,
     engine_spec,
 )
-from secperf.workloads.sources import ManySources, enough_sources, sources_spec
+from secperf.workloads.sources import ManySources, enough_sources, peers_spec, sources_spec
 
 # How the server answers each client FIN: its own FIN (an orderly close, the client
 # keeps the TIME_WAIT), or an RST (SO_LINGER 0, no TIME_WAIT).
@@ -155,7 +155,7 @@ def legacy_capacity(record: RecordView) -> SearchReading | None:
 class ConnectionsExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[ConnectionsWorkload]) -> Record:
         p = point.spec
-        spec = engine_spec(p, server=ctx.target, **sources_spec(ctx, p))
+        spec = engine_spec(p, server=ctx.target, **sources_spec(ctx, p), **peers_spec(ctx))
         rec = run_on_client(ctx, spec, keep_all=True, keep_result=False)
         found = capacity_search(rec)
         if found is not None:

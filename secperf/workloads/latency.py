@@ -42,6 +42,7 @@ from secperf.workloads.base import (
     engine_spec,
     scalar,
 )
+from secperf.workloads.sources import peers_spec
 
 PREAMBLE_IFG = 20  # bytes on the wire around each Ethernet frame
 # Under load (sender = "packet"): one frame in this many is a timestamped probe.
@@ -175,6 +176,8 @@ class LatencyExecutor:
             n = available if p.hosts == "all" else min(p.hosts, available)
             spec["sources"] = sources[:n]
             spec["destinations"] = dests[:n]
+        # What a NAT makes of the sources, for the server to serve them.
+        spec.update(peers_spec(ctx))
         if rejected is None or ctx.direct:
             return spec, None
         other = dict(spec)

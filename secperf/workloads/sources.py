@@ -104,3 +104,12 @@ def sources_spec(ctx: MeasureContext, spec: ManySources) -> dict[str, list[str]]
     """The engine spec's `sources`, left out for one address (the kernel picks it)."""
     sources = source_addresses(ctx, spec)
     return {"sources": sources} if len(sources) > 1 else {}
+
+
+def peers_spec(ctx: MeasureContext) -> dict[str, list[str]]:
+    """The engine spec's `peers`: what the variant's mechanisms (a NAT) make of the
+    client's addresses, which the engine server must serve as well (it answers only
+    the control connection's peer and the addresses a spec declares); left out when
+    none."""
+    peers = sorted({p for mech, mctx in ctx.mechanisms for p in mech.translated_sources(mctx)})
+    return {"peers": peers} if peers else {}

@@ -48,6 +48,11 @@ from secperf.workloads.flood_beside import Beside, FloodBeside
 TIME_LIMIT_S = 300.0  # the default time_limit of a fixed transfer
 
 
+# The most memory secperf-engine's server holds for one test (rt/guard.rs
+# MAX_TEST_MEMORY); a spec past it is refused.
+ENGINE_TEST_MEMORY = 1 << 30
+
+
 class StreamWorkload(FloodBeside, WorkloadSpec):
     """Bulk transfer (netperf TCP_STREAM / UDP_STREAM), or with `bytes` a fixed
     transfer timed to its last byte (ttcp, document 003)."""
@@ -149,6 +154,32 @@ class StreamWorkload(FloodBeside, WorkloadSpec):
                     f"{human_size(buffer)}: the kernel refuses every such send and the stream "
                     f"would move nothing; give socket_buffer at least {human_size(2 * message)} "
                     "(twice the message) or a smaller message"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _server_memory_fits(self) -> StreamWorkload:
+        """The engine's server holds a read buffer of max(message, 128 KiB, rcvlowat)
+        for each TCP stream it receives and refuses a test past ENGINE_TEST_MEMORY
+        (docs/engine-protocol.md, "What a server accepts"): refused here, before any
+        traffic."""
+        if self.protocol != "tcp" or self.direction == "receive":
+            return self
+        messages = self.message if isinstance(self.message, list) else [self.message]
+        parallels = self.parallel if isinstance(self.parallel, list) else [self.parallel]
+        if self.sweep == "zip" and len(messages) == len(parallels) > 1:
+            pairs = list(zip(messages, parallels, strict=True))
+        else:
+            pairs = list(itertools.product(messages, parallels))
+        for message, parallel in pairs:
+            read = max(message, 128 * 1024, self.rcvlowat or 0)
+            held = parallel * read + (message if self.direction == "both" else 0)
+            if held > ENGINE_TEST_MEMORY:
+                raise ValueError(
+                    f"{parallel} streams of {human_size(message)} messages make the engine's "
+                    f"server hold {human_size(held)} of buffers, above the "
+                    f"{human_size(ENGINE_TEST_MEMORY)} it allows a test: lower message or "
+                    "parallel"
                 )
         return self
 

@@ -6,8 +6,8 @@ harms nobody.
 
 - Every address a spec can make the engine send to is guarded, not only `server`: a
   latency spec's `destinations`, a mix spec's `socks`.
-- A server's UDP data socket answers only the control connection's peer (or a testbed
-  address): a spoofed request, HELLO or probe from the victim gets nothing back.
+- A server's UDP data socket answers only the control connection's peer (or an address
+  its spec declares): a spoofed request, HELLO or probe from the victim gets nothing back.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ use socket2::{Domain, Socket, Type};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::{self, Kind, ServerEnv, ServerSetup};
+use crate::rt::guard::{Admission, Budget, Reservation, MAX_SERVER_MEMORY};
 use crate::rt::net::would_block;
 use crate::rt::shared::Shared;
 use crate::rt::target;
@@ -33,6 +34,9 @@ const SETUP_WAIT: Duration = Duration::from_secs(30);
 const TEST_GRACE: Duration = Duration::from_secs(120);
 /// How long `finish` waits for the receivers to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
+/// How long a test that ends waits for its threads before its memory goes
+/// back to the budget.
+const THREADS_END: Duration = Duration::from_secs(3);
 /// Most control connections (each one test, its threads and buffers) one
 /// server holds at once; one more is refused with an error reply. secperf
 /// runs a handful at a time (one per generator); each may hold up to
@@ -44,6 +48,8 @@ pub const MAX_TESTS: usize = 64;
 pub struct Server {
     listener: TcpListener,
     opts: ServeOptions,
+    /// The memory its concurrent tests may hold together.
+    budget: Arc<Budget>,
 }
 
 impl Server {
@@ -72,6 +78,7 @@ impl Server {
         Ok(Server {
             listener: s.into(),
             opts,
+            budget: Budget::new(MAX_SERVER_MEMORY),
         })
     }
 
@@ -100,11 +107,12 @@ impl Server {
                     }
                     let opts = self.opts.clone();
                     let slot = active.clone();
+                    let budget = self.budget.clone();
                     let spawned =
                         std::thread::Builder::new()
                             .name("control".into())
                             .spawn(move || {
-                                handle_control(stream, peer, &opts);
+                                handle_control(stream, peer, &opts, &budget);
                                 slot.fetch_sub(1, SeqCst);
                             });
                     if let Err(e) = spawned {
@@ -142,7 +150,7 @@ fn refuse_busy(stream: TcpStream, peer: SocketAddr) {
     let _ = conn.send(&ErrorReply::from_error(&e));
 }
 
-fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
+fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions, budget: &Arc<Budget>) {
     let local_ip = match stream.local_addr() {
         Ok(a) => a.ip().to_canonical(),
         Err(_) => return,
@@ -153,7 +161,7 @@ fn handle_control(stream: TcpStream, peer: SocketAddr, opts: &ServeOptions) {
         let _ = conn.send(&ErrorReply::from_error(&e));
         return;
     }
-    if let Err(e) = run_test(&mut conn, local_ip, peer.ip(), opts) {
+    if let Err(e) = run_test(&mut conn, local_ip, peer.ip(), opts, budget) {
         eprintln!("secperf-engine: test from {} ended: {}", peer, e);
         let _ = conn.send(&ErrorReply::from_error(&e));
     }
@@ -164,6 +172,7 @@ fn run_test(
     local_ip: IpAddr,
     peer: IpAddr,
     opts: &ServeOptions,
+    budget: &Arc<Budget>,
 ) -> Result<()> {
     let lost = |e: std::io::Error| EngineError::io("control connection failed")(e);
     let spec_value = match conn.recv(SETUP_WAIT).map_err(lost)? {
@@ -189,10 +198,20 @@ fn run_test(
     };
     let spec = Spec::from_value(spec_value)?;
     spec.check_local_limits()?;
+    // The test's memory, held until it ends (the spec's own cap was checked
+    // as it was read).
+    let _memory: Reservation = budget.reserve(spec.server_memory())?;
+    // Its data sockets serve the peer and the addresses the spec declares,
+    // and only as many connections as it opens.
+    let peer = peer.to_canonical();
+    let admit = Admission::new(
+        spec.served_peers(peer, opts.allow_any_target)?,
+        spec.data_connections(),
+    );
     let env = ServerEnv {
         ip: local_ip,
         data_ports: opts.data_ports,
-        peer: peer.to_canonical(),
+        admit: admit.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs_f64(spec.total_seconds()) + TEST_GRACE;
     let kind = kinds::of(spec);
@@ -205,9 +224,14 @@ fn run_test(
         }
     };
     let r = drive(conn, kind.as_ref(), &shared, setup, deadline);
-    // Whatever happened, the test's threads end now.
+    // Whatever happened, the test's threads end now, and its memory goes back
+    // to the budget once they have (each sees the abort within WAKE).
     shared.stop.store(true, Relaxed);
     shared.abort.store(true, Relaxed);
+    shared.wait_all(Instant::now() + THREADS_END);
+    if let Some(what) = admit.refused() {
+        eprintln!("secperf-engine: test from {}: {}", peer, what);
+    }
     r
 }
 

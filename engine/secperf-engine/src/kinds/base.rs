@@ -17,9 +17,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::Admission;
 use crate::rt::net::{PortPolicy, CONNECT_TIMEOUT};
 use crate::rt::shared::Shared;
-use crate::rt::{cpu, sys, target};
+use crate::rt::{cpu, sys};
 use crate::wire::control::{LineConn, Request, SetupReply, SideReport};
 use crate::wire::record::{Record, Sink, SocketBufs, FORMAT, VERSION};
 
@@ -50,25 +51,26 @@ pub trait Kind {
     fn run(&self, opts: &RunOptions, sink: &mut dyn Sink) -> Result<()>;
 }
 
-/// Where the server side of a test lives.
-#[derive(Clone, Copy, Debug)]
+/// Where the server side of a test lives, and whom it serves.
+#[derive(Clone, Debug)]
 pub struct ServerEnv {
     /// The control connection's local address: data sockets bind here.
     pub ip: IpAddr,
     /// `--data-ports`: the range server-chosen data ports come from.
     pub data_ports: Option<(u16, u16)>,
-    /// The control connection's peer: the client this test serves.
-    pub peer: IpAddr,
+    /// The accept guard (the client this test serves, the control
+    /// connection's peer, is the first of its peers): the peer and the spec's declared addresses, and
+    /// how many data connections the test may open.
+    pub admit: Arc<Admission>,
 }
 
 impl ServerEnv {
     /// Whether a UDP data socket may answer (or send to) `from`: the control
-    /// connection's peer, or a testbed address (an emulated host, a generator
-    /// behind the same DUT). Anything else is a spoofed source, and answering
-    /// it would reflect the test's traffic at whoever owns that address.
+    /// connection's peer or an address its spec declared (`bind`,
+    /// `sources`). Anything else may be a spoofed source, and answering it
+    /// would reflect the test's traffic at whoever owns that address.
     pub fn answers(&self, from: SocketAddr) -> bool {
-        let ip = from.ip().to_canonical();
-        ip == self.peer.to_canonical() || target::allowed(ip)
+        self.admit.answers(from)
     }
 
     /// The data ports to bind: the spec's `data_port`, else the range.

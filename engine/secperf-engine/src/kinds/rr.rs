@@ -55,12 +55,16 @@ fn serve(spec: &RrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup
         Protocol::Tcp => {
             let (listener, data_port, socket) = net::tcp_listen(&sock(spec), env.ip, ports)?;
             let spec = spec.clone();
+            let admit = env.admit.clone();
+            // One response for the test, whatever connects: the accept guard
+            // lets in the one connection an rr test opens.
+            let resp: Arc<[u8]> = payload::make(spec.payload, spec.response, 77).into();
             sh.spawn("rr-accept", Role::Active, move |sh, st| {
-                net::accept_loop(&listener, sh, |s| {
+                net::accept_loop(&listener, sh, &admit, |s| {
                     st.connections.fetch_add(1, Relaxed);
-                    let spec = spec.clone();
+                    let (spec, resp) = (spec.clone(), resp.clone());
                     sh.spawn("rr-conn", Role::Passive, move |sh, st| {
-                        serve_tcp_conn(&s, &spec, sh, st)
+                        serve_tcp_conn(&s, &spec, &resp, sh, st)
                     })
                 })
             })?;
@@ -73,7 +77,7 @@ fn serve(spec: &RrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup
                 .map_err(EngineError::io("cannot read the data socket's address"))?
                 .port();
             let spec = spec.clone();
-            let env = *env;
+            let env = env.clone();
             sh.spawn("rr-udp", Role::Passive, move |sh, st| {
                 serve_udp(&sock, &spec, &env, sh, st)
             })?;
@@ -82,22 +86,28 @@ fn serve(spec: &RrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup
     }
 }
 
-fn serve_tcp_conn(s: &TcpStream, spec: &RrSpec, sh: &Shared, st: &ThreadStats) -> Result<()> {
+fn serve_tcp_conn(
+    s: &TcpStream,
+    spec: &RrSpec,
+    resp: &[u8],
+    sh: &Shared,
+    st: &ThreadStats,
+) -> Result<()> {
     net::set_wake_timeouts(s).map_err(data_err("socket setup"))?;
-    let mut req = vec![0u8; spec.request];
-    let resp = payload::make(spec.payload, spec.response, 77);
+    // The request is counted, not kept: a bounded scratch reads it.
+    let mut scratch = vec![0u8; spec.request.min(net::SCRATCH)];
     let mut t = Tally::default();
     let mut r = s;
     loop {
-        match net::read_full(&mut r, &mut req, sh) {
+        match net::read_discard(&mut r, spec.request, &mut scratch, sh) {
             Ok(true) => {}
             Ok(false) => break,
             // The client resetting its connection at the very end is not a failure.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && sh.stopped() => break,
             Err(e) => return Err(data_err("server read")(e)),
         }
-        t.received(req.len());
-        if !net::write_full(&mut r, &resp, sh).map_err(data_err("server write"))? {
+        t.received(spec.request);
+        if !net::write_full(&mut r, resp, sh).map_err(data_err("server write"))? {
             break;
         }
         t.sent(resp.len());

@@ -55,15 +55,14 @@ fn data_err(what: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
     }
 }
 
-/// Sends messages until the test stops, then shuts the write side down.
+/// Sends messages of `buf` until the test stops, then shuts the write side down.
 pub fn tcp_send(
     s: &TcpStream,
     spec: &StreamSpec,
-    seed: u64,
+    buf: &[u8],
     sh: &Shared,
     st: &ThreadStats,
 ) -> Result<()> {
-    let buf = payload::make(spec.payload, spec.message, seed);
     let mut pacer = per_stream_rate(spec).map(|r| Pacer::new(r, buf.len()));
     let mut w = s;
     let (mut sent, mut msgs) = (0u64, 0u64);
@@ -170,12 +169,11 @@ pub fn tcp_receive(s: &TcpStream, spec: &StreamSpec, sh: &Shared, st: &ThreadSta
 
 fn udp_send_loop(
     spec: &StreamSpec,
-    seed: u64,
+    buf: &[u8],
     sh: &Shared,
     st: &ThreadStats,
     mut send: impl FnMut(&[u8]) -> std::io::Result<usize>,
 ) -> Result<()> {
-    let buf = payload::make(spec.payload, spec.message, seed);
     let mut pacer = per_stream_rate(spec).map(|r| Pacer::new(r, buf.len()));
     let (mut sent, mut msgs) = (0u64, 0u64);
     while !sh.stopped() {
@@ -184,7 +182,7 @@ fn udp_send_loop(
                 break;
             }
         }
-        match send(&buf) {
+        match send(buf) {
             Ok(n) => {
                 sent += n as u64;
                 msgs += 1;
@@ -215,6 +213,16 @@ fn count_datagram(n: usize, sh: &Shared, st: &ThreadStats, bytes: &mut u64, msgs
 
 // ---------------------------------------------------------------- server
 
+/// The one message every sender of the server's side sends (empty when the
+/// client only sends): made once per test, not once per connection.
+fn sender_message(spec: &StreamSpec) -> Arc<[u8]> {
+    if spec.direction.client_receives() {
+        payload::make(spec.payload, spec.message, 2000).into()
+    } else {
+        Arc::from(Vec::new())
+    }
+}
+
 /// The data sockets' options.
 fn sock(spec: &StreamSpec) -> SockOpts {
     SockOpts {
@@ -228,12 +236,13 @@ fn serve_tcp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
     let ports = env.ports(spec.data_port);
     let (listener, data_port, socket) = net::tcp_listen(&sock(spec), env.ip, ports)?;
     let spec = spec.clone();
+    let admit = env.admit.clone();
+    // The server's senders share one message (spec::budget counts it once).
+    let out = sender_message(&spec);
     sh.spawn("stream-accept", Role::Active, move |sh, st| {
-        let mut seed = 1000u64;
-        net::accept_loop(&listener, sh, |s| {
+        net::accept_loop(&listener, sh, &admit, |s| {
             st.connections.fetch_add(1, Relaxed);
-            seed += 1;
-            let spec = spec.clone();
+            let (spec, out) = (spec.clone(), out.clone());
             sh.spawn("stream-conn", Role::Passive, move |sh, st| {
                 net::set_wake_timeouts(&s).map_err(data_err("socket setup"))?;
                 let mut role = [0u8; 1];
@@ -244,7 +253,7 @@ fn serve_tcp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
                     ROLE_CLIENT_SENDS => tcp_receive(&s, &spec, sh, st),
                     ROLE_SERVER_SENDS => {
                         sh.add_sender_socket(&s);
-                        tcp_send(&s, &spec, seed, sh, st)
+                        tcp_send(&s, &spec, &out, sh, st)
                     }
                     other => Err(EngineError::Internal(format!(
                         "unknown data-connection role byte {}: run the same engine version on both sides",
@@ -267,13 +276,15 @@ fn serve_udp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
         .map_err(EngineError::io("cannot set a timeout on the data socket"))?;
     let sock = Arc::new(sock);
     let peers: Arc<Mutex<Vec<SocketAddr>>> = Arc::new(Mutex::new(Vec::new()));
+    let out = sender_message(spec);
     let receivers = if spec.direction == Direction::Receive {
         1
     } else {
         spec.parallel
     };
     for _ in 0..receivers {
-        let (sock, peers, spec, env) = (sock.clone(), peers.clone(), spec.clone(), *env);
+        let (sock, peers, spec, env) = (sock.clone(), peers.clone(), spec.clone(), env.clone());
+        let out = out.clone();
         sh.spawn("stream-udp-rx", Role::Passive, move |sh, st| {
             let mut buf = vec![0u8; 65536];
             let (mut bytes, mut msgs, mut last) = (0u64, 0u64, 0u64);
@@ -283,7 +294,7 @@ fn serve_udp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
                     Ok((_, from)) if !env.answers(from) => {}
                     Ok((n, from)) => {
                         if n == HELLO.len() && &buf[..n] == HELLO {
-                            add_peer(&spec, sh, &sock, &peers, from)?;
+                            add_peer(&spec, &out, sh, &sock, &peers, from)?;
                             continue;
                         }
                         last = count_datagram(n, sh, st, &mut bytes, &mut msgs);
@@ -306,6 +317,7 @@ fn serve_udp(spec: &StreamSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<Ser
 /// A client socket said hello: start sending to it (once, up to `parallel`).
 fn add_peer(
     spec: &StreamSpec,
+    out: &Arc<[u8]>,
     sh: &Arc<Shared>,
     sock: &Arc<UdpSocket>,
     peers: &Mutex<Vec<SocketAddr>>,
@@ -319,10 +331,9 @@ fn add_peer(
         return Ok(());
     }
     g.push(from);
-    let seed = 2000 + g.len() as u64;
-    let (sock, spec) = (sock.clone(), spec.clone());
+    let (sock, spec, out) = (sock.clone(), spec.clone(), out.clone());
     sh.spawn("stream-udp-tx", Role::Passive, move |sh, st| {
-        udp_send_loop(&spec, seed, sh, st, |b| sock.send_to(b, from))
+        udp_send_loop(&spec, &out, sh, st, |b| sock.send_to(b, from))
     })
 }
 
@@ -361,7 +372,8 @@ fn start(spec: &StreamSpec, data: SocketAddr, sh: &Arc<Shared>) -> Result<Client
                 let spec = spec.clone();
                 if sends {
                     sh.spawn("stream-tx", Role::Active, move |sh, st| {
-                        tcp_send(&s, &spec, i as u64, sh, st)
+                        let buf = payload::make(spec.payload, spec.message, i as u64);
+                        tcp_send(&s, &spec, &buf, sh, st)
                     })?;
                 } else {
                     sh.spawn("stream-rx", Role::Passive, move |sh, st| {
@@ -381,7 +393,8 @@ fn start(spec: &StreamSpec, data: SocketAddr, sh: &Arc<Shared>) -> Result<Client
                 let spec = spec.clone();
                 if sends {
                     sh.spawn("stream-udp-tx", Role::Active, move |sh, st| {
-                        udp_send_loop(&spec, i as u64, sh, st, |b| s.send(b))
+                        let buf = payload::make(spec.payload, spec.message, i as u64);
+                        udp_send_loop(&spec, &buf, sh, st, |b| s.send(b))
                     })?;
                 } else {
                     sh.spawn("stream-udp-rx", Role::Passive, move |sh, st| {

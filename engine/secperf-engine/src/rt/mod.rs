@@ -1,11 +1,13 @@
 //! The runtime every kind draws on: sockets and their options, the state a
 //! test's threads share, the event loop of the many-connection kinds, pacing,
 //! payloads, CPU accounting, clocks and kernel timestamps, AF_PACKET links,
-//! the load frames' in-kernel counter, and the guard on target addresses.
+//! the load frames' in-kernel counter, the guard on target addresses, and the
+//! server's accept guard and memory budget.
 //! Depends on `error` and `wire` only.
 
 pub mod cpu;
 pub mod evloop;
+pub mod guard;
 pub mod loadcount;
 pub mod net;
 pub mod pacing;

@@ -11,6 +11,7 @@ use socket2::{Domain, SockRef, Socket, Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::Admission;
 use crate::rt::shared::Shared;
 use crate::wire::record::SocketBufs;
 
@@ -320,18 +321,22 @@ pub fn set_wake_timeouts(s: &TcpStream) -> io::Result<()> {
     s.set_write_timeout(Some(WAKE))
 }
 
-/// Accepts until the test stops, handing each connection to `handle`; then
-/// takes whatever is still queued so no connected client goes unserved.
+/// Accepts until the test stops, handing each connection `admit` lets in to
+/// `handle` (any other is closed at once with an RST, before a byte is read);
+/// then takes whatever is still queued so no connected client goes unserved.
 pub fn accept_loop(
     l: &TcpListener,
     shared: &Shared,
+    admit: &Admission,
     mut handle: impl FnMut(TcpStream) -> Result<()>,
 ) -> Result<()> {
     let fail =
         || EngineError::io("accept failed on a data listener: check the file limit (ulimit -n)");
     while !shared.stopped() {
         if let Some(s) = accept(l).map_err(fail())? {
-            handle(s)?;
+            if admit.admit(&s) {
+                handle(s)?;
+            }
         }
     }
     if shared.aborted() {
@@ -339,10 +344,46 @@ pub fn accept_loop(
     }
     l.set_nonblocking(true).map_err(fail())?;
     while let Ok((s, _)) = l.accept() {
+        if !admit.admit(&s) {
+            continue;
+        }
         s.set_nonblocking(false).map_err(fail())?;
         handle(s)?;
     }
     Ok(())
+}
+
+/// Most bytes a server reads a request into at once: a request it only
+/// counts needs no buffer of its own size.
+pub const SCRATCH: usize = 64 << 10;
+
+/// Reads and discards exactly `n` bytes through `scratch`. Ok(false) on EOF
+/// before the first byte, or when the test aborts (as `read_full`).
+pub fn read_discard(
+    s: &mut &TcpStream,
+    n: usize,
+    scratch: &mut [u8],
+    shared: &Shared,
+) -> io::Result<bool> {
+    let mut left = n;
+    let mut first = true;
+    while left > 0 {
+        let k = left.min(scratch.len());
+        match read_full(s, &mut scratch[..k], shared) {
+            Ok(true) => left -= k,
+            Ok(false) if first => return Ok(false),
+            Ok(false) if shared.aborted() => return Ok(false),
+            Ok(false) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed mid-message",
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+        first = false;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 pub use crate::rt::cpu::CpuGroup;
+pub use crate::rt::guard::Prefix;
 pub use crate::rt::net::Protocol;
 pub use crate::rt::payload::Payload;
 
@@ -566,6 +567,36 @@ pub fn sources_of(
                 ),
             ));
         }
+    }
+    Ok(list)
+}
+
+/// `peers`: addresses or prefixes of the server's family, at most
+/// MAX_SOURCES: what the server may also see the test's data come from (a NAT
+/// between the hosts translates the client's `sources`).
+pub fn peers_of(peers: Option<Vec<Prefix>>, common: &Common) -> Result<Vec<Prefix>> {
+    let list = peers.unwrap_or_default();
+    if list.len() > MAX_SOURCES {
+        return Err(EngineError::spec(
+            "peers",
+            format!(
+                "peers lists {} entries: give at most {} (a prefix such as \"198.18.5.0/24\" covers many)",
+                list.len(),
+                MAX_SOURCES
+            ),
+        ));
+    }
+    let v6 = common.server.is_ipv6();
+    if let Some((i, p)) = list.iter().enumerate().find(|(_, p)| p.is_ipv6() != v6) {
+        return Err(EngineError::spec(
+            "peers",
+            format!(
+                "peers[{}] {} is not of the server's address family: give {} addresses",
+                i,
+                p,
+                if v6 { "IPv6" } else { "IPv4" }
+            ),
+        ));
     }
     Ok(list)
 }

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    self, bind_of, per_second_of, server_kind_raw, socket_buffer_of, sources_of, tcp_only,
-    timeout_of, Close, Common, KindSpec, Names, Payload, Protocol,
+    self, bind_of, peers_of, per_second_of, server_kind_raw, socket_buffer_of, sources_of,
+    tcp_only, timeout_of, Close, Common, KindSpec, Names, Payload, Prefix, Protocol,
 };
 
 /// Most connections one `connections` test may open (each is a file descriptor on both sides).
@@ -30,6 +30,7 @@ server_kind_raw! {
         close: Option<Close>,
         sources: Option<Vec<IpAddr>>,
         per_process: Option<u64>,
+        peers: Option<Vec<Prefix>>,
     }
 }
 
@@ -64,6 +65,10 @@ pub struct ConnectionsSpec {
     /// Most connections one engine process holds (None: its descriptor limit
     /// less a margin); beyond it, helper processes share them, on both sides.
     pub per_process: Option<u64>,
+    /// Addresses or prefixes the server may also see the connections come
+    /// from (a NAT between the hosts translates `sources`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<Prefix>,
 }
 
 impl KindSpec for ConnectionsSpec {
@@ -105,6 +110,7 @@ impl KindSpec for ConnectionsSpec {
             ));
         }
         let sources = sources_of(raw.sources, bind, &common)?;
+        let peers = peers_of(raw.peers, &common)?;
         Ok(ConnectionsSpec {
             common,
             bind,
@@ -120,6 +126,7 @@ impl KindSpec for ConnectionsSpec {
             close: raw.close.unwrap_or_default(),
             sources,
             per_process: per_process_of(raw.per_process)?,
+            peers,
         })
     }
 }

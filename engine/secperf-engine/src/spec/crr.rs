@@ -114,6 +114,11 @@ impl KindSpec for CrrSpec {
 }
 
 impl CrrSpec {
+    /// The server's accepting threads: one per loop of the client, at most 64.
+    pub fn server_threads(&self) -> usize {
+        self.parallel.clamp(1, 64)
+    }
+
     /// Refuses a socket buffer this host's sysctls would silently cap.
     pub fn check_local_limits(&self) -> Result<()> {
         common::check_socket_buffer(self.socket_buffer)

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{
-    interval_of, server_kind_raw, warmup_of, Common, KindSpec, Names, Protocol, Sources,
+    interval_of, peers_of, server_kind_raw, warmup_of, Common, KindSpec, Names, Prefix, Protocol,
+    Sources,
 };
 use crate::wire::probe::{payload_len, HEADER};
 
@@ -50,6 +51,7 @@ server_kind_raw! {
         destinations: Option<Vec<IpAddr>>,
         timestamps: Option<Timestamps>,
         probe_every: Option<u64>,
+        peers: Option<Vec<Prefix>>,
     }
 }
 
@@ -73,6 +75,10 @@ pub struct LatencySpec {
     /// packet socket and one in this many is a timestamped probe (None: every
     /// frame is a probe on a UDP socket).
     pub probe_every: Option<u64>,
+    /// Addresses or prefixes the server may also see the probes come from
+    /// (a NAT between the hosts translates `sources`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<Prefix>,
 }
 
 impl KindSpec for LatencySpec {
@@ -142,6 +148,7 @@ impl KindSpec for LatencySpec {
         let probe_every = probe_every_of(raw.probe_every, raw.duplex, raw.timestamps, server)?;
         let destinations = raw.destinations.unwrap_or_default();
         check_addresses(&sources, &destinations, server)?;
+        let peers = peers_of(raw.peers, &common)?;
         Ok(LatencySpec {
             common,
             warmup,
@@ -154,6 +161,7 @@ impl KindSpec for LatencySpec {
             destinations,
             timestamps: raw.timestamps.unwrap_or(Timestamps::Kernel),
             probe_every,
+            peers,
         })
     }
 }

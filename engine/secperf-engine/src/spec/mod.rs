@@ -17,6 +17,7 @@ mod http;
 mod latency;
 mod mix;
 mod rr;
+mod serving;
 mod stream;
 
 use std::net::IpAddr;
@@ -25,6 +26,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::Peers;
 use crate::rt::target;
 
 pub(crate) use common::KindSpec;
@@ -37,6 +39,7 @@ pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};
 pub use rr::RrSpec;
+pub use serving::check_helpers;
 pub use stream::StreamSpec;
 
 pub use crate::wire::ftp::Mode;
@@ -239,6 +242,7 @@ impl Spec {
         if let Spec::Mix(m) = &mut spec {
             m.given = Value::Object(given);
         }
+        spec.check_server_bounds()?;
         Ok(spec)
     }
 
@@ -351,6 +355,84 @@ impl Spec {
                 Ok(())
             }
         }
+    }
+}
+
+/// What the spec asks of the server that serves it (spec/serving.rs).
+impl Spec {
+    /// The addresses the spec declares its data comes from, besides the
+    /// control connection's peer, each with the field that names it: `bind`,
+    /// `sources` (latency, connections) and `peers` (the same through a NAT).
+    pub fn declared_sources(&self) -> Vec<serving::Declared> {
+        match self {
+            Spec::Stream(s) => serving::bind(&s.bind),
+            Spec::Rr(s) => serving::bind(&s.bind),
+            Spec::Crr(s) => serving::bind(&s.bind),
+            Spec::Latency(s) => [
+                serving::list("sources", &s.sources),
+                serving::list("peers", &s.peers),
+            ]
+            .concat(),
+            Spec::Connections(s) => [
+                serving::bind(&s.bind),
+                serving::list("sources", &s.sources),
+                serving::list("peers", &s.peers),
+            ]
+            .concat(),
+            // flows serves through `run` (role server) with its own `allow` list
+            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => Vec::new(),
+        }
+    }
+
+    /// The sources a server serves for this test: `peer`, the control
+    /// connection's, and the declared ones (in the testbed ranges unless
+    /// `allow_any`).
+    pub fn served_peers(&self, peer: IpAddr, allow_any: bool) -> Result<Peers> {
+        serving::served(peer, self.declared_sources(), allow_any)
+    }
+
+    /// How many data connections the test opens to the server in all (None:
+    /// not counted: UDP, or crr, whose server serves one connection at a time
+    /// per accepting thread).
+    pub fn data_connections(&self) -> Option<u64> {
+        match self {
+            Spec::Stream(s) => serving::stream_connections(s),
+            Spec::Rr(s) => serving::rr_connections(s),
+            Spec::Connections(s) => Some(s.connections),
+            Spec::Crr(_)
+            | Spec::Latency(_)
+            | Spec::Http(_)
+            | Spec::Flood(_)
+            | Spec::Mix(_)
+            | Spec::Flows(_) => None,
+        }
+    }
+
+    fn server_need(&self) -> serving::Need {
+        match self {
+            Spec::Stream(s) => serving::stream_need(s),
+            Spec::Rr(s) => serving::rr_need(s),
+            Spec::Crr(s) => serving::crr_need(s),
+            Spec::Latency(_) => serving::latency_need(),
+            Spec::Connections(s) => serving::connections_need(s),
+            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => serving::no_need(),
+        }
+    }
+
+    /// The memory the server's side of this test holds (its buffers, as the
+    /// spec sizes them): what the server reserves for it at `setup`.
+    pub fn server_memory(&self) -> u64 {
+        self.server_need().bytes
+    }
+
+    /// Refuses a spec whose server side would hold more than
+    /// rt::guard::MAX_TEST_MEMORY, or start more than MAX_HELPERS helpers.
+    pub fn check_server_bounds(&self) -> Result<()> {
+        serving::check_need(&self.server_need())?;
+        if let Spec::Connections(c) = self {
+            check_helpers(c, c.per_process)?;
+        }
+        Ok(())
     }
 }
 

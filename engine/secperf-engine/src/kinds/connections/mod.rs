@@ -36,10 +36,11 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{EngineError, Result};
 use crate::kinds::base::{self, Extras, Kind, RunOptions, ServerEnv, ServerSetup};
+use crate::rt::guard::HelperSlots;
 use crate::rt::net::{self, SockOpts};
 use crate::rt::shared::{Role, Shared};
 use crate::rt::{sys, target};
-use crate::spec::{ConnectionsSpec, KindSpec};
+use crate::spec::{check_helpers, ConnectionsSpec, KindSpec};
 use crate::wire::control::{CountersReply, LineConn, Request};
 use crate::wire::http::Fail;
 use crate::wire::record::{Record, Sink};
@@ -78,12 +79,17 @@ fn serve(
     spec: &ConnectionsSpec,
     shown: &Arc<Mutex<Shown>>,
     helpers: &Mutex<Vec<Helper>>,
+    slots: &Mutex<HelperSlots>,
     env: &ServerEnv,
     sh: &Arc<Shared>,
 ) -> Result<ServerSetup> {
     let nofile = sys::raise_nofile_to(spec.connections + SPARE_FDS);
     let cap = per_process(spec.per_process, nofile);
+    // The server's own clamp: with its descriptor limit, at most MAX_HELPERS
+    // helpers for the test, and MAX_SERVER_HELPERS for all its tests.
+    check_helpers(spec, Some(cap))?;
     let procs = shard::processes(spec.connections, cap);
+    *lock(slots) = HelperSlots::take(usize::try_from(procs - 1).unwrap_or(usize::MAX))?;
     let sock = SockOpts {
         buffer: spec.socket_buffer,
         nodelay: spec.nodelay,
@@ -94,15 +100,19 @@ fn serve(
     listener.set_nonblocking(true).map_err(EngineError::io(
         "cannot make the data listener non-blocking",
     ))?;
-    // Helpers share the listener, each holding up to `cap`.
-    let job = json!({
-        "role": "hold",
-        "cap": cap,
-        "close": spec.close,
-        "nofile_want": cap + SPARE_FDS,
-    });
+    // Helpers share the listener, each holding up to its share of the
+    // connections (so the processes together hold no more than asked), each
+    // serving the test's peers only.
+    let peers = env.admit.peers().clone();
     let mut started = Vec::new();
-    for _ in 1..procs {
+    for i in 1..procs {
+        let job = json!({
+            "role": "hold",
+            "cap": shard::share(spec.connections, procs, i),
+            "peers": peers.addresses(),
+            "close": spec.close,
+            "nofile_want": cap + SPARE_FDS,
+        });
         started.push(Helper::start(&job, Some(listener.as_raw_fd()))?);
     }
     let st = ServerState {
@@ -117,11 +127,11 @@ fn serve(
     *lock(helpers) = started;
     let close = spec.close;
     let shown = shown.clone();
-    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let cap = usize::try_from(shard::share(spec.connections, procs, 0)).unwrap_or(usize::MAX);
     sh.spawn("conn-hold", Role::Active, move |sh, _st| {
         let stop = || sh.stopped();
         let mut report = |s: &ServerState| lock(&shown).mine = *s;
-        server::hold_loop(&listener, &stop, cap, close, st, &mut report)
+        server::hold_loop(&listener, &stop, &peers, cap, close, st, &mut report)
     })?;
     Ok(ServerSetup { data_port, socket })
 }
@@ -220,6 +230,8 @@ fn run(
     }
     let nofile = sys::raise_nofile_to(spec.connections + SPARE_FDS);
     let cap = per_process(spec.per_process, nofile);
+    // At most MAX_HELPERS helper processes on this side too.
+    check_helpers(spec, Some(cap))?;
     let procs = shard::processes(spec.connections, cap);
     let (mut conn, setup) = base::setup(server, spec.to_value())?;
     let data = SocketAddr::new(server.ip(), setup.data_port);
@@ -377,6 +389,7 @@ fn run(
             "accept_emfile": at_hold.accept_emfile,
             "nofile": at_hold.nofile,
             "processes": at_hold.processes,
+            "refused": at_hold.refused,
         },
         "teardown": {
             "closed": closed,
@@ -428,6 +441,8 @@ pub struct Connections {
     spec: ConnectionsSpec,
     shown: Arc<Mutex<Shown>>,
     helpers: Mutex<Vec<Helper>>,
+    /// The server's slots for the helpers, given back with the test.
+    slots: Mutex<HelperSlots>,
 }
 
 impl Connections {
@@ -436,6 +451,7 @@ impl Connections {
             spec,
             shown: Arc::new(Mutex::new(Shown::default())),
             helpers: Mutex::new(Vec::new()),
+            slots: Mutex::new(HelperSlots::default()),
         }
     }
 
@@ -464,7 +480,7 @@ impl Connections {
 
 impl Kind for Connections {
     fn serve(&self, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetup> {
-        serve(&self.spec, &self.shown, &self.helpers, env, sh)
+        serve(&self.spec, &self.shown, &self.helpers, &self.slots, env, sh)
     }
 
     fn snapshot(&self, _: &Shared) -> Extras {

@@ -15,6 +15,7 @@ use socket2::SockRef;
 
 use crate::error::{EngineError, Result};
 use crate::rt::evloop::{self, Got, Poller};
+use crate::rt::guard::{Peers, Prefix};
 use crate::rt::sys;
 use crate::spec::Close;
 
@@ -45,6 +46,9 @@ pub struct ServerState {
     /// Processes that hold the connections (1: no helper).
     #[serde(default)]
     pub processes: u64,
+    /// Connections from sources other than the test's peers, closed at once.
+    #[serde(default)]
+    pub refused: u64,
 }
 
 impl ServerState {
@@ -76,6 +80,7 @@ impl ServerState {
             t.accept_emfile += s.accept_emfile;
             t.rss_bytes += s.rss_bytes;
             t.processes += s.processes.max(1);
+            t.refused += s.refused;
         }
         t
     }
@@ -116,11 +121,14 @@ fn emfile(e: &io::Error) -> bool {
 }
 
 /// Holds connections from `listener` until `stop()`: accepts while it holds
-/// fewer than `cap`, answers validations, counts FINs; `report` gets the state
-/// after each round of events.
+/// fewer than `cap` (a connection from a source not among `peers` is closed
+/// at once), answers validations, counts FINs; `report` gets the state after
+/// each round of events.
+#[allow(clippy::too_many_arguments)]
 pub fn hold_loop(
     listener: &TcpListener,
     stop: &dyn Fn() -> bool,
+    peers: &Peers,
     cap: usize,
     close: Close,
     mut st: ServerState,
@@ -148,6 +156,10 @@ pub fn hold_loop(
             while held.n < cap {
                 match listener.accept() {
                     Ok((s, _)) => {
+                        if !peers.admit(&s) {
+                            st.refused += 1;
+                            continue;
+                        }
                         if s.set_nonblocking(true).is_err() {
                             continue;
                         }
@@ -235,6 +247,9 @@ pub fn hold_loop(
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HoldJob {
     pub cap: u64,
+    /// The addresses it serves: the control connection's peer first, then
+    /// those the spec declared.
+    pub peers: Vec<Prefix>,
     pub close: Close,
     pub nofile_want: u64,
 }
@@ -280,7 +295,13 @@ pub fn hold_worker(job: HoldJob) -> Result<()> {
     };
     let stop = || done.load(Relaxed);
     let cap = usize::try_from(job.cap).unwrap_or(usize::MAX);
-    hold_loop(&listener, &stop, cap, job.close, st, &mut report)
+    let Some((peer, declared)) = job.peers.split_first() else {
+        return Err(EngineError::Internal(
+            "a connections helper was given no peer to serve: report this bug".into(),
+        ));
+    };
+    let peers = Peers::new(peer.ends().0, declared.iter().copied());
+    hold_loop(&listener, &stop, &peers, cap, job.close, st, &mut report)
 }
 
 /// Sets `done` once stdin ends (the parent closed it, or died); a line

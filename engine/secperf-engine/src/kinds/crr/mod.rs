@@ -41,20 +41,24 @@ fn serve(spec: &CrrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetu
     let ports = env.ports(spec.data_port);
     let (listener, data_port, socket) = net::tcp_listen(&sock(spec), env.ip, ports)?;
     let listener = Arc::new(listener);
-    // One thread per loop of the client (at most 64): one loop, one thread, as
-    // netserver (two threads taking turns would wake a thread per connection
-    // that last ran elsewhere).
-    for _ in 0..spec.parallel.clamp(1, 64) {
-        let (listener, spec) = (listener.clone(), spec.clone());
+    // One response for the test, shared by its threads.
+    let resp: Arc<[u8]> = payload::make(spec.payload, spec.response, 99).into();
+    // One thread per loop of the client (at most 64): one loop,
+    // one thread, as netserver (two threads taking turns would wake a thread
+    // per connection that last ran elsewhere). Each serves one connection at
+    // a time: the accept guard checks each one's source, the threads bound
+    // how many the server holds.
+    for _ in 0..spec.server_threads() {
+        let (listener, spec, resp) = (listener.clone(), spec.clone(), resp.clone());
+        let admit = env.admit.clone();
         sh.spawn("crr-accept", Role::Active, move |sh, st| {
-            let mut req = vec![0u8; spec.request];
-            let resp = payload::make(spec.payload, spec.response, 99);
+            let mut req = vec![0u8; spec.request.min(net::SCRATCH)];
             let mut t = Tally::default();
             let mut connections = 0u64;
-            let r = net::accept_loop(&listener, sh, |s| {
+            let r = net::accept_loop(&listener, sh, &admit, |s| {
                 connections += 1;
                 st.connections.store(connections, Relaxed);
-                serve_one(&s, spec.close, &mut req, &resp, &mut t, sh);
+                serve_one(&s, &spec, &mut req, &resp, &mut t, sh);
                 t.publish(st);
                 Ok(())
             });
@@ -69,8 +73,8 @@ fn serve(spec: &CrrSpec, env: &ServerEnv, sh: &Arc<Shared>) -> Result<ServerSetu
 /// A client that resets early only costs its transaction.
 fn serve_one(
     s: &TcpStream,
-    close: CloseOrder,
-    req: &mut [u8],
+    spec: &CrrSpec,
+    scratch: &mut [u8],
     resp: &[u8],
     t: &mut Tally,
     sh: &Shared,
@@ -78,16 +82,19 @@ fn serve_one(
     // No timeouts to set: the socket has the listener's (WAKE), two system
     // calls a connection fewer (a test in rt::net checks the inheritance).
     let mut io = s;
-    if !matches!(net::read_full(&mut io, req, sh), Ok(true)) {
+    if !matches!(
+        net::read_discard(&mut io, spec.request, scratch, sh),
+        Ok(true)
+    ) {
         return;
     }
-    t.received(req.len());
+    t.received(spec.request);
     if !matches!(net::write_full(&mut io, resp, sh), Ok(true)) {
         return;
     }
     t.sent(resp.len());
     t.transactions += 1;
-    if close == CloseOrder::ServerFirst {
+    if spec.close == CloseOrder::ServerFirst {
         return; // the drop closes now: our FIN follows the response
     }
     // Wait for the client's close: EOF after its FIN (then this drop sends

@@ -194,7 +194,10 @@ fn receive(
     };
     loop {
         match batch.recv(fd, &mut buf) {
-            Ok(r) if env.is_some_and(|e| r.from.is_none_or(|f| !e.answers(f))) => {}
+            Ok(r)
+                if env
+                    .as_ref()
+                    .is_some_and(|e| r.from.is_none_or(|f| !e.answers(f))) => {}
             Ok(r) => {
                 let user_rx = tstamp::realtime_ns();
                 // A datagram without a kernel RX stamp: its probe goes unstamped.
@@ -294,7 +297,7 @@ fn serve(
         .map_err(EngineError::io("cannot read the probe socket's address"))?
         .port();
     let rsock = clone(&sock)?;
-    let (spec2, state2, env) = (spec.clone(), state.clone(), *env);
+    let (spec2, state2, env) = (spec.clone(), state.clone(), env.clone());
     sh.spawn("lat-rx", Role::Passive, move |sh, st| {
         receive(&rsock, &spec2, &state2, sh, st, Some(env))
     })?;
