@@ -70,6 +70,8 @@ class _Deriver:
         # source taken so far: one address is never both a client's and the DUT's.
         self.dut_addrs: dict[tuple[str | None, str], str] = {}
         self.sources: set[str] = set()
+        # the side (interface, or "dut") each chosen address lies on: never two sides
+        self.side_of: dict[str, str] = {}
 
     # -- the walk ---------------------------------------------------------------
     def run(self) -> None:
@@ -207,8 +209,17 @@ class _Deriver:
             return None
         ingress, egress, to_dut = self._interfaces(m, hook)
         family = m.family or _family_of(m.src + m.dst) or "ip"
-        src = self._address(m.src, m.src_not, ingress, family, sorted(self.dut_addrs.values()))
+        src_side = ingress or "?"
+        dst_side = "dut" if to_dut else (egress or "?")
+        src = self._address(
+            m.src,
+            m.src_not,
+            ingress,
+            family,
+            [*self.dut_addrs.values(), *self._elsewhere(src_side)],
+        )
         self.sources.add(src)
+        self.side_of.setdefault(src, src_side)
         if m.dst:
             dst = self._address(m.dst, m.dst_not, None, family, [src])
         elif to_dut and (ingress, family) in self.dut_addrs:
@@ -216,9 +227,12 @@ class _Deriver:
         else:
             zone = ingress if to_dut else egress
             taken = self.sources if to_dut else self.sources | set(self.dut_addrs.values())
-            dst = self._address([], m.dst_not, zone, family, sorted(taken))
+            dst = self._address(
+                [], m.dst_not, zone, family, sorted({*taken, *self._elsewhere(dst_side)})
+            )
             if to_dut:
                 self.dut_addrs[(ingress, family)] = dst
+        self.side_of.setdefault(dst, dst_side)
         dport = None
         if proto != "icmp":
             dport = m.dports[0][0] if m.dports else self._free_port()
@@ -233,6 +247,10 @@ class _Deriver:
             to_dut=to_dut,
             sport=m.sport,
         )
+
+    def _elsewhere(self, side: str) -> list[str]:
+        """Addresses already placed on another side than `side` (one host owns each)."""
+        return sorted(a for a, where in self.side_of.items() if where != side)
 
     def _protocol(self, m: Match) -> Protocol | None:
         if not m.protos:

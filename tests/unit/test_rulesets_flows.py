@@ -320,3 +320,23 @@ def test_no_address_is_both_a_client_s_and_the_dut_s() -> None:
     assert dut, "the router has input-chain rules"
     assert not dut & {f.src for f in flows}
     assert not dut & {f.dst for f in flows if not f.to_dut}
+
+
+def test_an_address_lies_on_one_side_only(tmp_path: Path) -> None:
+    """A probe from the outside and a flow to the outside never share an address that
+    would then have to be on both sides of the DUT (one host owns each address)."""
+    f = tmp_path / "edge.nft"
+    f.write_text(
+        "table inet filter {\n\tchain forward {\n"
+        "\t\ttype filter hook forward priority filter; policy drop;\n"
+        '\t\tiifname "lan0" oifname "wan0" ip saddr 10.20.0.1 tcp dport 443 accept\n'
+        '\t\tiifname "wan0" drop\n\t}\n}\n'
+        "table ip nat {\n\tchain postrouting {\n"
+        "\t\ttype nat hook postrouting priority srcnat; policy accept;\n"
+        '\t\toifname "wan0" ip saddr 10.20.0.0/16 masquerade\n\t}\n}\n'
+    )
+    sides: dict[str, set[str]] = {}
+    for fl in derive(load(f, "nft", ["lan0", "wan0"]), ["lan0", "wan0"]):
+        sides.setdefault(fl.src, set()).add(str(fl.ingress))
+        sides.setdefault(fl.dst, set()).add("dut" if fl.to_dut else str(fl.egress))
+    assert all(len(s) == 1 for s in sides.values()), sides
