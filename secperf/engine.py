@@ -128,6 +128,10 @@ class EngineRun:
         )
 
 
+# Specs longer than this go to the engine through a file (see EngineTest).
+SPEC_ARG_MAX = 96 * 1024
+
+
 class EngineTest:
     """One `secperf-engine run` under way in a host; several can run at once."""
 
@@ -145,7 +149,24 @@ class EngineTest:
         self.budget = timeout or duration + 30.0
         self.deadline = time.monotonic() + self.budget
         self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in collect()
-        argv = [engine_path(), "run", "--spec", json.dumps(spec, separators=(",", ":"))]
+        text = json.dumps(spec, separators=(",", ":"))
+        self.spec_file: Any = None
+        if len(text) > SPEC_ARG_MAX:
+            # One argument may hold 128 KiB at most (MAX_ARG_STRLEN): a larger spec (a
+            # review's thousand flows) goes through a file of root's, `--spec @FILE`.
+            if str(getattr(host, "location", "")).startswith(("ssh://", "external")):
+                raise EngineError(
+                    f"the {self.where}'s spec is {len(text) // 1024} KiB, more than one "
+                    "command-line argument holds, and the host is not on this machine",
+                    fix="send fewer flows from one host (split the traffic)",
+                )
+            self.spec_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in collect()
+                mode="w", prefix="secperf-spec-", suffix=".json"
+            )
+            self.spec_file.write(text)
+            self.spec_file.flush()
+            text = f"@{self.spec_file.name}"
+        argv = [engine_path(), "run", "--spec", text]
         self.proc = host.spawn(
             argv, stdout=subprocess.PIPE, stderr=self.errors, label="engine-run", pass_fds=fds
         )
@@ -203,6 +224,7 @@ class EngineTest:
             self.proc.stop()
             stderr = _read_back(self.errors)
             self.errors.close()
+            self._drop_spec_file()
         last = run.records[-1] if run.records else None
         if last is None or last.get("type") == "error" or self.proc.returncode not in (0, None):
             msg = str(last.get("message")) if last else (stderr or "no output")
@@ -217,6 +239,12 @@ class EngineTest:
 
     def stop(self) -> None:
         self.proc.stop()
+        self._drop_spec_file()
+
+    def _drop_spec_file(self) -> None:
+        if self.spec_file is not None:
+            self.spec_file.close()  # a NamedTemporaryFile: closing removes it
+            self.spec_file = None
 
     def interrupt(self) -> None:
         """SIGINT the engine: a flood then stops sending and writes its result (with

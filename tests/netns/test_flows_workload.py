@@ -188,3 +188,21 @@ def test_a_dnat_flow_is_answered_where_it_lands_and_a_masquerade_source_is_allow
     )
     assert server_spec["flows"][0]["port"] == 5402
     assert "198.18.2.1" in server_spec["allow"]  # the DUT's address, the masquerade's
+
+
+def test_a_thousand_flows_fit_past_one_argument_s_length(bed: Testbed) -> None:
+    """1,200 flows make specs longer than one command-line argument may be (128 KiB):
+    they reach the engine through a file, and every flow runs."""
+    bed.host("dut").run(["nft", "-f", "-"], input=_rules("drop"))
+    many = tuple(
+        dataclasses.replace(
+            FLOWS[0], flow=dataclasses.replace(FLOWS[0].flow, name=f"flow-number-{i:04d}")
+        )
+        for i in range(1200)
+    )
+    ctx = MeasureContext.on(bed, f"{SERVER}:5201", variant="rules")
+    ctx = dataclasses.replace(ctx, plan=dataclasses.replace(ctx.plan, flows=many))
+    point = one_point({"kind": "flows", "duration": 1, "warmup": 0.2, "parallel": 4})
+    rec = WORKLOADS.get("flows").executor.measure(ctx, point)
+    assert len(rec["flows"]) == 1200
+    assert rec["ok"] > 0 and rec["failed"] == 0, rec["failures"]
