@@ -21,15 +21,18 @@ from secperf.report.answer import headline, verdicts
 from secperf.report.gate import run_figures
 from secperf.results.rundir import RunDir
 
-CURRENT, PROPOSED = "current", "proposed"
+CURRENT, PROPOSED, SUGGESTED = "current", "proposed", "suggested"
 TRAFFIC_KINDS = ("coverage",)
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 
 def rule_format(path: Path) -> str:
-    """nft for .nft files (and files that look like nft), iptables for iptables-save."""
+    """nft for .nft files (and files that look like nft), nft-json for .json (libnftables
+    JSON, `nft -j list ruleset`), iptables for iptables-save."""
     if path.suffix == ".nft":
         return "nft"
+    if path.suffix == ".json":
+        return "nft-json"
     try:
         head = path.read_text(encoding="utf-8", errors="replace")[:4096]
     except OSError as exc:
@@ -105,8 +108,10 @@ def review_scenario(
     duration: str = "1s",
     budget: float | None = None,
     rounds: int | None = None,
+    suggested: Path | None = None,
 ) -> dict[str, Any]:
-    """The scenario the review runs (a dict the scenario loader validates)."""
+    """The scenario the review runs (a dict the scenario loader validates); `suggested`,
+    a rewrite of the proposed rule set (secperf.rulesets.suggest), is a third variant."""
     for path in (current, proposed):
         if not path.is_file():
             raise ScenarioError(
@@ -140,6 +145,8 @@ def review_scenario(
         "variants": {CURRENT: variant(current, CURRENT), PROPOSED: variant(proposed, PROPOSED)},
         "workloads": [{"kind": "flows", "name": "flows", "traffic": traffic, "duration": duration}],
     }
+    if suggested is not None:
+        scenario["variants"][SUGGESTED] = variant(suggested, "suggested rewrite of the proposed")
     repeat: dict[str, Any] = {}
     if budget is not None:
         repeat["budget"] = budget

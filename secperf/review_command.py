@@ -35,8 +35,9 @@ from secperf.errors import SecperfError
 from secperf.report.gate import run_figures
 from secperf.report.html import write_html
 from secperf.report.terminal import print_report
-from secperf.results.rundir import RunDir
+from secperf.results.rundir import RunDir, write_atomic
 from secperf.review import parse_interfaces, review_scenario, versus_lines
+from secperf.review_suggest import write_suggestion
 from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario
 
@@ -86,6 +87,15 @@ def review(
             "--print-scenario", help="Print the scenario the review runs (TOML) and stop."
         ),
     ] = False,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest",
+            help="Rewrite the proposed nft rule set where a common pattern allows (a run "
+            "of same-shape rules into a set or verdict map; ct state established first) and "
+            "measure the rewrite as a third variant, `suggested`.",
+        ),
+    ] = False,
     details: Annotated[bool, DETAILS] = False,
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
@@ -97,6 +107,13 @@ def review(
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
     try:
+        suggested = None
+        if suggest:
+            # kept for the run (the scenario names it); copied into the run directory
+            found = write_suggestion(proposed, Path(tempfile.mkdtemp(prefix="secperf-suggest-")))
+            for line in found.lines:
+                err_console.print(escape(line))
+            suggested = found.file
         data = review_scenario(
             current,
             proposed,
@@ -105,6 +122,7 @@ def review(
             duration=duration,
             budget=budget,
             rounds=rounds,
+            suggested=suggested,
         )
         text = tomli_w.dumps(data)
         if print_scenario:
@@ -124,6 +142,9 @@ def review(
     except SecperfError as exc:
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
+    if suggested is not None:
+        for kept in (suggested, suggested.with_name("suggested.changes.json")):
+            write_atomic(done.path / kept.name, kept.read_bytes())
     html = write_html(done)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(
