@@ -11,6 +11,7 @@ sets decide differently), then "proposed vs current" per metric, paired by round
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,9 +43,37 @@ def rule_format(path: Path) -> str:
     return "nft"
 
 
+def rule_text(path: Path) -> str:
+    """The file's text; for libnftables JSON, one line per rule of what the interface
+    guess reads (`iifname "lan0" oifname "wan0" masquerade`)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if rule_format(path) != "nft-json":
+        return text
+    try:
+        items = json.loads(text).get("nftables", [])
+    except (json.JSONDecodeError, AttributeError):
+        return ""
+    lines = []
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict):
+            continue
+        words = []
+        for stmt in rule.get("expr", []):
+            match = stmt.get("match") if isinstance(stmt, dict) else None
+            if isinstance(match, dict) and isinstance(match.get("left"), dict):
+                key = (match["left"].get("meta") or {}).get("key")
+                if key in ("iifname", "oifname") and isinstance(match.get("right"), str):
+                    words.append(f'{key} "{match["right"]}"')
+            elif isinstance(stmt, dict) and ("masquerade" in stmt or "snat" in stmt):
+                words.append("masquerade")
+        lines.append(" ".join(words))
+    return "\n".join(lines) + "\n"
+
+
 def interface_names(path: Path) -> list[str]:
     """The interface names a rule file matches on (iifname/oifname, -i/-o), in order."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = rule_text(path)
     names: list[str] = []
     for m in re.finditer(
         r'\b(?:iifname|oifname|iif|oif)\s+(?:!=\s*)?"?([A-Za-z0-9_.:@-]+)"?', text
@@ -66,7 +95,7 @@ def guess_interfaces(files: Sequence[Path]) -> dict[str, str]:
     outside: list[str] = []
     for path in files:
         names += [n for n in interface_names(path) if n not in names]
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = rule_text(path)
         for m in re.finditer(r'oifname\s+"?([\w.:@-]+)"?[^\n;]*\b(?:masquerade|snat)\b', text):
             outside.append(m.group(1))
         for m in re.finditer(r"-o\s+(\S+)[^\n]*-j\s+(?:MASQUERADE|SNAT)", text):
