@@ -11,6 +11,7 @@ sets decide differently), then "proposed vs current" per metric, paired by round
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,15 +22,18 @@ from secperf.report.answer import headline, verdicts
 from secperf.report.gate import run_figures
 from secperf.results.rundir import RunDir
 
-CURRENT, PROPOSED = "current", "proposed"
+CURRENT, PROPOSED, SUGGESTED = "current", "proposed", "suggested"
 TRAFFIC_KINDS = ("coverage",)
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 
 def rule_format(path: Path) -> str:
-    """nft for .nft files (and files that look like nft), iptables for iptables-save."""
+    """nft for .nft files (and files that look like nft), nft-json for .json (libnftables
+    JSON, `nft -j list ruleset`), iptables for iptables-save."""
     if path.suffix == ".nft":
         return "nft"
+    if path.suffix == ".json":
+        return "nft-json"
     try:
         head = path.read_text(encoding="utf-8", errors="replace")[:4096]
     except OSError as exc:
@@ -39,9 +43,37 @@ def rule_format(path: Path) -> str:
     return "nft"
 
 
+def rule_text(path: Path) -> str:
+    """The file's text; for libnftables JSON, one line per rule of what the interface
+    guess reads (`iifname "lan0" oifname "wan0" masquerade`)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if rule_format(path) != "nft-json":
+        return text
+    try:
+        items = json.loads(text).get("nftables", [])
+    except (json.JSONDecodeError, AttributeError):
+        return ""
+    lines = []
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict):
+            continue
+        words = []
+        for stmt in rule.get("expr", []):
+            match = stmt.get("match") if isinstance(stmt, dict) else None
+            if isinstance(match, dict) and isinstance(match.get("left"), dict):
+                key = (match["left"].get("meta") or {}).get("key")
+                if key in ("iifname", "oifname") and isinstance(match.get("right"), str):
+                    words.append(f'{key} "{match["right"]}"')
+            elif isinstance(stmt, dict) and ("masquerade" in stmt or "snat" in stmt):
+                words.append("masquerade")
+        lines.append(" ".join(words))
+    return "\n".join(lines) + "\n"
+
+
 def interface_names(path: Path) -> list[str]:
     """The interface names a rule file matches on (iifname/oifname, -i/-o), in order."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = rule_text(path)
     names: list[str] = []
     for m in re.finditer(
         r'\b(?:iifname|oifname|iif|oif)\s+(?:!=\s*)?"?([A-Za-z0-9_.:@-]+)"?', text
@@ -63,7 +95,7 @@ def guess_interfaces(files: Sequence[Path]) -> dict[str, str]:
     outside: list[str] = []
     for path in files:
         names += [n for n in interface_names(path) if n not in names]
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = rule_text(path)
         for m in re.finditer(r'oifname\s+"?([\w.:@-]+)"?[^\n;]*\b(?:masquerade|snat)\b', text):
             outside.append(m.group(1))
         for m in re.finditer(r"-o\s+(\S+)[^\n]*-j\s+(?:MASQUERADE|SNAT)", text):
@@ -105,8 +137,10 @@ def review_scenario(
     duration: str = "1s",
     budget: float | None = None,
     rounds: int | None = None,
+    suggested: Path | None = None,
 ) -> dict[str, Any]:
-    """The scenario the review runs (a dict the scenario loader validates)."""
+    """The scenario the review runs (a dict the scenario loader validates); `suggested`,
+    a rewrite of the proposed rule set (secperf.rulesets.suggest), is a third variant."""
     for path in (current, proposed):
         if not path.is_file():
             raise ScenarioError(
@@ -140,6 +174,8 @@ def review_scenario(
         "variants": {CURRENT: variant(current, CURRENT), PROPOSED: variant(proposed, PROPOSED)},
         "workloads": [{"kind": "flows", "name": "flows", "traffic": traffic, "duration": duration}],
     }
+    if suggested is not None:
+        scenario["variants"][SUGGESTED] = variant(suggested, "suggested rewrite of the proposed")
     repeat: dict[str, Any] = {}
     if budget is not None:
         repeat["budget"] = budget

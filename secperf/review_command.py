@@ -31,21 +31,29 @@ from secperf.cli_common import (
     err_console,
     fail,
 )
-from secperf.errors import SecperfError
+from secperf.errors import ScenarioError, SecperfError
 from secperf.report.gate import run_figures
 from secperf.report.html import write_html
 from secperf.report.terminal import print_report
-from secperf.results.rundir import RunDir
+from secperf.results.rundir import RunDir, write_atomic
 from secperf.review import parse_interfaces, review_scenario, versus_lines
+from secperf.review_live import fetch_live
+from secperf.review_suggest import write_suggestion
 from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario
 
 
 def review(
     current: Annotated[
-        Path, typer.Argument(help="The rule set as it is (nft file or iptables-save).")
+        Path,
+        typer.Argument(
+            help="The rule set as it is (nft file, nft -j JSON or iptables-save); with "
+            "--current-from, the proposed one."
+        ),
     ],
-    proposed: Annotated[Path, typer.Argument(help="The rule set as the change would make it.")],
+    proposed: Annotated[
+        Path | None, typer.Argument(help="The rule set as the change would make it.")
+    ] = None,
     traffic: Annotated[
         str,
         typer.Option(
@@ -86,6 +94,33 @@ def review(
             "--print-scenario", help="Print the scenario the review runs (TOML) and stop."
         ),
     ] = False,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest",
+            help="Rewrite the proposed nft rule set where a common pattern allows (a run "
+            "of same-shape rules into a set or verdict map; ct state established first) and "
+            "measure the rewrite as a third variant, `suggested`.",
+        ),
+    ] = False,
+    current_from: Annotated[
+        str | None,
+        typer.Option(
+            "--current-from",
+            metavar="HOST",
+            help="The current rule set is HOST's live one (a host of --inventory with "
+            "backend ssh), read over SSH with `nft -j list ruleset` (nothing else runs there).",
+        ),
+    ] = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            metavar="FILE",
+            help="The inventory --current-from's HOST is in ([hosts.NAME] tables, or a "
+            "scenario's [testbed.hosts.NAME]).",
+        ),
+    ] = None,
     details: Annotated[bool, DETAILS] = False,
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
@@ -96,7 +131,36 @@ def review(
     what the proposed rules cost against the current ones (exit 5 when a threshold fails)."""
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
+    made: list[Path] = []  # the files the review writes (the scenario names them)
+
+    def kept() -> Path:
+        # kept for the run, and copied into its directory after it
+        if not made:
+            made.append(Path(tempfile.mkdtemp(prefix="secperf-review-")))
+            err_console.print(f"review files: {escape(str(made[0]))}")
+        return made[0]
+
     try:
+        if current_from is not None:
+            if proposed is not None or inventory is None:
+                raise ScenarioError(
+                    "--current-from HOST takes the current rule set from HOST: give the "
+                    "proposed file only, and the inventory HOST is in",
+                    fix="secperf review --current-from HOST --inventory FILE PROPOSED",
+                )
+            current, proposed = fetch_live(inventory, current_from, kept()), current
+            err_console.print(f"current: {current_from}'s live rule set, in {escape(str(current))}")
+        elif proposed is None:
+            raise ScenarioError(
+                "review takes two rule files: CURRENT and PROPOSED",
+                fix="secperf review CURRENT PROPOSED (or --current-from HOST PROPOSED)",
+            )
+        suggested = None
+        if suggest:
+            found = write_suggestion(proposed, kept())
+            for line in found.lines:
+                err_console.print(escape(line))
+            suggested = found.file
         data = review_scenario(
             current,
             proposed,
@@ -105,6 +169,7 @@ def review(
             duration=duration,
             budget=budget,
             rounds=rounds,
+            suggested=suggested,
         )
         text = tomli_w.dumps(data)
         if print_scenario:
@@ -124,6 +189,9 @@ def review(
     except SecperfError as exc:
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
+    for folder in made:
+        for path in sorted(folder.iterdir()):
+            write_atomic(done.path / path.name, path.read_bytes())
     html = write_html(done)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(

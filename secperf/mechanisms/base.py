@@ -340,7 +340,7 @@ class RuleSetUse:
     scenario, and names the interfaces of `host` towards the hosts `interfaces` gives."""
 
     path: Path
-    format: Literal["nft", "iptables"]
+    format: Literal["nft", "nft-json", "iptables"]
     # The rule set's interface name -> the testbed host behind it (its link from `host`).
     interfaces: dict[str, str]
     host: str = "dut"  # where it is loaded (the entry's `on`)

@@ -46,12 +46,12 @@ from secperf.mechanisms.dut_counters import Observer
 from secperf.rulesets.addrmap import map_iptables, map_nft
 from secperf.rulesets.flows import derive
 from secperf.rulesets.load import load
-from secperf.rulesets.model import RuleSet
+from secperf.rulesets.model import FileFormat, RuleSet
 from secperf.rulesets.placement import interface_ends
 from secperf.testbed.hosts import Host
 from secperf.tools import Tool
 
-SUFFIX_FORMATS = {".nft": "nft"}
+SUFFIX_FORMATS = {".nft": "nft", ".json": "nft-json"}
 HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
 
@@ -60,8 +60,9 @@ class RuleSetSpec(MechanismSpec):
 
     kind: Literal["ruleset"] = "ruleset"
     file: Path = Field(strict=False)
-    # nft or iptables (iptables-save output); default from the suffix: .nft -> nft.
-    format: Literal["nft", "iptables"] | None = None
+    # nft, nft-json (libnftables JSON: `nft -j list ruleset`) or iptables (iptables-save
+    # output); default from the suffix: .nft -> nft, .json -> nft-json.
+    format: Literal["nft", "nft-json", "iptables"] | None = None
     backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
     # The rule set's interface name -> the testbed host behind it.
     interfaces: dict[str, str] = Field(default_factory=dict)
@@ -106,14 +107,15 @@ class RuleSetSpec(MechanismSpec):
             fmt = SUFFIX_FORMATS.get(self.file.suffix.lower())
             if fmt is None:
                 raise ValueError(
-                    f"format is required for {self.file.name} (only a .nft file says its "
-                    'own): write format = "nft" or format = "iptables" (iptables-save output)'
+                    f"format is required for {self.file.name} (only a .nft or .json file "
+                    'says its own): write format = "nft", "nft-json" (`nft -j list ruleset`) or '
+                    '"iptables" (iptables-save output)'
                 )
             self.format = fmt  # type: ignore[assignment]
         return self
 
     @property
-    def fmt(self) -> Literal["nft", "iptables"]:
+    def fmt(self) -> FileFormat:
         assert self.format is not None  # set by _format
         return self.format
 
@@ -124,7 +126,7 @@ class RuleSetSpec(MechanismSpec):
 
     @property
     def loader(self) -> str:
-        return "nft" if self.fmt == "nft" else self.backend
+        return self.backend if self.fmt == "iptables" else "nft"
 
 
 class RuleSetMechanism(Mechanism):
@@ -151,7 +153,7 @@ class RuleSetMechanism(Mechanism):
         (ctx.files_dir / f"{ctx.name}.addrmap.json").write_text(
             json.dumps({**amap.to_json(), "lines": amap.describe()}, indent=1) + "\n"
         )
-        if self.spec.fmt == "nft":
+        if rs.format == "nft":
             doc = map_nft(rs.raw, amap, ruleset=rs)
             # The DUT is reset before every variant; a flush here would also remove what
             # a mechanism before this one in the variant loaded.
@@ -205,7 +207,7 @@ def traits(spec: RuleSetSpec) -> frozenset[Trait]:
         text = spec.file.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return frozenset({"filters"})
-    nat = NAT_NFT if spec.fmt == "nft" else NAT_IPT
+    nat = NAT_IPT if spec.fmt == "iptables" else NAT_NFT
     return frozenset({"filters", "translates"} if nat.search(text) else {"filters"})
 
 

@@ -51,6 +51,19 @@ def _lines(section: Mapping[str, Any]) -> list[str]:
                 out.append(f"      {variant:<12} {d['verdict']:<7} {d['decided_by']}")
         if len(changes) > SHOWN:
             out.append(f"    … and {len(changes) - SHOWN} more (summary.json, behaviour)")
+    rewrite = section.get("rewrite")
+    if rewrite:
+        differ, n = rewrite["differ"], rewrite["flows"]
+        if differ or rewrite["untraced"]:
+            out.append(
+                f"  suggested against {rewrite['of']}: NOT equivalent: {len(differ)} of {n} "
+                f"flows decided differently ({', '.join(differ[:SHOWN])}), "
+                f"{rewrite['untraced']} not traced in both"
+            )
+        else:
+            out.append(
+                f"  suggested against {rewrite['of']}: equal on these {n} flows, not a proof"
+            )
     for variant, misses in section["misses"].items():
         out.append(
             f"  {variant}: {len(misses)} flow(s) not decided as derived (the traffic did not "

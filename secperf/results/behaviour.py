@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# A review's suggested rewrite and the rule set it rewrites (secperf review --suggest).
+REWRITE, ORIGINAL = "suggested", "proposed"
+
 
 def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     """The summary's `behaviour` section, or None when the run probed no flows."""
@@ -76,10 +79,20 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
                     }
                 )
         coverage[variant] = {"accepting_rules": total, "hit": hit}
-    return {
+    out = {
         "variants": variants,
         "flows": list(flows.values()),
         "changes": changes,
         "misses": misses,
         "coverage": coverage,
     }
+    if REWRITE in variants and ORIGINAL in variants:
+        both = [f for f in flows.values() if {REWRITE, ORIGINAL} <= set(f["variants"])]
+        differ = [
+            f["flow"]
+            for f in both
+            if f["variants"][REWRITE]["verdict"] != f["variants"][ORIGINAL]["verdict"]
+        ]
+        missing = len(flows) - len(both)
+        out["rewrite"] = {"of": ORIGINAL, "flows": len(both), "differ": differ, "untraced": missing}
+    return out

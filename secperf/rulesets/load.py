@@ -5,7 +5,10 @@ which resolves `include`, `define` and every other construct exactly as the DUT 
 then read back with `nft -j -a list ruleset`; each rule gets its file:line from a scan
 of the source (nftsource). nft runs in the file's directory with `-I` that directory,
 so the file's relative includes resolve as they do when its admin runs `nft -f` there.
-iptables-save: parsed line by line (iptsave).
+A libnftables JSON file (format "nft-json": what `nft -j list ruleset` prints, as read
+from a lab host's live rule set) is loaded the same way with `nft -j -f`; its rules have
+no source lines (each is named by its chain and place). iptables-save: parsed line by
+line (iptsave).
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from secperf.errors import MechanismError, ToolMissingError
 from secperf.rulesets import iptsave, nftsource
-from secperf.rulesets.model import Chain, Format, Rule, RuleRef, RuleSet, Verdict
+from secperf.rulesets.model import Chain, FileFormat, Rule, RuleRef, RuleSet, Verdict
 
 # nft's own error lines: "FILE:LINE:COL-COL: Error: ..."
 _NFT_ERROR = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)(?:-\d+)?: Error: ")
@@ -30,7 +34,7 @@ _HANDLE = re.compile(r"^\s+(?P<text>.*\S) # handle (?P<handle>\d+)$")
 _NAT = ("dnat", "snat", "masquerade", "redirect")
 
 
-def load(path: Path, fmt: Format, interfaces: Sequence[str] = ()) -> RuleSet:
+def load(path: Path, fmt: FileFormat, interfaces: Sequence[str] = ()) -> RuleSet:
     """The rule set in `path`; a file its tool rejects raises MechanismError with the
     tool's own file:line; a missing include is an error, a glob include that matches
     nothing a warning in RuleSet.warnings. `interfaces` are created (veth) in the
@@ -42,19 +46,19 @@ def load(path: Path, fmt: Format, interfaces: Sequence[str] = ()) -> RuleSet:
         )
     if fmt == "iptables":
         return iptsave.parse(path)
-    return _load_nft(path, [i for i in interfaces if i != "lo"])
+    return _load_nft(path, [i for i in interfaces if i != "lo"], json_file=fmt == "nft-json")
 
 
 # The interfaces first (each a veth whose peer nobody names), then the file.
-_SCRIPT = """dir=$1 file=$2; shift 2; i=0
+_SCRIPT = """dir=$1 file=$2 json=$3; shift 3; i=0
 for name in "$@"; do
   ip link add "$name" type veth peer name "secperf-ld$i" || exit 99; i=$((i+1))
 done
-nft -I "$dir" -f "$file" && nft -j -a list ruleset && echo && nft -a list ruleset"""
+nft $json -I "$dir" -f "$file" && nft -j -a list ruleset && echo && nft -a list ruleset"""
 _IFACE_FAILED = 99
 
 
-def _run_nft(path: Path, interfaces: list[str]) -> tuple[list[Any], str]:
+def _run_nft(path: Path, interfaces: list[str], json_file: bool = False) -> tuple[list[Any], str]:
     """libnftables' JSON of the loaded file, and nft's own listing (with handles)."""
     if shutil.which("nft") is None or shutil.which("unshare") is None:
         raise ToolMissingError(
@@ -64,7 +68,19 @@ def _run_nft(path: Path, interfaces: list[str]) -> tuple[list[Any], str]:
     cwd = path.parent
     try:
         proc = subprocess.run(
-            ["unshare", "-n", "--", "sh", "-c", _SCRIPT, "sh", str(cwd), str(path), *interfaces],
+            [
+                "unshare",
+                "-n",
+                "--",
+                "sh",
+                "-c",
+                _SCRIPT,
+                "sh",
+                str(cwd),
+                str(path),
+                "-j" if json_file else "",
+                *interfaces,
+            ],
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -115,10 +131,13 @@ def _nft_error(path: Path, stderr: str) -> MechanismError:
     return MechanismError(f"nft rejects the rule file:\n{text}", where=where, fix=fix)
 
 
-def _load_nft(path: Path, interfaces: list[str]) -> RuleSet:
-    items, listing = _run_nft(path, interfaces)
+def _load_nft(path: Path, interfaces: list[str], json_file: bool = False) -> RuleSet:
+    items, listing = _run_nft(path, interfaces, json_file)
     listed_text = _listed_rules(listing)
-    found = nftsource.scan(path, path.parent, [path.parent])
+    if json_file:  # no source to scan: each rule is named by its chain and place
+        found = nftsource.Scan(files=[path])
+    else:
+        found = nftsource.scan(path, path.parent, [path.parent])
     warnings = list(found.warnings)
     chains: list[Chain] = []
     by_chain: dict[nftsource.ChainKey, list[dict[str, Any]]] = {}
@@ -139,7 +158,7 @@ def _load_nft(path: Path, interfaces: list[str]) -> RuleSet:
                 f"{len(written)} found in the source: its rules' lines are unknown"
             )
             written = None
-        elif written is None and listed:
+        elif written is None and listed and not json_file:
             warnings.append(
                 f"{path}: chain {' '.join(key)}: the order of its rules in the source "
                 "is not knowable (insert/replace/delete by position): lines unknown"
@@ -254,3 +273,30 @@ def nat_target(val: Any) -> str | None:
         text = f"[{text}]" if ":" in text else text
         text += f":{_value_text(port)}"
     return text or None
+
+
+def nft_text(document: dict[str, Any], where: str) -> str:
+    """A libnftables JSON document as nft text: loaded by `nft -j -f` in a throwaway
+    namespace and listed back (`nft -s list ruleset`: without counters' values)."""
+    if shutil.which("nft") is None or shutil.which("unshare") is None:
+        raise ToolMissingError(
+            "nft and unshare are needed to write an nftables file",
+            fix="apt-get install nftables util-linux",
+        )
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="secperf-nft-") as f:
+        json.dump(document, f)
+        f.flush()
+        script = 'nft -j -f "$1" && nft -s list ruleset'
+        proc = subprocess.run(
+            ["unshare", "-n", "--", "sh", "-c", script, "sh", f.name],
+            capture_output=True,
+            text=True,
+            timeout=_NFT_TIMEOUT,
+        )
+    if proc.returncode != 0:
+        raise MechanismError(
+            f"nft refuses the rewritten rule set: {proc.stderr.strip()}",
+            where=where,
+            fix="report it: a rewrite must load as the original does",
+        )
+    return proc.stdout

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 Format = Literal["nft", "iptables"]
+# A rule file as given: nft text, libnftables JSON (`nft -j list ruleset`), iptables-save.
+FileFormat = Literal["nft", "nft-json", "iptables"]
 # A rule's terminal decision, or what it does when it is not terminal.
 Verdict = Literal[
     "accept",

@@ -55,3 +55,20 @@ def test_a_flow_decided_by_another_rule_is_a_miss_not_a_change() -> None:
 
 def test_no_probes_no_section() -> None:
     assert behaviour({}) is None
+
+
+def test_a_suggested_rewrite_is_equal_on_these_flows_not_proven() -> None:
+    same = [row("f1", "accept", "r.nft:5"), row("f2", "deny", "policy", expect="deny")]
+    meta = {"verdicts": {"current": same, "proposed": same, "suggested": same}}
+    b = behaviour(meta)
+    assert b is not None and b["rewrite"] == {
+        "of": "proposed",
+        "flows": 2,
+        "differ": [],
+        "untraced": 0,
+    }
+    assert "  suggested against proposed: equal on these 2 flows, not a proof" in behaviour_lines(b)
+    other = [row("f1", "accept", "s.nft:3"), row("f2", "accept", "s.nft:3", expect="deny")]
+    b = behaviour({"verdicts": {"proposed": same, "suggested": other}})
+    assert b is not None and b["rewrite"]["differ"] == ["f2"]
+    assert any("NOT equivalent: 1 of 2 flows" in line for line in behaviour_lines(b))
