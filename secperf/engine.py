@@ -154,7 +154,7 @@ class EngineTest:
         if len(text) > SPEC_ARG_MAX:
             # One argument may hold 128 KiB at most (MAX_ARG_STRLEN): a larger spec (a
             # review's thousand flows) goes through a file of root's, `--spec @FILE`.
-            if str(getattr(host, "location", "")).startswith(("ssh://", "external")):
+            if not host.shares_files:
                 raise EngineError(
                     f"the {self.where}'s spec is {len(text) // 1024} KiB, more than one "
                     "command-line argument holds, and the host is not on this machine",

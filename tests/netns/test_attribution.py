@@ -31,7 +31,13 @@ def scenario() -> Scenario:
     return Scenario.model_validate(
         {
             "name": "attr",
-            "repeat": {"min": 2, "max": 2, "remeasure": 0, "trace_softirq": False},
+            "repeat": {
+                "min": 2,
+                "max": 2,
+                "remeasure": 0,
+                "trace_softirq": False,
+                "attribution": True,
+            },
             "timing": {"duration": "1s", "warmup": "0.1s"},
             "variants": {
                 "acl": {"mechanisms": [{"kind": "acl", "rules": RULES, "layout": "linear"}]}

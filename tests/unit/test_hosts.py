@@ -150,6 +150,7 @@ class Bench:
     local_links = False
     cpu_groups: list[dict[str, Any]] = []  # noqa: RUF012
     runs_commands = True
+    shares_files = True
     ledger = None
     power = None
     switch = None

@@ -80,6 +80,10 @@ class ExternalHost:
         return False  # its connections are its own: nothing to flush from here
 
     @property
+    def shares_files(self) -> bool:
+        return False
+
+    @property
     def ledger(self) -> Ledger | None:
         return None
 

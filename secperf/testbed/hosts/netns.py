@@ -224,6 +224,10 @@ class NetnsHost:
         return True
 
     @property
+    def shares_files(self) -> bool:
+        return True  # a namespace shares this machine's file system
+
+    @property
     def power(self) -> Power | None:
         return None
 

@@ -245,6 +245,12 @@ class Host(Protocol):
         ...
 
     @property
+    def shares_files(self) -> bool:
+        """True where a file on this machine is a file the host's commands see (a
+        namespace): a large input may then be handed over as a path."""
+        ...
+
+    @property
     def ledger(self) -> Ledger | None:
         """The run's ledger on this machine, where a daemon's own cgroups (a proxy's
         cpuset and memory limit) are recorded before they are made; None where

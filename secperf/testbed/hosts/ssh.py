@@ -256,6 +256,10 @@ class SshHost:
         return True
 
     @property
+    def shares_files(self) -> bool:
+        return False  # another machine: its files are its own
+
+    @property
     def ledger(self) -> Ledger | None:
         return None  # nothing local is made for it (its own ledger is remote)
 

@@ -142,6 +142,10 @@ class NetnsOrVmHost:
         return self.current.runs_commands
 
     @property
+    def shares_files(self) -> bool:
+        return self.current.shares_files
+
+    @property
     def ledger(self) -> Ledger | None:
         return self.current.ledger
 

@@ -361,6 +361,10 @@ class VmHost:
         return True
 
     @property
+    def shares_files(self) -> bool:
+        return False  # the guest has a file system of its own
+
+    @property
     def power(self) -> Power | None:
         return VmPower(self)
 
