@@ -1,4 +1,5 @@
-"""The `secperf` command line: run, check, report, compare, clean, doctor."""
+"""The `secperf` command line: run, check, report, compare, clean, doctor (and review,
+history: their own modules)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from secperf.cli_common import (
     fail,
 )
 from secperf.errors import SecperfError
+from secperf.history_command import LABEL, NO_HISTORY, STORE, history, labels_or_exit, record
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
 from secperf.plan.inventory import check_inventory
@@ -134,12 +136,16 @@ def run(
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
     junit: Annotated[Path | None, JUNIT] = None,
+    label: Annotated[list[str] | None, LABEL] = None,
+    no_history: Annotated[bool, NO_HISTORY] = False,
+    store: Annotated[Path | None, STORE] = None,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report;
-    then check its thresholds (exit 5 when one fails)."""
+    add it to the results store; then check its thresholds (exit 5 when one fails)."""
 
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
+    labels = labels_or_exit(label)
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
     try:
@@ -154,6 +160,8 @@ def run(
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
     html = write_html(done)
+    if not no_history:
+        record(done.path, labels, store, console)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(
         [*sc.expect, *extra],
@@ -469,3 +477,4 @@ def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
 
 
 app.command()(review)
+app.command()(history)
