@@ -32,6 +32,7 @@ from secperf.history.page import write_page
 from secperf.history.query import ROW_FIELDS, add_run_dir, flat_rows, load_series
 from secperf.history.store import STORE_ENV
 from secperf.report.gate import FAIL, INCONCLUSIVE
+from secperf.scenario.loader import load_scenario
 
 STORE = typer.Option(
     "--store",
@@ -134,8 +135,6 @@ def print_outcomes(out: Console, outcomes: list[HistoryOutcome]) -> None:
 def _scenario_name(text: str) -> str:
     path = Path(text)
     if path.suffix == ".toml" and path.is_file():
-        from secperf.scenario.loader import load_scenario
-
         return load_scenario(path).name
     return text
 
