@@ -18,6 +18,7 @@ from secperf.api import check_out_dir, records, to_csv
 from secperf.cli_common import (
     DETAILS,
     EXIT_INTERRUPTED,
+    EXIT_THRESHOLD,
     EXPECT,
     GATE_RULE,
     JUNIT,
@@ -29,13 +30,25 @@ from secperf.cli_common import (
     _print_gate,
     _rule,
     _show,
+    _usage,
     console,
     err_console,
     exit_code,
     fail,
 )
 from secperf.errors import SecperfError
-from secperf.history_command import LABEL, NO_HISTORY, STORE, history, labels_or_exit, record
+from secperf.history_command import (
+    EXPECT_HISTORY,
+    HISTORY_JUNIT,
+    LABEL,
+    NO_HISTORY,
+    STORE,
+    history,
+    history_gate,
+    labels_or_exit,
+    record,
+    rules_or_exit,
+)
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
 from secperf.plan.inventory import check_inventory
@@ -139,13 +152,19 @@ def run(
     label: Annotated[list[str] | None, LABEL] = None,
     no_history: Annotated[bool, NO_HISTORY] = False,
     store: Annotated[Path | None, STORE] = None,
+    expect_history: Annotated[list[str] | None, EXPECT_HISTORY] = None,
+    history_junit: Annotated[Path | None, HISTORY_JUNIT] = None,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report;
-    add it to the results store; then check its thresholds (exit 5 when one fails)."""
+    add it to the results store; then check its thresholds and history rules (exit 5 when
+    one fails)."""
 
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
     labels = labels_or_exit(label)
+    history_rules = rules_or_exit(expect_history)
+    if history_rules and no_history:
+        _usage("--expect-history needs the run in the store: drop --no-history")
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
     try:
@@ -172,22 +191,32 @@ def run(
         {"run": str(done.path)},
     )
     if as_json:
+        past = history_gate(sc.name, history_rules, store, history_junit, err_console)
         _print_json(
             {
                 "run_dir": str(done.path),
                 "report": str(html),
                 **summary,
                 "gate": [o.to_json() for o in outcomes],
+                "history_gate": [o.to_json() for o in past],
             }
         )
         _exit_for(outcomes, meta)
+        _exit_for_history(past)
         return
     _show(summary, meta, details, outcomes)
     console.print(
         f"\nrun directory: [bold]{escape(str(done.path))}[/]\nreport: [bold]{escape(str(html))}[/]"
         + ("" if details else f"\nevery table: secperf report {escape(str(done.path))} --details")
     )
+    past = history_gate(sc.name, history_rules, store, history_junit)
     _exit_for(outcomes, meta)
+    _exit_for_history(past)
+
+
+def _exit_for_history(outcomes: list[Any]) -> None:
+    if any(o.failed for o in outcomes):
+        raise typer.Exit(EXIT_THRESHOLD)
 
 
 @app.command()

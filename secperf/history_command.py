@@ -26,7 +26,13 @@ from secperf.cli_common import (
 )
 from secperf.errors import SecperfError
 from secperf.history.changes import Series, machine_text
-from secperf.history.gate import HistoryOutcome, check_history, parse_rule, write_junit
+from secperf.history.gate import (
+    HistoryOutcome,
+    HistoryRule,
+    check_history,
+    parse_rule,
+    write_junit,
+)
 from secperf.history.ingest import parse_labels
 from secperf.history.page import write_page
 from secperf.history.query import ROW_FIELDS, add_run_dir, flat_rows, load_series
@@ -48,6 +54,40 @@ EXPECT_HISTORY = typer.Option(
     help='A history gate: "no regression since the last change point" or "within the '
     f"last N runs' range\" (repeatable). A failed one exits {EXIT_THRESHOLD}.",
 )
+
+
+HISTORY_JUNIT = typer.Option(
+    "--history-junit", help="Write the history gate's outcomes as JUnit XML here."
+)
+
+
+def rules_or_exit(texts: list[str] | None) -> list[HistoryRule]:
+    try:
+        return [parse_rule(t) for t in texts or []]
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def history_gate(
+    scenario: str,
+    rules: list[HistoryRule],
+    store: Path | None,
+    junit: Path | None,
+    out: Console | None = None,
+) -> list[HistoryOutcome]:
+    """`run --expect-history`: the rules on the store's series, the run just added being
+    the newest (printed; a failure to read the store is an error)."""
+    if not rules:
+        return []
+    try:
+        outcomes = check_history(rules, load_series(scenario, store=store))
+        if junit is not None:
+            write_junit(junit, outcomes, scenario, {"rule": "; ".join(r.describe() for r in rules)})
+    except SecperfError as exc:
+        raise fail(exc) from None
+    print_outcomes(out or _loud(), outcomes)
+    return outcomes
 
 
 def labels_or_exit(texts: list[str] | None) -> dict[str, str]:
@@ -185,11 +225,7 @@ def history(
         if len(args) != 1:
             err_console.print("[bold red]error:[/] history: give one scenario")
             raise typer.Exit(EXIT_USAGE)
-        try:
-            rules = [parse_rule(t) for t in expect_history or []]
-        except ValueError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
+        rules = rules_or_exit(expect_history)
         if junit is not None and not rules:
             err_console.print("[bold red]error:[/] --junit needs --expect-history")
             raise typer.Exit(EXIT_USAGE)

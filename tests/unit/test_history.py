@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 import secperf.api as sp
@@ -19,6 +20,7 @@ from secperf.cli import app
 from secperf.history.changes import Point, change_points
 from secperf.history.gate import parse_rule
 from secperf.history.query import add_run_dir, load_series
+from secperf.history_command import history_gate, record
 
 INTEL = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpus": 2, "kernel": "6.18.44"}
 EPYC = {"cpu_model": "AMD EPYC", "cpus": 2, "kernel": "6.18.44"}
@@ -191,3 +193,25 @@ def test_json_and_csv(tmp_path: Path) -> None:
     csv = CliRunner().invoke(app, ["history", "syn", "--store", str(store), "--csv"]).stdout
     assert csv.splitlines()[0].startswith("variant,workload,point,metric")
     assert len(csv.splitlines()) == 3
+
+
+def test_a_store_that_cannot_be_written_is_a_warning_not_a_lost_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"not a database" * 100)
+    run = write_run(tmp_path / "runs", 0, 10000, 20.0)
+    record(run, {}, broken, Console())  # no exception: the run stands
+    assert "the run is kept, but not in the results store" in capsys.readouterr().err
+    assert (run / "summary.json").is_file()
+
+
+def test_run_side_history_gate_sees_the_newest_run(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    runs = [(10000, 20 + rng.gauss(0, 0.5)) for _ in range(10)] + [(10000, 30.0)]
+    store = _store(tmp_path, runs)
+    junit = tmp_path / "h.xml"
+    rule = [parse_rule("no regression since the last change point")]
+    (outcome,) = history_gate("syn", rule, store, junit, Console(file=None, quiet=True))
+    assert outcome.failed and outcome.to_json()["run_dir"].endswith("-syn")
+    assert ET.parse(junit).getroot().get("failures") == "1"
