@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import secperf.api as sp
 from secperf.cli import app
-from secperf.history.changes import Point, change_points
+from secperf.history.changes import Point, _candidates, change_points
 from secperf.history.gate import parse_rule
 from secperf.history.query import add_run_dir, load_series
 from secperf.history_command import history_gate, record
@@ -106,14 +106,21 @@ def test_a_drifting_baseline_with_a_constant_degradation_gives_no_alarm(tmp_path
         assert result.exit_code == 0, result.output
 
 
-def test_a_small_candidate_inside_the_runs_intervals_is_no_step() -> None:
-    # a 1-point shift, far below the runs' own ±4 points: no step
-    pts = [Point(i, f"t{i:02d}", f"d{i}", {}, "a", 20.0 + (i >= 10), 16.0 + (i >= 10),
-                 24.0 + (i >= 10), 8, None) for i in range(20)]  # fmt: skip
-    assert change_points(pts) == []
-    sharp = [Point(i, f"t{i:02d}", f"d{i}", {}, "a", 20.0 + (i >= 10), 19.9 + (i >= 10),
-                   20.1 + (i >= 10), 8, None) for i in range(20)]  # fmt: skip
-    assert [st.index for st in change_points(sharp)] == [10]
+def _shift(half: float) -> list[Point]:
+    """200 runs whose degradation moves by 1 point at run 100, each run ±half."""
+    return [
+        Point(i, f"t{i:03d}", f"d{i}", {}, "a", 20.0 + (i >= 100), 20.0 - half + (i >= 100),
+              20.0 + half + (i >= 100), 8, None)
+        for i in range(200)
+    ]  # fmt: skip
+
+
+def test_a_step_inside_the_runs_own_intervals_is_no_step() -> None:
+    # the candidate search proposes the 1-point shift; the runs' own ±1.5 points cover it
+    assert _candidates(_shift(1.5)) == [100]
+    assert change_points(_shift(1.5)) == []
+    # the same shift measured to ±0.1 points is a step
+    assert [st.index for st in change_points(_shift(0.1))] == [100]
 
 
 def test_a_machine_change_is_marked_not_called_a_step(tmp_path: Path) -> None:
