@@ -71,7 +71,7 @@ def _embed(data: bytes, alt: str) -> str:
 
 def page(scenario: str, series: Sequence[Series]) -> str:
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
+        '<!doctype html><html><head><meta charset="utf-8">',
         f"<title>secperf history: {html.escape(scenario)}</title>",
         "<style>body{font-family:sans-serif;margin:1em 2em}figure{margin:1em 0}"
         "li{font-size:90%}</style></head><body>",
