@@ -36,7 +36,7 @@ from secperf.history.gate import (
 from secperf.history.ingest import parse_labels
 from secperf.history.page import write_page
 from secperf.history.query import ROW_FIELDS, add_run_dir, flat_rows, load_series
-from secperf.history.store import STORE_ENV
+from secperf.history.store import STORE_ENV, store_path
 from secperf.report.gate import FAIL, INCONCLUSIVE
 from secperf.scenario.loader import load_scenario
 
@@ -109,7 +109,7 @@ def record(run_dir: Path, labels: dict[str, str], store: Path | None, out: Conso
             highlight=False,
         )
         return
-    out.print(f"history: added to {escape(str(store or 'the results store'))}", highlight=False)
+    out.print(f"history: added to {escape(str(store_path(store)))}", highlight=False)
 
 
 def _mark(s: Series, i: int) -> str:
