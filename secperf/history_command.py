@@ -119,6 +119,8 @@ def _mark(s: Series, i: int) -> str:
         marks.append(f"[red]▲ step {st.size:+.1f} [{st.low:+.1f}, {st.high:+.1f}][/]")
     if i in s.machine_changes():
         marks.append("[dim]machine changed[/]")
+    if i in s.scenario_changes():
+        marks.append("[dim]scenario changed[/]")
     if s.points[i].other_machine:
         marks.append("[dim]another machine[/]")
     return " ".join(marks)

@@ -36,6 +36,7 @@ class Point:
     n: int | None
     verdict: str | None
     other_machine: bool = False  # not the newest run's machine (shown with --all-machines)
+    scenario_hash: str | None = None  # the scenario file's text as run
 
     @property
     def half(self) -> float:
@@ -108,6 +109,15 @@ class Series:
             if self.points[i].fingerprint != self.points[i - 1].fingerprint
         ]
 
+    def scenario_changes(self) -> list[int]:
+        """Indices where the scenario's text differs from the run before (both known)."""
+        return [
+            i
+            for i in range(1, len(self.points))
+            if None not in (self.points[i].scenario_hash, self.points[i - 1].scenario_hash)
+            and self.points[i].scenario_hash != self.points[i - 1].scenario_hash
+        ]
+
 
 def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
@@ -144,6 +154,7 @@ def build_series(rows: Iterable[Mapping[str, Any]], *, all_machines: bool = Fals
                 n=r.get("degradation_n") or r.get("n"),
                 verdict=r.get("verdict"),
                 other_machine=other,
+                scenario_hash=r.get("scenario_hash"),
             )
         )
     series = list(out.values())

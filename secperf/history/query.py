@@ -31,6 +31,7 @@ ROW_FIELDS = (
     "step_low",
     "step_high",
     "machine_change",
+    "scenario_change",
 )
 
 
@@ -57,6 +58,7 @@ def flat_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     for s in series:
         steps = {st.index: st for st in s.steps}
         moved = set(s.machine_changes())
+        edited = set(s.scenario_changes())
         for i, p in enumerate(s.points):
             st = steps.get(i)
             out.append(
@@ -80,6 +82,7 @@ def flat_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     "step_low": st.low if st else None,
                     "step_high": st.high if st else None,
                     "machine_change": i in moved,
+                    "scenario_change": i in edited,
                 }
             )
     return out

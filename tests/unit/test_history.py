@@ -42,14 +42,23 @@ def _row(variant: str, metric: str, mean: float, deg: float | None, half: float)
     }  # fmt: skip
 
 
-def write_run(root: Path, i: int, baseline: float, deg: float, *, half: float = 2.0,
-              host: dict | None = None, scenario: str = "syn") -> Path:  # fmt: skip
+def write_run(
+    root: Path,
+    i: int,
+    baseline: float,
+    deg: float,
+    *,
+    half: float = 2.0,
+    host: dict | None = None,
+    scenario: str = "syn",
+    text: str = "[x]\n",
+) -> Path:
     """A run directory of one rr point: the baseline's rate and the variant's paired
     degradation (in %, with its half-width)."""
     d = root / f"2026{(i // 28) + 1:02d}{(i % 28) + 1:02d}T120000Z-{scenario}"
     d.mkdir(parents=True)
     meta = {
-        "format": 1, "scenario": {"name": scenario}, "scenario_text": "[x]\n",
+        "format": 1, "scenario": {"name": scenario}, "scenario_text": text,
         "started": f"2026-{(i // 28) + 1:02d}-{(i % 28) + 1:02d}T12:00:00+00:00",
         "finished": None, "status": "complete", "secperf_version": "0.1.0",
         "host": host or INTEL, "placement": {"mode": "one"},
@@ -222,3 +231,14 @@ def test_run_side_history_gate_sees_the_newest_run(tmp_path: Path) -> None:
     (outcome,) = history_gate("syn", rule, store, junit, Console(file=None, quiet=True))
     assert outcome.failed and outcome.to_json()["run_dir"].endswith("-syn")
     assert ET.parse(junit).getroot().get("failures") == "1"
+
+
+def test_a_scenario_edit_is_marked(tmp_path: Path) -> None:
+    store = tmp_path / "h.sqlite"
+    for i in range(4):
+        text = "[x]\n" if i < 2 else "[x]\nrules = 1200\n"
+        add_run_dir(write_run(tmp_path / "runs", i, 10000, 20.0 + i, text=text), None, store)
+    rows = sp.history("syn", store=store)
+    assert [r["scenario_change"] for r in rows] == [False, False, True, False]
+    out = CliRunner().invoke(app, ["history", "syn", "--store", str(store)]).output
+    assert "scenario changed" in out
