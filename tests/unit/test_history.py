@@ -242,3 +242,10 @@ def test_a_scenario_edit_is_marked(tmp_path: Path) -> None:
     assert [r["scenario_change"] for r in rows] == [False, False, True, False]
     out = CliRunner().invoke(app, ["history", "syn", "--store", str(store)]).output
     assert "scenario changed" in out
+
+
+def test_the_api_gives_a_dataframe_with_pandas(tmp_path: Path) -> None:
+    pytest.importorskip("pandas")
+    store = _store(tmp_path, [(10000, 20.0), (10000, 21.0)])
+    df = sp.history_dataframe("syn", store=store)
+    assert list(df["degradation_pct"]) == [20.0, 21.0] and df["labels"][1] == {"run": "1"}
