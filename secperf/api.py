@@ -6,6 +6,7 @@
     run = sp.run(scenario, out="results")               # needs root, like `secperf run`
     rows = sp.records(run)                              # plain dicts, one per figure
     df = sp.dataframe(run)                              # pandas, if installed
+    trend = sp.history("quick", store="results/history.sqlite")  # one dict per run and row
 
 Every function raises a `secperf.errors.SecperfError` (with `where` and `fix`) on bad
 input, like the command line.
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from secperf.errors import SecperfError
+from secperf.history.query import flat_rows, load_series
 from secperf.report.html import write_html
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
@@ -33,6 +35,8 @@ from secperf.scenario.scenario import Scenario
 __all__ = [
     "CSV_COLUMNS",
     "dataframe",
+    "history",
+    "history_dataframe",
     "load",
     "open_run",
     "records",
@@ -134,8 +138,7 @@ def records(source: RunDir | str | Path | Mapping[str, Any]) -> list[dict[str, A
     return out
 
 
-def dataframe(source: RunDir | str | Path | Mapping[str, Any]) -> Any:
-    """The records as a pandas DataFrame (pandas is optional: `pip install pandas`)."""
+def _pandas() -> Any:
     try:
         import pandas as pd
     except ImportError:
@@ -143,7 +146,43 @@ def dataframe(source: RunDir | str | Path | Mapping[str, Any]) -> Any:
             "pandas is not installed",
             fix="pip install pandas (or use secperf.api.records() for plain dicts)",
         ) from None
-    return pd.DataFrame.from_records(records(source))
+    return pd
+
+
+def dataframe(source: RunDir | str | Path | Mapping[str, Any]) -> Any:
+    """The records as a pandas DataFrame (pandas is optional: `pip install pandas`)."""
+    return _pandas().DataFrame.from_records(records(source))
+
+
+def history(
+    scenario: str,
+    *,
+    store: str | Path | None = None,
+    metric: str | None = None,
+    variant: str | None = None,
+    workload: str | None = None,
+    since: str | None = None,
+    all_machines: bool = False,
+) -> list[dict[str, Any]]:
+    """A scenario's history from the results store (docs/history.md): one dict per run and
+    (variant, workload, point, metric) series, oldest run first, with its paired degradation
+    and interval, labels, verdict, and whether a change point or a machine change is there."""
+    return flat_rows(
+        load_series(
+            scenario,
+            store=store,
+            metric=metric,
+            variant=variant,
+            workload=workload,
+            since=since,
+            all_machines=all_machines,
+        )
+    )
+
+
+def history_dataframe(scenario: str, **options: Any) -> Any:
+    """history() as a pandas DataFrame (pandas is optional)."""
+    return _pandas().DataFrame.from_records(history(scenario, **options))
 
 
 def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -1,4 +1,5 @@
-"""The `secperf` command line: run, check, report, compare, clean, doctor."""
+"""The `secperf` command line: run, check, report, compare, clean, doctor (and review,
+history: their own modules)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from secperf.api import check_out_dir, records, to_csv
 from secperf.cli_common import (
     DETAILS,
     EXIT_INTERRUPTED,
+    EXIT_THRESHOLD,
     EXPECT,
     GATE_RULE,
     JUNIT,
@@ -28,12 +30,25 @@ from secperf.cli_common import (
     _print_gate,
     _rule,
     _show,
+    _usage,
     console,
     err_console,
     exit_code,
     fail,
 )
 from secperf.errors import SecperfError
+from secperf.history_command import (
+    EXPECT_HISTORY,
+    HISTORY_JUNIT,
+    LABEL,
+    NO_HISTORY,
+    STORE,
+    history,
+    history_gate,
+    labels_or_exit,
+    record,
+    rules_or_exit,
+)
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
 from secperf.plan.inventory import check_inventory
@@ -134,12 +149,22 @@ def run(
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
     junit: Annotated[Path | None, JUNIT] = None,
+    label: Annotated[list[str] | None, LABEL] = None,
+    no_history: Annotated[bool, NO_HISTORY] = False,
+    store: Annotated[Path | None, STORE] = None,
+    expect_history: Annotated[list[str] | None, EXPECT_HISTORY] = None,
+    history_junit: Annotated[Path | None, HISTORY_JUNIT] = None,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report;
-    then check its thresholds (exit 5 when one fails)."""
+    add it to the results store; then check its thresholds and history rules (exit 5 when
+    one fails)."""
 
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
+    labels = labels_or_exit(label)
+    history_rules = rules_or_exit(expect_history)
+    if history_rules and no_history:
+        _usage("--expect-history needs the run in the store: drop --no-history")
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
     try:
@@ -154,6 +179,8 @@ def run(
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
     html = write_html(done)
+    if not no_history:
+        record(done.path, labels, store, console)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(
         [*sc.expect, *extra],
@@ -164,22 +191,32 @@ def run(
         {"run": str(done.path)},
     )
     if as_json:
+        past = history_gate(sc.name, history_rules, store, history_junit, err_console)
         _print_json(
             {
                 "run_dir": str(done.path),
                 "report": str(html),
                 **summary,
                 "gate": [o.to_json() for o in outcomes],
+                "history_gate": [o.to_json() for o in past],
             }
         )
         _exit_for(outcomes, meta)
+        _exit_for_history(past)
         return
     _show(summary, meta, details, outcomes)
     console.print(
         f"\nrun directory: [bold]{escape(str(done.path))}[/]\nreport: [bold]{escape(str(html))}[/]"
         + ("" if details else f"\nevery table: secperf report {escape(str(done.path))} --details")
     )
+    past = history_gate(sc.name, history_rules, store, history_junit)
     _exit_for(outcomes, meta)
+    _exit_for_history(past)
+
+
+def _exit_for_history(outcomes: list[Any]) -> None:
+    if any(o.failed for o in outcomes):
+        raise typer.Exit(EXIT_THRESHOLD)
 
 
 @app.command()
@@ -469,3 +506,4 @@ def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
 
 
 app.command()(review)
+app.command()(history)

@@ -32,6 +32,7 @@ from secperf.cli_common import (
     fail,
 )
 from secperf.errors import ScenarioError, SecperfError
+from secperf.history_command import LABEL, NO_HISTORY, STORE, labels_or_exit, record
 from secperf.report.gate import run_figures
 from secperf.report.html import write_html
 from secperf.report.terminal import print_report
@@ -125,12 +126,16 @@ def review(
     expect: Annotated[list[str] | None, EXPECT] = None,
     gate_rule: Annotated[str, GATE_RULE] = "interval",
     junit: Annotated[Path | None, JUNIT] = None,
+    label: Annotated[list[str] | None, LABEL] = None,
+    no_history: Annotated[bool, NO_HISTORY] = False,
+    store: Annotated[Path | None, STORE] = None,
 ) -> None:
     """Review a change to a rule set: both files on one testbed, interleaved against plain
     forwarding, with traffic that exercises their rules; behaviour changes first, then
     what the proposed rules cost against the current ones (exit 5 when a threshold fails)."""
     rule = _rule(gate_rule)
     extra = _parse_expectations(expect or [])
+    labels = labels_or_exit(label)
     made: list[Path] = []  # the files the review writes (the scenario names them)
 
     def kept() -> Path:
@@ -193,6 +198,8 @@ def review(
         for path in sorted(folder.iterdir()):
             write_atomic(done.path / path.name, path.read_bytes())
     html = write_html(done)
+    if not no_history:
+        record(done.path, labels, store, console)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(
         [*sc.expect, *extra],
