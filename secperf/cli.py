@@ -48,6 +48,7 @@ from secperf.history_command import (
     labels_or_exit,
     record,
     rules_or_exit,
+    run_store,
 )
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
@@ -179,6 +180,7 @@ def run(
         raise fail(exc) from None
     done = RunDir.open(rundir.path)
     html = write_html(done)
+    store = run_store(store, out)
     if not no_history:
         record(done.path, labels, store, console)
     summary, meta = done.read_summary(), done.read_run_json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -36,7 +37,7 @@ from secperf.history.gate import (
 from secperf.history.ingest import parse_labels
 from secperf.history.page import write_page
 from secperf.history.query import ROW_FIELDS, add_run_dir, flat_rows, load_series
-from secperf.history.store import STORE_ENV, store_path
+from secperf.history.store import DEFAULT_STORE, STORE_ENV, store_path
 from secperf.report.gate import FAIL, INCONCLUSIVE
 from secperf.scenario.loader import load_scenario
 
@@ -96,6 +97,14 @@ def labels_or_exit(texts: list[str] | None) -> dict[str, str]:
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
+
+
+def run_store(store: Path | None, out: Path) -> Path | None:
+    """The store a run adds itself to: --store, else $SECPERF_STORE, else beside the run
+    directories (`--out`: results/history.sqlite by default)."""
+    if store is not None or os.environ.get(STORE_ENV):
+        return store
+    return out / DEFAULT_STORE.name
 
 
 def record(run_dir: Path, labels: dict[str, str], store: Path | None, out: Console) -> None:

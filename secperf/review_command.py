@@ -32,7 +32,14 @@ from secperf.cli_common import (
     fail,
 )
 from secperf.errors import ScenarioError, SecperfError
-from secperf.history_command import LABEL, NO_HISTORY, STORE, labels_or_exit, record
+from secperf.history_command import (
+    LABEL,
+    NO_HISTORY,
+    STORE,
+    labels_or_exit,
+    record,
+    run_store,
+)
 from secperf.report.gate import run_figures
 from secperf.report.html import write_html
 from secperf.report.terminal import print_report
@@ -199,7 +206,7 @@ def review(
             write_atomic(done.path / path.name, path.read_bytes())
     html = write_html(done)
     if not no_history:
-        record(done.path, labels, store, console)
+        record(done.path, labels, run_store(store, out), console)
     summary, meta = done.read_summary(), done.read_run_json()
     outcomes = _gate(
         [*sc.expect, *extra],

@@ -249,3 +249,15 @@ def test_the_api_gives_a_dataframe_with_pandas(tmp_path: Path) -> None:
     store = _store(tmp_path, [(10000, 20.0), (10000, 21.0)])
     df = sp.history_dataframe("syn", store=store)
     assert list(df["degradation_pct"]) == [20.0, 21.0] and df["labels"][1] == {"run": "1"}
+
+
+def test_a_run_s_store_lies_beside_its_run_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from secperf.history_command import run_store
+
+    monkeypatch.delenv("SECPERF_STORE", raising=False)
+    assert run_store(None, tmp_path / "out") == tmp_path / "out" / "history.sqlite"
+    assert run_store(tmp_path / "s.sqlite", tmp_path / "out") == tmp_path / "s.sqlite"
+    monkeypatch.setenv("SECPERF_STORE", str(tmp_path / "env.sqlite"))
+    assert run_store(None, tmp_path / "out") is None  # store_path reads the variable
