@@ -3,6 +3,7 @@ secperf.cli registers it on the app)."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -146,7 +147,7 @@ def review(
     made: list[Path] = []  # the files the review writes (the scenario names them)
 
     def kept() -> Path:
-        # kept for the run, and copied into its directory after it
+        # kept for the run, copied into its directory after it, then removed
         if not made:
             made.append(Path(tempfile.mkdtemp(prefix="secperf-review-")))
             err_console.print(f"review files: {escape(str(made[0]))}")
@@ -204,6 +205,7 @@ def review(
     for folder in made:
         for path in sorted(folder.iterdir()):
             write_atomic(done.path / path.name, path.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)  # kept in the run directory now
     html = write_html(done)
     if not no_history:
         record(done.path, labels, run_store(store, out), console)
