@@ -5,15 +5,14 @@ secperf.report.gate's, whose writer is bound to a run's thresholds)."""
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from secperf.history.changes import Series, step_between
-from secperf.history.store import HistoryError
 from secperf.report.gate import FAIL, INCONCLUSIVE, PASS
+from secperf.report.junit import JunitCase, write_junit_file
 
 SINCE_CHANGE = "no regression since the last change point"
 _RANGE = re.compile(r"^(?:the new run'?s degradation )?within the last (\d+) runs?'? range$")
@@ -127,46 +126,21 @@ def check_history(rules: Sequence[HistoryRule], series: Sequence[Series]) -> lis
     return [judge(rule, s) for rule in rules for s in series if s.points]
 
 
-def junit_xml(outcomes: Sequence[HistoryOutcome], suite: str, properties: dict[str, str]) -> bytes:
-    """A testsuite named after the scenario, a testcase per series and rule."""
-    failures = sum(o.failed for o in outcomes)
-    root = ET.Element("testsuites", name="secperf", tests=str(len(outcomes)))
-    root.set("failures", str(failures))
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(outcomes)))
-    ts.set("failures", str(failures))
-    ts.set("errors", "0")
-    ts.set("skipped", "0")
-    props = ET.SubElement(ts, "properties")
-    for name, value in properties.items():
-        ET.SubElement(props, "property", name=name, value=value)
-    for o in outcomes:
-        case = ET.SubElement(
-            ts,
-            "testcase",
+def junit_cases(outcomes: Sequence[HistoryOutcome], suite: str) -> list[JunitCase]:
+    """A testcase per series and rule."""
+    return [
+        JunitCase(
             classname=f"secperf.{suite}.{o.series.workload}",
             name=f"{o.series.title}: {o.rule.describe()}",
+            failure="history" if o.failed else None,
+            message=o.text,
+            note=o.text if o.status == INCONCLUSIVE else None,
         )
-        case.set("time", "0")
-        if o.failed:
-            failure = ET.SubElement(case, "failure", type="history")
-            failure.set("message", o.text)
-            failure.text = o.text
-        elif o.status == INCONCLUSIVE:
-            ET.SubElement(case, "system-out").text = o.text
-    ET.indent(root)
-    text: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
-    return text + b"\n"
+        for o in outcomes
+    ]
 
 
 def write_junit(
     path: Path, outcomes: Sequence[HistoryOutcome], suite: str, properties: dict[str, str]
 ) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(junit_xml(outcomes, suite, properties))
-    except OSError as exc:
-        raise HistoryError(
-            f"cannot write the JUnit file: {exc.strerror or exc}",
-            where=str(path),
-            fix="give --junit a path you may write",
-        ) from None
+    write_junit_file(path, junit_cases(outcomes, suite), suite, properties)

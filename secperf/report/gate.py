@@ -20,7 +20,6 @@ have. An expectation that matches no row is an error (GateError), not a pass.
 from __future__ import annotations
 
 import math
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 from secperf import stats
 from secperf.errors import SecperfError
 from secperf.report.answer import headline
+from secperf.report.junit import JunitCase, write_junit_file
 from secperf.results.metrics import ratio_scale
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect
@@ -366,50 +366,22 @@ def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def junit_xml(outcomes: Sequence[Outcome], suite: str, properties: Mapping[str, str]) -> bytes:
-    """JUnit XML (the schema Jenkins, GitLab and GitHub's test reporters read): a
-    testcase per checked row, a <failure> for each failed one."""
-    failures = sum(o.failed for o in outcomes)
-    root = ET.Element("testsuites", name="secperf", tests=str(len(outcomes)))
-    root.set("failures", str(failures))
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(outcomes)))
-    ts.set("failures", str(failures))
-    ts.set("errors", "0")
-    ts.set("skipped", "0")
-    props = ET.SubElement(ts, "properties")
-    for name, value in properties.items():
-        ET.SubElement(props, "property", name=name, value=value)
-    for o in outcomes:
-        case = ET.SubElement(
-            ts,
-            "testcase",
+def junit_cases(outcomes: Sequence[Outcome], suite: str) -> list[JunitCase]:
+    """A testcase per checked row, a failure for each failed one."""
+    return [
+        JunitCase(
             classname=f"secperf.{suite}.{o.workload}",
             name=f"{o.subject}: {o.what} {o.expect.bound}",
+            failure=("threshold" if o.status == FAIL else "unmeasured") if o.failed else None,
+            message=o.text,
+            detail=f"{o.text}\nrule {o.rule}: {RULE_WORDS[o.rule]}",
+            note=o.text if o.status == INCONCLUSIVE else None,
         )
-        case.set("time", "0")
-        if o.failed:
-            failure = ET.SubElement(
-                case, "failure", type="threshold" if o.status == FAIL else "unmeasured"
-            )
-            failure.set("message", o.text)
-            failure.text = f"{o.text}\nrule {o.rule}: {RULE_WORDS[o.rule]}"
-        elif o.status == INCONCLUSIVE:
-            out = ET.SubElement(case, "system-out")
-            out.text = o.text
-    ET.indent(root)
-    text: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
-    return text + b"\n"
+        for o in outcomes
+    ]
 
 
 def write_junit(
     path: Path, outcomes: Sequence[Outcome], suite: str, properties: Mapping[str, str]
 ) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(junit_xml(outcomes, suite, properties))
-    except OSError as exc:
-        raise SecperfError(
-            f"cannot write the JUnit file: {exc.strerror or exc}",
-            where=str(path),
-            fix="give --junit a path you may write",
-        ) from None
+    write_junit_file(path, junit_cases(outcomes, suite), suite, properties)
