@@ -22,6 +22,7 @@ from secperf.cli_common import (
     EXPECT,
     GATE_RULE,
     JUNIT,
+    OUT,
     _check_names,
     _exit_for,
     _gate,
@@ -140,9 +141,7 @@ def main(
 @app.command()
 def run(
     scenario: Annotated[Path, typer.Argument(help="The scenario file (TOML).")],
-    out: Annotated[
-        Path, typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
-    ] = Path("results"),
+    out: Annotated[Path, OUT] = Path("results"),
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON on stdout (no tables).")
     ] = False,

@@ -70,6 +70,7 @@ GATE_RULE = typer.Option(
 JUNIT = typer.Option(
     "--junit", help="Write the thresholds' outcomes as JUnit XML here (for CI servers)."
 )
+OUT = typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
 
 
 def _rule(value: str) -> Rule:

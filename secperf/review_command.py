@@ -21,6 +21,7 @@ from secperf.cli_common import (
     EXPECT,
     GATE_RULE,
     JUNIT,
+    OUT,
     _check_names,
     _exit_for,
     _gate,
@@ -94,9 +95,7 @@ def review(
             "--rounds", metavar="N", help="Exactly N paired rounds (default: until the target)."
         ),
     ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
-    ] = Path("results"),
+    out: Annotated[Path, OUT] = Path("results"),
     print_scenario: Annotated[
         bool,
         typer.Option(
