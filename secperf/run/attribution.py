@@ -12,11 +12,9 @@ measured twice more, outside the figures (records with `phase: "attribution"`):
 
 Two tests, not one: a counter on every rule adds an expression to each rule a packet
 walks, so a profile taken with them would be of another rule set than the one
-measured. What either costs could not be told from this machine's noise: on the
-shared 2-CPU VM, rr 1/1 through 1000 linear rules, 1 s tests, 4 of each interleaved,
-made 8.7 k/s (sd 2.0 k) plain, 10.6 k/s (sd 2.2 k) with perf attached and 11.0 k/s
-(sd 3.1 k) counted; plain forwarding 45 k/s each way. The separate test costs one
-test per configuration; it keeps the profile of the rule set as measured.
+measured. The separate test costs one test per configuration; it keeps the profile
+of the rule set as measured. (What perf or the counters cost a test is not measured
+here: neither round's rates enter a figure.)
 
 A rule is named by the mechanism that loaded it where it knows its source
 (`Mechanism.rule_source`: a rule set's file:line), else by its text.
