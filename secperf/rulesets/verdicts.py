@@ -73,7 +73,9 @@ class Trace:
 class Decision:
     """What the rule set did with a flow's first packet, and where it was decided."""
 
-    verdict: str  # "accept" | "deny" | "unseen" (no trace: it never reached the DUT)
+    # "accept" | "deny" | "unseen" (sent, no trace: it never reached the DUT) |
+    # "not probed" (no probe of its kind is sent: an ICMPv6 echo)
+    verdict: str
     family: str | None = None
     table: str | None = None
     chain: str | None = None
@@ -246,10 +248,12 @@ def probe(
         reader = _LineReader(monitor.stdout)
         by_client: dict[str, list[dict[str, Any]]] = {}
         keys: dict[tuple[str, str, str], str] = {}
+        skipped: set[str] = set()
         for i, pf in enumerate(placed):
             icmp = pf.flow.protocol == "icmp"
             if (icmp and ":" in pf.src) or (not icmp and pf.flow.dport is None):
-                continue  # no ICMPv6 echo probe yet: it stays "unseen"
+                skipped.add(pf.flow.name)  # no ICMPv6 echo probe yet
+                continue
             sport = FIRST_PORT + 1 + i
             by_client.setdefault(pf.client, []).append(
                 {
@@ -271,7 +275,12 @@ def probe(
             if len(found) == len(keys) and _settled(traces):
                 break
             reader.read(lines, 0.2)
-        return {pf.flow.name: found.get(pf.flow.name, Decision("unseen")) for pf in placed}
+        return {
+            pf.flow.name: Decision("not probed")
+            if pf.flow.name in skipped
+            else found.get(pf.flow.name, Decision("unseen"))
+            for pf in placed
+        }
     finally:
         monitor.stop()
         dut.run(["nft", "delete", "table", "inet", table], check=False)

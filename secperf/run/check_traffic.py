@@ -99,7 +99,7 @@ def check_traffic(sc: Scenario) -> TrafficCheck | None:
                         else ""
                     )
                     for r in rows
-                    if r["verdict"] != "accept" and r.get("expect") != "deny"
+                    if r["verdict"] not in ("accept", "not probed") and r.get("expect") != "deny"
                 ]
                 if not through:
                     raise MechanismError(

@@ -72,6 +72,8 @@ def decided_by(
     """Where a decision was taken, as a person reads it."""
     if d.verdict == "unseen":
         return "never reached the DUT"
+    if d.verdict == "not probed":
+        return "not probed: no probe of this kind is sent (an ICMPv6 echo)"
     if d.chain is None or d.family is None or d.table is None:
         return "no rule: every chain's policy accepts"
     if d.handle is None:

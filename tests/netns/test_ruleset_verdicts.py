@@ -67,6 +67,15 @@ def test_each_flow_is_decided_by_the_rule_that_matches_it(bed: Testbed) -> None:
         placed("dns", "udp", SERVER, 53),
         placed("other", "tcp", SERVER, 8080),
         placed("ssh", "tcp", DUT_IN, 22, server="dut"),
+        PlacedFlow(
+            Flow("ping6", "icmp", "2001:2:0:1::2", "2001:2:0:2::2", None, "lan0", None),
+            "client",
+            "server",
+            "2001:2:0:1::2",
+            "2001:2:0:2::2",
+            "2001:2:0:2::2",
+            None,
+        ),
     ]
     got = probe(
         bed.host("dut"),
@@ -90,5 +99,7 @@ def test_each_flow_is_decided_by_the_rule_that_matches_it(bed: Testbed) -> None:
     )
     assert (got["ssh"].verdict, got["ssh"].chain, got["ssh"].handle) == ("accept", "input", h["22"])
     # the tracing table is gone again
+    # no ICMPv6 echo probe is sent: said so, never read as "never reached the DUT"
+    assert got["ping6"].verdict == "not probed"
     tables = bed.host("dut").run(["nft", "list", "tables"]).stdout
     assert "_trace" not in tables
