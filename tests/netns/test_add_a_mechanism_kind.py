@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from secperf.cli import app
 from secperf.mechanisms.registry import MECHANISMS
+from tests.netns.rundirs import only_run
 from tests.unit.test_add_a_mechanism_kind import KIND, SCENARIO
 
 pytestmark = pytest.mark.netns
@@ -24,7 +25,7 @@ def test_new_mechanism_runs(tmp_path: Path) -> None:
         # Not --json: that quiets the CLI's console for the rest of this process.
         result = CliRunner().invoke(app, ["run", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    (run,) = out.iterdir()
+    run = only_run(out)
     lines = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
     observed = [x for x in lines if x["record"].get("type") == "mechanism"]
     results = [x for x in lines if x["record"].get("type") == "result"]

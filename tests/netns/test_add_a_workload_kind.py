@@ -16,6 +16,7 @@ from secperf.cli import app
 from secperf.metric import Metric, field
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
 from secperf.workloads.registry import WORKLOADS
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -74,7 +75,7 @@ def test_new_workload_runs(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "results")])
     assert result.exit_code == 0, result.output
     assert "Ping-pong rate" in result.output  # its verdict line, in the answer
-    (run_dir,) = (tmp_path / "results").iterdir()
+    run_dir = only_run(tmp_path / "results")
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = [r for r in summary["rows"] if r["metric"] == "pingpong_tps"]
     assert {r["variant"] for r in rows} == {"baseline", "plain"}, summary["rows"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from secperf.testbed.ledger import Ledger, ledgers
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -109,7 +110,7 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
         c for c in ET.parse(junit).getroot().iter("testcase") if c.find("failure") is not None
     ]
     assert len(failures) == 1 and "acl · tcp-rr · Transaction rate" in str(failures[0].get("name"))
-    (run_dir,) = (tmp_path / "results").iterdir()
+    run_dir = only_run(tmp_path / "results")
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete" and meta["scenario"]["name"] == "tiny"
     assert meta["host"]["kernel"] and meta["testbed"]["hosts"]["dut"]["ip_forward"] == "1"

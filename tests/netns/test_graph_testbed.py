@@ -17,6 +17,7 @@ from secperf.mechanisms.base import MechanismContext, traffic_plan
 from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT, EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -204,7 +205,7 @@ def test_scenario_with_topology_runs_end_to_end(tmp_path: Path, state_dir: Path)
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run_dir = next(out.iterdir())
+    run_dir = only_run(out)
     meta = json.loads((run_dir / "run.json").read_text())
     assert [h["name"] for h in meta["topology"]["hosts"]] == ["client", "gw-a", "gw-b", "server"]
     rates = {lk["name"]: lk["rate_bps"] for lk in meta["topology"]["links"]}

@@ -17,6 +17,7 @@ import pytest
 
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -85,7 +86,7 @@ def _run(tmp_path: Path, text: str) -> dict[str, Any]:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run,) = (tmp_path / "results").iterdir()
+    run = only_run(tmp_path / "results")
     return {
         "summary": json.loads((run / "summary.json").read_text()),
         "meta": json.loads((run / "run.json").read_text()),

@@ -18,6 +18,7 @@ import tomli_w
 from secperf.review import review_scenario
 from secperf.run.check_traffic import check_traffic
 from secperf.scenario.loader import load_scenario
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -90,7 +91,7 @@ def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) 
     assert "1 flow(s) decided differently" in text
     assert text.index("decided differently") < text.index("The review — proposed against current")
     assert 'failures="1"' in junit.read_text()
-    run_dir = next(out.iterdir())
+    run_dir = only_run(out)
     summary = json.loads((run_dir / "summary.json").read_text())
     b = summary["behaviour"]
     [change] = b["changes"]

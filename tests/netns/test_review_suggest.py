@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.netns.rundirs import only_run
+
 pytestmark = pytest.mark.netns
 
 
@@ -49,7 +51,7 @@ def test_the_suggested_rewrite_is_measured_and_decides_every_flow_alike(tmp_path
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert f"{proposed}:6-55: inet filter forward: 50 rules" in text
-    run_dir = next(out.iterdir())
+    run_dir = only_run(out)
     rewrite = (run_dir / "suggested.nft").read_text()
     assert rewrite.count("tcp dport 22 accept") == 1 and "10.1.9.50 }" in rewrite
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -23,6 +23,7 @@ from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.rfc2544.executor import Rfc2544Executor
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -144,7 +145,7 @@ def test_a_run_reports_bounds_in_words_and_leaves_nothing(tmp_path: Path, state_
         env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    (run_dir,) = (tmp_path / "r").iterdir()
+    run_dir = only_run(tmp_path / "r")
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = {
         (r["variant"], r["metric"]): r

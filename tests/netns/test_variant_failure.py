@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from secperf.testbed.ledger import ledgers
+from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns
 
@@ -58,7 +59,7 @@ def test_a_variant_that_drops_everything_fails_alone(tmp_path: Path, state_dir: 
     )
     # the run went to its end, and its exit status says that not everything was measured
     assert proc.returncode == 4, proc.stderr + proc.stdout
-    (run_dir,) = (tmp_path / "out").iterdir()
+    run_dir = only_run(tmp_path / "out")
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete"
     (failed,) = meta["failed"]

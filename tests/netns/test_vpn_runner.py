@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.netns.rundirs import only_run
+
 pytestmark = pytest.mark.netns
 
 HOST_TO_HOST = """
@@ -75,7 +77,7 @@ def run(tmp_path: Path, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = next(out.iterdir())
+    run_dir = only_run(out)
     lines = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
     return json.loads((run_dir / "run.json").read_text()), lines
 
