@@ -1,5 +1,5 @@
 """python -m secperf: the same CLI as the secperf command."""
 
-from secperf.cli import app
+from secperf.cli import main
 
-app(prog_name="secperf")
+main()

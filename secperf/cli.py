@@ -37,6 +37,7 @@ from secperf.cli_common import (
     exit_code,
     fail,
 )
+from secperf.cli_help import in_words
 from secperf.errors import SecperfError
 from secperf.history_command import (
     EXPECT_HISTORY,
@@ -110,7 +111,7 @@ def _print_json(data: Any) -> None:
 
 
 @app.callback()
-def main(
+def options(
     version: Annotated[
         bool,
         typer.Option(
@@ -508,3 +509,8 @@ def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
 
 app.command()(review)
 app.command()(history)
+
+
+def main() -> None:
+    """The `secperf` command: the app, its help in words (secperf/cli_help.py)."""
+    in_words(typer.main.get_command(app))(prog_name="secperf")

@@ -58,19 +58,25 @@ DETAILS = typer.Option(
 )
 EXPECT = typer.Option(
     "--expect",
+    metavar="THRESHOLD",
     help="A threshold, checked after the scenario's [[expect]]: e.g. \"acl-new tcp-crr "
     'degradation < 10%" or "acl-new tcp-rr tps > 5000" (repeatable; docs/ci-example.md). '
     f"A failed one exits {EXIT_THRESHOLD}.",
 )
 GATE_RULE = typer.Option(
     "--gate-rule",
+    metavar="interval|mean",
     help="How a threshold is judged: interval (fail only when the whole confidence interval "
     "is past it; the default) or mean (fail when the mean is).",
 )
 JUNIT = typer.Option(
-    "--junit", help="Write the thresholds' outcomes as JUnit XML here (for CI servers)."
+    "--junit",
+    metavar="FILE",
+    help="Write the thresholds' outcomes as JUnit XML here (for CI servers).",
 )
-OUT = typer.Option("--out", help="Where run directories go.", envvar="SECPERF_RESULTS")
+OUT = typer.Option(
+    "--out", metavar="DIR", help="Where run directories go.", envvar="SECPERF_RESULTS"
+)
 
 
 def _rule(value: str) -> Rule:

@@ -43,6 +43,7 @@ from secperf.scenario.loader import load_scenario
 
 STORE = typer.Option(
     "--store",
+    metavar="FILE",
     envvar=STORE_ENV,
     help="The results store (SQLite); default results/history.sqlite.",
 )
@@ -52,13 +53,14 @@ LABEL = typer.Option(
 NO_HISTORY = typer.Option("--no-history", help="Do not add the run to the results store.")
 EXPECT_HISTORY = typer.Option(
     "--expect-history",
+    metavar="RULE",
     help='A history gate: "no regression since the last change point" or "within the '
     f"last N runs' range\" (repeatable). A failed one exits {EXIT_THRESHOLD}.",
 )
 
 
 HISTORY_JUNIT = typer.Option(
-    "--history-junit", help="Write the history gate's outcomes as JUnit XML here."
+    "--history-junit", metavar="FILE", help="Write the history gate's outcomes as JUnit XML here."
 )
 
 
