@@ -25,6 +25,7 @@ from rich.console import Console
 
 from secperf.errors import SecperfError
 from secperf.history.query import flat_rows, load_series
+from secperf.report.answer import with_verdicts
 from secperf.report.html import write_html
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
@@ -68,6 +69,8 @@ CSV_COLUMNS = (
     "degradation_ci_high",
     "significant",
     "stop_reason",
+    "verdict",
+    "verdict_text",
 )
 
 
@@ -127,7 +130,7 @@ def summary(run_dir: RunDir | str | Path) -> dict[str, Any]:
 
 def records(source: RunDir | str | Path | Mapping[str, Any]) -> list[dict[str, Any]]:
     """One flat dict per figure (CSV_COLUMNS, plus the swept parameters as `point.KEY`)."""
-    summ = source if isinstance(source, Mapping) else summary(source)
+    summ = with_verdicts(source if isinstance(source, Mapping) else summary(source))
     out: list[dict[str, Any]] = []
     for row in summ.get("rows") or []:
         flat = {key: row.get(key) for key in CSV_COLUMNS}

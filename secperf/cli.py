@@ -55,6 +55,7 @@ from secperf.history_command import (
 from secperf.ips_rules import parse_rules
 from secperf.plan import topology_for
 from secperf.plan.inventory import check_inventory
+from secperf.report.answer import with_verdicts
 from secperf.report.compare import (
     compare_runs,
     differences,
@@ -198,7 +199,7 @@ def run(
             {
                 "run_dir": str(done.path),
                 "report": str(html),
-                **summary,
+                **with_verdicts(summary),
                 "gate": [o.to_json() for o in outcomes],
                 "history_gate": [o.to_json() for o in past],
             }
@@ -338,7 +339,8 @@ def report(
         rd = RunDir.open(run_dir)
         meta = rd.read_run_json()
         confidence = float(meta.get("scenario", {}).get("repeat", {}).get("confidence", 0.95))
-        summary = rebuild(rd, confidence, force=force)
+        # the printed outputs read the run; only the report itself rewrites its files
+        summary = rebuild(rd, confidence, force=force, write=not (as_json or as_csv or paper_md))
     except SecperfError as exc:
         raise fail(exc) from None
     for lost in summary.get("dropped_records") or []:
@@ -370,7 +372,7 @@ def report(
             {
                 "run_dir": str(rd.path),
                 "report": str(rd.report_html_path),
-                **summary,
+                **with_verdicts(summary),
                 "gate": [o.to_json() for o in outcomes],
             }
         )

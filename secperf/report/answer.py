@@ -306,6 +306,20 @@ def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
     return out
 
 
+def with_verdicts(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `summary` whose judged rows carry their verdict: `verdict` (cost, better,
+    none, unresolved, unmeasured) and `verdict_text` (the answer's words), for the JSON and
+    CSV outputs; other rows (the baseline, non-headline metrics) carry neither."""
+    judged = {(v.variant, v.workload, v.point_id, v.metric): v for v in verdicts(summary)}
+    rows = []
+    for row in summary.get("rows") or []:
+        v = judged.get(
+            (row.get("variant"), row.get("workload"), row.get("point_id"), row.get("metric"))
+        )
+        rows.append({**row, "verdict": v.outcome, "verdict_text": v.text} if v else dict(row))
+    return {**summary, "rows": rows}
+
+
 def baseline_only(summary: Mapping[str, Any]) -> list[Row]:
     """Headline rows of points that measured no variant beside the baseline: nothing
     to judge, so the answer gives their value."""

@@ -36,13 +36,19 @@ def _losses(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lost
 
 
-def rebuild(run: RunDir, confidence: float | None = None, *, force: bool = False) -> dict[str, Any]:
+def rebuild(
+    run: RunDir, confidence: float | None = None, *, force: bool = False, write: bool = True
+) -> dict[str, Any]:
     """Summarise `run` again and write summary.json and report.html; returns the summary.
 
     Refuses (NothingToReport, files untouched) when records.jsonl is missing or holds
     no record, or when the new summary has fewer rows or repetitions than the
-    summary.json it would replace (unless `force`)."""
+    summary.json it would replace (unless `force`). With `write` False it writes nothing and
+    refuses nothing: the summary is for printing (`report --json`, `--csv`), and a run
+    whose records are gone prints the summary.json it kept."""
     where = str(run.records_path)
+    if not write and not run.records_path.is_file() and run.has_summary():
+        return run.read_summary()  # a kept run without its records prints what it kept
     if not run.records_path.is_file():
         raise NothingToReport(
             "records.jsonl is missing: nothing to report (summary.json and report.html are "
@@ -58,6 +64,8 @@ def rebuild(run: RunDir, confidence: float | None = None, *, force: bool = False
             where=where,
             fix="restore the records from a copy, or run the scenario again",
         )
+    if not write:
+        return summary
     if run.has_summary() and not force:
         try:
             old = run.read_summary()
