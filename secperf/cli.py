@@ -17,6 +17,7 @@ from secperf import verbose as verbose_mod
 from secperf.api import check_out_dir, records, to_csv
 from secperf.cli_common import (
     DETAILS,
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_THRESHOLD,
     EXPECT,
@@ -75,18 +76,19 @@ from secperf.review_command import review
 from secperf.run.check_traffic import check_traffic
 from secperf.run.estimate import estimate, fmt_eta, least_rounds
 from secperf.run.preflight import (
-    all_tools,
     check_kernel,
     check_static,
     install_for,
     install_hint,
     kernel_check_notes,
     missing,
+    shipped_tools,
     tools_for,
 )
 from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.sweep import expand, expand_scenario
+from secperf.testbed.hosts.vmconfig import kvm_usable
 from secperf.testbed.testbed import clean as clean_ledgers
 from secperf.tools import engine_path
 
@@ -484,9 +486,10 @@ INSTALL = typer.Option(
 
 @app.command()
 def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
-    """Check every tool the scenarios and benches need, and say how to install what is missing."""
+    """Check every tool the shipped scenarios and the benches need, the engine, root and
+    KVM, and say how to install what is missing (exit 4 when something is)."""
     try:
-        tools = all_tools() if install is None else install_for(load_scenario(install), console)
+        tools = shipped_tools() if install is None else install_for(load_scenario(install), console)
     except SecperfError as exc:
         raise fail(exc) from None
     gone = missing(tools)
@@ -499,13 +502,23 @@ def doctor(install: Annotated[Path | None, INSTALL] = None) -> None:
     except SecperfError as exc:
         problems += 1
         console.print(f"{'[red]missing[/]':>20}  {'secperf-engine':<26} {exc.fix}")
+    kvm = kvm_usable()
+    mark, words = (
+        ("[green]ok[/]", "VM variants run accelerated")
+        if kvm is None
+        else (
+            "[yellow]no[/]",
+            f"{kvm}: VM variants run emulated (TCG, several times slower)",
+        )
+    )
+    console.print(f"{mark:>20}  {'/dev/kvm':<26} {escape(words)}")
     if os.geteuid() != 0:
         problems += 1
         console.print("[yellow]not root: `secperf run` needs root for namespaces[/]")
     if gone:
         console.print(f"\ninstall the missing tools with:\n  {install_hint(gone)}")
     if gone or problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
     console.print("\neverything secperf needs is here")
 
 

@@ -31,12 +31,24 @@ class Tool:
     package: str
     needed_for: str
 
+    def find(self) -> str:
+        """Its path (PATH, then /usr/sbin); missing, an error naming the package."""
+        return find_program(self.program, purpose=self.needed_for, package=self.package)
+
+    @property
+    def present(self) -> bool:
+        return _lookup(self.program) is not None
+
+
+def _lookup(name: str) -> str | None:
+    return shutil.which(name) or (
+        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").is_file() else None
+    )
+
 
 def find_program(name: str, *, purpose: str, package: str) -> str:
     """The path of `name`; a missing one is an error that says which package installs it."""
-    found = shutil.which(name) or (
-        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").is_file() else None
-    )
+    found = _lookup(name)
     if found is None:
         raise ToolMissingError(
             f"{name} is not installed ({purpose})",

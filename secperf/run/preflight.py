@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,11 +15,12 @@ from secperf.errors import ScenarioError, SecperfError, ToolMissingError
 from secperf.mechanisms.base import CheckContext, MechanismKind, MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan.graph import build_topology
+from secperf.run import softirq
 from secperf.run.estimate import RECORDS_MAX_BYTES, records_estimate
-from secperf.scenario.loader import _LineMap
+from secperf.scenario.loader import _LineMap, load_scenario
 from secperf.scenario.scenario import Scenario
 from secperf.testbed.topology import Topology
-from secperf.tools import Tool, engine_path, install_packages
+from secperf.tools import REPO_ROOT, Tool, engine_path, install_packages
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
 from secperf.workloads.registry import WORKLOADS
 
@@ -51,8 +51,20 @@ def all_tools() -> list[Tool]:
     return list(seen.values())
 
 
+def shipped_tools() -> list[Tool]:
+    """What `secperf doctor` checks: every tool any kind knows, every tool a shipped
+    scenario (scenarios/*.toml of this checkout) needs, and the traced round's."""
+    tools = [*all_tools(), *softirq.TOOLS]
+    for path in sorted((REPO_ROOT / "scenarios").glob("*.toml")):
+        try:
+            tools += tools_for(load_scenario(path))
+        except SecperfError:
+            continue  # `secperf check` names a broken scenario; doctor checks the machine
+    return list({t.program: t for t in tools}.values())
+
+
 def missing(tools: list[Tool]) -> list[Tool]:
-    return [t for t in tools if shutil.which(t.program) is None]
+    return [t for t in tools if not t.present]
 
 
 def install_hint(tools: list[Tool]) -> str:

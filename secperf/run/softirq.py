@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from secperf.testbed.testbed import ManagedProcess
+from secperf.tools import Tool
 
 # Softirq vectors (include/linux/interrupt.h), as the report names them.
 VECTORS = {
@@ -60,11 +60,17 @@ def argv() -> list[str]:
     return ["unshare", "-m", "sh", "-c", inner]
 
 
+TOOLS = (
+    Tool("bpftrace", "bpftrace", "the traced round (softirq time, the cost of the rules)"),
+    Tool("unshare", "util-linux", "the traced round (tracefs in its own mount namespace)"),
+)
+
+
 def unavailable() -> str | None:
     """Why softirq time cannot be traced here (None: it can be tried)."""
-    for tool in ("bpftrace", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install bpftrace util-linux)"
+    for tool in TOOLS:
+        if not tool.present:
+            return f"{tool.program} is not installed (apt-get install {tool.package})"
     return None
 
 

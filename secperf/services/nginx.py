@@ -31,7 +31,7 @@ from secperf.services.pki import Issued
 from secperf.services.ports import HTTP_PORT as HTTP_PORT  # re-exported
 from secperf.services.ports import HTTPS_PORT as HTTPS_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
-from secperf.tools import find_program
+from secperf.tools import Tool
 
 assert DATA_PORTS[0] <= HTTP_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
 assert DATA_PORTS[0] <= HTTPS_PORT <= DATA_PORTS[1], "nginx must listen inside the ACL permit range"
@@ -54,12 +54,11 @@ class NginxError(SecperfError):
     """nginx could not be configured or did not start."""
 
 
+NGINX = Tool("nginx", "nginx-light", "http workloads serve their files with it")
+
+
 def nginx_path() -> str:
-    return find_program(
-        "nginx",
-        purpose="http workloads serve their files with it",
-        package="nginx-light",
-    )
+    return NGINX.find()
 
 
 def file_name(size: int) -> str:

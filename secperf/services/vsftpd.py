@@ -23,7 +23,7 @@ from secperf.services.nginx import accepts, write_files
 from secperf.services.ports import FTP_PASV_PORTS
 from secperf.services.ports import FTP_PORT as FTP_PORT  # re-exported
 from secperf.testbed.testbed import Host, ManagedProcess
-from secperf.tools import find_program
+from secperf.tools import Tool
 
 PASV_PORTS = FTP_PASV_PORTS
 assert DATA_PORTS[0] <= FTP_PORT <= DATA_PORTS[1]
@@ -36,8 +36,11 @@ class VsftpdError(SecperfError):
     """vsftpd could not be configured or did not start."""
 
 
+VSFTPD = Tool("vsftpd", "vsftpd", "the mix workload's FTP server")
+
+
 def vsftpd_path() -> str:
-    return find_program("vsftpd", purpose="the mix workload's FTP server", package="vsftpd")
+    return VSFTPD.find()
 
 
 def render_config(directory: Path, address: str, port: int = FTP_PORT) -> str:

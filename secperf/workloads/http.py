@@ -50,6 +50,7 @@ from secperf.services.nginx import (
     HTTP_PORT,
     HTTPS_PORT,
     MAX_PER_CONNECTION,
+    NGINX,
     Nginx,
     forget_testbed,
     testbed_nginx,
@@ -472,4 +473,5 @@ KIND = WorkloadKind(
     work_unit=("fetch", field("fetches")),
     offered=open_loop.offered(FETCH_RATE),
     validate=enough_sources,
+    tools=lambda _spec: (NGINX,),
 )

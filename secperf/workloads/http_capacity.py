@@ -39,6 +39,7 @@ from secperf.errors import EngineError
 from secperf.metric import Metric, Search, num
 from secperf.schema.fields import FileSizes, PerSecond, PositiveDuration, Timeout
 from secperf.search import Trial, bisect_rate
+from secperf.services.nginx import NGINX
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
 from secperf.workloads.http import (
     MAX_PARALLEL,
@@ -280,4 +281,5 @@ KIND = WorkloadKind(
     searches=(SEARCH,),
     test_seconds=trial_seconds,
     validate=enough_sources,
+    tools=lambda _spec: (NGINX,),
 )

@@ -55,8 +55,8 @@ from secperf.schema.fields import (
     one_or_sweep,
     parse_count,
 )
-from secperf.services.nginx import HTTP_PORT, Nginx, forget_testbed, testbed_nginx
-from secperf.services.vsftpd import FTP_PORT, Vsftpd, start_vsftpd
+from secperf.services.nginx import HTTP_PORT, NGINX, Nginx, forget_testbed, testbed_nginx
+from secperf.services.vsftpd import FTP_PORT, VSFTPD, Vsftpd, start_vsftpd
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
     CheckContext,
@@ -464,4 +464,5 @@ KIND = WorkloadKind(
     metrics=METRICS,
     work_unit=("trans", field("transactions")),
     preflight=check_hits,
+    tools=lambda _spec: (NGINX, VSFTPD),
 )
