@@ -133,6 +133,18 @@ def fmt_pct(x: float | None) -> str:
     return "0.0" if text in ("+0.0", "-0.0") else text
 
 
+def fmt_bound(x: float | None) -> str:
+    """An interval's end: one decimal, or as many more as keep a nonzero end's sign
+    ("+0.012", not "0.0"): an end printed as 0.0 would read as "includes no effect"."""
+    text = fmt_pct(x)
+    if text != "0.0" or x is None or x == 0:
+        return text
+    for digits in range(2, 7):
+        if (text := f"{x:+.{digits}f}").strip("+-0.") != "":
+            return text
+    return f"{x:+.1e}"
+
+
 def fmt_rate(x: Any) -> str:
     """A search's rate: a whole one without decimals ("500", not "500.0")."""
     if isinstance(x, int | float) and math.isfinite(x) and float(x).is_integer():
@@ -258,7 +270,7 @@ def degradation_cell(row: Row | None) -> Cell:
     text = fmt_pct(row["degradation_pct"])
     lo, hi = row.get("degradation_ci_low"), row.get("degradation_ci_high")
     if lo is not None and hi is not None:
-        text += f" [{fmt_pct(lo)}, {fmt_pct(hi)}]"
+        text += f" [{fmt_bound(lo)}, {fmt_bound(hi)}]"
     significant = bool(row.get("significant"))
     if significant:
         text += SIGNIFICANT
@@ -271,9 +283,9 @@ def _bound_cell(bound: Any) -> Cell:
     lo, hi = (bound.get(k) for k in ("low", "high")) if isinstance(bound, Mapping) else (None, None)
     if lo is None and hi is None:
         return Cell("–")
-    text = f"≥ {fmt_pct(lo)} %" if hi is None else f"≤ {fmt_pct(hi)} %"
+    text = f"≥ {fmt_bound(lo)} %" if hi is None else f"≤ {fmt_bound(hi)} %"
     if lo is not None and hi is not None:
-        text = f"[{fmt_pct(lo)}, {fmt_pct(hi)}]"
+        text = f"[{fmt_bound(lo)}, {fmt_bound(hi)}]"
     significant = (lo is not None and lo > 0) or (hi is not None and hi < 0)
     return Cell(f"{text} (bound){SIGNIFICANT if significant else ''}", significant=significant)
 

@@ -46,6 +46,7 @@ from secperf.tables import (
     Row,
     censored_text,
     failed_text,
+    fmt_bound,
     fmt_pct,
     fmt_value,
     noted_count,
@@ -94,7 +95,7 @@ class Verdict:
     def interval(self) -> str:
         if self.low is None or self.high is None:
             return ""
-        return f"[{fmt_pct(self.low)}, {fmt_pct(self.high)}]"
+        return f"[{fmt_bound(self.low)}, {fmt_bound(self.high)}]"
 
     @property
     def text(self) -> str:

@@ -27,7 +27,7 @@ from secperf import stats
 from secperf.results.metrics import METRICS
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect, scenario_settings
-from secperf.tables import fmt_pct, fmt_value
+from secperf.tables import fmt_bound, fmt_pct, fmt_value
 
 Key = tuple[str, str, str, str]  # (workload, point label, variant, metric)
 
@@ -253,7 +253,7 @@ def comparison_table(
     for r in rows:
         diff = fmt_pct(r.get("difference_pct"))
         if r.get("ci_low") is not None and r.get("ci_high") is not None:
-            diff += f" [{fmt_pct(r['ci_low'])}, {fmt_pct(r['ci_high'])}]"
+            diff += f" [{fmt_bound(r['ci_low'])}, {fmt_bound(r['ci_high'])}]"
         style = ""
         if r.get("significant"):
             diff += "†"
