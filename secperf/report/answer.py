@@ -462,6 +462,13 @@ def _range_line(group: Sequence[Verdict]) -> str:
     return f"over {len(group)} points: {span}" + ", ".join(parts)
 
 
+def shared_limit(mine: Sequence[Verdict]) -> str:
+    """The limit every verdict of one variant shares ("limited by one CPU"), said once
+    beside the variant instead of on each line; "" when they differ or there is one."""
+    limits = {v.limited_by for v in mine}
+    return next(iter(limits)) if len(mine) > 1 and len(limits) == 1 else ""
+
+
 def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> list[Any]:
     """The answer as rich renderables, one block each: the rule, then per variant its
     verdict lines (a sweep's points collapsed into one line a metric when there are
@@ -480,6 +487,7 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
         for _ in range(4):
             grid.add_column(no_wrap=False)
         mine = [v for v in found if v.variant == variant]
+        once = shared_limit(mine)
         groups: dict[tuple[str, str], list[Verdict]] = {}
         for v in mine:
             key = (v.workload, v.metric) if collapse else (v.point_id, v.metric)
@@ -491,7 +499,7 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
                     Text("  " + first.where),
                     Text(first.metric_label),
                     Text(first.text, style=_STYLES.get(first.outcome, "")),
-                    Text(first.limited_by, style="dim"),
+                    Text("" if once else first.limited_by, style="dim"),
                 )
             else:
                 named = {v.bottleneck for v in group if v.bottleneck}
@@ -501,9 +509,13 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
                     Text(first.metric_label),
                     Text(_range_line(group)),
                     Text(
-                        f"limited by {', '.join(limits)}"
-                        if limits
-                        else (NO_LIMIT if named else ""),
+                        ""
+                        if once
+                        else (
+                            f"limited by {', '.join(limits)}"
+                            if limits
+                            else (NO_LIMIT if named else "")
+                        ),
                         style="dim",
                     ),
                 )
@@ -516,7 +528,10 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
             )
         what = f": {_first_line(about[variant])}" if variant in about else ""
         name = tag_name(variant, tags)
-        out.append(Group(Text(f"{name}{what}", style="bold"), grid))
+        head = Text(f"{name}{what}", style="bold")
+        if once:
+            head.append(f"  ({once}: every line)", style="dim")
+        out.append(Group(head, grid))
     if alone:
         grid = Table.grid(padding=(0, 2))
         for r in alone:

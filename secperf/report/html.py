@@ -33,6 +33,7 @@ from secperf.report.answer import (
     check_verdicts,
     descriptions,
     rule_text,
+    shared_limit,
     value_text,
     verdicts,
 )
@@ -164,12 +165,15 @@ def _answer_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
         what = f" — {escape(about[variant])}" if variant in about else ""
         name = escape(tag_name(variant, tags))
-        out.append(f'<tr class="variant"><td colspan="4"><b>{name}</b>{what}</td></tr>')
-        for v in (v for v in found if v.variant == variant):
+        mine = [v for v in found if v.variant == variant]
+        once = shared_limit(mine)
+        limit = f' <span class="limit">({escape(once)}: every line)</span>' if once else ""
+        out.append(f'<tr class="variant"><td colspan="4"><b>{name}</b>{what}{limit}</td></tr>')
+        for v in mine:
             out.append(
                 f"<tr><td>{escape(v.where)}</td><td>{escape(v.metric_label)}</td>"
                 f'<td class="{_OUTCOME_CLASS[v.outcome]}">{escape(v.text)}</td>'
-                f'<td class="limit">{escape(v.limited_by)}</td></tr>'
+                f'<td class="limit">{"" if once else escape(v.limited_by)}</td></tr>'
             )
         for c in (c for c in checks if c.variant == variant):
             cls = "none" if c.ok else "cost"
