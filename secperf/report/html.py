@@ -58,7 +58,7 @@ from secperf.report.terminal import (
     run_check_tables,
     run_tables,
 )
-from secperf.report.timeseries import round_values, series_charts, strip_charts
+from secperf.report.timeseries import rate_labels, round_values, series_charts, strip_charts
 from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir, write_atomic
 from secperf.results.summary import build_summary
@@ -440,7 +440,7 @@ def parts_of(run: RunDir, summary: Mapping[str, Any], meta: Mapping[str, Any]) -
     order = variant_order(summary)
     parts = Parts(
         distributions=delay_charts(run.iter_records(), summary.get("distributions")),
-        series=series_charts(run.iter_records(), order),
+        series=series_charts(run.iter_records(), order, rate_labels(summary)),
         strips=strip_charts(summary, round_values(run), order),
     )
     try:

@@ -192,15 +192,29 @@ def _summed(parts: Sequence[Sequence[dict[str, float]]]) -> list[dict[str, float
     return out
 
 
-def _panels(point: PointSeries) -> list[tuple[str, str]]:
-    """(quantity, label) panels the point's records carry, flood first."""
+def rate_labels(summary: Mapping[str, Any]) -> dict[str, str]:
+    """Workload -> how its `rate` reads, from its kind's own primary metric ("Connection
+    rate (conn/s)" for crr, "Transaction rate (trans/s)" for rr): a rate of the engine's
+    records counts what the kind counts."""
+    out: dict[str, str] = {}
+    for row in summary.get("rows") or []:
+        unit = str(row.get("unit") or "")
+        if row.get("primary") and unit.endswith("/s") and not unit.endswith("bit/s"):
+            label = str(row.get("metric_label") or row.get("metric"))
+            out.setdefault(str(row.get("workload")), f"{label} ({unit})")
+    return out
+
+
+def _panels(point: PointSeries, rate: str | None = None) -> list[tuple[str, str]]:
+    """(quantity, label) panels the point's records carry, flood first; `rate`: how the
+    point's rate reads (rate_labels), else "Transactions/s"."""
     have = {k for t in point.tests for s in t.points for k in s}
     packets = any(t.flood_packets for t in point.tests)
     panels: list[tuple[str, str]] = []
     if any(t.flood for t in point.tests):
         panels.append(FLOOD)
     if "rate" in have:
-        panels.append(PACKETS if packets else RATE)
+        panels.append(PACKETS if packets else (RATE[0], rate or RATE[1]))
     if "throughput" in have and ("rate" not in have or packets):
         panels.append(THROUGHPUT)
     for key in ("p50", "p99"):
@@ -217,11 +231,13 @@ def colors_of(variants: Sequence[str]) -> dict[str, str]:
     return {v: f"C{i % 10}" for i, v in enumerate(names)}
 
 
-def series_chart(point: PointSeries, order: Sequence[str] = ()) -> Chart:
+def series_chart(
+    point: PointSeries, order: Sequence[str] = (), rates: Mapping[str, str] | None = None
+) -> Chart:
     """One point's tests over time: a panel per quantity, a line per round; `order`:
-    the report's variants, for their colours and the legend."""
+    the report's variants, for their colours and the legend; `rates`: rate_labels."""
     title = f"{point.label}: over time (every round)"
-    panels = _panels(point)
+    panels = _panels(point, (rates or {}).get(point.workload))
     ran = set(t.variant for t in point.tests)
     colors = colors_of([*order, *(t.variant for t in point.tests)])
     variants = [v for v in colors if v in ran]
@@ -263,9 +279,13 @@ def series_chart(point: PointSeries, order: Sequence[str] = ()) -> Chart:
     return Chart(title, figure_bytes(fig))
 
 
-def series_charts(lines: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> list[Chart]:
+def series_charts(
+    lines: Iterable[Mapping[str, Any]],
+    order: Sequence[str] = (),
+    rates: Mapping[str, str] | None = None,
+) -> list[Chart]:
     """A time-series chart per workload point that has interval records."""
-    return [series_chart(p, order) for p in collect(lines)]
+    return [series_chart(p, order, rates) for p in collect(lines)]
 
 
 # -- every round's value -----------------------------------------------------------------

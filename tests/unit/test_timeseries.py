@@ -155,3 +155,27 @@ def test_an_rr_test_over_time_draws_its_rate_and_latency_percentiles(
     for ax in fig.axes:
         if ax.get_ylabel():
             assert len([x for x in ax.get_lines() if len(x.get_xdata()) > 1]) >= len(rounds)
+
+
+def test_a_rate_reads_as_its_kinds_primary_metric() -> None:
+    lines = [
+        line("baseline", 0, start()),
+        line("baseline", 0, interval(0, 1, rate=5.0, transactions=5)),
+    ]
+    (point,) = collect(lines)
+    summary = {
+        "rows": [
+            {
+                "workload": "w",
+                "metric": "cps",
+                "unit": "conn/s",
+                "metric_label": "Connection rate",
+                "primary": True,
+            },
+            {"workload": "x", "metric": "throughput", "unit": "Mbit/s", "primary": True},
+        ]
+    }
+    rates = timeseries.rate_labels(summary)
+    assert rates == {"w": "Connection rate (conn/s)"}  # a bit rate is not a count rate
+    svg = series_chart(point, rates=rates).image.decode()
+    assert "Connection rate (conn/s)" in svg and "Transactions/s" not in svg
