@@ -50,6 +50,7 @@ from secperf.report.gate import (
 )
 from secperf.report.header import header_lines
 from secperf.report.host_tables import host_tables
+from secperf.report.limits import PLACEMENT_PREFIX
 from secperf.report.plots import charts, png_only, variant_sweep_charts
 from secperf.report.tags import tag_name, variant_tags
 from secperf.report.terminal import (
@@ -244,9 +245,14 @@ def render_html(
     head = header_lines(summary, run_meta)
     description = str(scenario.get("description") or "")
     rest = [line for line in head[1:] if line != description]
+    # what the placement means for the numbers ("compare ratios, not absolute rates")
+    # is read before the answer, not found under it
+    placement = [line for line in rest if line.startswith(PLACEMENT_PREFIX)]
+    rest = [line for line in rest if not line.startswith(PLACEMENT_PREFIX)]
     body = [
         f"<h1>{escape(head[0])}</h1>",
         *([f'<p class="lead">{escape(description)}</p>'] if description else []),
+        *(f'<p class="note placement">{escape(line)}</p>' for line in placement),
     ]
     if summary.get("behaviour"):
         # a rule-set review: what the variants decide differently, before any cost

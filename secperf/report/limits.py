@@ -13,6 +13,9 @@ from typing import Any
 
 from secperf.tables import BASELINE, Cell, ReportTable, fmt_value
 
+# the header line that says what the placement means for the numbers
+PLACEMENT_PREFIX = "placement:"
+
 CANNOT = "‼"  # marks a comparison whose two sides hit the same non-DUT limit
 
 
@@ -97,7 +100,9 @@ def placement_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> 
             if mine
             else ")"
         )
-        lines.append(f"placement: {p.get('mode')}{where if cpus else ''}: {p.get('meaning', '')}")
+        lines.append(
+            f"{PLACEMENT_PREFIX} {p.get('mode')}{where if cpus else ''}: {p.get('meaning', '')}"
+        )
     budget = summary.get("budget_s")
     if isinstance(budget, int | float):
         lines.append(
