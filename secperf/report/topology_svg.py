@@ -8,12 +8,14 @@ small box, a forwarding host (DUT, gateway) with a heavier border.
 
 from __future__ import annotations
 
+import textwrap
 from collections import deque
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
 BOX_W, BOX_H, COL_GAP, ROW_GAP, MARGIN = 150, 58, 90, 26, 20
+LINE_CHARS, LINE_H = 26, 12  # a mechanism line's width in characters, its height
 
 
 def fmt_link_rate(bps: int | None) -> str:
@@ -54,11 +56,21 @@ def render_topology_svg(
     links: list[Mapping[str, Any]] = list(topology.get("links") or [])
     if not hosts:
         return ""
-    carried: dict[str, list[str]] = {}
+    # per host, each kind once with the variants that put it there, wrapped (never cut)
+    kinds: dict[str, dict[str, list[str]]] = {}
     for variant, mechs in placements.items():
         for m in mechs:
             for h in m.get("hosts") or []:
-                carried.setdefault(str(h), []).append(f"{m.get('kind')} ({variant})")
+                kinds.setdefault(str(h), {}).setdefault(str(m.get("kind")), []).append(variant)
+    carried = {
+        host: [
+            line
+            for kind, variants in by_kind.items()
+            for line in textwrap.wrap(f"{kind} ({', '.join(variants)})", LINE_CHARS)
+        ]
+        for host, by_kind in kinds.items()
+    }
+    box_h = BOX_H + LINE_H * max(0, max((len(v) for v in carried.values()), default=0) - 1)
     by_name = {str(h["name"]): h for h in hosts}
     order = _layers(hosts, links)
     # Column = hop distance; recompute it from the order's grouping.
@@ -77,9 +89,9 @@ def render_topology_svg(
         c = col[name]
         r = rows.get(c, 0)
         rows[c] = r + 1
-        pos[name] = (MARGIN + c * (BOX_W + COL_GAP), MARGIN + r * (BOX_H + ROW_GAP))
+        pos[name] = (MARGIN + c * (BOX_W + COL_GAP), MARGIN + r * (box_h + ROW_GAP))
     width = MARGIN * 2 + (max(col.values()) + 1) * (BOX_W + COL_GAP) - COL_GAP
-    height = MARGIN * 2 + max(rows.values()) * (BOX_H + ROW_GAP) - ROW_GAP + 16
+    height = MARGIN * 2 + max(rows.values()) * (box_h + ROW_GAP) - ROW_GAP + 16
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="topology" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
@@ -88,7 +100,7 @@ def render_topology_svg(
     for lk in links:
         a, b = (str(e) for e in lk["ends"])
         (xa, ya), (xb, yb) = pos[a], pos[b]
-        x1, y1, x2, y2 = xa + BOX_W / 2, ya + BOX_H / 2, xb + BOX_W / 2, yb + BOX_H / 2
+        x1, y1, x2, y2 = xa + BOX_W / 2, ya + box_h / 2, xb + BOX_W / 2, yb + box_h / 2
         out.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="#555"/>')
         label = fmt_link_rate(lk.get("rate_bps"))
         if lk.get("offloads") == "off":
@@ -105,7 +117,7 @@ def render_topology_svg(
         small = role == "switch"
         stroke = 3 if h.get("forwarding") else 1
         fill = "#eef3fb" if zone == "inside" else "#fbefee" if zone == "outside" else "#f4f4f4"
-        hh = BOX_H / 2 if small else BOX_H
+        hh = BOX_H / 2 if small else box_h
         out.append(
             f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{hh}" rx="6" fill="{fill}" '
             f'stroke="#333" stroke-width="{stroke}"/>'
@@ -117,13 +129,10 @@ def render_topology_svg(
         )
         if not small:
             out.append(f'<text x="{x + 8}" y="{y + 31}" font-size="11">{escape(sub)}</text>')
-        on_host = carried.get(name, [])
-        if on_host:
-            text = "; ".join(on_host)
+        for i, line in enumerate(carried.get(name, [])):
             out.append(
-                f'<text x="{x + 8}" y="{y + 46}" font-size="10" fill="#0a5">'
-                f"<title>{escape(text)}</title>{escape(text[:26])}"
-                f"{'…' if len(text) > 26 else ''}</text>"
+                f'<text x="{x + 8}" y="{y + 46 + i * LINE_H}" font-size="10" fill="#0a5">'
+                f"{escape(line)}</text>"
             )
     out.append("</svg>")
     return "".join(out)

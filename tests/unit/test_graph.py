@@ -157,3 +157,15 @@ def test_drawing_names_hosts_rates_and_mechanisms() -> None:
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     for text in ("gw-a", "gw-b", "33.6 kbit/s", "offloads off", "acl (vpn)", "gateway"):
         assert text in svg
+
+
+def test_a_host_that_carries_several_variants_names_each_kind_once_uncut() -> None:
+    t = build_topology(scenario(GATEWAYS))
+    placed = {
+        "acl-linear": [{"kind": "acl", "hosts": ["gw-a"]}],
+        "acl-set": [{"kind": "acl", "hosts": ["gw-a"]}],
+        "vpn-wireguard": [{"kind": "vpn", "hosts": ["gw-a"]}],
+    }
+    svg = render_topology_svg(t.describe(), placed)
+    assert "…" not in svg  # wrapped onto more lines, never cut
+    assert svg.count(">acl (") == 1 and "acl-set)" in svg and "vpn (vpn-wireguard)" in svg
