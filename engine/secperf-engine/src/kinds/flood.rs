@@ -291,7 +291,7 @@ fn is_soft(e: &io::Error) -> bool {
 
 /// Runs the flood `f`; `began` is when the command started.
 fn run(f: &FloodSpec, began: Instant, sink: &mut dyn Sink) -> Result<FloodResult> {
-    f.check_targets()?;
+    f.check_flood_targets()?;
     let local = route_source(f.target, f.port_range.0)?;
     let sources = match f.source_cidr {
         Some(c) => c.hosts(),

@@ -24,7 +24,7 @@ use crate::kinds::timed::{self, Plan, Snap, Timed, Window};
 use crate::rt::net::{self, would_block, SockOpts};
 use crate::rt::payload;
 use crate::rt::shared::{Role, Shared, Tally, ThreadStats};
-use crate::spec::{KindSpec, Protocol, RrSpec};
+use crate::spec::{KindSpec, Protocol, Resolved, RrSpec};
 use crate::wire::record::{Interval, ResultRecord, Sink};
 
 const UDP_QUIET: Duration = Duration::from_millis(200);

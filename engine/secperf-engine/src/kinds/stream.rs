@@ -22,7 +22,7 @@ use crate::rt::pacing::Pacer;
 use crate::rt::payload;
 use crate::rt::shared::{Role, Shared, ThreadStats};
 use crate::rt::sys;
-use crate::spec::{Direction, KindSpec, Protocol, StreamSpec};
+use crate::spec::{Direction, KindSpec, Protocol, Resolved, StreamSpec};
 use crate::wire::control::Counters;
 use crate::wire::record::{Interval, Loss, ResultRecord, Sink, Transfer};
 

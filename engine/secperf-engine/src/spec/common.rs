@@ -104,6 +104,11 @@ pub struct Common {
 }
 
 impl Common {
+    /// The server (control and data) as the target guard sees it.
+    pub fn server_target(&self) -> Vec<(String, IpAddr)> {
+        vec![("server".to_string(), self.server.ip())]
+    }
+
     /// The common fields as given; `protocol` is already resolved (the parser
     /// needs it before the raw struct, to refuse fields by protocol).
     pub(crate) fn resolve(

@@ -6,10 +6,13 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::MAX_HELPERS;
 use crate::spec::common::{
     self, bind_of, peers_of, per_second_of, server_kind_raw, socket_buffer_of, sources_of,
     tcp_only, timeout_of, Close, Common, KindSpec, Names, Payload, Prefix, Protocol,
 };
+use crate::spec::resolved::Resolved;
+use crate::spec::serving::{self, need, Declared, Need};
 
 /// Most connections one `connections` test may open (each is a file descriptor on both sides).
 pub const MAX_CONNECTIONS: u64 = 1_000_000;
@@ -145,15 +148,74 @@ fn per_process_of(v: Option<u64>) -> Result<Option<u64>> {
     }
 }
 
-impl ConnectionsSpec {
-    /// Refuses a socket buffer this host's sysctls would silently cap.
-    pub fn check_local_limits(&self) -> Result<()> {
+/// What the server keeps per held connection.
+const PER_CONNECTION: u64 = 256;
+
+impl Resolved for ConnectionsSpec {
+    /// How long the server may keep the test: open (at most `duration`),
+    /// hold, validate, close and drain.
+    fn total_seconds(&self) -> f64 {
+        self.common.duration + self.hold + 2.0 * self.timeout.unwrap_or(5.0)
+    }
+
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.common.server_target()
+    }
+
+    /// A socket buffer this host's sysctls would silently cap.
+    fn check_local_limits(&self) -> Result<()> {
         common::check_socket_buffer(self.socket_buffer)
     }
 
-    /// How long the server may keep the test: open (at most `duration`),
-    /// hold, validate, close and drain.
-    pub fn total_seconds(&self) -> f64 {
-        self.common.duration + self.hold + 2.0 * self.timeout.unwrap_or(5.0)
+    fn declared_sources(&self) -> Vec<Declared> {
+        [
+            serving::bind(&self.bind),
+            serving::list("sources", &self.sources),
+            serving::list("peers", &self.peers),
+        ]
+        .concat()
     }
+
+    fn data_connections(&self) -> Option<u64> {
+        Some(self.connections)
+    }
+
+    /// A few bytes a held connection.
+    fn server_need(&self) -> Need {
+        need(
+            self.connections * PER_CONNECTION,
+            "connections",
+            format!("{} connections × {} B", self.connections, PER_CONNECTION),
+        )
+    }
+
+    fn check_server_extra(&self) -> Result<()> {
+        check_helpers(self, self.per_process)
+    }
+}
+
+/// Refuses a connections test that `per_process` (the one asked, or the
+/// server's own descriptor limit) would spread over more than MAX_HELPERS
+/// helper processes besides the first.
+pub fn check_helpers(spec: &ConnectionsSpec, per_process: Option<u64>) -> Result<()> {
+    let Some(cap) = per_process.filter(|&c| c > 0) else {
+        return Ok(());
+    };
+    let helpers = spec.connections.div_ceil(cap).saturating_sub(1);
+    if helpers > MAX_HELPERS {
+        return Err(EngineError::spec(
+            "per_process",
+            format!(
+                "{} connections at {} a process need {} helper processes, above the {} one \
+                 test may start: raise per_process to at least {} (and the descriptor limit, \
+                 ulimit -n), or ask fewer connections",
+                spec.connections,
+                cap,
+                helpers,
+                MAX_HELPERS,
+                spec.connections.div_ceil(MAX_HELPERS + 1)
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -6,11 +6,15 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::rt::guard::size_words;
+use crate::rt::net::SCRATCH;
 use crate::spec::common::{
     self, bind_of, busy_poll_of, interval_of, parallel_of, per_second_of, server_kind_raw, size,
     socket_buffer_of, tcp_only, threads_of, timeout_of, warmup_of, CloseOrder, Common, KindSpec,
     Names, Payload, Protocol,
 };
+use crate::spec::resolved::Resolved;
+use crate::spec::serving::{self, need, Declared, Need};
 
 server_kind_raw! {
     /// A crr spec as given.
@@ -118,9 +122,39 @@ impl CrrSpec {
     pub fn server_threads(&self) -> usize {
         self.parallel.clamp(1, 64)
     }
+}
 
-    /// Refuses a socket buffer this host's sysctls would silently cap.
-    pub fn check_local_limits(&self) -> Result<()> {
+impl Resolved for CrrSpec {
+    fn total_seconds(&self) -> f64 {
+        self.warmup + self.common.duration
+    }
+
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.common.server_target()
+    }
+
+    /// A socket buffer this host's sysctls would silently cap.
+    fn check_local_limits(&self) -> Result<()> {
         common::check_socket_buffer(self.socket_buffer)
+    }
+
+    fn declared_sources(&self) -> Vec<Declared> {
+        serving::bind(&self.bind)
+    }
+
+    /// One response shared by the server's threads, a read buffer each.
+    fn server_need(&self) -> Need {
+        let threads = self.server_threads() as u64;
+        let read = (self.request as u64).min(SCRATCH as u64);
+        need(
+            self.response as u64 + threads * read,
+            "response",
+            format!(
+                "one {} response shared + {} threads × {} read buffer",
+                size_words(self.response as u64),
+                threads,
+                size_words(read)
+            ),
+        )
     }
 }

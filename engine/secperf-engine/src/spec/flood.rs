@@ -10,6 +10,7 @@ use crate::rt::target;
 use crate::spec::common::{
     cpu_groups_of, duration_of, interval_of, CpuGroup, KindSpec, Names, Protocol, Sources,
 };
+use crate::spec::resolved::Resolved;
 use crate::wire::packet::{FloodProto, IPV4_HEADER};
 
 /// 100: RFC 2544's frame-loss test offers 10 % of line rate, 813 frames/s of
@@ -153,7 +154,7 @@ impl FloodSpec {
 
     /// Refuses a target or source range outside the testbed (198.18.0.0/15
     /// and loopback): floods have no override flag.
-    pub fn check_targets(&self) -> Result<()> {
+    pub fn check_flood_targets(&self) -> Result<()> {
         let refuse = |field: &str, what: String| EngineError::Target {
             field: field.to_string(),
             message: format!(
@@ -362,6 +363,21 @@ fn resolve(raw: Packets, duration: f64) -> Result<FloodSpec> {
         port_range,
         cpu_groups: Vec::new(),
     })
+}
+
+impl Resolved for FloodSpec {
+    fn total_seconds(&self) -> f64 {
+        self.duration
+    }
+
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        vec![("target".to_string(), IpAddr::V4(self.target))]
+    }
+
+    /// No override: a flood never leaves the testbed, whatever `allow_any`.
+    fn check_targets(&self, _allow_any: bool) -> Result<()> {
+        self.check_flood_targets()
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use crate::spec::common::{
     duration_of, interval_of, parallel_of, per_second_of, timeout_of, warmup_of, CpuGroup,
     KindSpec, Names, Protocol, TCP_MAX, UDP_MAX,
 };
+use crate::spec::resolved::Resolved;
 
 /// Most flows one spec holds.
 pub const MAX_FLOWS: usize = 4096;
@@ -483,7 +484,7 @@ impl FlowsSpec {
 
     /// Every address this spec sends from, to or listens on, and every source
     /// a server answers, each with its field: all go through the target guard.
-    pub fn addresses(&self) -> Vec<(String, IpAddr)> {
+    fn addresses(&self) -> Vec<(String, IpAddr)> {
         let mut out = Vec::new();
         for (i, f) in self.flows.iter().enumerate() {
             for (k, a) in [("src", f.src), ("dst", f.dst), ("listen", f.listen)] {
@@ -497,10 +498,18 @@ impl FlowsSpec {
         }
         out
     }
+}
 
-    /// How long a test of this spec may last: warm-up, duration, the last
-    /// attempts' deadline and a margin (a server ends by then at the latest).
-    pub fn total_seconds(&self) -> f64 {
+impl Resolved for FlowsSpec {
+    /// Warm-up, duration, the last attempts' deadline and a margin (a server
+    /// ends by then at the latest).
+    fn total_seconds(&self) -> f64 {
         self.warmup + self.duration + 2.0 * self.timeout + 30.0
+    }
+
+    /// Every address it sends from, to or listens on, and every source a server
+    /// answers (flows serves through `run`, role server, with its own `allow`).
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.addresses()
     }
 }

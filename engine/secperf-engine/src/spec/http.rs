@@ -11,6 +11,7 @@ use crate::spec::common::{
     tcp_only, threads_of, timeout_of, warmup_of, Common, KindSpec, Names, Payload, Protocol,
     PER_SOURCE,
 };
+use crate::spec::resolved::Resolved;
 
 /// Most connections one http test holds (each a descriptor; beyond PER_SOURCE
 /// they need more `sources`).
@@ -314,4 +315,15 @@ fn urls_of(urls: Option<Vec<String>>) -> Result<Vec<String>> {
         }
     }
     Ok(urls)
+}
+
+impl Resolved for HttpSpec {
+    fn total_seconds(&self) -> f64 {
+        self.warmup + self.common.duration
+    }
+
+    /// The web server.
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.common.server_target()
+    }
 }

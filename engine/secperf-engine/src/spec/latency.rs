@@ -10,6 +10,8 @@ use crate::spec::common::{
     interval_of, peers_of, server_kind_raw, warmup_of, Common, KindSpec, Names, Prefix, Protocol,
     Sources,
 };
+use crate::spec::resolved::Resolved;
+use crate::spec::serving::{self, need, Declared, Need};
 use crate::wire::probe::{payload_len, HEADER};
 
 pub const FRAME_MIN: u64 = 64;
@@ -240,4 +242,38 @@ fn probe_every_of(
         );
     }
     Ok(Some(n))
+}
+
+/// A latency server's state (its receive buffer, stamp ring and histograms),
+/// whatever the spec.
+const SERVER_STATE: u64 = 8 << 20;
+
+impl Resolved for LatencySpec {
+    fn total_seconds(&self) -> f64 {
+        self.warmup + self.common.duration
+    }
+
+    /// The server and every one of `destinations`.
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        let mut out = self.common.server_target();
+        out.extend(
+            self.destinations
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (format!("destinations[{}]", i), *a)),
+        );
+        out
+    }
+
+    fn declared_sources(&self) -> Vec<Declared> {
+        [
+            serving::list("sources", &self.sources),
+            serving::list("peers", &self.peers),
+        ]
+        .concat()
+    }
+
+    fn server_need(&self) -> Need {
+        need(SERVER_STATE, "kind", "a latency server's state".into())
+    }
 }

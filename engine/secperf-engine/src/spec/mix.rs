@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 use crate::spec::common::{threads_of, CpuGroup, KindSpec, Names, Protocol};
+use crate::spec::resolved::Resolved;
 use crate::wire::ftp::Mode;
 
 /// Most virtual clients one process runs (machines of its event loops).
@@ -219,5 +220,24 @@ impl MixSpec {
         }
         threads_of(self.threads, self.clients.len())?;
         Ok(())
+    }
+}
+
+impl Resolved for MixSpec {
+    /// Its timeouts bound it, not a time.
+    fn total_seconds(&self) -> f64 {
+        0.0
+    }
+
+    /// Every server and the SOCKS proxy.
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        let mut out: Vec<(String, IpAddr)> = self
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("servers[{}].address", i), m.address))
+            .collect();
+        out.extend(self.socks.map(|a| ("socks".to_string(), a.ip())));
+        out
     }
 }

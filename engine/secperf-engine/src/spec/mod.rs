@@ -16,6 +16,7 @@ mod flows;
 mod http;
 mod latency;
 mod mix;
+mod resolved;
 mod rr;
 mod serving;
 mod stream;
@@ -27,10 +28,10 @@ use serde_json::{Map, Value};
 
 use crate::error::{EngineError, Result};
 use crate::rt::guard::Peers;
-use crate::rt::target;
 
 pub(crate) use common::KindSpec;
 pub use common::{Close, CloseOrder, Common, CpuGroup, Direction, Payload, Protocol};
+pub use connections::check_helpers;
 pub use connections::ConnectionsSpec;
 pub use crr::CrrSpec;
 pub use flood::{FloodSender, FloodSpec};
@@ -38,30 +39,14 @@ pub use flows::{FlowProto, FlowSpec, FlowsSpec, Listen, Role, ID_BYTES};
 pub use http::HttpSpec;
 pub use latency::{Duplex, LatencySpec, Timestamps};
 pub use mix::{MixServer, MixSpec};
+pub(crate) use resolved::Resolved;
 pub use rr::RrSpec;
-pub use serving::check_helpers;
 pub use stream::StreamSpec;
 
 pub use crate::wire::ftp::Mode;
 pub use crate::wire::packet::FloodProto;
 
 use common::{fields_of, Names, OLD_NAMES};
-
-/// A resolved spec: every default filled in, every value checked. Serialized
-/// (`to_value`) as one object tagged by `kind`.
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Spec {
-    Stream(StreamSpec),
-    Rr(RrSpec),
-    Crr(CrrSpec),
-    Latency(LatencySpec),
-    Http(HttpSpec),
-    Connections(ConnectionsSpec),
-    Flood(FloodSpec),
-    Mix(MixSpec),
-    Flows(FlowsSpec),
-}
 
 /// One kind as the parser sees it.
 struct Entry {
@@ -77,21 +62,6 @@ fn entry<K: KindSpec + Into<Spec>>() -> Entry {
         fields: fields_of::<K::Raw>,
         parse: |obj, names| parse_kind::<K>(obj, names).map(Into::into),
     }
-}
-
-/// Every kind, in the order messages list them.
-fn kinds() -> [Entry; 9] {
-    [
-        entry::<StreamSpec>(),
-        entry::<RrSpec>(),
-        entry::<CrrSpec>(),
-        entry::<LatencySpec>(),
-        entry::<HttpSpec>(),
-        entry::<ConnectionsSpec>(),
-        entry::<FloodSpec>(),
-        entry::<MixSpec>(),
-        entry::<FlowsSpec>(),
-    ]
 }
 
 fn short(s: &str) -> String {
@@ -248,49 +218,13 @@ impl Spec {
 
     /// The kind's name.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Spec::Stream(_) => StreamSpec::NAME,
-            Spec::Rr(_) => RrSpec::NAME,
-            Spec::Crr(_) => CrrSpec::NAME,
-            Spec::Latency(_) => LatencySpec::NAME,
-            Spec::Http(_) => HttpSpec::NAME,
-            Spec::Connections(_) => ConnectionsSpec::NAME,
-            Spec::Flood(_) => FloodSpec::NAME,
-            Spec::Mix(_) => MixSpec::NAME,
-            Spec::Flows(_) => FlowsSpec::NAME,
-        }
-    }
-
-    /// The resolved spec as the records and the server see it: `kind` and the
-    /// fields that apply to the kind over its protocol.
-    pub fn to_value(&self) -> Value {
-        match self {
-            Spec::Stream(s) => s.to_value(),
-            Spec::Rr(s) => s.to_value(),
-            Spec::Crr(s) => s.to_value(),
-            Spec::Latency(s) => s.to_value(),
-            Spec::Http(s) => s.to_value(),
-            Spec::Connections(s) => s.to_value(),
-            Spec::Flood(s) => s.to_value(),
-            Spec::Mix(s) => s.to_value(),
-            Spec::Flows(s) => s.to_value(),
-        }
+        self.name()
     }
 
     /// How long a test of this spec lasts at most: its warm-up and duration
     /// (connections: its phases; a mix: its timeouts bound it, not a time).
     pub fn total_seconds(&self) -> f64 {
-        match self {
-            Spec::Stream(s) => s.warmup + s.common.duration,
-            Spec::Rr(s) => s.warmup + s.common.duration,
-            Spec::Crr(s) => s.warmup + s.common.duration,
-            Spec::Latency(s) => s.warmup + s.common.duration,
-            Spec::Http(s) => s.warmup + s.common.duration,
-            Spec::Connections(s) => s.total_seconds(),
-            Spec::Flood(s) => s.duration,
-            Spec::Mix(_) => 0.0,
-            Spec::Flows(s) => s.total_seconds(),
-        }
+        self.resolved().total_seconds()
     }
 
     /// Every address this spec can make the engine send to, each with the
@@ -298,63 +232,20 @@ impl Spec {
     /// `destinations`, a flood's `target`, a mix's servers and SOCKS proxy.
     /// Local addresses (`bind`, latency `sources`) are not targets.
     pub fn targets(&self) -> Vec<(String, IpAddr)> {
-        let server = |c: &Common| vec![("server".to_string(), c.server.ip())];
-        match self {
-            Spec::Stream(s) => server(&s.common),
-            Spec::Rr(s) => server(&s.common),
-            Spec::Crr(s) => server(&s.common),
-            Spec::Http(s) => server(&s.common),
-            Spec::Connections(s) => server(&s.common),
-            Spec::Latency(s) => {
-                let mut out = server(&s.common);
-                out.extend(
-                    s.destinations
-                        .iter()
-                        .enumerate()
-                        .map(|(i, a)| (format!("destinations[{}]", i), *a)),
-                );
-                out
-            }
-            Spec::Flood(s) => vec![("target".to_string(), IpAddr::V4(s.target))],
-            Spec::Mix(s) => {
-                let mut out: Vec<(String, IpAddr)> = s
-                    .servers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| (format!("servers[{}].address", i), m.address))
-                    .collect();
-                out.extend(s.socks.map(|a| ("socks".to_string(), a.ip())));
-                out
-            }
-            Spec::Flows(s) => s.addresses(),
-        }
+        self.resolved().targets()
     }
 
     /// The target guard: refuses the spec if any of its `targets` is outside
     /// the testbed ranges and loopback, unless `allow_any`; a flood's target
     /// and sources are checked with no override.
     pub fn check_targets(&self, allow_any: bool) -> Result<()> {
-        if let Spec::Flood(f) = self {
-            return f.check_targets(); // no override: a flood never leaves the testbed
-        }
-        for (field, ip) in self.targets() {
-            target::check(&field, ip, allow_any)?;
-        }
-        Ok(())
+        self.resolved().check_targets(allow_any)
     }
 
     /// Refuses a socket buffer (or stream `rcvlowat`) above what this host's
     /// sysctls allow (the kernel would silently clamp it).
     pub fn check_local_limits(&self) -> Result<()> {
-        match self {
-            Spec::Stream(s) => s.check_local_limits(),
-            Spec::Rr(s) => s.check_local_limits(),
-            Spec::Crr(s) => s.check_local_limits(),
-            Spec::Connections(s) => s.check_local_limits(),
-            Spec::Latency(_) | Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => {
-                Ok(())
-            }
-        }
+        self.resolved().check_local_limits()
     }
 }
 
@@ -364,24 +255,7 @@ impl Spec {
     /// control connection's peer, each with the field that names it: `bind`,
     /// `sources` (latency, connections) and `peers` (the same through a NAT).
     pub fn declared_sources(&self) -> Vec<serving::Declared> {
-        match self {
-            Spec::Stream(s) => serving::bind(&s.bind),
-            Spec::Rr(s) => serving::bind(&s.bind),
-            Spec::Crr(s) => serving::bind(&s.bind),
-            Spec::Latency(s) => [
-                serving::list("sources", &s.sources),
-                serving::list("peers", &s.peers),
-            ]
-            .concat(),
-            Spec::Connections(s) => [
-                serving::bind(&s.bind),
-                serving::list("sources", &s.sources),
-                serving::list("peers", &s.peers),
-            ]
-            .concat(),
-            // flows serves through `run` (role server) with its own `allow` list
-            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => Vec::new(),
-        }
+        self.resolved().declared_sources()
     }
 
     /// The sources a server serves for this test: `peer`, the control
@@ -395,58 +269,74 @@ impl Spec {
     /// not counted: UDP, or crr, whose server serves one connection at a time
     /// per accepting thread).
     pub fn data_connections(&self) -> Option<u64> {
-        match self {
-            Spec::Stream(s) => serving::stream_connections(s),
-            Spec::Rr(s) => serving::rr_connections(s),
-            Spec::Connections(s) => Some(s.connections),
-            Spec::Crr(_)
-            | Spec::Latency(_)
-            | Spec::Http(_)
-            | Spec::Flood(_)
-            | Spec::Mix(_)
-            | Spec::Flows(_) => None,
-        }
-    }
-
-    fn server_need(&self) -> serving::Need {
-        match self {
-            Spec::Stream(s) => serving::stream_need(s),
-            Spec::Rr(s) => serving::rr_need(s),
-            Spec::Crr(s) => serving::crr_need(s),
-            Spec::Latency(_) => serving::latency_need(),
-            Spec::Connections(s) => serving::connections_need(s),
-            Spec::Http(_) | Spec::Flood(_) | Spec::Mix(_) | Spec::Flows(_) => serving::no_need(),
-        }
+        self.resolved().data_connections()
     }
 
     /// The memory the server's side of this test holds (its buffers, as the
     /// spec sizes them): what the server reserves for it at `setup`.
     pub fn server_memory(&self) -> u64 {
-        self.server_need().bytes
+        self.resolved().server_need().bytes
     }
 
     /// Refuses a spec whose server side would hold more than
     /// rt::guard::MAX_TEST_MEMORY, or start more than MAX_HELPERS helpers.
     pub fn check_server_bounds(&self) -> Result<()> {
-        serving::check_need(&self.server_need())?;
-        if let Spec::Connections(c) = self {
-            check_helpers(c, c.per_process)?;
-        }
-        Ok(())
+        serving::check_need(&self.resolved().server_need())?;
+        self.resolved().check_server_extra()
     }
 }
 
-macro_rules! into_spec {
+/// The one list of kinds: the `Spec` enum, the parser's entries (in the order
+/// messages list them), `From` each kind's spec, and the dispatch to its
+/// `Resolved` impl and its `KindSpec` come from it. A new kind is a line here,
+/// its spec module, and its runner (kinds/).
+macro_rules! kinds {
     ($($variant:ident($ty:ty)),* $(,)?) => {
+        /// A resolved spec: every default filled in, every value checked. Serialized
+        /// (`to_value`) as one object tagged by `kind`.
+        #[derive(Clone, Debug, Serialize)]
+        #[serde(tag = "kind", rename_all = "lowercase")]
+        pub enum Spec {
+            $($variant($ty),)*
+        }
+
+        /// Every kind, in the order messages list them.
+        fn kinds() -> Vec<Entry> {
+            vec![$(entry::<$ty>(),)*]
+        }
+
         $(impl From<$ty> for Spec {
             fn from(s: $ty) -> Spec {
                 Spec::$variant(s)
             }
         })*
+
+        impl Spec {
+            /// The kind's answers to what the engine asks of a spec.
+            fn resolved(&self) -> &dyn Resolved {
+                match self {
+                    $(Spec::$variant(s) => s,)*
+                }
+            }
+
+            fn name(&self) -> &'static str {
+                match self {
+                    $(Spec::$variant(_) => <$ty as KindSpec>::NAME,)*
+                }
+            }
+
+            /// The resolved spec as the records and the server see it: `kind` and the
+            /// fields that apply to the kind over its protocol.
+            pub fn to_value(&self) -> Value {
+                match self {
+                    $(Spec::$variant(s) => s.to_value(),)*
+                }
+            }
+        }
     };
 }
 
-into_spec!(
+kinds!(
     Stream(StreamSpec),
     Rr(RrSpec),
     Crr(CrrSpec),

@@ -7,10 +7,14 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::size_words;
+use crate::rt::net::SCRATCH;
 use crate::spec::common::{
     self, bind_of, interval_of, per_second_of, seconds, server_kind_raw, size, socket_buffer_of,
     warmup_of, Common, KindSpec, Names, Payload, Protocol,
 };
+use crate::spec::resolved::Resolved;
+use crate::spec::serving::{self, need, Declared, Need, DATAGRAM};
 
 /// Pipelined rr must fit the default socket buffers, or both ends block writing.
 pub const INFLIGHT_BYTES_MAX: usize = 64 << 10;
@@ -158,9 +162,43 @@ impl KindSpec for RrSpec {
     }
 }
 
-impl RrSpec {
-    /// Refuses a socket buffer this host's sysctls would silently cap.
-    pub fn check_local_limits(&self) -> Result<()> {
+impl Resolved for RrSpec {
+    fn total_seconds(&self) -> f64 {
+        self.warmup + self.common.duration
+    }
+
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.common.server_target()
+    }
+
+    /// A socket buffer this host's sysctls would silently cap.
+    fn check_local_limits(&self) -> Result<()> {
         common::check_socket_buffer(self.socket_buffer)
+    }
+
+    fn declared_sources(&self) -> Vec<Declared> {
+        serving::bind(&self.bind)
+    }
+
+    /// One data connection (TCP).
+    fn data_connections(&self) -> Option<u64> {
+        (self.common.protocol == Protocol::Tcp).then_some(1)
+    }
+
+    /// One response, a bounded read buffer.
+    fn server_need(&self) -> Need {
+        let read = match self.common.protocol {
+            Protocol::Tcp => (self.request as u64).min(SCRATCH as u64),
+            Protocol::Udp => DATAGRAM,
+        };
+        need(
+            self.response as u64 + read,
+            "response",
+            format!(
+                "one {} response + {} read buffer",
+                size_words(self.response as u64),
+                size_words(read)
+            ),
+        )
     }
 }

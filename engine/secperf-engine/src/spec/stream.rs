@@ -5,10 +5,13 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
+use crate::rt::guard::size_words;
 use crate::spec::common::{
     self, bind_of, interval_of, parallel_of, server_kind_raw, size, socket_buffer_of,
     sysctl_numbers, warmup_of, Common, Direction, KindSpec, Names, Payload, Protocol, TCP_MAX,
 };
+use crate::spec::resolved::Resolved;
+use crate::spec::serving::{self, need, Declared, Need, DATAGRAM};
 
 /// Streams of messages this large or larger wake their receiver once per
 /// message by default (`rcvlowat` = message size); smaller ones on any data.
@@ -124,13 +127,6 @@ impl KindSpec for StreamSpec {
 }
 
 impl StreamSpec {
-    /// Refuses a socket buffer or an `rcvlowat` this host's sysctls would
-    /// silently cap.
-    pub fn check_local_limits(&self) -> Result<()> {
-        self.check_rcvlowat_limit()?;
-        common::check_socket_buffer(self.socket_buffer)
-    }
-
     /// Refuses an `rcvlowat` the kernel would silently cap: above half of
     /// `net.ipv4.tcp_rmem`'s maximum, or above a fixed `socket_buffer`. (The
     /// server gets the resolved spec, so given and default values alike.)
@@ -241,4 +237,76 @@ fn fixed_transfer(
         ));
     }
     Ok(0.0)
+}
+
+/// TCP stream receivers read at least this much at once (kinds/stream.rs).
+const MIN_READ: u64 = 128 << 10;
+
+impl Resolved for StreamSpec {
+    fn total_seconds(&self) -> f64 {
+        self.warmup + self.common.duration
+    }
+
+    fn targets(&self) -> Vec<(String, IpAddr)> {
+        self.common.server_target()
+    }
+
+    /// A socket buffer or an `rcvlowat` this host's sysctls would silently cap.
+    fn check_local_limits(&self) -> Result<()> {
+        self.check_rcvlowat_limit()?;
+        common::check_socket_buffer(self.socket_buffer)
+    }
+
+    fn declared_sources(&self) -> Vec<Declared> {
+        serving::bind(&self.bind)
+    }
+
+    /// `parallel` per direction (TCP).
+    fn data_connections(&self) -> Option<u64> {
+        let dirs = if self.direction == Direction::Both {
+            2
+        } else {
+            1
+        };
+        (self.common.protocol == Protocol::Tcp).then_some(self.parallel as u64 * dirs)
+    }
+
+    /// A read buffer per receiving stream, one shared message.
+    fn server_need(&self) -> Need {
+        let msg = self.message as u64;
+        let (receivers, read) = match self.common.protocol {
+            Protocol::Tcp => (
+                if self.direction.client_sends() {
+                    self.parallel as u64
+                } else {
+                    0
+                },
+                msg.max(MIN_READ).max(self.rcvlowat as u64),
+            ),
+            Protocol::Udp => (
+                if self.direction == Direction::Receive {
+                    1
+                } else {
+                    self.parallel as u64
+                },
+                DATAGRAM,
+            ),
+        };
+        // The senders share one message.
+        let send = if self.direction.client_receives() {
+            msg
+        } else {
+            0
+        };
+        need(
+            receivers * read + send,
+            "message",
+            format!(
+                "{} receiving streams × {} read buffer + {} shared send buffer",
+                receivers,
+                size_words(read),
+                size_words(send)
+            ),
+        )
+    }
 }

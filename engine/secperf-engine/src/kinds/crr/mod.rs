@@ -23,7 +23,7 @@ use crate::kinds::timed::{self, Plan, Snap, Timed, Window};
 use crate::rt::net::{self, SockOpts};
 use crate::rt::payload;
 use crate::rt::shared::{Role, Shared, Tally};
-use crate::spec::{CloseOrder, CrrSpec, KindSpec};
+use crate::spec::{CloseOrder, CrrSpec, KindSpec, Resolved};
 use crate::wire::record::{Interval, ResultRecord, Sink};
 
 mod client;

@@ -23,7 +23,7 @@ use crate::kinds::base::{self, Kind, RunOptions, ServerEnv, ServerSetup};
 use crate::rt::cpu::CpuProbe;
 use crate::rt::shared::Shared;
 use crate::rt::sys;
-use crate::spec::{FlowsSpec, KindSpec, Role};
+use crate::spec::{FlowsSpec, KindSpec, Resolved, Role};
 use crate::wire::record::{Record, Sink};
 
 mod client;
