@@ -21,7 +21,7 @@ The search bisects the connection count geometrically between `low` and `high`
 (secperf/search.py: found with its resolution, or "at least" / "below" a bound,
 never a number standing in for one); a path that holds the top is "at least" it.
 Beyond one client address's ports (~60,000) the connections come from `sources`
-addresses (secperf/workloads/sources.py); nginx takes ~130,000. With `open_rate` the
+addresses (secperf/workloads/parts/sources.py); nginx takes ~130,000. With `open_rate` the
 ramp-up opens that many connections a second, whatever the fetch period, so that a
 large n is opened below the path's handshake rate and then held at a modest fetch
 rate.
@@ -40,7 +40,7 @@ from secperf.metric import Metric, Search, num
 from secperf.schema.fields import FileSizes, PerSecond, PositiveDuration, Timeout
 from secperf.search import Trial, bisect_rate
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
-from secperf.workloads.http import (
+from secperf.workloads.parts.http import (
     MAX_PARALLEL,
     HttpWorkload,
     TlsVersion,
@@ -49,8 +49,8 @@ from secperf.workloads.http import (
     nginx_for,
     sustain_periods,
 )
-from secperf.workloads.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
-from secperf.workloads.sources import ManySources, enough_sources
+from secperf.workloads.parts.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
+from secperf.workloads.parts.sources import ManySources, enough_sources
 
 # The period the open connections are judged over (the engine's `interval`).
 PERIOD = 1.0

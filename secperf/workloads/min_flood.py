@@ -36,7 +36,8 @@ from secperf.workloads.base import (
     attacker,
     scalar,
 )
-from secperf.workloads.flood import (
+from secperf.workloads.parts import specs
+from secperf.workloads.parts.flood import (
     FloodKind,
     FloodPayload,
     FloodPps,
@@ -44,7 +45,6 @@ from secperf.workloads.flood import (
     keep_side,
     run_beside,
 )
-from secperf.workloads.stream import StreamWorkload
 
 
 class MinFloodRateWorkload(WorkloadSpec):
@@ -92,13 +92,8 @@ class MinFloodRateExecutor:
         flood, target, payload = p.flood, p.flood_target, p.flood_payload
         threshold = p.threshold_pct
         # The measured stream: a TCP stream of `message`, as the stream kind runs it.
-        measured = StreamWorkload.model_construct(
-            kind="stream",
-            name=p.name,
-            protocol="tcp",
-            message=scalar(p.message),
-            duration=p.duration,
-            warmup=p.warmup,
+        measured = specs.stream(
+            name=p.name, message=scalar(p.message), duration=p.duration, warmup=p.warmup
         )
         inner = EngineExecutor()
         stream_point = WorkloadPoint(point.workload_index, point.index, measured)
