@@ -11,7 +11,6 @@ from pydantic import Field
 from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.metric import Metric, Search
-from secperf.search import Trial, passes
 from secperf.workloads.base import (
     MeasureContext,
     WorkloadKind,
@@ -27,6 +26,7 @@ from secperf.workloads.parts.rate_search import (
     legacy_search,
     search,
 )
+from secperf.workloads.parts.search import Trial, passes
 
 
 class ConnRateWorkload(RateSearchSpec):

@@ -1,7 +1,7 @@
 """Kind `min_flood_rate`: the lowest flood rate that denies a TCP stream (document 002,
 Fig. 3b).
 
-One measurement is one search (secperf/search.py, the same bisection and bracket
+One measurement is one search (secperf/workloads/parts/search.py, the same bisection and bracket
 as every search): the stream without a flood, then with floods at `hi` and `lo`
 packets/s, then geometric bisection between the highest flood rate that left the
 stream alive and the lowest that brought it to at most `threshold_pct` % of the
@@ -25,7 +25,6 @@ from secperf.engine import Record, run_test
 from secperf.metric import Metric, Search, SearchReading, legacy_bracket, num
 from secperf.metric import Record as RecordView
 from secperf.schema.fields import MessageSize
-from secperf.search import Trial, bisect_rate
 from secperf.workloads.base import (
     EngineExecutor,
     MeasureContext,
@@ -45,6 +44,7 @@ from secperf.workloads.parts.flood import (
     keep_side,
     run_beside,
 )
+from secperf.workloads.parts.search import Trial, bisect_rate
 
 
 class MinFloodRateWorkload(WorkloadSpec):
