@@ -19,6 +19,7 @@ from secperf.plan.graph import build_topology
 from secperf.run.estimate import RECORDS_MAX_BYTES, records_estimate
 from secperf.scenario.loader import _LineMap
 from secperf.scenario.scenario import Scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool, engine_path, install_packages
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
@@ -103,7 +104,7 @@ def tools_for(scenario: Scenario) -> list[Tool]:
     tools = list(BASE_TOOLS)
     if scenario.testbed.offloads == "off":
         tools.append(OFFLOAD_TOOL)
-    if any(v.backend == "vm" for v in scenario.variants.values()):
+    if any(BACKENDS.get(v.backend).virtual for v in scenario.variants.values()):
         tools += VM_TOOLS
     for kind, mech, _ctx in mechanism_entries(scenario):
         tools += kind.tools_for(mech)
