@@ -88,6 +88,7 @@ from secperf.run.preflight import (
 from secperf.run.runner import run_scenario
 from secperf.scenario.loader import load_scenario
 from secperf.scenario.sweep import expand, expand_scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.hosts.vmconfig import kvm_usable
 from secperf.testbed.testbed import clean as clean_ledgers
 from secperf.tools import engine_path
@@ -262,7 +263,7 @@ def check(
                 for line in traffic.lines() if traffic is not None else []:
                     console.print(f"  {escape(line)}", highlight=False)
             gone = missing(tools_for(sc))
-            if any(h.backend == "ssh" for h in sc.testbed.hosts.values()):
+            if any(BACKENDS.get(h.backend).logs_in for h in sc.testbed.hosts.values()):
                 # Remote hosts: reach each one (log in, engine, addresses) before any traffic.
 
                 for line in check_inventory(sc, topology_for(sc, expand_scenario(sc))):

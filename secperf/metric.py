@@ -191,7 +191,7 @@ LAT_P99 = Metric("latency_p99_us", "Latency p99", "µs", False, False)
 SD_CONN = Metric("sd_cpu_us_per_conn", "Service demand", "CPU µs/conn", False, False)
 
 
-# -- searches (secperf/search.py) -------------------------------------------------
+# -- searches (secperf/workloads/parts/search.py) -------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from secperf.errors import ScenarioError, TestbedError
 from secperf.schema.sections import Testbed
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run
 
 # The one command run on the host.
@@ -68,7 +69,7 @@ def ssh_spec(path: Path, host: str) -> SshSpec:
             where=str(path),
             fix=f"name one of: {', '.join(hosts) or '(none: add a [hosts.NAME] table)'}",
         )
-    if inv.backend != "ssh":
+    if not BACKENDS.get(inv.backend).logs_in:
         raise ScenarioError(
             f'--current-from {host}: its backend is "{inv.backend}": secperf can read the '
             'rule set of a host it logs in to only (backend = "ssh")',

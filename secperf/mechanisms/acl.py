@@ -345,7 +345,7 @@ KIND = MechanismKind(
     runtime=Acl,
     tools=tools,
     known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft", "ipset")),
-    traits=frozenset({"filters"}),
+    filters=True,
     # Each ACL renders its own complete filter (permits, then the default drop) into the
     # one table and chain of the variant: a second one would sit behind the first's
     # permits and never be evaluated. Refuse it rather than measure nothing.

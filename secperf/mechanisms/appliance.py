@@ -198,7 +198,7 @@ KIND = MechanismKind(
     runtime=Appliance,
     # filter + NAT in nft, the NFQUEUE rule in iptables-nft (nft has no `queue` here)
     known_tools=tuple(backend_tools("nft", "iptables-nft")),
-    traits=frozenset({"filters", "translates"}),
+    filters=True,
     forwarding_only=True,
     run_check=nfq.built,
 )

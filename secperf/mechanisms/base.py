@@ -3,21 +3,23 @@
 A mechanism kind declares itself once, in its own module (or package): its scenario
 model (a `MechanismSpec`), its runtime (a `Mechanism`, built from the validated model),
 and one `MechanismKind` that says, as data and small functions, what the rest of
-secperf needs to know: the tools it needs, where it may run, what it is (its traits),
+secperf needs to know: the tools it needs, where it may run, whether it filters,
 the checks it makes before a run. `secperf.mechanisms.registry` lists the kinds.
 
 A runtime renders files, applies them on its hosts and releases them. It never
 guesses what state it left behind: a host belongs to the run, so `reset_dut` returns
 it to plain forwarding by flushing every packet filter backend, which is exactly the
 baseline state, and `flush_flow_state` makes its kernel forget every connection it
-tracks. What other parts of secperf may ask a runtime (a tunnel's target address, what
-it observed, a proxy's SOCKS endpoint, a detector's counters) are methods of
-`Mechanism` with defaults, overridden by the kinds that have an answer.
+tracks. What other parts of secperf may ask every runtime (a tunnel's target address,
+what it observed) are methods of `Mechanism` with defaults, overridden by the kinds
+that have an answer; what only some kinds can answer (a proxy's SOCKS endpoint, a
+detector's counters, a CA to trust) are protocols in secperf.mechanisms.capabilities.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -37,7 +39,7 @@ from secperf.testbed.hosts import Host
 from secperf.testbed.topology import Topology
 from secperf.tools import Tool
 
-# The attacker's "allowed" flood port (secperf.workloads.flood aims floods there): a
+# The attacker's "allowed" flood port (secperf.workloads.parts.flood aims floods there): a
 # filter permits it from the attacker, so an allowed flood reaches the server.
 FLOOD_ALLOWED_PORT = 9
 
@@ -203,18 +205,6 @@ class MechanismSpec(StrictModel):
 # ---------------------------------------------------------------- the runtime
 
 
-@dataclass(frozen=True)
-class Detector:
-    """A mechanism that matches traffic against signatures, as an attack mix sees it."""
-
-    label: str  # the record's `detector`, e.g. "ips-nfq", "ids"
-    blocks: bool  # inline: a packet that matches a drop rule does not pass
-
-
-# A detector's counters at one instant: matches per sid ("by_sid"), "drops", "packets", ...
-Counts = dict[str, Any]
-
-
 class Mechanism(ABC):
     """A mechanism at run time, built from its validated scenario entry (`spec`).
 
@@ -268,22 +258,12 @@ class Mechanism(ABC):
         `mechanism` record), or None when it reports nothing."""
         return None
 
-    def socks_endpoint(self, ctx: MechanismContext) -> str | None:
-        """ADDR:PORT that clients must name as their SOCKS proxy, or None when the
-        mechanism is transparent to them."""
-        return None
-
     def translated_sources(self, ctx: MechanismContext) -> list[str]:
         """Addresses or prefixes ("198.18.5.0/24") the server sees the client's traffic
         come from instead of the client's own (a NAT), or [] when it sees the client's.
         The engine server serves them too (a spec's `peers`): it answers only the
         control connection's peer and the addresses a spec declares."""
         return []
-
-    def trusted_ca(self, ctx: MechanismContext) -> Path | None:
-        """A CA (PEM) that TLS clients must trust to talk through this mechanism (a
-        TLS-inspecting proxy's own CA), or None when it signs nothing."""
-        return None
 
     def rule_files(self) -> tuple[Path, ...]:
         """The user's rule files this mechanism loads (a rule set and its includes):
@@ -296,29 +276,8 @@ class Mechanism(ABC):
         otherwise (the attribution round then names the rule by its text)."""
         return None
 
-    def detector(self) -> Detector | None:
-        """What detects attacks in this mechanism, or None when it detects nothing."""
-        return None
-
-    def detection_counts(self, hosts: Sequence[Host], ctx: MechanismContext) -> Counts | None:
-        """The detector's counters now (cumulative), read on its `hosts` (those `on`
-        names); None when it cannot say (not running)."""
-        return None
-
 
 # ---------------------------------------------------------------- the declaration
-
-
-# What a kind is, for the code that must tell kinds apart without naming them.
-Trait = Literal[
-    "filters",  # drops what its policy does not permit (illegal traffic must not pass)
-    "translates",  # rewrites addresses
-    "detects",  # matches traffic against signatures and counts the matches
-    "prevents",  # drops what it detects (inline)
-    "tunnels",  # carries the traffic inside a tunnel
-    "proxies",  # terminates connections (or handshakes) and opens its own
-    "offloads",  # moves established flows to a fast path
-]
 
 
 @dataclass(frozen=True)
@@ -366,7 +325,9 @@ class MechanismKind(Generic[S]):
     # them), and those one entry needs (None: all of them; see tools_for).
     known_tools: tuple[Tool, ...] = ()
     tools: Callable[[S], Sequence[Tool]] | None = None
-    traits: frozenset[Trait] = frozenset()
+    # It drops what its policy does not permit: the `illegal` kind judges "no denied
+    # packet reached the server" only through a variant with such a mechanism.
+    filters: bool = False
     # Where it may run: only on hosts that forward (it rewrites or proxies forwarded
     # traffic), or also on an end host (its filter then goes in the input hook).
     forwarding_only: bool = False
@@ -390,12 +351,6 @@ class MechanismKind(Generic[S]):
     # The user's rule files an entry loads as written (None: it loads none): the plan
     # maps them onto the testbed with one map for the whole scenario (secperf.plan.review).
     rule_sets: Callable[[S], Sequence[RuleSetUse]] | None = None
-    # Traits one entry adds to the kind's (a rule file with NAT translates too).
-    entry_traits: Callable[[S], frozenset[Trait]] | None = None
-
-    def traits_of(self, spec: S) -> frozenset[Trait]:
-        """The kind's traits and those this entry adds."""
-        return self.traits | (self.entry_traits(spec) if self.entry_traits else frozenset())
 
     def tools_for(self, spec: S) -> list[Tool]:
         """The programs this entry needs (preflight refuses a run without them)."""
@@ -497,6 +452,14 @@ def reset_dut(dut: Host, backends: set[str]) -> None:
             dut.run([restore], input=LEGACY_EMPTY)
     if "ipset" in backends:
         dut.run(["ipset", "destroy"])
+
+
+def interfaces(host: Host) -> list[str]:
+    """Every interface of the host but loopback (fastpath offloads them, rps steers them)."""
+    proc = host.run(["ip", "-j", "link", "show"])
+    return sorted(
+        str(link["ifname"]) for link in json.loads(proc.stdout or "[]") if link["ifname"] != "lo"
+    )
 
 
 def conntrack_entries(host: Host) -> int:

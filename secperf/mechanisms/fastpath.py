@@ -17,7 +17,6 @@ the next test.
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 from secperf.errors import MechanismError
@@ -28,6 +27,7 @@ from secperf.mechanisms.base import (
     MechanismSpec,
     RenderedFile,
     backend_tools,
+    interfaces,
 )
 from secperf.testbed.hosts import Host
 
@@ -53,14 +53,6 @@ def render_flowtable(table: str, devices: list[str]) -> str:
         "    meta l4proto { tcp, udp } flow add @ft\n"
         "  }\n"
         "}\n"
-    )
-
-
-def interfaces(host: Host) -> list[str]:
-    """Every interface of the host but loopback."""
-    proc = host.run(["ip", "-j", "link", "show"])
-    return sorted(
-        str(link["ifname"]) for link in json.loads(proc.stdout or "[]") if link["ifname"] != "lo"
     )
 
 
@@ -121,6 +113,5 @@ KIND = MechanismKind(
     runtime=Fastpath,
     # the flowtable
     known_tools=tuple(backend_tools("nft")),
-    traits=frozenset({"offloads"}),
     forwarding_only=True,
 )

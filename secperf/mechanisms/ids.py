@@ -25,8 +25,6 @@ from pydantic import Field, PlainValidator
 from secperf.errors import MechanismError
 from secperf.mechanisms import nfq
 from secperf.mechanisms.base import (
-    Counts,
-    Detector,
     Mechanism,
     MechanismContext,
     MechanismKind,
@@ -36,6 +34,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
+from secperf.mechanisms.capabilities import Counts, Detector
 from secperf.schema.fields import rule_file_or_count
 from secperf.testbed.hosts import Host
 
@@ -183,7 +182,6 @@ KIND = MechanismKind(
     runtime=Ids,
     # the mirror: nft netdev dup
     known_tools=tuple(backend_tools("nft")),
-    traits=frozenset({"detects"}),
     sensor_role=SENSOR_ROLE,
     hosts=frozenset({SENSOR_ROLE}),
     run_check=nfq.built,

@@ -37,8 +37,6 @@ from secperf import ips_rules
 from secperf.errors import MechanismError
 from secperf.mechanisms import nfq
 from secperf.mechanisms.base import (
-    Counts,
-    Detector,
     Mechanism,
     MechanismContext,
     MechanismKind,
@@ -47,6 +45,7 @@ from secperf.mechanisms.base import (
     apply_files,
     backend_tools,
 )
+from secperf.mechanisms.capabilities import Counts, Detector
 from secperf.schema.fields import bounded, rule_file_or_count
 from secperf.schema.units import parse_size
 from secperf.testbed.hosts import Host, ManagedProcess
@@ -354,6 +353,5 @@ KIND = MechanismKind(
     runtime=Ips,
     tools=tools,
     known_tools=(*backend_tools("iptables-nft"), FWSNORT_TOOL),
-    traits=frozenset({"detects", "prevents"}),
     run_check=nfq.built,
 )

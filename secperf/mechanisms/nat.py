@@ -181,6 +181,5 @@ KIND = MechanismKind(
     runtime=Nat,
     tools=tools,
     known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft")),
-    traits=frozenset({"translates"}),
     forwarding_only=True,
 )

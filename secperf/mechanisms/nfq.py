@@ -35,11 +35,11 @@ from secperf import ips_rules
 from secperf.errors import MechanismError
 from secperf.mechanisms.base import (
     CheckContext,
-    Counts,
     MechanismContext,
     MechanismSpec,
     TrafficPlan,
 )
+from secperf.mechanisms.capabilities import Counts
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.tools import nfq_path
 

@@ -31,8 +31,8 @@ from secperf.mechanisms.base import (
     MechanismKind,
     MechanismSpec,
     RenderedFile,
+    interfaces,
 )
-from secperf.mechanisms.fastpath import interfaces
 from secperf.testbed.cgroups import parse_cpus
 from secperf.testbed.hosts import Host
 from secperf.testbed.placement import cpu_mask, write_argv

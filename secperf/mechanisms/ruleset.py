@@ -36,7 +36,6 @@ from secperf.mechanisms.base import (
     MechanismSpec,
     RenderedFile,
     RuleSetUse,
-    Trait,
     apply_files,
     backend_tools,
     run_tool,
@@ -196,21 +195,6 @@ def rule_sets(spec: RuleSetSpec) -> list[RuleSetUse]:
     return [RuleSetUse(spec.file, spec.fmt, dict(spec.interfaces), spec.host)]
 
 
-NAT_NFT = re.compile(r"\b(dnat|snat|masquerade|redirect)\b")
-NAT_IPT = re.compile(r"-j\s+(DNAT|SNAT|MASQUERADE|REDIRECT|NETMAP)\b")
-
-
-def traits(spec: RuleSetSpec) -> frozenset[Trait]:
-    """It filters; it also translates when the file has NAT statements (read as text:
-    an include's NAT is not seen here)."""
-    try:
-        text = spec.file.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset({"filters"})
-    nat = NAT_IPT if spec.fmt == "iptables" else NAT_NFT
-    return frozenset({"filters", "translates"} if nat.search(text) else {"filters"})
-
-
 def check(spec: RuleSetSpec, ctx: CheckContext) -> None:
     """What needs no root: the interfaces map against the testbed's graph."""
     if ctx.topology is None:
@@ -259,8 +243,7 @@ KIND = MechanismKind(
     runtime=RuleSetMechanism,
     tools=tools,
     known_tools=tuple(backend_tools("nft", "iptables-legacy", "iptables-nft")),
-    traits=frozenset({"filters"}),
-    entry_traits=traits,
+    filters=True,
     check=check,
     kernel_check=kernel_check,
     kernel_check_note="rule sets NOT loaded by their own tool (nft, iptables-restore)",

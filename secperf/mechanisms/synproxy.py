@@ -225,6 +225,5 @@ KIND = MechanismKind(
     runtime=Synproxy,
     # nft for the rules (and sysctl, procps, for nf_conntrack_tcp_loose)
     known_tools=tuple(backend_tools("nft")),
-    traits=frozenset({"proxies"}),
     forwarding_only=True,
 )

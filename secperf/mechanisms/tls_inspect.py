@@ -328,6 +328,5 @@ KIND = MechanismKind(
         Tool("squid", "squid-openssl", "tls_inspect"),
         Tool("openssl", "openssl", "tls_inspect's CA"),
     ),
-    traits=frozenset({"proxies"}),
     forwarding_only=True,
 )

@@ -40,6 +40,7 @@ from secperf.plan.review import RuleSetPlan, plan_rule_sets
 from secperf.rulesets.addrmap import AddressMap
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.hosts.ssh_transport import SshSpec
 from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.topology import DUT, LinkSpec, Topology
@@ -55,7 +56,7 @@ class Variant:
     name: str
     mechanisms: list[tuple[Mechanism, MechanismContext]] = field(default_factory=list)
     direct: bool = False  # the baseline of a `direct` scenario bypasses the DUT
-    backend: str = "namespace"  # what the DUT host is in this variant: namespace or vm
+    backend: str = BACKENDS.default.name  # what the DUT host is in this variant
 
     def backends(self) -> set[str]:
         used: set[str] = set()
@@ -269,14 +270,15 @@ class Plan:
     # -- what the testbed needs --------------------------------------------------------------
     def vm_hosts(self) -> tuple[str, ...]:
         """Hosts that some variant runs as a VM (only the DUT can be one)."""
-        return (DUT,) if any(v.backend == "vm" for v in self.scenario.variants.values()) else ()
+        virtual = (BACKENDS.get(v.backend).virtual for v in self.scenario.variants.values())
+        return (DUT,) if any(virtual) else ()
 
     def external_interfaces(self) -> dict[str, dict[str, str]]:
         """External hosts (secperf runs nothing on them) and their interfaces."""
         return {
             name: inv.interfaces
             for name, inv in self.scenario.testbed.hosts.items()
-            if inv.backend == "external"
+            if BACKENDS.get(inv.backend).runs_nothing
         }
 
     def mechanism_hosts(self) -> list[str]:
@@ -323,9 +325,11 @@ class Plan:
         return out
 
     def remote_hosts(self) -> dict[str, str]:
-        """Hosts that are not namespaces here: ssh://DESTINATION, or "external"."""
+        """Hosts that are not namespaces here: ssh://DESTINATION, or their backend's name
+        (a device secperf runs nothing on)."""
+        hosts = self.scenario.testbed.hosts
         return {name: f"ssh://{spec.destination}" for name, spec in self.remotes.items()} | {
-            n: "external" for n in self.external_interfaces()
+            n: hosts[n].backend for n in self.external_interfaces()
         }
 
     def multi_generators(self) -> dict[str, list[str]]:

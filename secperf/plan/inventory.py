@@ -25,6 +25,7 @@ from typing import Any
 from secperf.errors import ScenarioError, SecperfError, TestbedError
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import expand_scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.hosts.remote_workdir import check_workdir
 from secperf.testbed.hosts.ssh_transport import SshSpec, connect, remote_run, sha256_file
 from secperf.testbed.topology import Topology
@@ -66,7 +67,7 @@ def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
                 where=where,
                 fix=f"name one of: {', '.join(topology.names)}",
             )
-        if inv.backend == "local":
+        if not BACKENDS.get(inv.backend).lab:
             continue
         declared = set(inv.addresses)
         missing = [a for a in plan_addresses(topology, name, family) if a not in declared]
@@ -86,8 +87,8 @@ def ssh_specs(scenario: Scenario, topology: Topology) -> dict[str, SshSpec]:
                     where=f"{where} interfaces",
                     fix=f'add interfaces = {{ {other} = "eth1" }}: the interface cabled to it',
                 )
-        if inv.backend != "ssh":
-            continue  # external: addresses and interfaces checked, nothing to reach
+        if not BACKENDS.get(inv.backend).logs_in:
+            continue  # a device: addresses and interfaces checked, nothing to reach
         assert inv.ansible_host is not None  # the schema requires it for ssh
         specs[name] = SshSpec(
             name=name,
@@ -110,7 +111,7 @@ def refuse_shaping(scenario: Scenario, points: Sequence[WorkloadPoint[Any]]) -> 
     """A workload's `link_rate` shapes every link of its path with a qdisc on both
     ends; links between real hosts are the lab's wires, which secperf never shapes
     (docs/security.md): refuse it before anything runs."""
-    real = sorted(n for n, inv in scenario.testbed.hosts.items() if inv.backend != "local")
+    real = sorted(n for n, inv in scenario.testbed.hosts.items() if BACKENDS.get(inv.backend).lab)
     if not real:
         return
     for point in points:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from secperf.tables import ReportTable
+from secperf.testbed.hosts.registry import BACKENDS
 
 _ACCEL_TAGS = {"tcg": "[TCG emulation]", "kvm": "[KVM]"}
 _ACCEL_NOTES = {
@@ -29,13 +30,13 @@ _ACCEL_NOTES = {
 
 
 def _backends(run_meta: Mapping[str, Any]) -> dict[str, str]:
-    """Variant name -> its backend ("namespace" unless the scenario says "vm"); a swept
-    variant takes its family's."""
+    """Variant name -> its backend (the default unless the scenario names another); a
+    swept variant takes its family's."""
     scenario: Mapping[str, Any] = run_meta.get("scenario") or {}
     out: dict[str, str] = {}
     for name, variant in (scenario.get("variants") or {}).items():
         if isinstance(variant, Mapping):
-            out[str(name)] = str(variant.get("backend") or "namespace")
+            out[str(name)] = str(variant.get("backend") or BACKENDS.default.name)
     for name, info in (run_meta.get("variant_sweeps") or {}).items():
         family = str((info or {}).get("family", ""))
         if family in out:
@@ -52,7 +53,11 @@ def variant_accel(run_meta: Mapping[str, Any]) -> dict[str, str]:
         return {}
     # one VM accelerator per run (chosen at the first boot); if ever several, the slowest
     accel = "tcg" if "tcg" in accels else sorted(accels)[0]
-    return {name: accel for name, backend in _backends(run_meta).items() if backend == "vm"}
+    return {
+        name: accel
+        for name, backend in _backends(run_meta).items()
+        if backend in BACKENDS and BACKENDS.get(backend).virtual
+    }
 
 
 def variant_tags(run_meta: Mapping[str, Any]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A search's degradation: pairs known only to their brackets, and censored comparisons.
 
-A search (secperf/search.py) gives a value known only to its bracket [lo, hi], or
+A search (secperf/workloads/parts/search.py) gives a value known only to its bracket [lo, hi], or
 none: "below" a bound or "at least" one (censored). Two of these compared:
 
 - found with found, round by round: each pair's ratio lies in [vl / bh, vh / bl]; the

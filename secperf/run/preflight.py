@@ -19,6 +19,7 @@ from secperf.run import softirq
 from secperf.run.estimate import RECORDS_MAX_BYTES, records_estimate
 from secperf.scenario.loader import _LineMap, load_scenario
 from secperf.scenario.scenario import Scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.topology import Topology
 from secperf.tools import REPO_ROOT, Tool, engine_path, install_packages
 from secperf.workloads.base import CheckContext as WorkloadCheckContext
@@ -115,7 +116,7 @@ def tools_for(scenario: Scenario) -> list[Tool]:
     tools = list(BASE_TOOLS)
     if scenario.testbed.offloads == "off":
         tools.append(OFFLOAD_TOOL)
-    if any(v.backend == "vm" for v in scenario.variants.values()):
+    if any(BACKENDS.get(v.backend).virtual for v in scenario.variants.values()):
         tools += VM_TOOLS
     for kind, mech, _ctx in mechanism_entries(scenario):
         tools += kind.tools_for(mech)

@@ -45,12 +45,12 @@ from rich.console import Console
 from secperf import __version__, verbose
 from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, start_server
 from secperf.errors import EngineError, SecperfError
-from secperf.hostinfo import machine_info, testbed_info
 from secperf.mechanisms.base import check_flowtables_gone, flush_flow_state, reset_dut
 from secperf.plan import BASELINE, Plan, Variant, hostport, vm_settings
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.run.estimate import point_seconds, slowest_link
+from secperf.run.hostinfo import machine_info, testbed_info
 from secperf.run.observe import End, LinkSampler
 from secperf.run.preflight import preflight
 from secperf.run.rounds import Measured, Rounds

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
@@ -48,6 +48,7 @@ from secperf.schema.units import (
     plain_number,
     toml_repr,
 )
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.workloads.base import WorkloadSpec
 from secperf.workloads.registry import WORKLOADS
 
@@ -141,7 +142,12 @@ class Variant(StrictModel):
     mechanisms: list[Mechanism] = Field(default_factory=list)
     # What the DUT host is in this variant: its namespace, or a VM ([testbed.vm]) on
     # the same links with the same addresses. The mechanisms run wherever it is.
-    backend: Literal["namespace", "vm"] = "namespace"
+    backend: str = BACKENDS.default.name
+
+    @field_validator("backend")
+    @classmethod
+    def _a_backend(cls, value: str) -> str:
+        return BACKENDS.canonical(value, variant=True)
 
     @field_validator("mechanisms")
     @classmethod

@@ -19,6 +19,7 @@ from pydantic import Field, PlainValidator, ValidationInfo, field_validator, mod
 from secperf.errors import TestbedError
 from secperf.schema.fields import Rate, StrictModel, bounded
 from secperf.schema.units import parse_duration
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.testbed.hosts.remote_workdir import plain_path_problem
 from secperf.testbed.hosts.ssh_transport import DEFAULT_WORKDIR, WATCHDOG_S
 from secperf.testbed.topology import check_testbed_address
@@ -44,11 +45,11 @@ class VmSection(StrictModel):
 
 class InventoryHost(StrictModel):
     """One host of [testbed.hosts]: where it runs (docs/scenario-format.md, "Remote
-    hosts"). `local` is a namespace on this machine (the default for every host);
-    `ssh` a real machine, named with Ansible's inventory variables."""
+    hosts"): a backend of secperf.testbed.hosts.registry that an inventory may name
+    (a namespace on this machine, the default; a machine secperf logs in to, named
+    with Ansible's inventory variables; a device secperf runs nothing on)."""
 
-    # external: a device secperf runs nothing on (kind = "external" mechanisms).
-    backend: Literal["local", "ssh", "external"] = "local"
+    backend: str = BACKENDS.default.name
     ansible_host: str | None = None  # the management address or DNS name sshd answers on
     ansible_port: int = Field(default=22, ge=1, le=65535)
     ansible_user: str = "root"
@@ -74,6 +75,11 @@ class InventoryHost(StrictModel):
     # Leave <workdir>/secperf-engine for the next run (it is checked by sha256).
     keep_engine: bool = True
 
+    @field_validator("backend")
+    @classmethod
+    def _a_backend(cls, value: str) -> str:
+        return BACKENDS.canonical(value, inventory=True)
+
     @field_validator("workdir")
     @classmethod
     def _absolute_workdir(cls, value: str) -> str:
@@ -98,9 +104,12 @@ class InventoryHost(StrictModel):
 
     @model_validator(mode="after")
     def _ssh_needs_destination(self) -> InventoryHost:
-        if self.backend == "ssh" and not self.ansible_host:
-            raise ValueError('backend = "ssh" needs ansible_host (the address sshd answers on)')
-        if self.backend != "local" and not self.addresses:
+        kind = BACKENDS.get(self.backend)
+        if kind.logs_in and not self.ansible_host:
+            raise ValueError(
+                f'backend = "{self.backend}" needs ansible_host (the address sshd answers on)'
+            )
+        if kind.lab and not self.addresses:
             raise ValueError(
                 f'backend = "{self.backend}" needs addresses: the test addresses traffic may go to '
                 "on that host (secperf check lists the plan's)"

@@ -1,8 +1,8 @@
 """The running testbed: a Topology built into hosts, and taken down again.
 
 One map, host name -> its `Backend` (secperf.testbed.hosts), each made by its
-backend's factory in FACTORIES: a namespace here (the default), a namespace that
-can also be a VM (`vm_hosts`), a machine reached over SSH (`remotes`), or a device
+backend's factory (hosts/registry.py; FACTORIES here): a namespace here (the default),
+a namespace that can also be a VM (`vm_hosts`), a machine reached over SSH (`remotes`), or a device
 secperf runs nothing on (`external`, and the switches of a lab). Everything about
 a host (its interface names, where it lives, what it can do) is asked of the host.
 
@@ -43,8 +43,8 @@ from secperf.errors import TestbedError
 from secperf.testbed import cgroups, links
 from secperf.testbed.cgroups import HostCgroup, Layout
 from secperf.testbed.commands import run_command, run_ip_batch
-from secperf.testbed.hosts.external import ExternalHost
-from secperf.testbed.hosts.netns import NetnsHost
+from secperf.testbed.hosts.external import KIND as EXTERNAL
+from secperf.testbed.hosts.netns import KIND as NAMESPACE
 from secperf.testbed.hosts.protocol import (
     Backend,
     BuildContext,
@@ -53,9 +53,11 @@ from secperf.testbed.hosts.protocol import (
     ManagedProcess,
     Switch,
 )
-from secperf.testbed.hosts.ssh import SshHost
+from secperf.testbed.hosts.registry import BACKENDS
+from secperf.testbed.hosts.ssh import KIND as SSH
 from secperf.testbed.hosts.ssh_transport import SshSpec
-from secperf.testbed.hosts.vm import BACKENDS, NetnsOrVmHost
+from secperf.testbed.hosts.vm import KIND as VM
+from secperf.testbed.hosts.vm import SELECTABLE
 from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.ledger import Ledger
 from secperf.testbed.placement import Placement, Setting, check_quota, resolve, steer_argv
@@ -79,13 +81,8 @@ __all__ = [
 REQUIRED_TOOLS = ("ip", "tc", "sysctl")
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,11}$")
 
-# Each backend's factory: adding a backend is one module in hosts/ and one line here.
-FACTORIES: dict[str, HostFactory] = {
-    "namespace": NetnsHost.build,
-    "vm": NetnsOrVmHost.build,
-    "ssh": SshHost.build,
-    "external": ExternalHost.build,
-}
+# Each backend's factory, from the registry (hosts/registry.py; a test may add its own).
+FACTORIES: dict[str, HostFactory] = {kind.name: kind.build for kind in BACKENDS}
 
 
 def new_prefix() -> str:
@@ -150,17 +147,17 @@ def plan_backends(
         if name in backends:
             plans[name] = backends[name]
         elif name in remotes:
-            plans[name] = ("ssh", remotes[name])
+            plans[name] = (SSH.name, remotes[name])
         elif name in external:
-            plans[name] = ("external", dict(external[name]))
+            plans[name] = (EXTERNAL.name, dict(external[name]))
         elif lab and spec.is_switch:
-            plans[name] = ("external", {})
+            plans[name] = (EXTERNAL.name, {})
         elif name in vm_hosts:
-            plans[name] = ("vm", vm or VmSettings())
+            plans[name] = (VM.name, vm or VmSettings())
         else:
-            plans[name] = ("namespace", None)
+            plans[name] = (NAMESPACE.name, None)
     for name in vm_hosts:
-        if plans.get(name, ("",))[0] != "vm":
+        if plans.get(name, ("",))[0] != VM.name:
             raise TestbedError(
                 f"host {name!r} cannot have a VM here: "
                 + (
@@ -258,7 +255,7 @@ class Testbed:
             vm=vm,
             vm_hosts=vm_hosts,
         )
-        lab = any(backend in ("ssh", "external") for backend, _ in plans.values())
+        lab = any(b in BACKENDS and BACKENDS.get(b).lab for b, _ in plans.values())
         placement = resolve(
             setting,
             topology,
@@ -387,11 +384,11 @@ class Testbed:
     def select_backend(self, role: str, backend: str) -> bool:
         """Make `role` a namespace or its VM (`backend` "namespace" or "vm"); True if
         that changed anything. The other hosts forget the old neighbour addresses."""
-        if backend not in BACKENDS:
-            raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {BACKENDS}")
+        if backend not in SELECTABLE:
+            raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {SELECTABLE}")
         switch = self.host(role).switch
         if switch is None:
-            if backend == "vm":
+            if backend == VM.name:
                 raise TestbedError(
                     f"host {role} has no VM in this testbed",
                     fix="build the testbed with the host in vm_hosts",
@@ -406,7 +403,7 @@ class Testbed:
 
     def backend(self, role: str) -> str:
         switch = self.host(role).switch
-        return "namespace" if switch is None else switch.selected
+        return NAMESPACE.name if switch is None else switch.selected
 
     # -- access ----------------------------------------------------------------
 

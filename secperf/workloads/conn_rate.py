@@ -4,23 +4,21 @@ paced rate) with at most `max_failure_pct` failed connections, by search."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.metric import Metric, Search
-from secperf.search import Trial, passes
 from secperf.workloads.base import (
     MeasureContext,
     WorkloadKind,
     WorkloadPoint,
     engine_spec,
 )
-from secperf.workloads.connections import run_on_client
-from secperf.workloads.crr import Close
-from secperf.workloads.rate_search import (
+from secperf.workloads.parts.connections import Close, crr_summary, run_on_client
+from secperf.workloads.parts.rate_search import (
     ACHIEVED_SHARE,
     RateSearchSpec,
     fresh_dut,
@@ -28,6 +26,7 @@ from secperf.workloads.rate_search import (
     legacy_search,
     search,
 )
+from secperf.workloads.parts.search import Trial, passes
 
 
 class ConnRateWorkload(RateSearchSpec):
@@ -52,19 +51,6 @@ class ConnRateWorkload(RateSearchSpec):
 
     def default_name(self) -> str:
         return "conn-rate"
-
-
-def crr_summary(r: Record) -> dict[str, Any]:
-    """Rate, completed, failed, failure ratio and latency of a paced crr result."""
-    done = int(r.get("transactions") or 0)
-    lost = int((r.get("loss") or {}).get("lost") or 0)
-    return {
-        "rate": float(r.get("transactions_per_second") or 0.0),
-        "completed": done,
-        "failed": lost,
-        "failure_ratio": (lost / (done + lost)) if done + lost else None,
-        "latency_us": r.get("latency_us"),
-    }
 
 
 @dataclass(frozen=True)

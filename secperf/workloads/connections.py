@@ -3,14 +3,14 @@
 
 The engine opens connections until every one asked is open or they start to fail:
 the DUT's limit, found (`limit_found`). Beyond one client address's ports they are
-spread over `sources` addresses of the client (secperf/workloads/sources.py). Where the engine stops
-at a bound of its own (every asked connection open, its time, its descriptors, its
-source ports), the capacity is a lower bound, "at least N", never the limit: the
-record's `search` says which (found, or at_least with the bound and its reason).
+spread over `sources` addresses of the client (secperf/workloads/parts/sources.py).
+Where the engine stops at a bound of its own (every asked connection open, its time,
+its descriptors, its source ports), the capacity is a lower bound, "at least N", never
+the limit: the record's `search` says which (found, or at_least with the bound and its reason).
 
-`run_on_client` runs one connection test in the client with a budget from its own
-times; the searches of §5.3 (`conn_rate`) and §5.4 (`teardown_rate`) and the §5.5
-`dos` kind use it too.
+Its connection test runs through `run_on_client` (secperf.workloads.parts.connections),
+as the searches of §5.3 (`conn_rate`) and §5.4 (`teardown_rate`) and the §5.5 `dos`
+kind run theirs.
 """
 
 from __future__ import annotations
@@ -20,23 +20,19 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from secperf.engine import Record, run_test
+from secperf.engine import Record
 from secperf.metric import FAILURES, Metric, MetricRow, Search, SearchReading, field, ratio_pct
 from secperf.metric import Record as RecordView
 from secperf.schema.fields import HoldTime, PerSecond, Timeout
 from secperf.workloads.base import (
     MeasureContext,
-    Spec,
     WorkloadKind,
     WorkloadPoint,
     WorkloadSpec,
     engine_spec,
 )
-from secperf.workloads.sources import ManySources, enough_sources, peers_spec, sources_spec
-
-# How the server answers each client FIN: its own FIN (an orderly close, the client
-# keeps the TIME_WAIT), or an RST (SO_LINGER 0, no TIME_WAIT).
-FinClose = Literal["fin", "reset"]
+from secperf.workloads.parts.connections import FinClose, run_on_client
+from secperf.workloads.parts.sources import ManySources, enough_sources, peers_spec, sources_spec
 
 
 class ConnectionsWorkload(ManySources, WorkloadSpec):
@@ -68,29 +64,6 @@ class ConnectionsWorkload(ManySources, WorkloadSpec):
 
     def held(self) -> int:
         return self.connections
-
-
-def run_on_client(
-    ctx: MeasureContext, spec: Spec, keep_all: bool, *, keep_result: bool = True
-) -> Record:
-    """Runs `spec` in the client with a budget from its own times; keeps its
-    records in the run only if `keep_all` (its result too unless not `keep_result`:
-    the caller keeps it once it has added to it)."""
-    budget = (
-        spec["duration"]
-        + spec.get("hold", 0)
-        + spec.get("warmup", 0)
-        + 4 * spec["timeout"]
-        + 30
-        # validating and closing held connections: ~50 µs each at most
-        + spec.get("connections", 0) / 20_000
-    )
-
-    def keep(rec: Record) -> None:
-        if keep_all and (keep_result or rec.get("type") != "result"):
-            ctx.keep(rec)
-
-    return run_test(ctx.testbed.host(ctx.client), spec, on_record=keep, timeout=budget).result
 
 
 # What lifts each of the engine's own bounds (`stopped_by` other than target/failures).

@@ -7,9 +7,7 @@ closed-loop maximum, measured first) new connections open on a schedule, up to
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
-
-from pydantic import BeforeValidator
+from typing import ClassVar, Literal
 
 from secperf.metric import (
     LAT_MEAN,
@@ -22,25 +20,11 @@ from secperf.metric import (
     service_demand,
 )
 from secperf.schema.fields import BusyPoll, Parallel, Payload, TransactionSize
-from secperf.workloads import flood_beside, open_loop
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
-from secperf.workloads.flood_beside import Beside, FloodBeside
-from secperf.workloads.open_loop import OpenLoop
-
-
-def _old_close_name(value: object) -> object:
-    """`fin`, the client's orderly close before the order had names, is `client-first`."""
-    return "client-first" if value == "fin" else value
-
-
-# How crr-style workloads end each connection: "server-first" (netperf's TCP_CRR and an
-# HTTP/1.0 server: the server closes right after its response, the client reads the
-# end of stream and closes; the server keeps the TIME_WAIT), "client-first" (once
-# "fin": the client shuts down first and waits for the server's FIN, half a round trip
-# more, the client keeps the TIME_WAIT), "reset" (SO_LINGER 0: one RST, no FIN).
-Close = Annotated[
-    Literal["server-first", "client-first", "reset"], BeforeValidator(_old_close_name)
-]
+from secperf.workloads.parts import flood_beside, open_loop
+from secperf.workloads.parts.connections import Close
+from secperf.workloads.parts.flood_beside import Beside, FloodBeside
+from secperf.workloads.parts.open_loop import OpenLoop
 
 
 class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):

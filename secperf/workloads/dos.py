@@ -20,7 +20,6 @@ With `reference` the same crr first runs without a flood, in the same round.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -39,9 +38,7 @@ from secperf.metric import (
     ratio_pct,
 )
 from secperf.schema.fields import PerSecond, Timeout
-from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
-    ATTACKER,
     MeasureContext,
     Spec,
     WorkloadKind,
@@ -52,17 +49,15 @@ from secperf.workloads.base import (
     engine_spec,
     scalar,
 )
-from secperf.workloads.conn_rate import crr_summary
-from secperf.workloads.connections import run_on_client
-from secperf.workloads.crr import Close
-from secperf.workloads.delivery import (
+from secperf.workloads.parts.connections import Close, crr_summary, run_on_client
+from secperf.workloads.parts.delivery import (
     DeliveryCount,
     coverage,
     flood_window,
     measured_window,
     require_covered,
 )
-from secperf.workloads.flood import (
+from secperf.workloads.parts.flood import (
     FLOOD_MARGIN_S,
     FloodKind,
     Measured,
@@ -70,13 +65,13 @@ from secperf.workloads.flood import (
     flood_spec,
     keep_side,
     started_flood,
+    unlisted_sources,
     with_delivered,
 )
 
 # The crr's fixed server data port, so that the flood can aim at its listener (inside
 # the engine's data range, which ACLs and the synproxy cover; failclosed uses 5399).
 DOS_DATA_PORT = 5390
-ATTACKER_LINK = "attacker-dut"
 
 
 class DosWorkload(WorkloadSpec):
@@ -121,15 +116,6 @@ class DosWorkload(WorkloadSpec):
 
     def default_name(self) -> str:
         return f"dos-{self.flood}"
-
-
-def unlisted_sources(topology: Topology) -> str:
-    """Spoofed flood sources: the upper half of the attacker's link. No host answers
-    ARP for them and no ACL permit lists them."""
-    net = topology.interface(ATTACKER, ATTACKER_LINK, 4).network
-    assert isinstance(net, ipaddress.IPv4Network)
-    upper = list(net.subnets(prefixlen_diff=1))[-1]
-    return str(upper)
 
 
 def half_open(ctx: MeasureContext) -> int:

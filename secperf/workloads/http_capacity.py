@@ -18,10 +18,10 @@ its fetch when it retries, so the failure criterion is the one that finds a limi
 the count of open sockets includes connects under way and is a guard, not the test.
 
 The search bisects the connection count geometrically between `low` and `high`
-(secperf/search.py: found with its resolution, or "at least" / "below" a bound,
+(secperf/workloads/parts/search.py: found with its resolution, or "at least" / "below" a bound,
 never a number standing in for one); a path that holds the top is "at least" it.
 Beyond one client address's ports (~60,000) the connections come from `sources`
-addresses (secperf/workloads/sources.py); nginx takes ~130,000. With `open_rate` the
+addresses (secperf/workloads/parts/sources.py); nginx takes ~130,000. With `open_rate` the
 ramp-up opens that many connections a second, whatever the fetch period, so that a
 large n is opened below the path's handshake rate and then held at a modest fetch
 rate.
@@ -38,10 +38,9 @@ from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.metric import Metric, Search, num
 from secperf.schema.fields import FileSizes, PerSecond, PositiveDuration, Timeout
-from secperf.search import Trial, bisect_rate
 from secperf.services.nginx import NGINX
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
-from secperf.workloads.http import (
+from secperf.workloads.parts.http import (
     MAX_PARALLEL,
     HttpWorkload,
     TlsVersion,
@@ -50,8 +49,9 @@ from secperf.workloads.http import (
     nginx_for,
     sustain_periods,
 )
-from secperf.workloads.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
-from secperf.workloads.sources import ManySources, enough_sources
+from secperf.workloads.parts.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
+from secperf.workloads.parts.search import Trial, bisect_rate
+from secperf.workloads.parts.sources import ManySources, enough_sources
 
 # The period the open connections are judged over (the engine's `interval`).
 PERIOD = 1.0

@@ -43,24 +43,24 @@ from secperf.workloads.base import (
     attacker,
     engine_spec,
 )
-from secperf.workloads.delivery import (
+from secperf.workloads.parts import specs
+from secperf.workloads.parts.delivery import (
     DeliveryCount,
     coverage,
     flood_window,
     measured_window,
     require_covered,
 )
-from secperf.workloads.dos import ATTACKER_LINK, unlisted_sources
-from secperf.workloads.flood import (
+from secperf.workloads.parts.flood import (
+    ATTACKER_LINK,
     FLOOD_MARGIN_S,
     FloodPps,
     flood_beside,
     flood_spec,
     keep_side,
+    unlisted_sources,
     with_delivered,
 )
-from secperf.workloads.rr import RrWorkload
-from secperf.workloads.stream import StreamWorkload
 
 DEFAULT_DENIED_PORTS = "10-1023"
 FLOWS = ("udp", "tcp")
@@ -178,21 +178,12 @@ def settled_counters(ctx: MeasureContext, deadline_s: float = 2.0) -> dict[str, 
 
 def allowed_spec(ctx: MeasureContext, p: IllegalWorkload) -> Spec:
     """The allowed flow: a TCP stream (of `message`, paced by `rate`) or a TCP rr,
-    as those kinds build their engine specs."""
+    as those kinds build their engine specs (secperf.workloads.parts.specs)."""
     flow: WorkloadSpec
     if p.measure == "rr":
-        flow = RrWorkload.model_construct(
-            kind="rr", protocol="tcp", duration=p.duration, warmup=p.warmup
-        )
+        flow = specs.rr(duration=p.duration, warmup=p.warmup)
     else:
-        flow = StreamWorkload.model_construct(
-            kind="stream",
-            protocol="tcp",
-            message=p.message,
-            rate=p.rate,
-            duration=p.duration,
-            warmup=p.warmup,
-        )
+        flow = specs.stream(message=p.message, rate=p.rate, duration=p.duration, warmup=p.warmup)
     return engine_spec(flow, server=ctx.target)
 
 
@@ -245,10 +236,7 @@ def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> li
 def filters(ctx: MeasureContext) -> bool:
     """Does the variant have a mechanism whose job includes dropping what its policy
     does not permit (a kind with the trait "filters")?"""
-    return any(
-        m.kind in MECHANISMS and "filters" in MECHANISMS.get(m.kind).traits
-        for m, _ in ctx.mechanisms
-    )
+    return any(m.kind in MECHANISMS and MECHANISMS.get(m.kind).filters for m, _ in ctx.mechanisms)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Kind `min_flood_rate`: the lowest flood rate that denies a TCP stream (document 002,
 Fig. 3b).
 
-One measurement is one search (secperf/search.py, the same bisection and bracket
+One measurement is one search (secperf/workloads/parts/search.py, the same bisection and bracket
 as every search): the stream without a flood, then with floods at `hi` and `lo`
 packets/s, then geometric bisection between the highest flood rate that left the
 stream alive and the lowest that brought it to at most `threshold_pct` % of the
@@ -25,7 +25,6 @@ from secperf.engine import Record, run_test
 from secperf.metric import Metric, Search, SearchReading, legacy_bracket, num
 from secperf.metric import Record as RecordView
 from secperf.schema.fields import MessageSize
-from secperf.search import Trial, bisect_rate
 from secperf.workloads.base import (
     EngineExecutor,
     MeasureContext,
@@ -36,7 +35,8 @@ from secperf.workloads.base import (
     attacker,
     scalar,
 )
-from secperf.workloads.flood import (
+from secperf.workloads.parts import specs
+from secperf.workloads.parts.flood import (
     FloodKind,
     FloodPayload,
     FloodPps,
@@ -44,7 +44,7 @@ from secperf.workloads.flood import (
     keep_side,
     run_beside,
 )
-from secperf.workloads.stream import StreamWorkload
+from secperf.workloads.parts.search import Trial, bisect_rate
 
 
 class MinFloodRateWorkload(WorkloadSpec):
@@ -92,13 +92,8 @@ class MinFloodRateExecutor:
         flood, target, payload = p.flood, p.flood_target, p.flood_payload
         threshold = p.threshold_pct
         # The measured stream: a TCP stream of `message`, as the stream kind runs it.
-        measured = StreamWorkload.model_construct(
-            kind="stream",
-            name=p.name,
-            protocol="tcp",
-            message=scalar(p.message),
-            duration=p.duration,
-            warmup=p.warmup,
+        measured = specs.stream(
+            name=p.name, message=scalar(p.message), duration=p.duration, warmup=p.warmup
         )
         inner = EngineExecutor()
         stream_point = WorkloadPoint(point.workload_index, point.index, measured)

@@ -37,6 +37,7 @@ from pydantic import Field, PlainValidator, model_validator
 
 from secperf.engine import EngineTest, Record
 from secperf.errors import EngineError, ScenarioError, SecperfError
+from secperf.mechanisms.capabilities import SocksEndpoint
 from secperf.metric import (
     Metric,
     MetricRow,
@@ -306,7 +307,8 @@ class MixExecutor:
         # A circuit-level proxy (SOCKS) is not transparent: the clients name it.
         socks = None
         for mech, mctx in ctx.mechanisms:
-            socks = mech.socks_endpoint(mctx) or socks
+            if isinstance(mech, SocksEndpoint):
+                socks = mech.socks_endpoint(mctx) or socks
         stat_before, t_before = proc_stat(), time.monotonic()
         specs: list[tuple[str, dict[str, Any]]] = []
         for i, name in enumerate(clients):

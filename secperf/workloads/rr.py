@@ -23,11 +23,11 @@ from secperf.metric import (
     service_demand,
 )
 from secperf.schema.fields import Inflight, Payload, TransactionSize, udp_fits
-from secperf.workloads import flood_beside, open_loop
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
-from secperf.workloads.flood_beside import Beside, FloodBeside
 from secperf.workloads.generators import lost_or_done
-from secperf.workloads.open_loop import OpenLoop
+from secperf.workloads.parts import flood_beside, open_loop
+from secperf.workloads.parts.flood_beside import Beside, FloodBeside
+from secperf.workloads.parts.open_loop import OpenLoop
 
 # Open loop: the most transactions outstanding unless `inflight` says otherwise (the
 # engine's default: a receiver drains the responses while requests go on schedule).

@@ -35,7 +35,6 @@ from secperf.schema.fields import (
     udp_fits,
 )
 from secperf.schema.units import human_size
-from secperf.workloads import flood_beside
 from secperf.workloads.base import (
     CheckContext,
     EngineExecutor,
@@ -43,7 +42,8 @@ from secperf.workloads.base import (
     WorkloadSpec,
     scalar,
 )
-from secperf.workloads.flood_beside import Beside, FloodBeside
+from secperf.workloads.parts import flood_beside
+from secperf.workloads.parts.flood_beside import Beside, FloodBeside
 
 TIME_LIMIT_S = 300.0  # the default time_limit of a fixed transfer
 

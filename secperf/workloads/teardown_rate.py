@@ -11,10 +11,9 @@ from pydantic import Field
 from secperf.engine import Record
 from secperf.errors import EngineError
 from secperf.metric import Metric, Search
-from secperf.search import Trial, passes
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
-from secperf.workloads.connections import FinClose, run_on_client
-from secperf.workloads.rate_search import (
+from secperf.workloads.parts.connections import FinClose, run_on_client
+from secperf.workloads.parts.rate_search import (
     ACHIEVED_SHARE,
     RateSearchSpec,
     fresh_dut,
@@ -22,6 +21,7 @@ from secperf.workloads.rate_search import (
     legacy_search,
     search,
 )
+from secperf.workloads.parts.search import Trial, passes
 
 
 class TeardownRateWorkload(RateSearchSpec):

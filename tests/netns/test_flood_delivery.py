@@ -19,8 +19,8 @@ from secperf.results.metrics import extract, metric
 from secperf.scenario.sweep import WorkloadPoint, one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import flood as flood_mod
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.parts import flood as flood_mod
 from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns

@@ -17,8 +17,8 @@ from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
-from secperf.workloads.flood import FLOOD_DENIED_PORT, flood_spec
 from secperf.workloads.min_flood import MinFloodRateExecutor
+from secperf.workloads.parts.flood import FLOOD_DENIED_PORT, flood_spec
 
 pytestmark = pytest.mark.netns
 

@@ -22,9 +22,9 @@ from secperf.engine import CONTROL_PORT, Record
 from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
-from secperf.workloads import http
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.http_capacity import HttpCapacityExecutor
+from secperf.workloads.parts import http
 from tests.netns.conntrack import TRACKING, limited_conntrack
 
 pytestmark = pytest.mark.netns

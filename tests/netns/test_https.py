@@ -25,6 +25,7 @@ from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads import http
 from secperf.workloads.base import MeasureContext
+from secperf.workloads.parts import http as http_parts
 
 pytestmark = pytest.mark.netns
 
@@ -39,7 +40,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Pat
         try:
             yield tb, files
         finally:
-            http.forget(tb.prefix)
+            http_parts.forget(tb.prefix)
 
 
 def measure(

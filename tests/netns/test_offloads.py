@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from secperf import hostinfo
 from secperf.engine import CONTROL_PORT, DATA_PORTS, run_test, start_server
+from secperf.run import hostinfo
 from secperf.scenario.sweep import one_point
 from secperf.testbed.links import OFFLOAD_FEATURES, offload_state
 from secperf.testbed.testbed import Testbed

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from secperf import ips_rules
-from secperf.mechanisms.base import Detector
+from secperf.mechanisms.capabilities import Detector
 from secperf.mechanisms.fastpath import render_flowtable
 from secperf.scenario.scenario import Scenario
 from secperf.workloads.attack_mix import (
@@ -22,7 +22,7 @@ from secperf.workloads.attack_mix import (
     summarize,
     tcp_attacker,
 )
-from secperf.workloads.delivery import FloodMatch, counter_rules
+from secperf.workloads.parts.delivery import FloodMatch, counter_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 

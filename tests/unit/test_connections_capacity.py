@@ -30,7 +30,7 @@ from secperf.workloads.connections import (
     capacity_search,
     legacy_capacity,
 )
-from secperf.workloads.sources import enough_sources
+from secperf.workloads.parts.sources import enough_sources
 
 
 class _Bed:

@@ -10,7 +10,7 @@ import pytest
 
 from secperf.errors import EngineError
 from secperf.results.metrics import extract, metric, metrics_for_kind
-from secperf.workloads.delivery import (
+from secperf.workloads.parts.delivery import (
     FloodMatch,
     counter_rules,
     coverage,
@@ -18,7 +18,7 @@ from secperf.workloads.delivery import (
     measured_window,
     require_covered,
 )
-from secperf.workloads.flood import Measured
+from secperf.workloads.parts.flood import Measured
 
 
 def start(mono_s: float) -> dict[str, Any]:

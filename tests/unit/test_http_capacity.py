@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from secperf.schema.sections import Testbed as TestbedSection
 from secperf.workloads.base import Refused
-from secperf.workloads.http import HttpWorkload, verdict
 from secperf.workloads.http_capacity import HttpCapacityWorkload, judge, trial_seconds
-from secperf.workloads.sources import enough_sources
+from secperf.workloads.parts.http import HttpWorkload, verdict
+from secperf.workloads.parts.sources import enough_sources
 
 
 def workload(**keys: Any) -> HttpCapacityWorkload:

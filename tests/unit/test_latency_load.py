@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from secperf.results.metrics import extract
 from secperf.scenario.scenario import Scenario
-from secperf.workloads.latency import PROBE_EVERY, LatencyWorkload, latency_spec
+from secperf.workloads.parts.latency import PROBE_EVERY, LatencyWorkload, latency_spec
 
 
 def scenario(workload: dict[str, Any], **variants: Any) -> Scenario:

@@ -17,6 +17,7 @@ from secperf.mechanisms.base import (
     MechanismSpec,
     RenderedFile,
 )
+from secperf.mechanisms.capabilities import Detecting
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan import topology_for
 from secperf.plan.graph import build_topology
@@ -77,8 +78,11 @@ def test_what_the_kinds_declare_is_what_the_code_branched_on() -> None:
     def having(pred: Any) -> set[str]:
         return {k.name for k in MECHANISMS if pred(k)}
 
-    assert having(lambda k: "filters" in k.traits) == {"acl", "custom", "ruleset", "appliance"}
-    assert having(lambda k: "detects" in k.traits) == {"ips", "ids"}
+    assert having(lambda k: k.filters) == {"acl", "custom", "ruleset", "appliance"}
+    assert having(lambda k: isinstance(k.runtime, type) and issubclass(k.runtime, Detecting)) == {
+        "ips",
+        "ids",
+    }
     assert having(lambda k: k.forwarding_only) == {
         "nat",
         "appliance",

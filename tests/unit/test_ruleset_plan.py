@@ -284,14 +284,6 @@ def test_the_rule_set_is_loaded_on_one_host() -> None:
         spec(interfaces={"lan0": "Client!"})
 
 
-def test_traits_say_it_translates_when_the_file_has_nat(tmp_path: Path) -> None:
-    kind = MECHANISMS.get("ruleset")
-    assert kind.traits_of(spec()) == {"filters", "translates"}
-    plain = tmp_path / "plain.nft"
-    plain.write_text("table inet f { chain c { type filter hook forward priority 0; } }\n")
-    assert kind.traits_of(spec(file=str(plain))) == {"filters"}
-
-
 @pytest.mark.parametrize(
     ("interfaces", "message"),
     [

@@ -6,7 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
-from secperf.search import SearchNotRun, Trial, bisect_rate, narrow_enough, next_rate, passes
+from secperf.workloads.parts.search import (
+    SearchNotRun,
+    Trial,
+    bisect_rate,
+    narrow_enough,
+    next_rate,
+    passes,
+)
 
 
 def limit_at(limit: float, achieved: float = 1.0) -> Callable[[float], Trial]:

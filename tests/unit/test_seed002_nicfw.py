@@ -13,7 +13,7 @@ import pytest
 
 from secperf import ips_rules
 from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
-from secperf.workloads.flood import FLOOD_DENIED_PORT
+from secperf.workloads.parts.flood import FLOOD_DENIED_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = (1, 8, 16, 32, 64, 256, 1024)

@@ -15,7 +15,7 @@ from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.services.nginx import render_config, url_for
 from secperf.tables import reps, value_cell
-from secperf.workloads.http import HttpWorkload, Validation, verdict
+from secperf.workloads.parts.http import HttpWorkload, Validation, verdict
 
 RFC = Validation(max_failed_pct=0.001, max_reset_pct=0.001)
 

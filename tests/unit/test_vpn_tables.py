@@ -17,7 +17,7 @@ from secperf.scenario.sweep import expand_scenario
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
 from secperf.workloads import stream
 from secperf.workloads.base import EngineExecutor
-from secperf.workloads.flood_beside import Beside
+from secperf.workloads.parts.flood_beside import Beside
 
 
 def stream_engine() -> EngineExecutor:

@@ -299,6 +299,5 @@ KIND = MechanismKind(
     name="proxy",
     model=ProxySpec,
     runtime=Proxy,
-    traits=frozenset({"proxies"}),
     forwarding_only=True,
 )

@@ -306,7 +306,6 @@ KIND = MechanismKind(
     runtime=Tunnel,
     tools=tools,
     known_tools=tuple(t for impl in IMPLEMENTATIONS.values() for t in impl.TOOLS),
-    traits=frozenset({"tunnels"}),
     check=check,
     # its `mechanism` records: each end's daemon CPU and memory beside the throughput
     metrics=(

@@ -12,6 +12,7 @@ from typing import Any
 
 from secperf.errors import TestbedError
 from secperf.testbed.hosts.protocol import (
+    BackendKind,
     BuildContext,
     InterfaceCounters,
     ManagedProcess,
@@ -150,3 +151,9 @@ class ExternalHost:
 
     def __repr__(self) -> str:
         return f"ExternalHost({self._name!r})"
+
+
+# A device of a lab secperf runs nothing on (kind = "external" mechanisms change it).
+KIND = BackendKind(
+    name="external", build=ExternalHost.build, inventory=True, lab=True, runs_nothing=True
+)

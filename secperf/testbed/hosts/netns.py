@@ -29,6 +29,7 @@ from secperf.testbed import cgroups, links
 from secperf.testbed.cgroups import HostCgroup
 from secperf.testbed.commands import run_command
 from secperf.testbed.hosts.protocol import (
+    BackendKind,
     BuildContext,
     InterfaceCounters,
     ManagedProcess,
@@ -390,3 +391,9 @@ def kill_netns_processes(name: str, timeout: float = 2.0) -> list[int]:
     while time.monotonic() < deadline and any(proc_state(p) not in (None, "Z", "X") for p in pids):
         time.sleep(0.005)
     return pids
+
+
+# The default backend: a namespace on this machine ("local" in an inventory, its older word).
+KIND = BackendKind(
+    name="namespace", build=NetnsHost.build, inventory=True, variant=True, aliases=("local",)
+)

@@ -390,3 +390,28 @@ class BuildContext:
 # A backend's factory: (host name, the run's context, the backend's own settings from
 # the inventory or scenario: an SshSpec, a VmSettings, interface names, or None).
 HostFactory = Callable[[str, BuildContext, Any], Backend]
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """What the rest of secperf needs to know about one host backend, stated once in its
+    module (`KIND`); secperf.testbed.hosts.registry lists them. Nothing outside
+    testbed/hosts names a backend: it asks the registry for one of these."""
+
+    name: str
+    build: HostFactory
+    # Where a scenario may name it: a host's `backend` in [testbed.hosts.NAME] (the
+    # inventory), a variant's `backend` (what the DUT is in that variant), or both.
+    inventory: bool = False
+    variant: bool = False
+    # A machine or device of a lab, not made here: its test addresses and interfaces
+    # come from the inventory, its links are real wires (never shaped).
+    lab: bool = False
+    # secperf logs in to it (it needs a destination, and `secperf check` reaches it).
+    logs_in: bool = False
+    # secperf runs nothing on it (its interfaces are the inventory's).
+    runs_nothing: bool = False
+    # A variant that selects it boots a VM (the preflight asks for qemu).
+    virtual: bool = False
+    # Other words a scenario may use for it (documented in docs/scenario-format.md).
+    aliases: tuple[str, ...] = ()

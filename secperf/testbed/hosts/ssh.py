@@ -43,6 +43,7 @@ from secperf import verbose
 from secperf.errors import TestbedError
 from secperf.testbed.hosts.mgmt_guard import GuardError, Management, guarded, loads_rules
 from secperf.testbed.hosts.protocol import (
+    BackendKind,
     BuildContext,
     InterfaceCounters,
     ManagedProcess,
@@ -479,3 +480,7 @@ class SshHost:
 
     def __repr__(self) -> str:
         return f"SshHost({self.spec.name!r}, {self.spec.destination})"
+
+
+# A Linux machine of a lab that secperf logs in to.
+KIND = BackendKind(name="ssh", build=SshHost.build, inventory=True, lab=True, logs_in=True)

@@ -17,6 +17,7 @@ from typing import Any
 from secperf.errors import TestbedError
 from secperf.testbed.hosts.netns import NetnsHost
 from secperf.testbed.hosts.protocol import (
+    BackendKind,
     BuildContext,
     InterfaceCounters,
     ManagedProcess,
@@ -28,7 +29,7 @@ from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.hosts.vmguest import VmHost
 from secperf.testbed.ledger import Ledger
 
-BACKENDS = ("namespace", "vm")
+SELECTABLE = ("namespace", "vm")
 
 
 class NetnsOrVmHost:
@@ -96,7 +97,7 @@ class NetnsOrVmHost:
 
     @property
     def backends(self) -> tuple[str, ...]:
-        return BACKENDS
+        return SELECTABLE
 
     @property
     def selected(self) -> str:
@@ -104,8 +105,8 @@ class NetnsOrVmHost:
 
     def select(self, backend: str) -> bool:
         """The namespace or the VM on the host's links (a stopped VM boots again)."""
-        if backend not in BACKENDS:
-            raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {BACKENDS}")
+        if backend not in SELECTABLE:
+            raise TestbedError(f"unknown host backend {backend!r}", fix=f"use one of {SELECTABLE}")
         vm = self.vm
         want = backend == "vm"
         if self._on_vm == want:
@@ -203,3 +204,7 @@ class NetnsOrVmHost:
 
     def __repr__(self) -> str:
         return f"NetnsOrVmHost({self.role!r}, selected={self.selected!r})"
+
+
+# A variant's `backend = "vm"`: the DUT's namespace becomes a qemu VM on the same links.
+KIND = BackendKind(name="vm", build=NetnsOrVmHost.build, variant=True, virtual=True)

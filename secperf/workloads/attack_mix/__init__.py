@@ -52,7 +52,7 @@ from pydantic import Field, PlainValidator, ValidationInfo, model_validator
 from secperf import ips_rules
 from secperf.engine import Record
 from secperf.errors import SecperfError
-from secperf.mechanisms.base import Counts, Detector
+from secperf.mechanisms.capabilities import Counts, Detecting, Detector
 from secperf.metric import Metric, MetricRow, busy_us_per, field, path
 from secperf.schema.fields import bounded, one_or_sweep, parse_count, rule_file
 from secperf.testbed.testbed import Host
@@ -269,8 +269,10 @@ Snapshot = Counts
 
 def detector_snapshot(ctx: MeasureContext) -> tuple[Detector | None, Snapshot | None]:
     """(what detects, its counters now) for the variant's IPS or IDS (the first of its
-    mechanisms that has a detector); (None, None) without."""
+    mechanisms that has a detector: a `Detecting`); (None, None) without."""
     for mech, mctx in ctx.mechanisms:
+        if not isinstance(mech, Detecting):
+            continue
         detector = mech.detector()
         if detector is not None:
             hosts = [ctx.testbed.host(name) for name in mctx.hosts]

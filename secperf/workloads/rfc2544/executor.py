@@ -32,13 +32,13 @@ from typing import Any
 import secperf.workloads.rfc2544.logic as rfc2544
 from secperf.engine import Record, run_test
 from secperf.errors import EngineError, SecperfError
-from secperf.search import Bracket
 from secperf.testbed import placement
 from secperf.testbed.cgroups import parse_cpus
 from secperf.testbed.hosts import Host
 from secperf.workloads.base import MeasureContext, Spec, WorkloadPoint, scalar
-from secperf.workloads.flood import keep_side
-from secperf.workloads.latency import LatencyExecutor, LatencyWorkload
+from secperf.workloads.parts.flood import keep_side
+from secperf.workloads.parts.latency import LatencyExecutor, LatencyWorkload
+from secperf.workloads.parts.search import Bracket
 from secperf.workloads.rfc2544.spec import Rfc2544Workload
 
 POLL_S = 0.05

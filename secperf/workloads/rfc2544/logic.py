@@ -12,7 +12,7 @@ the receiver (secperf.workloads.rfc2544.executor runs them on the packet sender;
 the unit tests give a fake), so the search logic is tested without a network:
 
 - `throughput`: §26.1, the highest rate at which no offered frame is lost, by
-  binary search (secperf.search.bisect_rate: the line rate, then the lowest rate,
+  binary search (secperf.workloads.parts.search.bisect_rate: the line rate, then the lowest rate,
   then geometric halving until hi/lo − 1 is within the resolution);
 - `loss_rates`: §26.3, the frame loss rate at 100 %, 90 %, ... of the line rate,
   stopping (as the RFC says) after two successive steps without loss, unless every
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from secperf.search import Bracket, Trial, bisect_rate
+from secperf.workloads.parts.search import Bracket, Trial, bisect_rate
 from secperf.workloads.rfc2544.spec import FRAME_SIZES, TESTS, Rfc2544Workload
 
 __all__ = ["FRAME_SIZES", "TESTS"]

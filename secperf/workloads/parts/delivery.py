@@ -21,7 +21,7 @@ input queue: its CPU did not keep up) plus `dropped_inside` (taken in, never
 forwarded to the target: rules, conntrack, a full output queue).
 
 A flood beside a measured test must cover the measured window: it starts first
-(secperf.workloads.flood.flood_beside) and is stopped after the measured test;
+(secperf.workloads.parts.flood.flood_beside) and is stopped after the measured test;
 `coverage` compares the two engine processes' CLOCK_MONOTONIC stamps (one clock
 for every namespace) and a flood that did not cover the window fails the point
 (`require_covered`).
@@ -62,7 +62,7 @@ class FloodMatch:
 
 
 def flood_match(ctx: MeasureContext, spec: Mapping[str, Any]) -> FloodMatch:
-    """The match for a flood spec (secperf.workloads.flood.flood_spec)."""
+    """The match for a flood spec (secperf.workloads.parts.flood.flood_spec)."""
     flood = str(spec["flood"])
     proto = {"udp": "udp", "syn": "tcp", "icmp": "icmp"}.get(flood)
     if proto is None:
@@ -324,7 +324,7 @@ def require_covered(cov: Mapping[str, Any], what: str) -> None:
         "would mix flooded and unflooded time, so this point is not counted",
         fix="a flood that starts late needs a longer warm-up of the measured test "
         "(`warmup`, at least 0.2 s); one that ends early means the measured test ran "
-        "past the flood's margin (secperf.workloads.flood.FLOOD_MARGIN_S): rerun it on a "
+        "past the flood's margin (secperf.workloads.parts.flood.FLOOD_MARGIN_S): rerun it on a "
         "quieter machine, or report it if it repeats",
     )
 

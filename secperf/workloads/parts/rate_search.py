@@ -1,7 +1,7 @@
 """What RFC 3511's rate searches share (kinds `conn_rate` §5.3 and `teardown_rate`
 §5.4): their keys, a fresh DUT before each trial, a trial's record, the search.
 
-Each measurement bisects the workload's [low, high] (secperf/search.py) for the
+Each measurement bisects the workload's [low, high] (secperf/workloads/parts/search.py) for the
 highest rate with at most `max_failure_pct` failures; its result record carries
 the bracket (`search`: found with its resolution, or below / at least a bound,
 never a number standing in for one).
@@ -18,9 +18,9 @@ from secperf.mechanisms.base import flush_flow_state
 from secperf.metric import Record as RecordView
 from secperf.metric import SearchReading, legacy_bracket
 from secperf.schema.fields import PerSecond, Timeout
-from secperf.search import Trial, bisect_rate
 from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext, WorkloadSpec
+from secperf.workloads.parts.search import Trial, bisect_rate
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
 ACHIEVED_SHARE = 0.95

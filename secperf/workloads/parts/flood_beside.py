@@ -2,7 +2,7 @@
 "bandwidth during a flood"): the keys those kinds share, and their executor wrapper.
 
 `Beside` wraps a kind's executor: with `flood` and a non-zero `flood_rate` the flood
-runs while the inner executor measures (secperf.workloads.flood.run_beside); the
+runs while the inner executor measures (secperf.workloads.parts.flood.run_beside); the
 measured result is returned (and kept) with a `flood` summary, the flood's own
 records nested (`{"type": "side", "role": "flood", ...}`). A point with no flood
 runs as the inner executor alone, and its record leaves the flood keys out.
@@ -26,7 +26,13 @@ from secperf.workloads.base import (
     WorkloadSpec,
     scalar,
 )
-from secperf.workloads.flood import FloodKind, FloodPayload, FloodRate, FloodTarget, run_beside
+from secperf.workloads.parts.flood import (
+    FloodKind,
+    FloodPayload,
+    FloodRate,
+    FloodTarget,
+    run_beside,
+)
 
 FLOOD_KEYS = frozenset({"flood", "flood_rate", "flood_target", "flood_payload"})
 
