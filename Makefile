@@ -7,7 +7,7 @@ SCENARIO ?= scenarios/quick.toml
 CARGO := cargo
 ENGINE_MANIFEST := engine/Cargo.toml
 
-.PHONY: setup setup-all run test lint unit netns engine-test bench clean
+.PHONY: setup setup-all run test lint unit netns engine-test bench docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -49,6 +49,10 @@ bench: setup-all
 	$(VENV)/python bench/http_ftp_vs_peers.py
 	$(VENV)/python bench/vpn_vs_iperf3.py
 	$(VENV)/python bench/placement.py
+
+# docs/scenarios.md from the scenario files and their kept runs (a unit test checks it)
+docs: setup
+	$(VENV)/python -m secperf.docgen.scenarios
 
 clean:
 	$(VENV)/secperf clean

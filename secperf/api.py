@@ -1,4 +1,4 @@
-"""secperf from Python: for notebooks and CI (documented in README.md).
+"""secperf from Python: for notebooks and CI (documented in docs/api.md).
 
     import secperf.api as sp
 

@@ -30,7 +30,7 @@ from secperf.results.metrics import METRICS
 from secperf.scenario.expect import Expect, Rule, parse_expect, problems
 from secperf.scenario.scenario import Scenario
 
-# Exit codes (README.md): 0 ok, 2 usage (a bad command line, an expectation that
+# Exit codes (docs/cli.md): 0 ok, 2 usage (a bad command line, an expectation that
 # matches nothing), 3 invalid scenario, 4 a run, report or comparison failed,
 # 5 a threshold failed (the gate), 130 interrupted (Ctrl-C).
 EXIT_USAGE = 2

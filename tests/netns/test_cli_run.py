@@ -162,7 +162,7 @@ def test_a_typo_fails_before_any_namespace_exists(tmp_path: Path, state_dir: Pat
         TINY.format(baseline="forward", duration="1s").replace("request = 1", "reqest = 1")
     )
     proc = secperf("run", str(scenario), "--out", str(tmp_path / "results"))
-    assert proc.returncode == 3  # invalid scenario (README.md, exit codes)
+    assert proc.returncode == 3  # invalid scenario (docs/cli.md, exit codes)
     assert "reqest" in proc.stderr and "request" in proc.stderr and f"{scenario}:" in proc.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
     assert ledgers(state_dir) == [] and not any(state_dir.iterdir())
