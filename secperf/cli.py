@@ -357,7 +357,7 @@ def report(
         raise fail(exc) from None
     for lost in summary.get("dropped_records") or []:
         err_console.print(
-            f"[yellow]warning:[/] {escape(str(rd.records_path))}:{lost.get('line')} was "
+            f"[yellow]warning:[/] {escape(str(rd.records_source))}:{lost.get('line')} was "
             f"{escape(str(lost.get('reason')))}; dropped (its round is missing)",
             highlight=False,
         )

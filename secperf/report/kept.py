@@ -53,7 +53,7 @@ def _judging(rd: RunDir, scenario_file: Path | None) -> Mapping[str, Any] | None
 def paper_summary(rd: RunDir, scenario_file: Path | None = None) -> dict[str, Any]:
     """The run's summary with its "paper" verdicts judged now (see the module)."""
     judging = _judging(rd, scenario_file)
-    if rd.records_path.is_file():
+    if rd.has_records():
         summary = build_summary(rd, paper=judging) if judging else rebuild(rd)
         return summary
     summary = rd.read_summary()

@@ -42,11 +42,11 @@ def rebuild(run: RunDir, confidence: float | None = None, *, force: bool = False
     Refuses (NothingToReport, files untouched) when records.jsonl is missing or holds
     no record, or when the new summary has fewer rows or repetitions than the
     summary.json it would replace (unless `force`)."""
-    where = str(run.records_path)
-    if not run.records_path.is_file():
+    where = str(run.records_source)
+    if not run.has_records():
         raise NothingToReport(
-            "records.jsonl is missing: nothing to report (summary.json and report.html are "
-            "left as they were)",
+            "records.jsonl (or records.jsonl.gz) is missing: nothing to report (summary.json "
+            "and report.html are left as they were)",
             where=where,
             fix="restore records.jsonl into the run directory (it is the run's only raw data)",
         )
