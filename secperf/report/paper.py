@@ -51,7 +51,7 @@ def outcome(v: Verdict) -> str:
         return f"differs, unexplained{f': {why}' if why else ''}"
     if kind == UNRESOLVED:
         remedy = f" ({v.get('remedy')})" if v.get("remedy") else ""
-        if v.get("because") and v.get("shown_by") and "ours" in v and v.get("ours"):
+        if v.get("by_cause"):  # the row differs; its cause cannot be judged
             shown = f": {v.get('shown')}" if v.get("shown") else ""
             return (
                 f'not resolved: differs, "{v.get("because")}" not judged by '

@@ -221,8 +221,8 @@ def _cause(
     c, lo, hi, why = _change(other, sel.against, values, confidence, rows)
     if c is None:
         kind, remedy = (UNRESOLVED, KEEP_RECORDS) if values is None else (DIFFERS, "")
-        why = f"the cause's row, {p.shown_by}: {why}"
-        return {"verdict": kind, "why": why, "remedy": remedy}
+        why = why if values is None else f"the cause's row, {p.shown_by}: {why}"
+        return {"verdict": kind, "why": why, "remedy": remedy, "by_cause": True}
     shown = change_text(c, lo, hi, p.ratio is not None) + (" unpaired" if why == UNPAIRED else "")
     baseline = _limit_of(rows, p.against or BASELINE, row)
     cause_limit = other.get("bottleneck")
@@ -245,7 +245,12 @@ def _cause(
         return {**fields, "verdict": EXPLAINED}
     if j.resolved:
         return {**fields, "verdict": DIFFERS}
-    return {**fields, "verdict": UNRESOLVED, "remedy": "a run that keeps its bottleneck records"}
+    return {
+        **fields,
+        "verdict": UNRESOLVED,
+        "remedy": "a run that keeps its bottleneck records",
+        "by_cause": True,
+    }
 
 
 def _bounded(
