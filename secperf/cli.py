@@ -68,6 +68,7 @@ from secperf.report.gate import (
     run_figures,
 )
 from secperf.report.html import scenario_expectations, write_html, write_pngs
+from secperf.report.kept import paper_summary
 from secperf.report.paper import markdown as paper_markdown
 from secperf.report.rebuild import rebuild
 from secperf.results.rundir import RunDir
@@ -331,6 +332,14 @@ def report(
             "Markdown table (docs/methodology.md) on stdout, nothing else.",
         ),
     ] = False,
+    paper_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--paper",
+            help="With --paper-markdown: judge the run by this scenario file's [[paper]] "
+            "rows (its measurement settings must be the run's).",
+        ),
+    ] = None,
 ) -> None:
     """Rebuild the tables and report.html from a run directory alone, print the answer,
     and check the thresholds (the scenario's and --expect; exit 5 when one fails).
@@ -338,6 +347,12 @@ def report(
     It never replaces a report with less than it had: with records.jsonl missing,
     empty or shorter than what the summary was built from, it stops (exit 4)."""
 
+    if paper_md:  # judged now, from the records or, a kept run, its summary rows
+        try:
+            sys.stdout.write(paper_markdown(paper_summary(RunDir.open(run_dir), paper_file)))
+        except SecperfError as exc:
+            raise fail(exc) from None
+        return
     try:
         rd = RunDir.open(run_dir)
         meta = rd.read_run_json()
@@ -348,7 +363,7 @@ def report(
         raise fail(exc) from None
     for lost in summary.get("dropped_records") or []:
         err_console.print(
-            f"[yellow]warning:[/] {escape(str(rd.records_path))}:{lost.get('line')} was "
+            f"[yellow]warning:[/] {escape(str(rd.records_source))}:{lost.get('line')} was "
             f"{escape(str(lost.get('reason')))}; dropped (its round is missing)",
             highlight=False,
         )
@@ -367,9 +382,6 @@ def report(
         {"run": str(rd.path)},
     )
     charts = write_pngs(rd) if png else []
-    if paper_md:
-        sys.stdout.write(paper_markdown(summary))
-        return
     if as_json:
         _print_json(
             {

@@ -220,6 +220,27 @@ def ratio_range(
     return low, high
 
 
+def unpaired_ratio(
+    variant: tuple[float, float, int], other: tuple[float, float, int], confidence: float
+) -> tuple[float, float, float] | None:
+    """mean_v / mean_o with a conservative interval from two (mean, stddev, n) alone, when
+    the rounds that would pair them are gone: each mean's t interval at 1 - (1 - c) / 2
+    (Bonferroni: both hold together with probability at least c) and the ratio's range
+    over them. Wider than the paired interval, never narrower. None below 2 rounds a
+    side or when the other's interval reaches 0."""
+    _check_confidence(confidence)
+    (mv, sv, nv), (mo, so, no) = variant, other
+    if nv < 2 or no < 2 or mo <= 0:
+        return None
+    each = 1 - (1 - confidence) / 2
+    hv = _t(each, nv - 1) * sv / math.sqrt(nv)
+    ho = _t(each, no - 1) * so / math.sqrt(no)
+    ends = ratio_range((max(mv - hv, 0.0), mv + hv), (mo - ho, mo + ho))
+    if ends is None or math.isinf(ends[1]):
+        return None
+    return mv / mo, ends[0], ends[1]
+
+
 def degradation_range(
     ratios: tuple[float, float], *, higher_is_better: bool
 ) -> tuple[float, float]:

@@ -14,12 +14,12 @@ import argparse
 import json
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from secperf.report.kept import measured
 from secperf.scenario.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +47,15 @@ make run SCENARIO=scenarios/seed003-vpn-quick.toml     # any file below
 
 The report prints its tables in the paper's layout, with our numbers, the degradation
 and its confidence interval (the HTML report adds the plots). A study's file also
-carries the paper's own numbers (`[[paper]]`), and the report says under each table, per
-paper row, whether ours agrees, differs with the cause shown by another row of the same
-run, differs unexplained, or is not resolved; `secperf report RUN --paper-markdown`
-prints the side-by-side table that [methodology.md](methodology.md) quotes, and explains
-for each table what the paper did, what secperf does and what differs.
+carries the paper's own numbers (`[[paper]]`) and one tolerance per paper table fixed
+before measuring (`[[paper_table]]`), and the report says under each table, per paper
+row, whether ours agrees, differs with the cause shown by another row of the same run
+(under the cause rule: the right direction, the size of the gap, not the baseline's own
+non-DUT limit), differs unexplained, or is not resolved; `secperf report RUN
+--paper-markdown --paper scenarios/FILE.toml` prints the side-by-side table that
+[methodology.md](methodology.md) quotes, judged again from the kept run, and
+methodology.md explains for each table what the paper did, what secperf does and what
+differs.
 
 Each line: the file, what it answers (the first sentence of its `description`; the
 file has the rest), and its kept run: the run directory in docs/runs/, how long it took
@@ -123,7 +127,8 @@ def kept_run(
     seconds = (
         datetime.fromisoformat(meta["finished"]) - datetime.fromisoformat(started)
     ).total_seconds()
-    same = tomllib.loads(meta.get("scenario_text") or "") == tomllib.loads(file_text)
+    # the paper rows judge a run, they do not change what it measured
+    same = measured(meta.get("scenario_text") or "") == measured(file_text)
     return KeptRun(path.name, seconds, _machine(meta.get("host") or {}), same)
 
 

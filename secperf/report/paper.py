@@ -10,6 +10,11 @@ from typing import Any
 from secperf.results.paper import AGREES, DIFFERS, EXPLAINED, UNMEASURED, UNRESOLVED
 
 Verdict = Mapping[str, Any]
+UNPAIRED_NOTE = (
+    "unpaired: a change against another variant in a kept run without its rounds "
+    "(records.jsonl), from the two rows' means alone: each mean's interval at half the "
+    "error rate, the ratio's range over both (Bonferroni), wider than a paired interval"
+)
 
 
 def verdicts(summary: Mapping[str, Any]) -> list[Verdict]:
@@ -30,19 +35,30 @@ def _where(v: Verdict) -> str:
 def outcome(v: Verdict) -> str:
     """The verdict in words: "agrees", "differs because …; shown by X: +3 %", …"""
     kind = v.get("verdict")
+    why = str(v.get("why") or "")
     if kind == AGREES:
         return f"agrees (within {v.get('tolerance')})"
     if kind == EXPLAINED:
-        return f"differs because {v.get('because')}; shown by {v.get('shown_by')}: {v.get('shown')}"
+        return (
+            f"differs because {v.get('because')}; shown by {v.get('shown_by')}: "
+            f"{v.get('shown')}, {why}"
+        )
     if kind == DIFFERS:
-        why = str(v.get("why") or "")
         if v.get("because"):
-            shown = f"; {why}" if why else ", not shown by a row of this run"
-            return f'differs, unexplained: "{v.get("because")}" is asserted{shown}'
-        return "differs, unexplained"
+            shown = f" by {v.get('shown_by')}: {v.get('shown')}" if v.get("shown") else ""
+            tail = f"; not shown{shown}: {why}" if why else ", not shown by a row of this run"
+            return f'differs, unexplained: "{v.get("because")}" is asserted{tail}'
+        return f"differs, unexplained{f': {why}' if why else ''}"
     if kind == UNRESOLVED:
-        return f"not resolved: {v.get('why')} (more rounds or a quieter machine)"
-    return f"not measured: {v.get('why') or 'no figure'}"
+        remedy = f" ({v.get('remedy')})" if v.get("remedy") else ""
+        if v.get("by_cause"):  # the row differs; its cause cannot be judged
+            shown = f": {v.get('shown')}" if v.get("shown") else ""
+            return (
+                f'not resolved: differs, "{v.get("because")}" not judged by '
+                f"{v.get('shown_by')}{shown}: {why}{remedy}"
+            )
+        return f"not resolved: {why}{remedy}"
+    return f"not measured: {why or 'no figure'}"
 
 
 def line(v: Verdict) -> str:
@@ -80,17 +96,55 @@ def unplaced(summary: Mapping[str, Any], tables: Sequence[tuple[str, str]]) -> l
     return [line(v) for v in verdicts(summary) if str(v.get("workload")) not in workloads]
 
 
-def _count(items: Sequence[Verdict]) -> dict[str, int]:
+# a measurement read by several rows counts once, with the least of their verdicts
+_LEAST_FIRST = (DIFFERS, UNMEASURED, UNRESOLVED, EXPLAINED, AGREES)
+
+
+def measurement(v: Verdict) -> tuple[object, ...]:
+    """What a verdict reads: the run's row (variant, against, point, metric) and whether
+    it is a value or a change; two paper rows with one key read one measurement."""
+    return (
+        v.get("variant"),
+        v.get("against"),
+        v.get("point_id") or v.get("workload"),
+        v.get("metric"),
+        v.get("compares"),
+    )
+
+
+def _measurements(items: Sequence[Verdict]) -> dict[tuple[object, ...], list[Verdict]]:
+    groups: dict[tuple[object, ...], list[Verdict]] = {}
+    for v in items:
+        # a row no run row matched has no measurement of its own: it counts alone
+        key = measurement(v) if v.get("verdict") != UNMEASURED else ("row", id(v))
+        groups.setdefault(key, []).append(v)
+    return groups
+
+
+def _least(group: Sequence[Verdict]) -> str:
+    kinds = {str(v.get("verdict")) for v in group}
+    return next((k for k in _LEAST_FIRST if k in kinds), UNMEASURED)
+
+
+def _count(kinds: Sequence[str]) -> dict[str, int]:
     return {
-        k: sum(v.get("verdict") == k for v in items)
-        for k in (AGREES, EXPLAINED, DIFFERS, UNRESOLVED, UNMEASURED)
+        k: sum(x == k for x in kinds) for k in (AGREES, EXPLAINED, DIFFERS, UNRESOLVED, UNMEASURED)
     }
 
 
-def count_line(items: Sequence[Verdict], title: str) -> str:
+def shared(items: Sequence[Verdict]) -> list[str]:
+    """ "Windows XP, 56/4 KB = Windows 7, 56/4 KB" per measurement read by several rows."""
+    return [
+        " = ".join(_row_text(v) for v in g) for g in _measurements(items).values() if len(g) > 1
+    ]
+
+
+def count_line(items: Sequence[Verdict], title: str, *, name_shared: bool = True) -> str:
     """ "Table I: 4 rows; 3 agree, 1 differs with its cause shown (100 % agree or are
-    explained)"."""
-    c = _count(items)
+    explained)"; rows that read one measurement count once, with the least of their
+    verdicts, and the line says which (`name_shared`) or how many."""
+    groups = list(_measurements(items).values())
+    c = _count([_least(g) for g in groups])
     parts = [f"{c[AGREES]} agree{'s' if c[AGREES] == 1 else ''}"]
     if c[EXPLAINED]:
         parts.append(
@@ -102,9 +156,22 @@ def count_line(items: Sequence[Verdict], title: str) -> str:
         parts.append(f"{c[UNRESOLVED]} not resolved")
     if c[UNMEASURED]:
         parts.append(f"{c[UNMEASURED]} not measured")
-    share = 100.0 * (c[AGREES] + c[EXPLAINED]) / len(items) if items else 0.0
+    share = 100.0 * (c[AGREES] + c[EXPLAINED]) / len(groups) if groups else 0.0
     rows = f"{len(items)} row{'' if len(items) == 1 else 's'}"
-    return f"{title}: {rows}; {', '.join(parts)} ({share:.0f} % agree or are explained)"
+    copies = ""
+    if len(groups) < len(items):
+        rows += f" reading {len(groups)} measurement{'' if len(groups) == 1 else 's'}"
+        listed = "; ".join(shared(items))
+        copies = (
+            f" [one measurement, counted once with the least verdict: {listed}]"
+            if name_shared
+            else " [rows reading one measurement count once, with the least verdict]"
+        )
+    what = "measurements" if len(groups) < len(items) else "rows"
+    return (
+        f"{title}: {rows}; {', '.join(parts)} ({share:.0f} % of {what} agree or are "
+        f"explained){copies}"
+    )
 
 
 def figure_counts(summary: Mapping[str, Any]) -> list[str]:
@@ -114,7 +181,7 @@ def figure_counts(summary: Mapping[str, Any]) -> list[str]:
         return []
     figures = list(dict.fromkeys(str(v.get("figure")) for v in items))
     out = [count_line([v for v in items if str(v.get("figure")) == f], f) for f in figures]
-    return [*out, count_line(items, "Against the paper, all rows")]
+    return [*out, count_line(items, "Against the paper, all rows", name_shared=False)]
 
 
 def _cell(text: object) -> str:
@@ -134,4 +201,6 @@ def markdown(summary: Mapping[str, Any]) -> str:
         )
     out.append("")
     out += [f"- {c}" for c in figure_counts(summary)]
+    if any(" unpaired" in str(v.get("ours") or "") + str(v.get("shown") or "") for v in items):
+        out.append(f"- {UNPAIRED_NOTE}")
     return "\n".join(out) + "\n"

@@ -46,13 +46,13 @@ def rebuild(
     summary.json it would replace (unless `force`). With `write` False it writes nothing and
     refuses nothing: the summary is for printing (`report --json`, `--csv`), and a run
     whose records are gone prints the summary.json it kept."""
-    where = str(run.records_path)
-    if not write and not run.records_path.is_file() and run.has_summary():
+    where = str(run.records_source)
+    if not write and not run.has_records() and run.has_summary():
         return run.read_summary()  # a kept run without its records prints what it kept
-    if not run.records_path.is_file():
+    if not run.has_records():
         raise NothingToReport(
-            "records.jsonl is missing: nothing to report (summary.json and report.html are "
-            "left as they were)",
+            "records.jsonl (or records.jsonl.gz) is missing: nothing to report (summary.json "
+            "and report.html are left as they were)",
             where=where,
             fix="restore records.jsonl into the run directory (it is the run's only raw data)",
         )

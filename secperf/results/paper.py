@@ -1,10 +1,11 @@
 """The verdict of each `[[paper]]` row: the paper's number beside the run's, and whether
-they agree, differ with the cause shown by a row of the same run, or differ unexplained.
+they agree within the table's tolerance, differ with the cause shown by a row of the
+same run (the cause rule: secperf.results.cause), differ unexplained, or cannot be told.
 
 The verdicts go into summary.json ("paper", docs/data-format.md); the report prints them
-under the tables (secperf.report.paper). A difference counts as explained only when the
-row named by `shown_by` was measured in the same run: a cause that is only asserted is
-printed as asserted and counted as unexplained (docs/methodology.md, "Against the paper").
+under the tables (secperf.report.paper). A kept run that holds no records is judged again
+from its summary rows alone (`rederive`): what needs its rounds (a pairing against another
+variant) is "not resolved" with that reason, never a verdict stored under an older rule.
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ from typing import Any
 
 from secperf import stats
 from secperf.results.bracketed import censored_bound
+from secperf.results.cause import Effect, judge, same_limit
 from secperf.results.metrics import ratio_scale
 from secperf.scenario.expect import BASELINE
-from secperf.scenario.paper import PaperRow, Selector, Tolerance, parse_selector
+from secperf.scenario.paper import (
+    PaperRow,
+    PaperTable,
+    Selector,
+    Tolerance,
+    parse_selector,
+    tolerances,
+)
 
 AGREES = "agrees"
 EXPLAINED = "explained"
@@ -25,8 +34,13 @@ DIFFERS = "differs"
 UNMEASURED = "not measured"
 UNRESOLVED = "not resolved"
 
-# (workload, point_id, variant) -> metric -> round -> value
+# (workload, point_id, variant) -> metric -> round -> value; None: the run kept no rounds
 Values = Mapping[tuple[str, str, str], Mapping[str, Mapping[int, float]]]
+NO_ROUNDS = "the kept run holds no records.jsonl, so no round can pair it with {}"
+KEEP_RECORDS = "a run that keeps its records"
+# a kept run's change against another variant, from the two summary rows (no rounds)
+UNPAIRED = "unpaired"
+MORE_ROUNDS = "more rounds or a quieter machine"
 
 
 def _finite(x: Any) -> float | None:
@@ -48,11 +62,45 @@ def _matches(
     return row.get("metric") == metric
 
 
+def _unpaired(
+    row: Mapping[str, Any], against: str, rows: Sequence[Mapping[str, Any]], confidence: float
+) -> tuple[float | None, float | None, float | None, str]:
+    """A kept run without its rounds: the change against `against` from the two summary
+    rows alone, its interval conservative and unpaired (stats.unpaired_ratio); UNPAIRED
+    in place of a reason says so."""
+    other = next(
+        (
+            r
+            for r in rows
+            if r.get("variant") == against
+            and r.get("point_id") == row.get("point_id")
+            and r.get("metric") == row.get("metric")
+        ),
+        None,
+    )
+
+    def triple(r: Mapping[str, Any]) -> tuple[float, float, int] | None:
+        m, s, n = _finite(r.get("mean")), _finite(r.get("stddev")), r.get("n")
+        return (m, s, int(n)) if m is not None and s is not None and isinstance(n, int) else None
+
+    mine, ref = triple(row), (triple(other) if other is not None else None)
+    got = stats.unpaired_ratio(mine, ref, confidence) if mine and ref else None
+    if got is None:
+        return None, None, None, NO_ROUNDS.format(against)
+    r, lo, hi = got
+    return (r - 1) * 100.0, (lo - 1) * 100.0, (hi - 1) * 100.0, UNPAIRED
+
+
 def _change(
-    row: Mapping[str, Any], against: str | None, values: Values, confidence: float
+    row: Mapping[str, Any],
+    against: str | None,
+    values: Values | None,
+    confidence: float,
+    rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[float | None, float | None, float | None, str]:
     """The row's change of value in % (signed as the value moves, not as 'worse'), with
-    its interval, against the baseline or another variant paired by round."""
+    its interval, against the baseline or another variant paired by round (`values`
+    None: a kept run without its rounds, which can pair nothing but the summary's own)."""
     better_up = bool(row.get("higher_is_better"))
     if against is None or against == BASELINE:
         d, lo, hi = (
@@ -61,6 +109,8 @@ def _change(
         )
         if d is None:
             return None, None, None, "no round paired it with the baseline"
+    elif values is None:
+        return _unpaired(row, against, rows or (), confidence)
     else:
         key = (str(row.get("workload")), str(row.get("point_id")))
         metric = str(row.get("metric"))
@@ -130,44 +180,81 @@ def _paper_text(p: PaperRow, unit: str) -> str:
         return f"{_num(p.value)} {unit}".rstrip()
     if p.ratio is not None:
         return f"×{_num(p.ratio)}"
+    if p.direction is not None:
+        return f"{p.direction} (no number)"
     assert p.change is not None
     return f"{p.change:+g} %"
 
 
-def _shown(
+def _limit_of(
+    rows: Sequence[Mapping[str, Any]], variant: str, row: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """The bottleneck record of `variant` at `row`'s point (None: none kept)."""
+    for other in rows:
+        if (
+            other.get("variant") == variant
+            and other.get("point_id") == row.get("point_id")
+            and other.get("metric") == row.get("metric")
+        ):
+            limit = other.get("bottleneck")
+            return limit if isinstance(limit, Mapping) else None
+    return None
+
+
+def _cause(
     p: PaperRow,
     row: Mapping[str, Any],
+    gap: float,
     rows: Sequence[Mapping[str, Any]],
-    values: Values,
+    values: Values | None,
     confidence: float,
-    negligible_pct: float,
-) -> tuple[str, bool] | None:
-    """The shown_by row's change as text, and whether it shows anything: its interval
-    excludes no change (an effect), or lies within ±`negligible_pct` (no effect, the
-    answer's "no measurable cost"). An interval that holds 0 and reaches past that shows
-    neither. None when the row was not measured."""
+) -> dict[str, Any]:
+    """The cause rule (secperf.results.cause) for one row: the verdict fields."""
     assert p.shown_by is not None
     sel: Selector = parse_selector(p.shown_by, {str(r.get("metric")) for r in rows})
     workload = sel.workload or str(row.get("point_id") or row.get("workload"))
     metric = sel.metric or str(row.get("metric"))
-    for other in rows:
-        if not _matches(other, sel.variant, workload, None, metric):
-            continue
-        c, lo, hi, _ = _change(other, sel.against, values, confidence)
-        if c is None:
-            continue
-        if lo is None or hi is None:
-            shows = False
-        elif lo <= 0 <= hi:
-            shows = -negligible_pct <= lo and hi <= negligible_pct
-        else:
-            shows = True
-        return change_text(c, lo, hi, p.ratio is not None), shows
-    return None
+    found = [r for r in rows if _matches(r, sel.variant, workload, None, metric)]
+    if not found:  # asserted, not shown
+        return {"verdict": DIFFERS, "why": f"{p.shown_by} was not measured in this run"}
+    other = found[0]
+    c, lo, hi, why = _change(other, sel.against, values, confidence, rows)
+    if c is None:
+        kind, remedy = (UNRESOLVED, KEEP_RECORDS) if values is None else (DIFFERS, "")
+        why = why if values is None else f"the cause's row, {p.shown_by}: {why}"
+        return {"verdict": kind, "why": why, "remedy": remedy, "by_cause": True}
+    shown = change_text(c, lo, hi, p.ratio is not None) + (" unpaired" if why == UNPAIRED else "")
+    baseline = _limit_of(rows, p.against or BASELINE, row)
+    cause_limit = other.get("bottleneck")
+    comparison = other.get("comparison") if sel.against in (None, BASELINE) else None
+    if sel.against not in (None, BASELINE):  # its own reference: the other variant
+        ref = _limit_of(rows, sel.against, other)
+        if isinstance(cause_limit, Mapping) and same_limit(cause_limit, ref):
+            comparison = f"it and {sel.against} are both limited by {cause_limit.get('short')}"
+    j = judge(
+        gap if p.cause_in == "paper" else -gap,
+        Effect(c, lo, hi),
+        p.explains,
+        cause_limit if isinstance(cause_limit, Mapping) else None,
+        baseline,
+        str(comparison) if comparison else None,
+        rate=bool(other.get("primary")),
+    )
+    fields = {"shown": shown, "why": j.why}
+    if j.explained:
+        return {**fields, "verdict": EXPLAINED}
+    if j.resolved:
+        return {**fields, "verdict": DIFFERS}
+    return {
+        **fields,
+        "verdict": UNRESOLVED,
+        "remedy": "a run that keeps its bottleneck records",
+        "by_cause": True,
+    }
 
 
 def _bounded(
-    p: PaperRow, row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+    p: PaperRow, tol: Tolerance, row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any] | None:
     """A censored comparison's verdict fields: the run's change known only as a bound
     (a found search against one that found no value), judged by the tolerance at both
@@ -198,7 +285,7 @@ def _bounded(
         if r_low > 0 and r_high is not None:
             ours = f"{low:+.1f} to {high:+.1f} %"
     ours += " (bound)"
-    tol, paper = p.tolerance_or_default, p.paper_change or 0.0
+    paper = p.paper_change or 0.0
     ends = [tol.holds(x, None, None, paper) for x in (low, high)]
     fields: dict[str, Any] = {"ours": ours, "ours_low": low, "ours_high": _finite(high)}
     if all(ends):
@@ -206,19 +293,25 @@ def _bounded(
     if not any(ends) and not low <= paper <= high:
         return {**fields, "verdict": DIFFERS, "why": f"the bound lies outside {tol}"}
     why = f"the bound reaches both inside and outside {tol}"
-    return {**fields, "verdict": UNRESOLVED, "why": why}
+    return {**fields, "verdict": UNRESOLVED, "why": why, "remedy": MORE_ROUNDS}
+
+
+def _gap(p: PaperRow, ours: float, paper_number: float) -> float:
+    """The paper's number minus ours, in points of change (a value's: in % of ours)."""
+    if p.value is not None:
+        return (paper_number - ours) / abs(ours) * 100.0 if ours else math.inf
+    return paper_number - ours
 
 
 def verdict(
     p: PaperRow,
+    tol: Tolerance,
     rows: Sequence[Mapping[str, Any]],
-    values: Values,
+    values: Values | None,
     confidence: float,
-    negligible_pct: float,
 ) -> list[dict[str, Any]]:
-    """One verdict per summary row the paper row addresses (one, or one per point);
-    `negligible_pct` is the run's precision target (a cause's row within it shows the
-    cause's "no effect")."""
+    """One verdict per summary row the paper row addresses (one, or one per point),
+    judged by its table's tolerance `tol`; `values` None: the run kept no rounds."""
     found = [r for r in rows if _matches(r, p.variant, p.workload, p.point, p.metric)]
     base: dict[str, Any] = {
         "figure": p.figure,
@@ -227,7 +320,8 @@ def verdict(
         "against": p.against,
         "workload": p.workload,
         "metric": p.metric,
-        "tolerance": str(p.tolerance_or_default),
+        "compares": "value" if p.value is not None else "change",
+        "tolerance": str(tol),
         "because": p.because,
         "shown_by": p.shown_by,
         "note": p.note,
@@ -260,10 +354,12 @@ def verdict(
                 why = "no value measured"
             paper_number = p.value
         else:
-            ours, low, high, why = _change(row, p.against, values, confidence)
+            ours, low, high, why = _change(row, p.against, values, confidence, rows)
             paper_number = p.paper_change or 0.0
         if ours is None:
-            bounded = _bounded(p, row, rows) if p.value is None else None
+            bounded = _bounded(p, tol, row, rows) if p.value is None else None
+            if bounded is None and values is None and why == NO_ROUNDS.format(p.against):
+                bounded = {"ours": None, "verdict": UNRESOLVED, "why": why, "remedy": KEEP_RECORDS}
             out.append({**entry, **(bounded or {"ours": None, "verdict": UNMEASURED, "why": why})})
             continue
         text = (
@@ -271,44 +367,46 @@ def verdict(
             if p.value is not None
             else change_text(ours, low, high, p.ratio is not None)
         )
+        if why == UNPAIRED:  # a kept run's: no rounds to pair, a wider interval
+            text += " unpaired"
         entry |= {"ours": text, "ours_mean": ours, "ours_low": low, "ours_high": high}
-        unresolved = _unresolved(
-            p.tolerance_or_default, low, high, p.value is not None, paper_number
+        unresolved = _unresolved(tol, low, high, p.value is not None, paper_number)
+        unresolved = unresolved or (
+            "" if p.value is not None else tol.sign_unresolved(ours, low, high, paper_number)
         )
         if unresolved:
-            out.append({**entry, "verdict": UNRESOLVED, "why": unresolved})
+            out.append({**entry, "verdict": UNRESOLVED, "why": unresolved, "remedy": MORE_ROUNDS})
             continue
-        if p.tolerance_or_default.holds(ours, low, high, paper_number):
+        if tol.holds(ours, low, high, paper_number):
             out.append({**entry, "verdict": AGREES})
             continue
-        shown = _shown(p, row, rows, values, confidence, negligible_pct) if p.shown_by else None
-        if shown is not None and shown[1]:
-            out.append({**entry, "verdict": EXPLAINED, "shown": shown[0]})
-        elif shown is not None:
-            why = (
-                f"the cause's row, {p.shown_by}: {shown[0]}, holds no change and reaches "
-                f"past ±{negligible_pct:g} %: it shows neither an effect nor its absence"
-            )
-            out.append({**entry, "verdict": DIFFERS, "why": why})
-        else:
-            why = f"{p.shown_by} was not measured in this run" if p.shown_by else ""
-            out.append({**entry, "verdict": DIFFERS, "why": why})
+        if p.shown_by is None:
+            out.append({**entry, "verdict": DIFFERS, "why": ""})
+            continue
+        gap = _gap(p, ours, paper_number)
+        out.append({**entry, **_cause(p, row, gap, rows, values, confidence)})
     return out
 
 
 def paper_verdicts(
     scenario: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
-    values: Values,
+    values: Values | None,
     confidence: float,
-    negligible_pct: float,
 ) -> list[dict[str, Any]]:
-    """Every [[paper]] row of the run's scenario (run.json) with its verdict(s), judged
-    with the run's precision target `negligible_pct` (verdict)."""
+    """Every [[paper]] row of `scenario` (run.json's, or a scenario file's as JSON) with
+    its verdict(s), each judged by its table's tolerance ([[paper_table]])."""
     out: list[dict[str, Any]] = []
+    try:
+        tables = [PaperTable.model_validate(t) for t in scenario.get("paper_table") or []]
+    except ValueError as exc:
+        tables, broken = [], str(exc)
+    else:
+        broken = ""
+    parsed: list[PaperRow] = []
     for raw in scenario.get("paper") or []:
         try:
-            p = PaperRow.model_validate(raw)
+            parsed.append(PaperRow.model_validate(raw))
         except ValueError as exc:  # a run.json written by another version
             out.append(
                 {
@@ -318,6 +416,18 @@ def paper_verdicts(
                     "why": f"unreadable paper row: {exc}",
                 }
             )
+    for p, tol in zip(parsed, tolerances(parsed, tables), strict=True):
+        if tol is None:
+            why = broken or f"no [[paper_table]] declares the tolerance of {p.figure!r}"
+            out.append({"figure": p.figure, "row": p.row, "verdict": UNMEASURED, "why": why})
             continue
-        out.extend(verdict(p, rows, values, confidence, negligible_pct))
+        out.extend(verdict(p, tol, rows, values, confidence))
     return out
+
+
+def rederive(summary: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The verdicts of `scenario`'s [[paper]] rows judged again, with today's rules, from
+    a run's summary.json alone (a kept run without records.jsonl): what needs the
+    run's rounds is "not resolved", saying so."""
+    rows = [r for r in summary.get("rows") or [] if isinstance(r, Mapping)]
+    return paper_verdicts(scenario, rows, None, float(summary.get("confidence") or 0.95))

@@ -5,6 +5,8 @@ Layout (format 1, documented in docs/data-format.md):
     results/<UTC timestamp>-<scenario name>/
         run.json        scenario, host, times, status
         records.jsonl   every engine record, tagged with variant/workload/point/rep
+        records.jsonl.gz  the same, compressed, written when the run ends: the file a
+                        kept run carries (docs/runs/); the readers take either
         summary.json    derived statistics (rebuildable)
         report.html     derived report (rebuildable)
         files/          rendered rule files and configs the run applied
@@ -13,6 +15,7 @@ Layout (format 1, documented in docs/data-format.md):
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -28,6 +31,7 @@ from secperf.errors import SecperfError
 FORMAT = 1
 RUN_JSON = "run.json"
 RECORDS = "records.jsonl"
+RECORDS_GZ = "records.jsonl.gz"
 SUMMARY = "summary.json"
 REPORT_HTML = "report.html"
 FILES = "files"
@@ -163,6 +167,29 @@ class RunDir:
         return self.path / RECORDS
 
     @property
+    def records_gz_path(self) -> Path:
+        return self.path / RECORDS_GZ
+
+    @property
+    def records_source(self) -> Path:
+        """The records the readers read: records.jsonl, else records.jsonl.gz."""
+        if not self.records_path.is_file() and self.records_gz_path.is_file():
+            return self.records_gz_path
+        return self.records_path
+
+    def has_records(self) -> bool:
+        return self.records_source.is_file()
+
+    def keep_compressed(self) -> Path | None:
+        """Write records.jsonl.gz from records.jsonl (whole or not at all), the copy a
+        kept run carries; None when there are no records."""
+        if not self.records_path.is_file():
+            return None
+        data = gzip.compress(self.records_path.read_bytes(), compresslevel=6, mtime=0)
+        write_atomic(self.records_gz_path, data)
+        return self.records_gz_path
+
+    @property
     def summary_path(self) -> Path:
         return self.path / SUMMARY
 
@@ -229,10 +256,15 @@ class RunDir:
         a damaged line elsewhere is an error.
         """
         self.dropped = []
-        if not self.records_path.exists():
+        source = self.records_source
+        if not source.exists():
             return
-        with self.records_path.open("r", encoding="utf-8") as f:
-            lines = f.readlines()
+        if source.name.endswith(".gz"):
+            with gzip.open(source, "rt", encoding="utf-8") as z:
+                lines = z.readlines()
+        else:
+            with source.open("r", encoding="utf-8") as f:
+                lines = f.readlines()
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
@@ -251,13 +283,13 @@ class RunDir:
                     return
                 raise RunDirError(
                     f"damaged record line: {exc.msg}",
-                    where=f"{self.records_path}:{number}",
+                    where=f"{source}:{number}",
                     fix="remove or repair that line; the other records are intact",
                 ) from exc
             if not isinstance(line, dict) or not isinstance(line.get("record"), dict):
                 raise RunDirError(
                     "record line is not an object with a `record` object",
-                    where=f"{self.records_path}:{number}",
+                    where=f"{source}:{number}",
                     fix="remove or repair that line",
                 )
             yield line

@@ -465,8 +465,11 @@ def _noting_delays(
         yield line
 
 
-def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any]:
-    """The run's statistics as a JSON-ready dict (see docs/data-format.md)."""
+def build_summary(
+    run: RunDir, confidence: float | None = None, *, paper: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run's statistics as a JSON-ready dict (see docs/data-format.md); its verdicts
+    against the paper by `paper`'s [[paper]] rows where given, else the run's own."""
     meta = run.read_run_json()
     scen_conf, target, baseline_kind = scenario_settings(meta)
     target_pp = degradation_target(meta)
@@ -563,6 +566,6 @@ def build_summary(run: RunDir, confidence: float | None = None) -> dict[str, Any
         "behaviour": behaviour.behaviour(meta),  # a rule-set review: each flow's decisions
         # the scenario's [[paper]] rows, each with the run's figure and a verdict
         "paper": paper_verdicts(
-            scenario, rows, {k: g.values for k, g in groups.items()}, conf, target_pp
+            paper or scenario, rows, {k: g.values for k, g in groups.items()}, conf
         ),
     }

@@ -271,6 +271,10 @@ class Runner(Rounds):
             self.run.write_summary(build_summary(self.run, self.scenario.repeat.confidence))
         except (SecperfError, ValueError, KeyError) as exc:
             self.console.print(f"[yellow]could not summarise the run: {exc}[/]")
+        try:  # the compressed copy a kept run carries (docs/runs/): its verdicts re-derive
+            self.run.keep_compressed()
+        except OSError as exc:
+            self.console.print(f"[yellow]could not compress records.jsonl: {exc}[/]")
 
     def _check_mechanisms(self, testbed: Testbed, variants: list[Variant]) -> None:
         """Load every variant once before any traffic: a rule the kernel rejects stops here."""

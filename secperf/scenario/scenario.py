@@ -28,7 +28,7 @@ from pydantic import (
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.expect import Expect, problems
-from secperf.scenario.paper import PaperRow, paper_problems
+from secperf.scenario.paper import PaperRow, PaperTable, paper_problems, table_problems
 from secperf.schema.fields import (
     FILE_SET_TOTAL_MAX,
     Name,
@@ -228,6 +228,8 @@ class Scenario(StrictModel):
     expect: list[Expect] = Field(default_factory=list)
     # The source paper's numbers beside the run's (secperf.report.paper gives verdicts).
     paper: list[PaperRow] = Field(default_factory=list)
+    # Each paper table's tolerance, fixed before measuring, with its reason.
+    paper_table: list[PaperTable] = Field(default_factory=list)
     # Where the scenario came from; set by the loader, never read from the file.
     source: Path | None = Field(default=None, exclude=True, strict=False)
 
@@ -292,6 +294,8 @@ class Scenario(StrictModel):
         for i, row in enumerate(self.paper):
             for key, message in paper_problems(row, variants, found):
                 raise ValueError(f"paper[{i}].{key} {message}")
+        for message in table_problems(self.paper, self.paper_table):
+            raise ValueError(message)
         rows = [("expect", i, e.workload, e.variant, e.against) for i, e in enumerate(self.expect)]
         rows += [("paper", i, r.workload, r.variant, r.against) for i, r in enumerate(self.paper)]
         for section, i, workload, variant, against in rows:

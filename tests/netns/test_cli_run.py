@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -137,6 +138,9 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     assert rows and rows[0]["degradation_pct"] is not None and rows[0]["n"] == 2
     assert (run_dir / "report.html").is_file()
     assert (run_dir / "files" / "acl.0.nft").is_file()
+    # the compressed copy a kept run carries (issue 42) holds the same records
+    kept = gzip.decompress((run_dir / "records.jsonl.gz").read_bytes())
+    assert kept == (run_dir / "records.jsonl").read_bytes()
     assert "The answer" in proc.stdout and "tcp-rr" in proc.stdout and "┏" not in proc.stdout
     # the run said how long it would take, and counted points and rounds
     assert "point(s) x 2 configuration(s)" in proc.stdout and "about " in proc.stdout

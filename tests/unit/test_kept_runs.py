@@ -1,23 +1,29 @@
 """The figures the docs quote are the kept runs' own (issue 23: "every figure quoted in
 the docs has its kept file"): each side-by-side table in docs/methodology.md is what
-`secperf report RUN --paper-markdown` prints for the kept run it names, that run was
-taken with the scenario file as it is now (comments aside), and every kept file the
-README and docs name exists."""
+`secperf report RUN --paper-markdown --paper scenarios/NAME.toml` prints for the kept
+run it names, judged now with today's rules from what the run holds (its summary rows:
+the kept runs carry no records.jsonl), never the verdicts stored in it (issue 42); that
+run measured what the scenario file measures now (its [[paper]] and [[paper_table]]
+rows aside: they judge, and are fixed per table); every block is closed and compared;
+and every kept file the README and docs name exists."""
 
 from __future__ import annotations
 
 import json
 import re
-import tomllib
+import shutil
 from pathlib import Path
 
 import pytest
 
+from secperf.report.kept import measured, paper_summary
 from secperf.report.paper import markdown
+from secperf.results.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODOLOGY = ROOT / "docs" / "methodology.md"
 BLOCK = re.compile(r"<!-- paper-table: ([\w-]+) -->(.*?)<!-- /paper-table: \1 -->", re.S)
+OPENING = re.compile(r"<!-- paper-table: ([\w-]+) -->")
 KEPT = re.compile(r"docs/runs/([\w.-]+)")
 
 
@@ -26,8 +32,9 @@ def _blocks() -> list[tuple[str, str]]:
 
 
 def _table_lines(text: str) -> list[str]:
-    """The table's rows and the counts under it (a block's prose is not compared)."""
-    return [ln for ln in text.splitlines() if ln.startswith(("| ", "|---", "- "))]
+    """The table's rows and the counts under it, or the line saying the run has no
+    [[paper]] rows (a block's prose is not compared)."""
+    return [ln for ln in text.splitlines() if ln.startswith(("| ", "|---", "- ", "(this run"))]
 
 
 def _kept_run(body: str) -> Path:
@@ -43,28 +50,50 @@ def test_methodology_has_a_paper_table_per_study() -> None:
         assert any(n.startswith(study) for n in names), study
 
 
+def test_every_paper_table_block_is_closed() -> None:
+    opened = OPENING.findall(METHODOLOGY.read_text("utf-8"))
+    assert sorted(opened) == sorted(name for name, _ in _blocks()), (
+        "a <!-- paper-table: NAME --> block has no <!-- /paper-table: NAME --> closing tag"
+    )
+
+
+def _regenerated(name: str, body: str) -> list[str]:
+    run = RunDir.open(_kept_run(body))
+    return _table_lines(markdown(paper_summary(run, ROOT / "scenarios" / f"{name}.toml")))
+
+
 @pytest.mark.parametrize("name,body", _blocks(), ids=[n for n, _ in _blocks()])
 def test_paper_table_is_its_kept_runs_own(name: str, body: str) -> None:
     run = _kept_run(body)
-    summary = json.loads((run / "summary.json").read_text("utf-8"))
     doc = _table_lines(body)
-    if not doc:  # a block that only points at a run (no table copied into the docs)
-        return
-    assert doc == _table_lines(markdown(summary)), (
+    assert doc, f"the block for {name} holds no generated table"
+    assert doc == _regenerated(name, body), (
         f"docs/methodology.md's table for {name} is not what `secperf report "
-        f"{run.relative_to(ROOT)} --paper-markdown` prints: paste that output again"
+        f"{run.relative_to(ROOT)} --paper-markdown --paper scenarios/{name}.toml` prints: "
+        "paste that output again"
     )
+
+
+def test_a_kept_runs_stored_verdicts_are_never_read(tmp_path: Path) -> None:
+    # the verdicts stored under an older rule (a 2026-11-26 summary stores 34 of 34)
+    name, body = next((n, b) for n, b in _blocks() if n == "seed000-virtual-appliance")
+    copy = tmp_path / "run"
+    shutil.copytree(_kept_run(body), copy)
+    summary = json.loads((copy / "summary.json").read_text("utf-8"))
+    summary["paper"] = [{**v, "verdict": "agrees"} for v in summary["paper"]]
+    (copy / "summary.json").write_text(json.dumps(summary), "utf-8")
+    scenario = ROOT / "scenarios" / f"{name}.toml"
+    again = _table_lines(markdown(paper_summary(RunDir.open(copy), scenario)))
+    assert again == _regenerated(name, body)
 
 
 @pytest.mark.parametrize("name,body", _blocks(), ids=[n for n, _ in _blocks()])
 def test_paper_tables_kept_run_is_of_the_scenario_as_it_is(name: str, body: str) -> None:
-    if not _table_lines(body):
-        return
     run = _kept_run(body)
     kept = json.loads((run / "run.json").read_text("utf-8"))["scenario_text"]
     now = (ROOT / "scenarios" / f"{name}.toml").read_text("utf-8")
-    assert tomllib.loads(kept) == tomllib.loads(now), (
-        f"scenarios/{name}.toml changed since {run.relative_to(ROOT)} was kept: run it "
+    assert measured(kept) == measured(now), (
+        f"scenarios/{name}.toml measures other than {run.relative_to(ROOT)} did: run it "
         "again on a quiet machine and keep that run"
     )
 

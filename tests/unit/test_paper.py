@@ -26,7 +26,7 @@ from secperf.results.paper import (
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
 from secperf.scenario.loader import load_scenario
-from secperf.scenario.paper import PaperRow, parse_selector, parse_tolerance
+from secperf.scenario.paper import PaperRow, PaperTable, parse_selector, parse_tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_RUN = ROOT / "tests" / "data" / "runs" / "20261122T010203Z-quick"
@@ -46,9 +46,19 @@ def _row(**kw: Any) -> dict[str, Any]:
     return base | kw
 
 
+def _table(figure: str, tolerance: str, values: str | None = None) -> dict[str, Any]:
+    return {"figure": figure, "tolerance": tolerance, "values": values, "reason": "a test's"}
+
+
 def _verdict(rows: list[dict[str, Any]], **paper: Any) -> dict[str, Any]:
+    """The verdict of one row, its table's tolerance `tolerance` (x2) for changes and
+    values alike."""
+    tolerance = paper.pop("tolerance", "x2")
     raw = {"figure": "Table 1", "row": "r", "variant": "acl", "metric": "tps"} | paper
-    (v,) = paper_verdicts({"paper": [raw]}, rows, {}, 0.95, 2.0)  # a ±2 % target
+    table = _table("Table 1", tolerance, tolerance if tolerance.endswith("%") else None)
+    if tolerance.endswith("%"):
+        table["tolerance"] = "x2"
+    (v,) = paper_verdicts({"paper": [raw], "paper_table": [table]}, rows, {}, 0.95)
     return v
 
 
@@ -122,18 +132,20 @@ def test_a_cause_row_that_resolves_nothing_explains_nothing() -> None:
     cause = {"because": "the rules cost nothing", "shown_by": "acl-256"}
 
     def shown_by(lo: float, hi: float) -> dict[str, object]:
-        other = _row(variant="acl-256", degradation_pct=(lo + hi) / 2, degradation_ci_low=lo,
-                     degradation_ci_high=hi)  # fmt: skip
+        other = _row(variant="acl-256", degradation_pct=-(lo + hi) / 2, degradation_ci_low=-hi,
+                     degradation_ci_high=-lo)  # fmt: skip
         return _verdict([small, other], change="-54%", **cause)
 
-    # an interval that holds 0 and reaches past the precision target shows nothing
+    # an interval that holds 0 shows no effect, however wide or narrow (no "absence"
+    # within the precision target explains a gap of 49 points)
     v = shown_by(-45.0, 10.0)
     assert v["verdict"] == DIFFERS
-    assert "holds no change and reaches past ±2 %" in v["why"]
-    assert "is asserted; the cause's row" in paper_report.outcome(v)
-    # within ±2 % it shows the absence of an effect; excluding 0 it shows an effect
-    assert shown_by(-1.5, 1.0)["verdict"] == EXPLAINED
-    assert shown_by(3.0, 40.0)["verdict"] == EXPLAINED
+    assert "(a) its interval holds 0" in v["why"]
+    assert "is asserted; not shown by acl-256" in paper_report.outcome(v)
+    assert shown_by(-1.5, 1.0)["verdict"] == DIFFERS
+    # an effect toward the paper that reaches the gap (-49 points) explains it
+    assert shown_by(-60.0, -40.0)["verdict"] == EXPLAINED
+    assert shown_by(-40.0, -30.0)["verdict"] == DIFFERS  # short of it: (b)
 
 
 def test_a_row_the_run_lacks_is_not_measured_never_a_number() -> None:
@@ -148,14 +160,13 @@ def test_a_row_the_run_lacks_is_not_measured_never_a_number() -> None:
     [
         ({}, "exactly one of the paper's numbers"),
         ({"change": "-5%", "ratio": 1.2}, "exactly one"),
+        ({"change": "-5%", "direction": "down"}, "exactly one"),
         ({"change": "5"}, ""),  # a number alone is %
         ({"change": "five"}, "expected the paper's change"),
-        ({"change": "0%"}, "cannot hold for it"),
-        ({"value": 3.0, "tolerance": "5pp"}, "a value is compared within a factor"),
-        ({"change": "-5%", "tolerance": "10%"}, "compares values"),
-        ({"change": "-5%", "tolerance": "x1"}, "above 1"),
-        ({"change": "-5%", "tolerance": "close"}, "expected a tolerance"),
+        ({"change": "-5%", "tolerance": "x2"}, "cannot set its own tolerance"),
         ({"change": "-5%", "shown_by": "x"}, "say it in because"),
+        ({"change": "-5%", "explains": 0.5}, "name it in shown_by"),
+        ({"change": "-5%", "because": "b", "shown_by": "x", "explains": 1.5}, "at most 1"),
     ],
 )
 def test_bad_paper_rows_say_what_is_wrong(fields: dict[str, Any], says: str) -> None:
@@ -167,11 +178,27 @@ def test_bad_paper_rows_say_what_is_wrong(fields: dict[str, Any], says: str) -> 
         PaperRow.model_validate(raw)
 
 
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"tolerance": "x1"}, "above 1"),
+        ({"tolerance": "close"}, "expected a tolerance"),
+        ({"tolerance": "x2", "values": "5pp"}, "a value is compared within a factor"),
+        ({"tolerance": "x2", "reason": " "}, "say why this tolerance"),
+    ],
+)
+def test_bad_paper_tables_say_what_is_wrong(fields: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        PaperTable.model_validate({"figure": "F", "reason": "r"} | fields)
+
+
 def test_tolerances_print_as_written() -> None:
-    assert [str(parse_tolerance(t)) for t in ("x2", "×1.5", "5pp", "10%", "direction")] == [
+    written = ("x2", "×1.5", "5pp", "x2 or 10pp", "10%", "direction")
+    assert [str(parse_tolerance(t)) for t in written] == [
         "x2",
         "x1.5",
         "5pp",
+        "x2 or 10pp",
         "10%",
         "direction",
     ]
@@ -185,12 +212,13 @@ def _scenario(tmp_path: Path, text: str) -> Path:
 
 def test_scenario_paper_rows_name_what_exists(tmp_path: Path) -> None:
     good = (
+        '[[paper_table]]\nfigure = "Fig. 1"\ntolerance = "x2"\nreason = "r"\n'
         '[[paper]]\nfigure = "Fig. 1"\nrow = "set"\nvariant = "acl-set"\nworkload = "tcp-crr"\n'
         'metric = "cps"\nchange = "-10%"\nbecause = "b"\nshown_by = "acl-linear tcp-crr cps"\n'
     )
     sc = load_scenario(_scenario(tmp_path, good))
     assert sc.paper[0].paper_change == -10.0
-    assert sc.to_json_dict()["paper"][0]["tolerance"] is None
+    assert sc.to_json_dict()["paper_table"][0]["tolerance"] == "x2"
     for bad, says in [
         (good.replace('variant = "acl-set"', 'variant = "acl-st"'), "not a variant"),
         (good.replace('workload = "tcp-crr"', 'workload = "crr"'), "not a workload"),
@@ -205,6 +233,7 @@ def test_scenario_paper_rows_name_what_exists(tmp_path: Path) -> None:
 def test_a_run_carries_its_verdicts_under_its_tables_and_as_markdown(tmp_path: Path) -> None:
     run_path = shutil.copytree(DATA_RUN, tmp_path / "run")
     meta = json.loads((run_path / "run.json").read_text())
+    meta["scenario"]["paper_table"] = [_table("Table 2", "x2")]
     meta["scenario"]["paper"] = [
         # acl-linear is ~25 % slower than acl-set on tcp-rr (75 against ~100 trans/s)
         {
@@ -230,7 +259,7 @@ def test_a_run_carries_its_verdicts_under_its_tables_and_as_markdown(tmp_path: P
     # under the tcp-rr table, before the next workload's
     tables = out.index("tcp-rr — Transaction rate")
     assert tables < out.index("Table 2, linear vs set") < out.index("tcp-rr — Service demand")
-    assert "Table 2: 2 rows; 1 agrees, 1 not measured (50 % agree or are explained)" in out
+    assert "Table 2: 2 rows; 1 agrees, 1 not measured (50 % of rows agree or are" in out
     md = cli.invoke(app, ["report", str(run_path), "--paper-markdown"])
     assert md.exit_code == 0, md.output
     assert md.output.startswith("| Paper | Row | Paper's | Ours | Verdict |")
@@ -295,9 +324,9 @@ def test_a_found_value_against_a_censored_one_is_judged_by_its_bound() -> None:
 
     def judged(ratio: float, tolerance: str) -> dict[str, Any]:
         raw = {"figure": "Fig. 3b", "row": "64 rules", "variant": "efw-64", "against": "efw-1",
-               "workload": "min-flood", "metric": "min_flood_rate", "ratio": ratio,
-               "tolerance": tolerance}  # fmt: skip
-        (v,) = paper_verdicts({"paper": [raw]}, rows, {}, 0.95, 2.0)
+               "workload": "min-flood", "metric": "min_flood_rate", "ratio": ratio}  # fmt: skip
+        scenario = {"paper": [raw], "paper_table": [_table("Fig. 3b", tolerance)]}
+        (v,) = paper_verdicts(scenario, rows, {}, 0.95)
         return v
 
     # a change of -100 % to -80 %: within x1.5 of the paper's -77.5 % (×0.225) at both ends

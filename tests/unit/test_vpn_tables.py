@@ -221,6 +221,7 @@ def _one_value_scenario(rows: list[dict[str, object]], chosen: list[str]) -> Sce
                  "variants": chosen},
             ],
             "paper": rows,
+            "paper_table": [{"figure": "Table 1", "tolerance": "5pp", "reason": "test"}],
         }
     )  # fmt: skip
 
@@ -246,7 +247,6 @@ def test_a_paper_row_may_not_name_a_variant_its_workload_skips() -> None:
         "workload": "keys",
         "metric": "throughput",
         "change": "-0.065%",
-        "tolerance": "5pp",
     }
     chosen = ["ovpn[cipher=aes-128-gcm]", "ovpn[cipher=aes-256-gcm]"]
     with pytest.raises(ValidationError, match=r"paper\[0\] names 'ovpn\[cipher=none\]' at"):
