@@ -54,8 +54,8 @@ def paper_summary(rd: RunDir, scenario_file: Path | None = None) -> dict[str, An
     """The run's summary with its "paper" verdicts judged now (see the module)."""
     judging = _judging(rd, scenario_file)
     if rd.has_records():
-        summary = build_summary(rd, paper=judging) if judging else rebuild(rd)
-        return summary
+        # printed, not written: the run's files stay as they are
+        return build_summary(rd, paper=judging) if judging else rebuild(rd, write=False)
     summary = rd.read_summary()
     scenario = judging if judging is not None else rd.read_run_json().get("scenario") or {}
     return {**summary, "paper": rederive(summary, scenario)}
