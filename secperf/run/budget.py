@@ -23,6 +23,7 @@ says so.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,3 +105,15 @@ def estimate_rounds(
         rounds.append(n)
         left -= n * r
     return rounds
+
+
+def priority(halfwidth: float, target: float, round_s: float) -> float | None:
+    """How much the next round of a point buys: how far its widest interval is from
+    its target (relative: (h - target) / target) per second of a round. None: within
+    its target (or no target), nothing to buy. A point with no interval yet (h
+    infinite) comes first, the shorter round first among such."""
+    if target <= 0 or halfwidth <= target:
+        return None
+    if not math.isfinite(halfwidth):
+        return 1e12 / max(round_s, 1e-3)
+    return (halfwidth - target) / target / max(round_s, 1e-3)
