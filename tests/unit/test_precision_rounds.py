@@ -11,7 +11,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from rich.console import Console
 
