@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from secperf import stats
 from secperf.run.budget import priority
 
-# The test durations a plan chooses from (seconds).
+# The test durations a plan chooses from (seconds): none under half a second, where
+# a test would measure its start more than its steady state.
 DURATION_CHOICES = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 # The durations the calibration measures, and its tests at each: seconds, not minutes.
-CALIBRATION_DURATIONS = (0.5, 2.0)
+CALIBRATION_DURATIONS = (0.25, 1.0)
 CALIBRATION_TESTS = 5
 # How sure the calibration must be that long tests keep a noise of their own (a floor).
 FLOOR_EVIDENCE = 0.9
@@ -312,14 +313,14 @@ class Forecast:
     def text(self) -> str:
         """ "±2 points needs about 11 min here; the 3 min budget gives about ±5"."""
         need = (
-            f"±{self.target_pp:g} points needs {_eta(self.needs_s)} here"
+            f"±{self.target_pp:g} points needs {eta(self.needs_s)} here"
             if self.needs_s is not None
             else f"±{self.target_pp:g} points is past the round cap here"
         )
         if self.within_budget:
-            return f"{need}: within the {_eta(self.budget_s, about=False)} budget"
+            return f"{need}: within the {eta(self.budget_s, about=False)} budget"
         return (
-            f"{need}; the {_eta(self.budget_s, about=False)} budget gives about "
+            f"{need}; the {eta(self.budget_s, about=False)} budget gives about "
             f"±{_round_pp(self.budget_pp)}"
         )
 
@@ -340,7 +341,7 @@ def _round_pp(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}".rstrip("0").rstrip(".")
 
 
-def _eta(seconds: float | None, about: bool = True) -> str:
+def eta(seconds: float | None, about: bool = True) -> str:
     if seconds is None:
         return "unknown"
     word = "about " if about else ""

@@ -14,11 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from secperf.plan import expanded_variants
 from secperf.results.metrics import metrics_for_kind
 from secperf.run import calibrate
-from secperf.run.noise import PointPlan, best_duration, forecast
+from secperf.run.estimate import TEST_OVERHEAD_S
+from secperf.run.noise import (
+    CALIBRATION_DURATIONS,
+    CALIBRATION_TESTS,
+    PointPlan,
+    best_duration,
+    eta,
+    forecast,
+)
 from secperf.scenario.scenario import Scenario
-from secperf.scenario.sweep import WorkloadPoint
+from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 
 
 @dataclass
@@ -152,3 +161,33 @@ def cached_forecast(scenario: Scenario, points: list[tuple[WorkloadPoint, int]])
     if missing:
         line = f"{line} ({missing} point(s) not calibrated yet on this machine)"
     return line
+
+
+def calibration_seconds(point: WorkloadPoint) -> float:
+    """About how long one point's calibration takes."""
+    per = point.spec.warmup + TEST_OVERHEAD_S
+    return sum((d + per) * CALIBRATION_TESTS for d in CALIBRATION_DURATIONS)
+
+
+def precision_said(scenario: Scenario) -> str | None:
+    """What `secperf check` says of the precision: the cached calibrations' forecast,
+    or how to get one (None: nothing to calibrate)."""
+    points = expand_scenario(scenario)
+    names = [name for name, _m, _s in expanded_variants(scenario)]
+    pairs = [(p, 1 + sum(p.measures(n) for n in names)) for p in points]
+    mine = [(p, t) for p, t in pairs if t >= 2 and calibrate.calibrates(scenario, p)]
+    if not mine:
+        return None
+    if scenario.repeat.calibrate == "off":
+        return (
+            'precision: not planned ([repeat] calibrate = "off"); --calibrate cached '
+            "measures this machine's noise first and says what the budget resolves"
+        )
+    line = cached_forecast(scenario, mine)
+    if line is not None:
+        return line
+    took = sum(calibration_seconds(p) for p, _t in mine)
+    return (
+        f"precision: this machine's noise is not calibrated yet for this testbed: the run "
+        f"measures it first ({eta(took)}) and says then what the budget resolves"
+    )
