@@ -100,12 +100,16 @@ class NoiseModel:
     def paired_var(self, duration: float) -> float:
         return self.fast / duration + self.floor
 
-    def halfwidth_pp(self, duration: float, rounds: int, confidence: float) -> float:
-        """About the half width of a paired degradation after `rounds` rounds (points)."""
+    def halfwidth_pp(
+        self, duration: float, rounds: int, confidence: float, ratio: float = 1.0
+    ) -> float:
+        """About the half width of a paired degradation after `rounds` rounds (points);
+        `ratio`, the variant's figure over the baseline's where known (a cost on the
+        ratio scale narrows the interval in points by as much; a plan assumes 1)."""
         if rounds < 2:
             return math.inf
         t = stats.t_quantile(confidence, rounds - 1)
-        return t * 100.0 * math.sqrt(self.paired_var(duration) / rounds)
+        return ratio * t * 100.0 * math.sqrt(self.paired_var(duration) / rounds)
 
     def to_json(self) -> dict[str, object]:
         return {
