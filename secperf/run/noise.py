@@ -276,26 +276,34 @@ def best_duration(
     confidence: float,
     least: int,
     most: int = MAX_PLANNED_ROUNDS,
+    budget_s: float = math.inf,
     current: float | None = None,
     choices: Sequence[float] = DURATION_CHOICES,
 ) -> float:
-    """The duration whose rounds reach the target in the least time (ties: the
-    shorter); `current` (the scenario's) is kept unless another saves at least
-    KEEP_MARGIN of that time: a calibration of seconds tells a clear case, not a close
-    one. None reaching it within `most` rounds: the least variance per second."""
+    """The test duration a point's rounds should use, `budget_s` its share of the
+    budget. In order of preference: the one that reaches the target within the share
+    and the cap in the least time; else the narrowest half width the rounds the share
+    allows give; else (even the minimum rounds overrun the share) the shortest minimum.
+    `current` (the scenario's) is kept unless another does better by KEEP_MARGIN: a
+    calibration of seconds tells a clear case, not a close one."""
 
-    def cost(d: float) -> float:
+    def score(d: float) -> tuple[int, float]:
+        per = tests * (d + model.overhead_s)
         n = _rounds_to(model, d, target_pp, confidence, least)
-        per_round = tests * (d + model.overhead_s)
-        return n * per_round if n is not None and n <= most else math.inf
+        if n is not None and n <= most and n * per <= budget_s:
+            return (0, n * per)
+        if least * per > budget_s:
+            return (2, least * per)
+        rounds = max(least, min(most, int(budget_s // per) if math.isfinite(budget_s) else most))
+        # squared: as time, a fifth less of it is a tenth narrower
+        return (1, model.halfwidth_pp(d, rounds, confidence) ** 2)
 
     options = sorted(set(choices) | ({current} if current is not None else set()))
-    timed = [(cost(d), d) for d in options]
-    reach = [(c, d) for c, d in timed if math.isfinite(c)]
-    if not reach:
-        return min(options, key=lambda d: model.paired_var(d) * (d + model.overhead_s))
-    best_cost, best = min(reach)
-    if current is not None and cost(current) * (1 - KEEP_MARGIN) <= best_cost:
+    best = min(options, key=score)
+    if current is None:
+        return best
+    mine, theirs = score(current), score(best)
+    if mine[0] == theirs[0] and mine[1] * (1 - KEEP_MARGIN) <= theirs[1]:
         return current
     return best
 

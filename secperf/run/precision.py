@@ -80,6 +80,7 @@ def plan_point(
     measure: Measure,
     planned: Planned,
     *,
+    share_s: float | None = None,
     use_cache: bool | None = None,
 ) -> WorkloadPoint:
     """Calibrate one point (or take its cached noise: `use_cache`, by default as
@@ -117,6 +118,7 @@ def plan_point(
             confidence=rep.confidence,
             least=least,
             most=most,
+            budget_s=rep.budget if share_s is None else share_s,
             current=point.spec.duration,
         )
     )
@@ -154,7 +156,8 @@ def cached_forecast(scenario: Scenario, points: list[tuple[WorkloadPoint, int]])
         if calibrate.load(calibrate.cache_key(scenario, point)) is None:
             missing += 1
             continue
-        plan_point(scenario, point, tests, nothing, planned, use_cache=True)
+        share = scenario.repeat.budget / len(points)
+        plan_point(scenario, point, tests, nothing, planned, share_s=share, use_cache=True)
     if not planned.plans:
         return None
     line = planned.line(scenario)

@@ -5,7 +5,10 @@ round in its own shuffled order (seeded; the seed and every round's order are
 recorded in run.json). Rounds go on until, for every variant, the paired
 degradation of each primary metric has a confidence interval as narrow as the
 scenario asks (at least 3 rounds), the run's time budget is spent (how the points
-share it: secperf.run.budget) or the cap is reached; the stop reason is recorded.
+share it: secperf.run.budget; a variant within its targets sits out later rounds)
+or the cap is reached; the stop reason is recorded. With `[repeat] calibrate`, the
+baseline's noise is measured first and plans each point's test duration and the
+forecast said before the rounds (secperf.run.precision).
 A round during which other processes used a noticeable share of the testbed's CPUs
 is measured again. A point asked at a share of the closed-loop maximum (`load`)
 measures that maximum on the baseline first; after its rounds a point gets one
@@ -251,7 +254,12 @@ class Rounds:
             self._shape_links(testbed, state.point, restore=False)
             try:
                 state.point = plan_point(
-                    self.scenario, state.point, len(state.variants), measure, planned
+                    self.scenario,
+                    state.point,
+                    len(state.variants),
+                    measure,
+                    planned,
+                    share_s=self.scenario.repeat.budget / len(states),
                 )
             except SecperfError as exc:
                 planned.notes.append(f"{state.point.point_id}: not calibrated ({exc.message})")

@@ -151,3 +151,13 @@ def test_model_round_trips_through_json() -> None:
     m = fit(simulate(rng, CALIBRATION_DURATIONS, 4, fast=0.05, drift=0.01), OVERHEAD_S)
     back = NoiseModel.from_json(m.to_json())
     assert back.fast == m.fast and back.floor == m.floor and back.spreads == m.spreads
+
+
+def test_a_small_budget_keeps_tests_its_minimum_rounds_fit() -> None:
+    """Fast noise wants long tests, but not ones whose minimum rounds alone overrun
+    the point's share of the budget (a 20 s budget once got 10 s tests: 62 s)."""
+    white = NoiseModel(fast=2 * 0.2**2, floor=0.0, overhead_s=OVERHEAD_S)
+    kw = {"tests": 2, "target_pp": 2.0, "confidence": 0.95, "least": 3, "most": 6}
+    small = best_duration(white, **kw, budget_s=20.0)
+    assert 3 * 2 * (small + OVERHEAD_S) <= 20.0
+    assert best_duration(white, **kw) == 10.0
