@@ -44,9 +44,9 @@ def test_a_calibrated_run_says_its_forecast_first_and_again_in_its_answer(
     scenario = tmp_path / "planned.toml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "results"
+    args = ["run", str(scenario), "--out", str(out), "--calibrate", "fresh"]
     proc = subprocess.run(
-        [sys.executable, "-m", "secperf", "run", str(scenario), "--out", str(out)]
-        + ["--calibrate", "fresh"],
+        [sys.executable, "-m", "secperf", *args],
         capture_output=True,
         text=True,
         timeout=300,
