@@ -222,6 +222,19 @@ class PointPlan:
         n = _rounds_to(self.model, self.duration, self.target_pp, self.confidence, self.least)
         return n if n is not None and n <= self.most else None
 
+    def seconds_to_target(self) -> float | None:
+        """The least measuring time that reaches the target within the cap, at the
+        best duration for it (this plan's when pinned): what "needs about" says, even
+        where the budget made the plan choose otherwise. None: past the cap."""
+        best: float | None = None
+        for d in [self.duration] if self.pinned else sorted({*DURATION_CHOICES, self.duration}):
+            n = _rounds_to(self.model, d, self.target_pp, self.confidence, self.least)
+            if n is None or n > self.most:
+                continue
+            took = n * self.tests * (d + self.model.overhead_s)
+            best = took if best is None else min(best, took)
+        return best
+
     @property
     def why(self) -> str:
         """Why this duration, in words."""
@@ -391,9 +404,6 @@ def forecast(plans: Sequence[PointPlan], budget_s: float, target_pp: float) -> F
     widest = max((p.halfwidth_pp(rounds[p.point_id]) for p in plans), default=math.nan)
     needs: float | None = 0.0
     for p in plans:
-        n = p.rounds_to_target()
-        if n is None or n > p.most or needs is None:
-            needs = None
-            continue
-        needs += n * p.round_s
+        took = p.seconds_to_target()
+        needs = None if took is None or needs is None else needs + took
     return Forecast(target_pp, budget_s, needs, widest, rounds)

@@ -17,10 +17,8 @@ from typing import Any
 from secperf.plan import expanded_variants
 from secperf.results.metrics import metrics_for_kind
 from secperf.run import calibrate
-from secperf.run.estimate import TEST_OVERHEAD_S
+from secperf.run.estimate import calibration_seconds
 from secperf.run.noise import (
-    CALIBRATION_DURATIONS,
-    CALIBRATION_TESTS,
     PointPlan,
     best_duration,
     eta,
@@ -52,7 +50,9 @@ class Planned:
         if fc is None:
             return None
         text = str(fc["text"])
-        if "budget gives" in text:
+        if fc["needs_s"] is None:
+            text += f" ([repeat] max = {scenario.repeat.max} stops the rounds first)"
+        elif "budget gives" in text:
             text += " (--until-target runs on until it is reached, or --budget sets another)"
         return f"precision: {text}"
 
@@ -164,12 +164,6 @@ def cached_forecast(scenario: Scenario, points: list[tuple[WorkloadPoint, int]])
     if missing:
         line = f"{line} ({missing} point(s) not calibrated yet on this machine)"
     return line
-
-
-def calibration_seconds(point: WorkloadPoint) -> float:
-    """About how long one point's calibration takes."""
-    per = point.spec.warmup + TEST_OVERHEAD_S
-    return sum((d + per) * CALIBRATION_TESTS for d in CALIBRATION_DURATIONS)
 
 
 def precision_said(scenario: Scenario) -> str | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from secperf import stats
 from secperf.engine import Record
@@ -267,10 +268,11 @@ class Rounds:
                 self._shape_links(testbed, state.point, restore=True)
         line = planned.line(self.scenario)
         if line is not None:
-            self.console.print(line, highlight=False)
-            self.console.print(f"  test durations: {planned.durations_line()}", highlight=False)
+            self.console.print(escape(line), highlight=False)
+            durations = planned.durations_line()
+            self.console.print(f"  test durations: {escape(durations)}", highlight=False)
         for note in planned.notes:
-            self.console.print(f"[yellow]{note}[/]", highlight=False)
+            self.console.print(f"[yellow]{escape(note)}[/]", highlight=False)
         self._write_meta(precision=planned.to_json(self.scenario))
 
     def _state(self, point: WorkloadPoint) -> PointState:

@@ -157,7 +157,7 @@ def test_calibration_plans_the_duration_and_the_cache_is_reused(
     assert forecast["needs_s"] is None
     assert forecast["text"].startswith("±2 points is past the round cap here; the 5 min budget")
     text = fake.console.export_text()
-    assert "precision: ±2 points" in text and "--until-target" in text
+    assert "precision: ±2 points" in text and "[repeat] max = 40 stops the rounds first" in text
     assert text.index("precision:") < text.index("point(s) x")
     assert planned["source"] == "measured"
     assert list((state_dir / "noise").glob("*.json"))
