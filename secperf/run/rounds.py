@@ -403,7 +403,9 @@ class Rounds:
         retries = 0 if self.noise_persistent else rep.remeasure
         for attempt in range(retries + 1):
             key: int | str = number if attempt == 0 else f"{number}.{attempt}"
-            order = round_order(self.seed, point.point_id, key, list(state.by_name))
+            # the variants within their targets sit out (the order records who ran)
+            names = [n for n in state.by_name if n not in state.settled]
+            order = round_order(self.seed, point.point_id, key, names)
             state.stop["order"].append(order)
             disturbed: list[str] = []
             for name in order:

@@ -126,6 +126,9 @@ def test_a_variant_within_its_target_sits_out_later_rounds(tmp_path: Path) -> No
     assert len(base) == stop["reps"] > 3  # the baseline goes on beside v1, paired
     v1 = [rep for _pid, name, rep, _d, _ph in fake.tests if name == "v1"]
     assert v1 == base
+    # the recorded orders name who ran: v0 in the first 3 rounds only
+    assert [sorted(o) for o in stop["order"][3:]] == [[BASELINE, "v1"]] * (len(base) - 3)
+    assert all("v0" in o for o in stop["order"][:3])
 
 
 @pytest.fixture
