@@ -63,11 +63,7 @@ def estimate(scenario: Scenario) -> Estimate:
     rounds = planned_rounds(scenario, pairs)
 
     def traced(p: WorkloadPoint) -> int:
-        """The traced rounds of a point with a unit of work: the softirq round, and
-        the attribution round's two (profiled, counted; the baseline's one)."""
-        if WORKLOADS.get(p.kind).work_unit is None:
-            return 0
-        return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attributes)
+        return traced_rounds(scenario, p)
 
     least = scenario.repeat.min
     # the noise calibration (at most: a cached one measures nothing)
@@ -88,6 +84,14 @@ def estimate(scenario: Scenario) -> Estimate:
     )
     some = any(traced(p) for p, _t in pairs)
     return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds, some)
+
+
+def traced_rounds(scenario: Scenario, point: WorkloadPoint) -> int:
+    """The traced rounds of a point with a unit of work: the softirq round, and the
+    attribution round's two (profiled, counted; the baseline's one)."""
+    if WORKLOADS.get(point.kind).work_unit is None:
+        return 0
+    return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attributes)
 
 
 def calibration_seconds(point: WorkloadPoint) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 from secperf.plan import expanded_variants
 from secperf.results.metrics import metrics_for_kind
 from secperf.run import calibrate
-from secperf.run.estimate import calibration_seconds
+from secperf.run.estimate import calibration_seconds, traced_rounds
 from secperf.run.noise import (
     PointPlan,
     best_duration,
@@ -36,12 +36,18 @@ class Planned:
     plans: list[PointPlan] = field(default_factory=list)
     source: dict[str, str | float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # seconds of the budget the rounds cannot have: the traced and attribution rounds
+    set_aside_s: float = 0.0
 
     def forecast_json(self, scenario: Scenario) -> dict[str, Any] | None:
         if not self.plans:
             return None
         rep = scenario.repeat
-        return forecast(self.plans, rep.budget, rep.degradation_pp).to_json()
+        rounds_s = max(0.0, rep.budget - self.set_aside_s)
+        out = forecast(self.plans, rounds_s, rep.degradation_pp).to_json()
+        out["budget_s"] = rep.budget
+        out["set_aside_s"] = self.set_aside_s
+        return out
 
     def line(self, scenario: Scenario) -> str | None:
         """The run's first line about precision: what the budget resolves, and the
@@ -136,6 +142,8 @@ def plan_point(
     )
     planned.plans.append(plan)
     planned.source[point.point_id] = source
+    # its traced rounds (profiled ones take longer: counted as plain rounds, at least)
+    planned.set_aside_s += traced_rounds(scenario, point) * plan.round_s
     return point if duration == point.spec.duration else calibrate.with_duration(point, duration)
 
 

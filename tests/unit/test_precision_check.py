@@ -72,3 +72,22 @@ def test_bad_precision_flags_are_usage_errors(scenario: Path) -> None:
     assert check(str(scenario), "--budget", "3x")[0] == 2
     assert check(str(scenario), "--budget", "1min", "--until-target")[0] == 2
     assert check(str(scenario), "--calibrate", "sometimes")[0] == 2
+
+
+def test_the_traced_rounds_are_set_aside_from_the_budget(scenario: Path) -> None:
+    """The traced and attribution rounds spend the budget too: the forecast gives the
+    rounds what they leave (a quick run once got 3 stream rounds, forecast 3 + more)."""
+    sc = load_scenario(scenario)
+    (point,) = expand_scenario(sc)
+    calibrate.save(calibrate.cache_key(sc, point), "tps", NoiseModel(2 * 0.05**2, 0.0, 0.4))
+
+    def widest(text: str) -> float:
+        path = scenario.with_name("u.toml")
+        path.write_text(text)
+        code, out = check(str(path))
+        assert code == 0, out
+        return float(out.split("budget gives about ±")[1].split()[0])
+
+    plain = widest(SCENARIO)
+    traced = widest(SCENARIO.replace("trace_softirq = false", "trace_softirq = true"))
+    assert traced > plain
