@@ -16,6 +16,8 @@ from secperf import __version__
 from secperf import verbose as verbose_mod
 from secperf.api import check_out_dir, records, to_csv
 from secperf.cli_common import (
+    BUDGET,
+    CALIBRATE,
     DETAILS,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -24,6 +26,7 @@ from secperf.cli_common import (
     GATE_RULE,
     JUNIT,
     OUT,
+    UNTIL_TARGET,
     _check_names,
     _exit_for,
     _gate,
@@ -37,6 +40,7 @@ from secperf.cli_common import (
     err_console,
     exit_code,
     fail,
+    with_precision,
 )
 from secperf.cli_help import in_words
 from secperf.errors import SecperfError
@@ -76,6 +80,7 @@ from secperf.results.summary import build_summary
 from secperf.review_command import review
 from secperf.run.check_traffic import check_traffic
 from secperf.run.estimate import estimate, fmt_eta, least_rounds
+from secperf.run.precision import precision_said
 from secperf.run.preflight import (
     check_kernel,
     check_static,
@@ -160,6 +165,9 @@ def run(
     store: Annotated[Path | None, STORE] = None,
     expect_history: Annotated[list[str] | None, EXPECT_HISTORY] = None,
     history_junit: Annotated[Path | None, HISTORY_JUNIT] = None,
+    budget: Annotated[str | None, BUDGET] = None,
+    until_target: Annotated[bool, UNTIL_TARGET] = False,
+    calibrate: Annotated[str | None, CALIBRATE] = None,
 ) -> None:
     """Run a scenario: build the testbed, measure, write the run directory and the report;
     add it to the results store; then check its thresholds and history rules (exit 5 when
@@ -174,7 +182,7 @@ def run(
     if as_json:
         console.quiet = True  # stdout carries the JSON document alone
     try:
-        sc = load_scenario(scenario)
+        sc = with_precision(load_scenario(scenario), budget, until_target, calibrate)
         _check_names(sc, extra)
         check_out_dir(out)
         rundir = run_scenario(sc, out, console)
@@ -231,6 +239,9 @@ def check(
     scenarios: Annotated[
         list[Path], typer.Argument(help="Scenario files (or IPS .rules files) to validate.")
     ],
+    budget: Annotated[str | None, BUDGET] = None,
+    until_target: Annotated[bool, UNTIL_TARGET] = False,
+    calibrate: Annotated[str | None, CALIBRATE] = None,
 ) -> None:
     """Validate scenarios and everything they reference, or IPS rule files (*.rules);
     runs no traffic, builds no testbed."""
@@ -246,7 +257,7 @@ def check(
                     highlight=False,
                 )
                 continue
-            sc = load_scenario(path)
+            sc = with_precision(load_scenario(path), budget, until_target, calibrate)
             check_static(sc)
             skipped = ""
             notes = kernel_check_notes(sc)
@@ -296,6 +307,9 @@ def check(
                 + f"{escape(skipped)}{note}",
                 highlight=False,
             )
+            said = precision_said(sc)
+            if said is not None:
+                console.print(f"  {escape(said)}", highlight=False)
         except SecperfError as exc:
             failed = max(failed, exit_code(exc))
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -103,7 +103,7 @@ def _parse_expectations(texts: list[str]) -> list[Expect]:
     return out
 
 
-def _usage(message: str) -> None:
+def _usage(message: str) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(EXIT_USAGE)
 
@@ -178,3 +178,46 @@ def _exit_for(outcomes: list[Outcome], meta: dict[str, Any] | None = None) -> No
         raise typer.Exit(EXIT_FAILED)
     if failed(outcomes):
         raise typer.Exit(EXIT_THRESHOLD)
+
+
+BUDGET = typer.Option(
+    "--budget",
+    help="The run's measuring time instead of the scenario's [repeat] budget (e.g. \"10min\").",
+)
+UNTIL_TARGET = typer.Option(
+    "--until-target",
+    help="No time budget: rounds go on until every asked interval is met (or [repeat] max).",
+)
+CALIBRATE = typer.Option(
+    "--calibrate",
+    help="The noise calibration before the first round, instead of [repeat] calibrate: "
+    "cached (this machine's last one for the testbed's shape, measured when there is "
+    "none), fresh (measured again) or off.",
+)
+# --until-target: the longest budget a scenario may give (a week).
+UNTIL_TARGET_S = 7 * 86400.0
+
+
+def with_precision(
+    sc: Scenario, budget: str | None, until_target: bool, calibrate: str | None
+) -> Scenario:
+    """The scenario with the command line's budget and calibration (exit 2 on a bad
+    value): what the run embeds in run.json is what it ran."""
+    if budget is not None and until_target:
+        _usage("--budget and --until-target: give one")
+    if calibrate is not None and calibrate not in ("cached", "fresh", "off"):
+        _usage(f"--calibrate {calibrate!r}: expected cached, fresh or off")
+    changes: dict[str, Any] = {}
+    if until_target:
+        changes["budget"] = UNTIL_TARGET_S
+    elif budget is not None:
+        changes["budget"] = budget
+    if calibrate is not None:
+        changes["calibrate"] = calibrate
+    if not changes:
+        return sc
+    try:
+        repeat = type(sc.repeat).model_validate({**sc.repeat.model_dump(), **changes})
+    except ValidationError as exc:
+        _usage(f"--budget {budget!r}: {exc.errors()[0]['msg']}")
+    return sc.model_copy(update={"repeat": repeat})

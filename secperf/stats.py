@@ -44,6 +44,12 @@ def _t(confidence: float, df: float) -> float:
     return float(sps.t.ppf((1 + confidence) / 2, df))
 
 
+def t_quantile(confidence: float, df: float) -> float:
+    """The two-sided Student-t quantile an interval of `df` degrees of freedom uses."""
+    _check_confidence(confidence)
+    return _t(confidence, df)
+
+
 def tukey_outliers(values: Sequence[float]) -> tuple[int, ...]:
     """Indices of values outside [Q1 - 1.5 IQR, Q3 + 1.5 IQR]; none below 4 values."""
     if len(values) < 4:

@@ -392,6 +392,20 @@ def check_verdicts(summary: Mapping[str, Any]) -> list[CheckVerdict]:
     ]
 
 
+def precision_line(summary: Mapping[str, Any]) -> str | None:
+    """The noise calibration's forecast said again beside what the run reached, and
+    each planned test duration with why (None: the run planned nothing)."""
+    planned = summary.get("precision")
+    if not isinstance(planned, Mapping) or not planned.get("text"):
+        return None
+    tests = "; ".join(
+        f"{p.get('point_id')} {p.get('why')}"
+        for p in planned.get("points") or []
+        if isinstance(p, Mapping) and p.get("why")
+    )
+    return f"Precision {planned['text']}" + (f" (tests: {tests})" if tests else "")
+
+
 def rule_text(summary: Mapping[str, Any]) -> str:
     """The rule, in one sentence, for the head of the answer."""
     conf = float(summary.get("confidence", 0.95)) * 100
@@ -482,6 +496,9 @@ def answer_tables(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> li
     tags = variant_tags(run_meta)
     collapse = len(found) > COLLAPSE_ABOVE
     out: list[Any] = [Text("The answer — " + rule_text(summary), style="bold")] if found else []
+    planned = precision_line(summary)
+    if planned is not None:
+        out.append(Text(planned))
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
         grid = Table.grid(padding=(0, 2))
         for _ in range(4):

@@ -32,6 +32,7 @@ from secperf.report.answer import (
     baseline_only,
     check_verdicts,
     descriptions,
+    precision_line,
     rule_text,
     shared_limit,
     value_text,
@@ -162,7 +163,9 @@ def _answer_html(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
         return []
     about = descriptions(run_meta)
     tags = variant_tags(run_meta)
-    out = ['<table class="answer" id="verdicts">']
+    planned = precision_line(summary)
+    out = [f'<p class="precision">{escape(planned)}</p>'] if planned else []
+    out.append('<table class="answer" id="verdicts">')
     for variant in dict.fromkeys([*(v.variant for v in found), *(c.variant for c in checks)]):
         what = f" — {escape(about[variant])}" if variant in about else ""
         name = escape(tag_name(variant, tags))

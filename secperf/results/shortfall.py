@@ -10,7 +10,7 @@ rounds). Reads summary rows' fields only, so a summary written before this reads
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from secperf import stats
@@ -35,7 +35,7 @@ def shortfall(row: Mapping[str, Any], target_pp: float) -> dict[str, Any] | None
     no interval, or not a primary metric: the target is the stopping rule's, and a
     service demand is none): `target_pp`, `halfwidth_pp` (the larger side), `rounds`
     (paired), `reason` (why the point stopped, in words), `more_rounds` and `more_s`
-    (None when the rounds' time is unknown)."""
+    (None when the rounds' time is unknown), and `text`, the line the answer prints."""
     pct = _num(row.get("degradation_pct"))
     low, high = _num(row.get("degradation_ci_low")), _num(row.get("degradation_ci_high"))
     n = int(row.get("degradation_n") or 0)
@@ -51,7 +51,7 @@ def shortfall(row: Mapping[str, Any], target_pp: float) -> dict[str, Any] | None
     more = stats.rounds_to_target(n, half, target_pp)
     seconds, reps = _num(row.get("stop_rounds_s")), int(row.get("stop_reps") or 0)
     said = REASONS.get(str(row.get("stop_reason") or ""))
-    return {
+    out: dict[str, Any] = {
         "target_pp": target_pp,
         "halfwidth_pp": half,
         "rounds": n,
@@ -59,6 +59,8 @@ def shortfall(row: Mapping[str, Any], target_pp: float) -> dict[str, Any] | None
         "more_rounds": more,
         "more_s": more * seconds / reps if seconds is not None and reps > 0 else None,
     }
+    out["text"] = shortfall_text(out)
+    return out
 
 
 def duration_text(seconds: float) -> str:
@@ -85,3 +87,43 @@ def shortfall_text(s: Mapping[str, Any]) -> str:
         return f"{head}; {duration_text(float(more_s))} more would reach it"
     more = int(s.get("more_rounds") or 0)
     return f"{head}; about {more} more round{'' if more == 1 else 's'} would reach it"
+
+
+def planned_precision(
+    precision: Mapping[str, Any] | None, rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The run's precision plan (run.json `precision`) beside what it reached: the
+    forecast said before the first round, each planned point's test duration and why,
+    and the widest half width the primary degradations reached (`reached_pp`)."""
+    if not isinstance(precision, Mapping) or not isinstance(precision.get("forecast"), Mapping):
+        return None
+    forecast = dict(precision["forecast"])
+    planned = {
+        str(p.get("point_id")): p for p in precision.get("points") or [] if isinstance(p, Mapping)
+    }
+    widths = [
+        h
+        for r in rows
+        if r.get("primary") and r.get("variant") != "baseline" and r.get("point_id") in planned
+        for h in [_num(r.get("degradation_halfwidth_pp"))]
+        if h is not None
+    ]
+    reached = max(widths) if widths else None
+    said = f"planned before the run: {forecast.get('text')}"
+    if reached is not None:
+        said += f"; reached ±{reached:.1f}"
+    return {
+        "forecast": forecast,
+        "points": [
+            {
+                "point_id": pid,
+                "duration": p.get("duration"),
+                "pinned": p.get("pinned"),
+                "why": p.get("why"),
+                "source": p.get("source"),
+            }
+            for pid, p in planned.items()
+        ],
+        "reached_pp": reached,
+        "text": said,
+    }

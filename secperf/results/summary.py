@@ -33,7 +33,7 @@ from secperf.results.metrics import (
 )
 from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
-from secperf.results.shortfall import shortfall
+from secperf.results.shortfall import planned_precision, shortfall
 
 FORMAT = 1
 BASELINE = "baseline"
@@ -556,6 +556,8 @@ def build_summary(
         "budget_s": ((scenario.get("repeat") or {}).get("budget")),
         "offered": meta.get("offered") or {},
         "noise": noise,
+        # the noise calibration's plan and forecast, beside what the run reached
+        "precision": planned_precision(meta.get("precision"), rows),
         # the traced round: the kernel's softirq time per unit, and each variant's own cost
         "softirq": evidence.mechanism_cost(traced, cpu),
         "softirq_note": (meta.get("softirq") or {}).get("why"),

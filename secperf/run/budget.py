@@ -6,15 +6,16 @@ A point always runs its `min` rounds (its workload's `min_rounds` when set, the 
 rising to it). Beyond them, rounds go on while the point's asked intervals are not
 met, it has rounds left under `max`, and the time allows:
 
-- pass 1 visits the points in order; each may use an equal share of the budget
-  still left (left / points not yet visited), so a point that meets its targets
-  early leaves its time to the points after it;
-- pass 2 shares what is left equally between the points still short of their
-  targets, visiting them again in order (a point's rounds are numbered on, and each
-  round pairs its own baseline and variants, so a later visit pairs as well as an
-  earlier one);
-- a round is started only if it fits its point's share, judged by the longest
-  round that point has taken so far (a round that cannot fit would overrun).
+- pass 1 visits the points in order for their minimum rounds (an equal share of
+  what is left bounding them beyond that), then their traced rounds;
+- pass 2 gives one round at a time to the point whose widest interval is furthest
+  from its target per second of its round (`priority`), while that round fits
+  what is left; a point's rounds are numbered on, and each round pairs its own
+  baseline and variants, so a later round pairs as well as an earlier one; a
+  variant within its targets sits out its point's later rounds
+  (secperf.run.allocate);
+- a round is started only if it fits what is left, judged by the longest round
+  its point has taken so far (a round that cannot fit would overrun).
 
 The minimum rounds are not in the budget's way: they run even when they alone
 exceed it (their time is spent from the budget all the same), and `secperf check`
@@ -23,6 +24,7 @@ says so.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,3 +106,15 @@ def estimate_rounds(
         rounds.append(n)
         left -= n * r
     return rounds
+
+
+def priority(halfwidth: float, target: float, round_s: float) -> float | None:
+    """How much the next round of a point buys: how far its widest interval is from
+    its target (relative: (h - target) / target) per second of a round. None: within
+    its target (or no target), nothing to buy. A point with no interval yet (h
+    infinite) comes first, the shorter round first among such."""
+    if target <= 0 or halfwidth <= target:
+        return None
+    if not math.isfinite(halfwidth):
+        return 1e12 / max(round_s, 1e-3)
+    return (halfwidth - target) / target / max(round_s, 1e-3)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from secperf.plan import expanded_variants
 from secperf.run.budget import estimate_rounds
+from secperf.run.noise import CALIBRATION_DURATIONS, CALIBRATION_TESTS
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
 from secperf.workloads.registry import WORKLOADS
@@ -62,19 +63,41 @@ def estimate(scenario: Scenario) -> Estimate:
     rounds = planned_rounds(scenario, pairs)
 
     def traced(p: WorkloadPoint) -> int:
-        """The traced rounds of a point with a unit of work: the softirq round, and
-        the attribution round's two (profiled, counted; the baseline's one)."""
-        if WORKLOADS.get(p.kind).work_unit is None:
-            return 0
-        return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attributes)
+        return traced_rounds(scenario, p)
 
     least = scenario.repeat.min
-    minimum = sum(point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs)
-    planned = sum(
+    # the noise calibration (at most: a cached one measures nothing)
+    calibration = (
+        sum(
+            calibration_seconds(p)
+            for p, t in pairs
+            if t >= 2 and WORKLOADS.get(p.kind).calibrates(p.spec)
+        )
+        if scenario.repeat.calibrate != "off"
+        else 0.0
+    )
+    minimum = calibration + sum(
+        point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs
+    )
+    planned = calibration + sum(
         point_seconds(p, n + traced(p), t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
     )
     some = any(traced(p) for p, _t in pairs)
     return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds, some)
+
+
+def traced_rounds(scenario: Scenario, point: WorkloadPoint) -> int:
+    """The traced rounds of a point with a unit of work: the softirq round, and the
+    attribution round's two (profiled, counted; the baseline's one)."""
+    if WORKLOADS.get(point.kind).work_unit is None:
+        return 0
+    return int(scenario.repeat.trace_softirq) + 2 * int(scenario.repeat.attributes)
+
+
+def calibration_seconds(point: WorkloadPoint) -> float:
+    """About how long one point's noise calibration takes (secperf.run.calibrate)."""
+    per = point.spec.warmup + TEST_OVERHEAD_S
+    return sum((d + per) * CALIBRATION_TESTS for d in CALIBRATION_DURATIONS)
 
 
 def estimate_seconds(scenario: Scenario) -> tuple[float, float]:

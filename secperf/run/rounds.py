@@ -5,7 +5,10 @@ round in its own shuffled order (seeded; the seed and every round's order are
 recorded in run.json). Rounds go on until, for every variant, the paired
 degradation of each primary metric has a confidence interval as narrow as the
 scenario asks (at least 3 rounds), the run's time budget is spent (how the points
-share it: secperf.run.budget) or the cap is reached; the stop reason is recorded.
+share it: secperf.run.budget; a variant within its targets sits out later rounds)
+or the cap is reached; the stop reason is recorded. With `[repeat] calibrate`, the
+baseline's noise is measured first and plans each point's test duration and the
+forecast said before the rounds (secperf.run.precision).
 A round during which other processes used a noticeable share of the testbed's CPUs
 is measured again. A point asked at a share of the closed-loop maximum (`load`)
 measures that maximum on the baseline first; after its rounds a point gets one
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from secperf import stats
 from secperf.engine import Record
@@ -31,9 +35,11 @@ from secperf.errors import EngineError, SecperfError
 from secperf.plan import BASELINE, Plan, Variant
 from secperf.results.metrics import extract, metrics_for_kind
 from secperf.run import profile, softirq
+from secperf.run.allocate import relative_width, within_target
 from secperf.run.attribution import Counting, profiled_cpus
-from secperf.run.budget import Budget, Visit, next_round
+from secperf.run.budget import Budget, Visit, next_round, priority
 from secperf.run.estimate import fmt_eta, least_rounds, planned_rounds
+from secperf.run.precision import Planned, plan_point
 from secperf.run.progress import RunProgress
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint
@@ -78,6 +84,8 @@ class PointState:
     traced: bool = False
     attributed: bool = False
     calibrated: bool = False
+    # variants within their targets: left out of the point's later rounds
+    settled: set[str] = field(default_factory=set)
 
     @property
     def by_name(self) -> dict[str, Variant]:
@@ -158,6 +166,7 @@ class Rounds:
     def _measure_all(self, testbed: Testbed) -> None:
         rep = self.scenario.repeat
         states = [self._state(p) for p in self.plan.points]
+        self._plan_precision(testbed, states)
         rounds = planned_rounds(self.scenario, [(s.point, len(s.variants)) for s in states])
         total = sum(
             self._estimate(s.point, n, len(s.variants)) for s, n in zip(states, rounds, strict=True)
@@ -171,25 +180,100 @@ class Rounds:
         )
         budget = Budget(rep.budget, clock=self.clock)
         with RunProgress(self.console, total) as progress:
-            # Pass 1: every point in order, each with an equal share of what is left.
+            # Pass 1: every point in order, its minimum rounds (its share of the budget
+            # as a bound beyond them), then its traced rounds.
             for index, state in enumerate(states):
                 self.point_no = (index + 1, len(states))
-                self._visit(testbed, state, Visit.of(budget, len(states) - index), progress)
-            # Pass 2: what is left, shared by the points still short of their targets.
-            while True:
-                short = [s for s in states if not s.done]
-                ran = False
-                for index, state in enumerate(short):
-                    visit = Visit.of(budget, len(short) - index)
-                    if visit.fits(state.longest_round_s):
-                        self.point_no = (states.index(state) + 1, len(states))
-                        ran |= self._visit(testbed, state, visit, progress)
-                if not short or not ran:
-                    break
+                visit = Visit.of(budget, len(states) - index)
+                least = state.point.min_rounds(rep.min)
+                self._visit(testbed, state, visit, progress, until=least)
+            # Pass 2: one round at a time to the point whose widest interval is furthest
+            # from its target per second of its round, while a round fits what is left.
+            stuck: set[str] = set()
+            while (wanted := self._most_wanted(states, budget, stuck)) is not None:
+                self.point_no = (states.index(wanted) + 1, len(states))
+                visit = Visit(budget.clock() + budget.left(), budget.clock)
+                if not self._visit(testbed, wanted, visit, progress, until=wanted.rounds + 1):
+                    stuck.add(wanted.point.point_id)
         for state in states:
             if not state.done:
                 state.stop["reason"] = "budget_spent"
         self._write_meta()
+
+    def _most_wanted(
+        self, states: list[PointState], budget: Budget, stuck: set[str]
+    ) -> PointState | None:
+        """The point the next round buys the most at (budget.priority); points within
+        their targets or at their cap are done on the way."""
+        rep = self.scenario.repeat
+        best: tuple[float, PointState] | None = None
+        for state in states:
+            if state.done or state.point.point_id in stuck:
+                continue
+            met = self._met(state)
+            if met is not False:
+                state.done = True
+                state.stop["reason"] = "unpaired" if met is None else "ci_met"
+                continue
+            if state.rounds >= state.point.max_rounds(rep.max):
+                state.done = True
+                state.stop["reason"] = "max_reached"
+                continue
+            if state.longest_round_s > budget.left():
+                continue
+            width = relative_width(
+                state.values,
+                state.primary,
+                baseline=BASELINE,
+                repeat=rep,
+                ratio=state.ratio,
+                leave_out=state.settled,
+            )
+            score = priority(width, 1.0, state.longest_round_s) or 0.0
+            if best is None or score > best[0]:
+                best = (score, state)
+        return None if best is None else best[1]
+
+    def _plan_precision(self, testbed: Testbed, states: list[PointState]) -> None:
+        """The noise calibration and the plan it gives (secperf.run.precision): each
+        calibrated point's duration, and the budget's forecast said before the rounds."""
+        if self.scenario.repeat.calibrate == "off":
+            return
+        planned = Planned()
+        for state in states:
+            if state.done or BASELINE not in state.by_name:
+                continue
+            base = state.by_name[BASELINE]
+
+            def measure(
+                point: WorkloadPoint, n: int, base: Variant = base
+            ) -> tuple[dict[str, float], float]:
+                began = self.clock()
+                got = self._measure_test(testbed, base, point, n, phase="noise")
+                return extract(got.result), self.clock() - began
+
+            self._shape_links(testbed, state.point, restore=False)
+            try:
+                state.point = plan_point(
+                    self.scenario,
+                    state.point,
+                    len(state.variants),
+                    measure,
+                    planned,
+                    share_s=self.scenario.repeat.budget / len(states),
+                )
+            except SecperfError as exc:
+                planned.notes.append(f"{state.point.point_id}: not calibrated ({exc.message})")
+            finally:
+                self._shape_links(testbed, state.point, restore=True)
+        line = planned.line(self.scenario)
+        if line is not None:
+            self.console.print(escape(line), highlight=False)
+            durations = planned.durations_line()
+            self.console.print(f"  test durations: {escape(durations)}", highlight=False)
+        for note in planned.notes:
+            self.console.print(f"[yellow]{escape(note)}[/]", highlight=False)
+        self._write_meta(precision=planned.to_json(self.scenario))
 
     def _state(self, point: WorkloadPoint) -> PointState:
         variants = self.plan.variants_at(point)
@@ -214,10 +298,17 @@ class Rounds:
         )
 
     def _visit(
-        self, testbed: Testbed, state: PointState, visit: Visit, progress: RunProgress
+        self,
+        testbed: Testbed,
+        state: PointState,
+        visit: Visit,
+        progress: RunProgress,
+        *,
+        until: int | None = None,
     ) -> bool:
-        """Rounds of one point until its targets are met, its cap or its share of the
-        budget is reached; then (once) its traced round. True if a round ran."""
+        """Rounds of one point until its targets are met, its cap, its share of the
+        budget or `until` rounds are reached; then (once) its traced round. True if a
+        round ran."""
         rep = self.scenario.repeat
         ran = False
         if state.done:
@@ -241,6 +332,8 @@ class Rounds:
                         state.done = True
                         state.stop["reason"] = "unpaired" if met is None else why
                     break
+                if until is not None and state.rounds >= until:
+                    break
                 if state.rounds >= state.point.min_rounds(rep.min):
                     progress.grow(self._estimate(state.point, 1, len(state.variants)))
                 began = self.clock()
@@ -250,6 +343,7 @@ class Rounds:
                 # the rounds' measuring time: what a missed target's "about N min more" scales
                 state.stop["rounds_s"] = round(float(state.stop.get("rounds_s", 0.0)) + took, 3)
                 ran = True
+                self._settle(state)
             # the traced round gives softirq per unit of work: kinds without a unit
             # (searches, latency, checks) get none
             unit = WORKLOADS.get(state.point.kind).work_unit
@@ -263,6 +357,23 @@ class Rounds:
             self._shape_links(testbed, state.point, restore=True)
         self._write_meta()
         return ran
+
+    def _settle(self, state: PointState) -> None:
+        """Variants already within their targets sit out the point's later rounds
+        (run.json `stops[].settled`: variant -> the rounds it had)."""
+        rep = self.scenario.repeat
+        for name in within_target(
+            state.values,
+            state.primary,
+            baseline=BASELINE,
+            repeat=rep,
+            rounds=state.rounds,
+            least=state.point.min_rounds(rep.min),
+            ratio=state.ratio,
+        ):
+            if name not in state.settled:
+                state.settled.add(name)
+                state.stop.setdefault("settled", {})[name] = state.rounds
 
     def _met(self, state: PointState) -> bool | None:
         """Are the point's asked intervals met (None: no round paired anything)?"""
@@ -292,7 +403,9 @@ class Rounds:
         retries = 0 if self.noise_persistent else rep.remeasure
         for attempt in range(retries + 1):
             key: int | str = number if attempt == 0 else f"{number}.{attempt}"
-            order = round_order(self.seed, point.point_id, key, list(state.by_name))
+            # the variants within their targets sit out (the order records who ran)
+            names = [n for n in state.by_name if n not in state.settled]
+            order = round_order(self.seed, point.point_id, key, names)
             state.stop["order"].append(order)
             disturbed: list[str] = []
             for name in order:
@@ -302,6 +415,8 @@ class Rounds:
                 progress.show(where, label, name, log_line=name == order[0])
                 if name not in state.by_name:
                     continue  # failed earlier in this round (a failed baseline ends the point)
+                if name in state.settled:
+                    continue  # within its targets: its rounds so far stand
                 try:
                     got = self._measure_test(testbed, state.by_name[name], point, number)
                 except SecperfError as exc:

@@ -19,7 +19,9 @@ from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    ModelWrapValidatorHandler,
     PlainValidator,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -91,6 +93,12 @@ class Repeat(StrictModel):
     # live rule set (hot rules, rules walked per chain); its rates are not used. Not
     # given: as trace_softirq (a file that leaves one extra round out leaves both).
     attribution: bool | None = None
+    # The noise calibration before the first round (secperf.run.calibrate): "off" (none),
+    # "cached" (this machine's and testbed shape's last one, measured when there is none
+    # younger than a week) or "fresh" (measured again). It plans each calibrated
+    # workload's test duration (unless the workload gives `duration` itself) and says
+    # before the run what the budget resolves.
+    calibrate: Literal["off", "cached", "fresh"] = "off"
 
     @property
     def attributes(self) -> bool:
@@ -232,6 +240,32 @@ class Scenario(StrictModel):
     paper_table: list[PaperTable] = Field(default_factory=list)
     # Where the scenario came from; set by the loader, never read from the file.
     source: Path | None = Field(default=None, exclude=True, strict=False)
+
+    # The workloads (by index) whose table gives `duration` itself: a planned test
+    # duration leaves them as they are (secperf.run.calibrate).
+    _pinned_durations: frozenset[int] = PrivateAttr(default_factory=frozenset)
+
+    @property
+    def pinned_durations(self) -> frozenset[int]:
+        return self._pinned_durations
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_pinned_durations(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Scenario]
+    ) -> Scenario:
+        """Which workloads give `duration` themselves (before [timing] fills the rest)."""
+        given: frozenset[int] = frozenset()
+        if isinstance(data, dict) and isinstance(data.get("workloads"), list):
+            given = frozenset(
+                i
+                for i, w in enumerate(data["workloads"])
+                if isinstance(w, dict) and "duration" in w
+            )
+        scenario = handler(data)
+        if isinstance(data, dict):
+            scenario._pinned_durations = given
+        return scenario
 
     @model_validator(mode="before")
     @classmethod

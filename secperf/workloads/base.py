@@ -451,6 +451,9 @@ class WorkloadKind(Generic[S]):
     - `validate(spec, testbed, topology)`: a scenario-level check (Refused, or None);
       `preflight(spec, ctx)`: a static check before any testbed (raises ScenarioError);
       `tools(spec)`: the programs it needs;
+    - `calibrates(spec)`: a test's figure is a rate over `duration`, so the noise
+      calibration measures the baseline's noise and may plan the duration
+      (secperf.run.calibrate); never for searches, checks and fixed transfers;
     - `offered`: the kind can run open loop at a fixed offered rate (OfferedLoad);
     - `rule_set_traffic(spec)`: the kind sends a rule-set review's traffic: "coverage"
       (derived from the scenario's rule sets) or the path of the user's own flow file
@@ -475,4 +478,5 @@ class WorkloadKind(Generic[S]):
     checks: bool = False
     layout: ReportLayout | None = None
     offered: OfferedLoad | None = None
+    calibrates: Callable[[S], bool] = never
     rule_set_traffic: Callable[[S], str | Path | None] | None = None

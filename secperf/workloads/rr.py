@@ -115,5 +115,6 @@ KIND = WorkloadKind(
     hosts=flood_beside.hosts,
     floods=flood_beside.floods,
     generators=True,
+    calibrates=flood_beside.timed_alone,
     offered=OFFERED,
 )

@@ -266,6 +266,12 @@ METRICS: tuple[MetricRow, ...] = (
     *flood_beside.METRICS,
 )
 
+
+def timed_transfer(spec: StreamWorkload) -> bool:
+    """Timed by `duration` (not a fixed transfer), with no flood beside it."""
+    return spec.bytes is None and flood_beside.timed_alone(spec)
+
+
 KIND = WorkloadKind(
     name="stream",
     model=StreamWorkload,
@@ -278,4 +284,5 @@ KIND = WorkloadKind(
     generators=True,
     test_seconds=planned_seconds,
     preflight=check_socket_buffers,
+    calibrates=timed_transfer,
 )

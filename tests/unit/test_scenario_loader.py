@@ -164,7 +164,8 @@ def test_unknown_key_far_from_any_lists_valid_keys(tmp_path: Path) -> None:
     (problem,) = problems(path)
     assert problem.key == "repeat.zzzz" and problem.line == 5
     assert problem.fix == (
-        "valid keys here: attribution, budget, confidence, degradation_pp, disturbed_pct, "
+        "valid keys here: attribution, budget, calibrate, confidence, degradation_pp, "
+        "disturbed_pct, "
         "halfwidth_pct, max, min, remeasure, seed, trace_softirq"
     )
 

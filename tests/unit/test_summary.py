@@ -402,6 +402,11 @@ def test_a_missed_target_is_in_the_summary_with_rounds_and_an_estimate(tmp_path:
     assert short["target_pp"] == 2.0 and short["rounds"] == 4
     assert short["halfwidth_pp"] == pytest.approx(acl["degradation_halfwidth_pp"])
     assert short["reason"] == "budget spent"
+    # the JSON carries the answer's line
+    assert (
+        short["text"].startswith("target ±2 not met: ±")
+        and "after 4 rounds (budget" in short["text"]
+    )
     # the half width shrinks as 1/sqrt(n): n (h/t)^2 rounds in all, 10 s a round here
     more = math.ceil(4 * (short["halfwidth_pp"] / 2.0) ** 2) - 4
     assert short["more_rounds"] == more and short["more_s"] == pytest.approx(more * 10.0)

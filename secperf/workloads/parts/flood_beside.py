@@ -112,3 +112,9 @@ METRICS: tuple[MetricRow, ...] = (
     (BESIDE_RX, field("flood", "received_pps")),
     (BESIDE_DROP, field("flood", "dut_drop_pct")),
 )
+
+
+def timed_alone(spec: FloodBeside) -> bool:
+    """A rate over `duration` with no flood beside it: the noise calibration may plan
+    its duration (WorkloadKind.calibrates)."""
+    return not floods(spec)
