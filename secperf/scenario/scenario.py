@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
