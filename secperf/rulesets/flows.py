@@ -325,8 +325,24 @@ class _Deriver:
         addr, port = _split_target(e.target)
         if e.verdict == "redirect":
             return replace(flow, egress=None, to_dut=True, served_port=port or flow.dport)
-        egress = self._other([flow.ingress] if flow.ingress else [])
-        return replace(flow, egress=egress, served_by=addr, served_port=port or flow.dport)
+        served = replace(flow, served_by=addr, served_port=port or flow.dport)
+        return replace(served, egress=self._dnat_egress(served))
+
+    def _dnat_egress(self, flow: Flow) -> str | None:
+        """The interface a DNAT'd flow leaves by: the one a forward accept that names an
+        outgoing interface lets the rewritten flow out of (a router's DMZ leg), else the
+        first interface other than its ingress."""
+        others = [i for i in self.interfaces if i not in ("lo", flow.ingress)]
+        rewritten = replace(flow, dst=flow.served_by or flow.dst, dport=flow.served_port)
+        for entries in self.walks.values():
+            for f in entries:
+                if f.base.type != "filter" or f.base.hook != "forward" or f.match.oif is None:
+                    continue
+                if f.verdict not in ACCEPTING or f.match.oif not in others:
+                    continue
+                if covers(f.match, replace(rewritten, egress=f.match.oif)):
+                    return f.match.oif
+        return others[0] if others else None
 
     def _after_dnat(self, e: _Entry) -> None:
         """A forward accept of DNAT'd traffic: the flow of a DNAT rule it lets through."""

@@ -11,6 +11,7 @@ ICMP type other than echo-request...). Values are kept as the choices the rule a
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -298,11 +299,22 @@ def of(rule: Rule, rs: RuleSet) -> Match:
         ) from exc
 
 
-def _ipt_ports(text: str) -> list[tuple[int, int]]:
+def _ipt_port(text: str, proto: str) -> int:
+    """A port as iptables reads it: a number, or a service name looked up as iptables
+    does (getservbyname, /etc/services: `ssh`, `domain`, `auth`)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return socket.getservbyname(text, proto if proto in ("tcp", "udp") else "tcp")
+    except OSError as exc:
+        raise Unresolvable(f"port {text!r} is no service name this machine knows") from exc
+
+
+def _ipt_ports(text: str, proto: str = "tcp") -> list[tuple[int, int]]:
     out = []
     for part in text.split(","):
         lo, _, hi = part.partition(":")
-        out.append((int(lo), int(hi or lo)))
+        out.append((_ipt_port(lo, proto), _ipt_port(hi or lo, proto)))
     return out
 
 
@@ -334,10 +346,10 @@ def _iptables(args: list[str]) -> Match:
             getattr(m, f"{side}_not" if neg else side).append(network(val.split("-")[0]))
         elif a in ("--dport", "--destination-port", "--dports", "--destination-ports"):
             if not neg:
-                m.dports = _ipt_ports(val)
+                m.dports = _ipt_ports(val, m.protos[0] if m.protos else "tcp")
         elif a in ("--sport", "--source-port"):
             if not neg:
-                m.sport = _ipt_ports(val)[0][0]
+                m.sport = _ipt_ports(val, m.protos[0] if m.protos else "tcp")[0][0]
         elif a in ("--ctstate", "--state"):
             states = {s.lower() for s in val.split(",")}
             if "dnat" in states:
@@ -361,7 +373,7 @@ def _iptables(args: list[str]) -> Match:
             took = 2 if i + 1 < len(args) and not args[i + 1].startswith("-") else 1
         neg = False
         i += took
-    if iptsave.option(args, "-j") in ("DNAT", "SNAT") and m.family is None:
+    if iptsave.option(args, "-j", "--jump") in ("DNAT", "SNAT") and m.family is None:
         m.family = "ip"
     return m
 

@@ -198,7 +198,10 @@ for p in json.loads(sys.argv[1]):
     elif p["protocol"] == "icmp" and fam == socket.AF_INET:
         # an echo request whose identifier is the probe's own "port"
         body = struct.pack("!BBHHH", 8, 0, 0, p["sport"], 1) + b"secperf-probe"
-        total = sum(struct.unpack("!%dH" % (len(body) // 2), body[: len(body) // 2 * 2]))
+        # RFC 1071: an odd last byte is summed as if padded with a zero (a wrong sum
+        # makes conntrack call the echo INVALID, and a ct state invalid drop take it)
+        even = body + b"\0" * (len(body) % 2)
+        total = sum(struct.unpack("!%dH" % (len(even) // 2), even))
         total = (total >> 16) + (total & 0xFFFF)
         total += total >> 16
         body = body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
