@@ -149,6 +149,21 @@ def coverage(rs: RuleSet, use: Use, notes: list[str] | None = None) -> list[Flow
         raise bad_input(exc, use) from None
 
 
+def dnat_of(f: Flow, uses: list[Use], loaded: dict[tuple[Path, str], RuleSet]) -> Flow:
+    """A flow of the user's file answered where the first rule set (in variant order)
+    that DNATs it sends it (secperf.rulesets.flows.dnat_served), as coverage flows are."""
+    for u in uses:
+        try:
+            served = derive_flows.dnat_served(
+                loaded[(u.use.path, u.use.format)], list(u.use.interfaces), f
+            )
+        except MechanismError as exc:
+            raise bad_input(exc, u) from None
+        if served is not f:
+            return served
+    return f
+
+
 def bad_input(exc: MechanismError, use: Use) -> ScenarioError:
     return ScenarioError(
         exc.message,
@@ -244,7 +259,9 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
                 derived = coverage(loaded[(u.use.path, u.use.format)], u, notes)
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
-            own = read_traffic(traffic_file(scenario, source, key))
+            own = [
+                dnat_of(f, uses, loaded) for f in read_traffic(traffic_file(scenario, source, key))
+            ]
             wanted += [(f, behind, uses[0].use.host) for f in own]
     flows = unique_flows(wanted)
     named = [n for rs in loaded.values() for n in named_prefixes(rs)]

@@ -57,6 +57,39 @@ def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = Non
     return [replace(f, name=f"f{i}") for i, f in enumerate(d.flows, 1)]
 
 
+def dnat_served(rs: RuleSet, interfaces: Sequence[str], flow: Flow) -> Flow:
+    """A flow of the user's own traffic as `rs` rewrites it: when the first nat
+    prerouting rule that decides it is a DNAT, the flow is answered on the rewritten
+    address and port (`served_by`, `served_port`), behind the interface the forward
+    accept of the rewritten flow names, as a coverage flow of that DNAT rule is. The
+    flow's fields must meet the rule (a rule on `iifname "wan0"` needs the flow's
+    ingress); any other flow comes back as it was."""
+    if flow.served_by is not None or flow.to_dut:
+        return flow
+    d = _Deriver(rs, list(interfaces))
+    for c in rs.chains:
+        if (c.hook, c.type) in (("prerouting", "nat"), ("forward", "filter")):
+            entries: list[_Entry] = []
+            d._walk(c, c, None, [], entries)
+            d.walks[(c.family, c.table, c.name)] = entries
+    for c in rs.chains:
+        if (c.hook, c.type) != ("prerouting", "nat"):
+            continue
+        for e in d.walks[(c.family, c.table, c.name)]:
+            if e.verdict in ("jump", "goto", "continue") or not covers(e.match, flow):
+                continue
+            if e.verdict != "dnat" or e.target is None:
+                break  # another decision (accept, redirect, a DNAT from a map) takes it
+            addr, port = _split_target(e.target)
+            served = replace(flow, served_by=addr, served_port=port or flow.dport)
+            return (
+                served
+                if flow.egress is not None
+                else replace(served, egress=d._dnat_egress(served))
+            )
+    return flow
+
+
 class _Deriver:
     def __init__(self, rs: RuleSet, interfaces: list[str]):
         self.rs, self.interfaces = rs, interfaces

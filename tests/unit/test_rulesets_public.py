@@ -5,14 +5,16 @@ as a testbed host. (tests/netns/test_review_public.py reviews them end to end.)"
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from secperf.errors import MechanismError, ScenarioError
 from secperf.review import review_scenario
-from secperf.rulesets.flows import derive
+from secperf.rulesets.flows import derive, dnat_served
 from secperf.rulesets.load import load
+from secperf.rulesets.model import Flow
 from secperf.rulesets.placement import own_nat_sources, snat_sources
 
 PUBLIC = Path(__file__).parent.parent.parent / "rules" / "public"
@@ -70,3 +72,18 @@ def test_a_third_interface_is_a_third_host_linked_to_the_dut() -> None:
     assert "topology" not in two  # the standard plan
     with pytest.raises(ScenarioError):
         review_scenario(ROUTER, ROUTER, interfaces={"eth0": "client", "eth2": "DMZ!"})
+
+
+def test_a_flow_files_flow_to_a_dnat_address_is_answered_where_the_dnat_sends_it() -> None:
+    rs = load(ROUTER, "iptables")
+    ifaces = ["eth0", "eth1", "eth2"]
+    web = Flow("web", "tcp", "198.51.100.7", "193.43.91.203", 80, "eth1", None)
+    served = dnat_served(rs, ifaces, web)
+    assert (served.served_by, served.served_port, served.egress) == ("192.168.1.2", 80, "eth2")
+    # no DNAT for the port, no ingress the rule names: as it was
+    for f in (
+        replace(web, dport=8443),
+        replace(web, ingress=None),
+        replace(web, ingress="eth0"),
+    ):
+        assert dnat_served(rs, ifaces, f) is f
