@@ -43,6 +43,23 @@ class _Entry:
     verdict: str
     target: str | None
     base: Chain
+    path: tuple[str, ...] = ()  # the chains the walk is in, the base chain first
+
+
+def _met(earlier: Sequence[_Entry], flow: Flow) -> list[_Entry]:
+    """The earlier entries `flow` meets: a RETURN that matches it takes it out of its
+    chain, so the rest of that chain (and what it jumps to) is not met."""
+    out: list[_Entry] = []
+    skip: tuple[str, ...] | None = None
+    for prior in earlier:
+        if skip is not None and prior.path[: len(skip)] == skip:
+            continue
+        skip = None
+        if prior.verdict == "return" and covers(prior.match, flow):
+            skip = prior.path
+            continue
+        out.append(prior)
+    return out
 
 
 def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = None) -> list[Flow]:
@@ -158,7 +175,7 @@ class _Deriver:
         path: list[str],
         out: list[_Entry],
     ) -> None:
-        out.append(_Entry(rule, m, verdict, target, base))
+        out.append(_Entry(rule, m, verdict, target, base, tuple(path)))
         if verdict in ("jump", "goto") and target is not None:
             entered = self.rs.chain(chain.family, chain.table, target)
             if entered is None:
@@ -188,7 +205,13 @@ class _Deriver:
             flow = self._flow(e.match, hook or "forward", where)
             if flow is None:
                 return
-            for prior in earlier:
+            if not any(x is e for x in _met([*earlier, e], flow)):
+                self.notes.append(
+                    f"{where}: no flow: a RETURN before it takes every flow it matches out "
+                    "of its chain"
+                )
+                return
+            for prior in _met(earlier, flow):
                 if prior.verdict in DENYING and covers(prior.match, flow):
                     self.notes.append(
                         f"{where}: no flow: the flow made for it is denied first by "
@@ -200,7 +223,13 @@ class _Deriver:
             flow = self._flow(e.match, hook or "forward", where)
             if flow is None:
                 return
-            for prior in earlier:
+            if not any(x is e for x in _met([*earlier, e], flow)):
+                self.notes.append(
+                    f"{where}: no probe: a RETURN before it takes every flow it matches out "
+                    "of its chain (on an input chain, every flow is to the DUT's own address)"
+                )
+                return
+            for prior in _met(earlier, flow):
                 if prior.verdict in ACCEPTING and covers(prior.match, flow):
                     self.notes.append(
                         f"{where}: no probe: every flow it matches is accepted first by "
@@ -424,7 +453,8 @@ class _Deriver:
             if flow is None:
                 continue
             if not any(
-                e.verdict not in ("jump", "goto") and covers(e.match, flow) for e in entries
+                e.verdict not in ("jump", "goto", "return") and covers(e.match, flow)
+                for e in _met(entries, flow)
             ):
                 self.flows.append(replace(flow, expect="deny", rule=None, origin="coverage:policy"))
                 return
@@ -437,6 +467,8 @@ def covers(m: Match, flow: Flow) -> bool:
     if m.cannot or not m.new_connections() or (m.ct_dnat and flow.served_by is None):
         return False
     if (m.iif is not None and m.iif != flow.ingress) or flow.ingress in m.iif_not:
+        return False
+    if m.dst_local is not None and m.dst_local != flow.to_dut:
         return False
     if (m.oif is not None and m.oif != flow.egress) or flow.egress in m.oif_not:
         return False

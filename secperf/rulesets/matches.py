@@ -51,6 +51,9 @@ class Match:
     dst_not: list[str] = field(default_factory=list)
     ct_states: set[str] | None = None
     ct_dnat: bool = False
+    # iptables' addrtype: whether the destination must be (True) or must not be (False)
+    # one of the DUT's own addresses; None: either
+    dst_local: bool | None = None
     icmp_types: list[str] | None = None
     cannot: list[str] = field(default_factory=list)  # why no flow can match it
     soft: list[str] = field(default_factory=list)  # matched, but not always (limit)
@@ -70,6 +73,8 @@ class Match:
             out.ct_states = self.ct_states
         if out.icmp_types is None:
             out.icmp_types = self.icmp_types
+        if out.dst_local is None:
+            out.dst_local = self.dst_local
         out.ct_dnat = self.ct_dnat or other.ct_dnat
         return out
 
@@ -361,6 +366,15 @@ def _iptables(args: list[str]) -> Match:
             m.icmp_types = [val]
             if val not in ("8", "echo-request", "128"):
                 m.cannot.append(f"icmp type {val}: a probe sends echo-request")
+        elif a in ("--dst-type", "--src-type"):
+            # the flows are unicast, from the clients: LOCAL is the DUT's own addresses
+            types = {t.upper() for t in val.split(",")}
+            if a == "--dst-type" and types == {"LOCAL"}:
+                m.dst_local = not neg
+            elif a == "--dst-type" and types == {"UNICAST"}:
+                m.cannot += ["addrtype ! UNICAST: every flow is unicast"] if neg else []
+            elif not neg:
+                m.cannot.append(f"addrtype {a[2:]} {val}: no flow's address is of that type")
         elif a in ("--match-set",):
             raise Unresolvable(f"ipset {val!r}: its members are not in the file")
         elif a == "--limit" or a == "--quota":

@@ -1,7 +1,8 @@
 """`secperf review` on rule sets no one here wrote (rules/public: ferm's own examples,
-compiled by ferm), with the command docs/ruleset-review.md gives: a three-legged router
-(LAN, internet, DMZ; SNAT, DNAT, IPsec) before and after a change, and a workstation
-against a web server. Each review reaches every accepting rule it has a flow for, says
+compiled by ferm, and the rule set ufw loads), with the command docs/ruleset-review.md
+gives: a three-legged router (LAN, internet, DMZ; SNAT, DNAT, IPsec) before and after a
+change, a workstation against a web server, and ufw's user chains before and after three
+`ufw allow`s. Each review reaches every accepting rule it has a flow for, says
 which rules no flow can exercise and why, lists the behaviour changes, names the hot
 rules and functions, and gives a verdict per metric. Not about rates: two short rounds.
 """
@@ -24,6 +25,7 @@ PUBLIC = Path(__file__).parent.parent.parent / "rules" / "public"
 ROUTER = ("dmz-router.rules", "dmz-router-https.rules")
 ROUTER_IFACES = ("--interfaces", "eth0=client,eth1=server,eth2=dmz")
 HOST = ("workstation.rules", "webserver.rules")
+UFW = ("ufw-host.rules", "ufw-host-web.rules")
 SHORT = ("--rounds", "2")
 
 
@@ -112,3 +114,16 @@ def test_a_public_workstation_against_a_public_web_server(tmp_path: Path) -> Non
     for port in (80, 443, 25):
         assert got[f"tcp 198.51.100.1 -> 198.51.100.2:{port}"] == ("deny", "accept")
     assert "decided differently" in text and "Where the cost goes" in text
+
+
+def test_ufws_own_rule_set_before_and_after_three_ufw_commands(tmp_path: Path) -> None:
+    text, summary = review(tmp_path, UFW)
+    # through ufw's user chains: ping, DHCP (from port 67), mDNS, SSDP, SSH; + HTTP(S), 5432
+    b = summary["behaviour"]
+    assert b["coverage"]["current"] == {"accepting_rules": 6, "hit": 6}, b
+    assert b["coverage"]["proposed"] == {"accepting_rules": 8, "hit": 8}, b
+    assert not b["misses"], b["misses"]
+    got = changed(summary)
+    assert got["tcp 198.51.100.1 -> 198.51.100.2:80"] == ("deny", "accept")
+    assert got["tcp 10.8.0.1 -> 198.51.100.2:5432"] == ("deny", "accept")
+    assert "addrtype dst-type BROADCAST" in text and "Where the cost goes" in text

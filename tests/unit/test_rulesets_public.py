@@ -87,3 +87,19 @@ def test_a_flow_files_flow_to_a_dnat_address_is_answered_where_the_dnat_sends_it
         replace(web, ingress="eth0"),
     ):
         assert dnat_served(rs, ifaces, f) is f
+
+
+def test_ufws_chains_return_local_flows_and_name_the_dhcp_source_port() -> None:
+    rs = load(PUBLIC / "ufw-host.rules", "iptables")
+    notes: list[str] = []
+    flows = derive(rs, [], notes)
+    by_dport = {(f.protocol, f.dport): f for f in flows if f.expect == "accept"}
+    # ufw-not-local returns a flow to the DUT (addrtype LOCAL), so what follows is met
+    assert {("udp", 5353), ("udp", 1900), ("tcp", 22), ("udp", 68)} <= set(by_dport)
+    assert by_dport[("udp", 5353)].dst == "224.0.0.251"
+    assert by_dport[("udp", 68)].sport == 67
+    # its DROP of what is not local gets no probe: every input flow is local
+    drop = next(r for r in rs.rules() if r.ref.chain == "ufw-not-local" and r.verdict == "drop")
+    assert not [f for f in flows if f.rule == drop.ref]
+    assert any(n.startswith(f"{drop.ref.where()}: no probe: a RETURN before it") for n in notes)
+    assert any("addrtype dst-type BROADCAST" in n for n in notes)
