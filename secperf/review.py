@@ -183,7 +183,34 @@ def review_scenario(
         repeat["min"] = repeat["max"] = rounds
     if repeat:
         scenario["repeat"] = repeat
+    extra = [h for h in dict.fromkeys(ifaces.values()) if h not in STANDARD_HOSTS]
+    if extra:
+        scenario["topology"] = topology_for(extra)
     return scenario
+
+
+STANDARD_HOSTS = ("client", "server")
+
+
+def topology_for(extra: Sequence[str]) -> dict[str, Any]:
+    """The standard plan (client – dut – server) with one more host linked to the DUT
+    for each other name the interfaces map gives (`eth2=dmz`: a router's third leg).
+    Each answers flows and sends them (a DMZ server, or a zone that reaches the others)."""
+    hosts: list[dict[str, Any]] = [
+        {"name": "client", "role": "client", "zone": "inside"},
+        {"name": "dut", "role": "dut"},
+        {"name": "server", "role": "server", "zone": "outside"},
+    ]
+    for name in extra:
+        if not re.match(r"^[a-z][a-z0-9-]{0,19}$", name) or name == "dut":
+            raise ScenarioError(
+                f"--interfaces: host {name!r} cannot be a testbed host",
+                fix="name it with a lowercase letter then up to 19 letters, digits or -, "
+                "not dut (e.g. eth2=dmz)",
+            )
+        hosts.append({"name": name, "role": "server", "zone": name})
+    links = [{"between": ["dut", h["name"]]} for h in hosts if h["name"] != "dut"]
+    return {"hosts": hosts, "links": links}
 
 
 def versus_summary(summary: Mapping[str, Any], run: RunDir) -> dict[str, Any]:

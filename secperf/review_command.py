@@ -107,7 +107,8 @@ def review(
         typer.Option(
             "--suggest",
             help="Rewrite the proposed nft rule set where a common pattern allows (a run "
-            "of same-shape rules into a set or verdict map; ct state established first) and "
+            "of same-shape rules into a set or verdict map; ct state established first; with "
+            "--traffic FILE, a hot accept ahead of rules it cannot overlap) and "
             "measure the rewrite as a third variant, `suggested`.",
         ),
     ] = False,
@@ -169,7 +170,7 @@ def review(
             )
         suggested = None
         if suggest:
-            found = write_suggestion(proposed, kept())
+            found = write_suggestion(proposed, kept(), traffic)
             for line in found.lines:
                 err_console.print(escape(line))
             suggested = found.file

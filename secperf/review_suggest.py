@@ -8,9 +8,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from secperf.review import rule_format
+from secperf.review import TRAFFIC_KINDS, rule_format
 from secperf.rulesets.load import load, nft_text
-from secperf.rulesets.suggest import Change, suggest
+from secperf.rulesets.placement import read_traffic
+from secperf.rulesets.suggest import Change, hot_shares, suggest
 
 NOT_NFT = (
     "suggest: {name} is iptables-save output, which is not rewritten (iptables has no "
@@ -27,13 +28,16 @@ class Suggested:
     lines: tuple[str, ...]  # what to tell the user
 
 
-def write_suggestion(proposed: Path, into: Path) -> Suggested:
+def write_suggestion(proposed: Path, into: Path, traffic: str = "coverage") -> Suggested:
     """The rewrite of `proposed`, as `into`/suggested.nft and its changes beside it
-    (suggested.changes.json), or why there is none."""
+    (suggested.changes.json), or why there is none. A flow file as `traffic` says which
+    rules are hot (the share of its weight each decides): the hot-first pattern."""
     fmt = rule_format(proposed)
     if fmt == "iptables":
         return Suggested(None, (), (NOT_NFT.format(name=proposed.name),))
-    found = suggest(load(proposed, "nft-json" if fmt == "nft-json" else "nft"))
+    rs = load(proposed, "nft-json" if fmt == "nft-json" else "nft")
+    hot = hot_shares(rs, read_traffic(Path(traffic))) if traffic not in TRAFFIC_KINDS else None
+    found = suggest(rs, hot)
     if not found.changes:
         return Suggested(None, (), (NONE_FOUND.format(name=proposed.name),))
     into.mkdir(parents=True, exist_ok=True)

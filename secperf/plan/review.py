@@ -15,7 +15,9 @@ kind's `rule_set_traffic`); every other scenario plans exactly as before. It:
    to_dut) or the user's own flow file;
 4. builds one AddressMap over every rule set's named prefixes and every flow's
    addresses, places each flow on its hosts (secperf.rulesets.traffic.place) and gives
-   each host the mapped addresses it must own (Topology.extra_addresses).
+   each host the mapped addresses it must own (Topology.extra_addresses); the host a
+   rule set runs on owns the addresses its SNAT rules rewrite to (a router's own
+   public address), so that the replies come back to it and servers know the source.
 
 The plan keeps the result (`Plan.rule_sets`); executors get the placed flows as
 `TrafficPlan.flows`, mechanisms the map as `MechanismContext.address_map`.
@@ -41,8 +43,10 @@ from secperf.rulesets.placement import (
     host_addresses,
     interface_ends,
     merge_ends,
+    own_nat_sources,
     place,
     read_traffic,
+    snat_sources,
 )
 from secperf.rulesets.prefixes import named_prefixes
 from secperf.scenario.scenario import Scenario
@@ -70,6 +74,8 @@ class RuleSetPlan:
     ifnames: dict[tuple[str, str], str] = field(default_factory=dict)
     addresses: dict[str, list[str]] = field(default_factory=dict)
     rule_sets: dict[tuple[Path, str], RuleSet] = field(default_factory=dict)
+    # The rules coverage traffic cannot exercise, and why ("router.nft:12: no flow: ...")
+    unexercised: tuple[str, ...] = ()
 
     def topology(self, base: Topology) -> Topology:
         """`base` with the rule sets' interface names and the flows' addresses."""
@@ -97,6 +103,7 @@ class RuleSetPlan:
                 }
                 for p in self.flows
             ],
+            "unexercised": list(self.unexercised),
         }
 
 
@@ -132,13 +139,29 @@ def load_rule_set(use: Use) -> RuleSet:
         raise bad_input(exc, use) from None
 
 
-def coverage(rs: RuleSet, use: Use) -> list[Flow]:
-    """The rule set's coverage flows; a rule set they cannot be derived from (a loop of
-    jumps, a jump to a chain it lacks) is bad input too."""
+def coverage(rs: RuleSet, use: Use, notes: list[str] | None = None) -> list[Flow]:
+    """The rule set's coverage flows (why a rule got none goes to `notes`); a rule set
+    they cannot be derived from (a loop of jumps, a jump to a chain it lacks) is bad
+    input too."""
     try:
-        return derive_flows.derive(rs, list(use.use.interfaces))
+        return derive_flows.derive(rs, list(use.use.interfaces), notes)
     except MechanismError as exc:
         raise bad_input(exc, use) from None
+
+
+def dnat_of(f: Flow, uses: list[Use], loaded: dict[tuple[Path, str], RuleSet]) -> Flow:
+    """A flow of the user's file answered where the first rule set (in variant order)
+    that DNATs it sends it (secperf.rulesets.flows.dnat_served), as coverage flows are."""
+    for u in uses:
+        try:
+            served = derive_flows.dnat_served(
+                loaded[(u.use.path, u.use.format)], list(u.use.interfaces), f
+            )
+        except MechanismError as exc:
+            raise bad_input(exc, u) from None
+        if served is not f:
+            return served
+    return f
 
 
 def bad_input(exc: MechanismError, use: Use) -> ScenarioError:
@@ -229,23 +252,31 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
             loaded[ident] = load_rule_set(u)
     # The flows and, for each, the interfaces map and host it is placed with.
     wanted: list[tuple[Flow, dict[str, str], str]] = []
+    notes: list[str] = []
     for key, source in asked:
         if source == COVERAGE:
             for u in uses:
-                derived = coverage(loaded[(u.use.path, u.use.format)], u)
+                derived = coverage(loaded[(u.use.path, u.use.format)], u, notes)
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
-            own = read_traffic(traffic_file(scenario, source, key))
+            own = [
+                dnat_of(f, uses, loaded) for f in read_traffic(traffic_file(scenario, source, key))
+            ]
             wanted += [(f, behind, uses[0].use.host) for f in own]
     flows = unique_flows(wanted)
     named = [n for rs in loaded.values() for n in named_prefixes(rs)]
     named += [n for f, _i, _h in flows for n in flow_names(f)]
     amap = AddressMap.build(named)
     placed = [p for f, i, h in flows for p in place([f], amap, i, topology, h)]
+    addresses = host_addresses(placed, amap)
+    for u in uses:
+        rs = loaded[(u.use.path, u.use.format)]
+        own_nat_sources(addresses, u.use.host, [amap.address(a) for a in snat_sources(rs)])
     return RuleSetPlan(
         address_map=amap,
         flows=tuple(placed),
         ifnames=ends,
-        addresses=host_addresses(placed, amap),
+        addresses=addresses,
         rule_sets=loaded,
+        unexercised=tuple(dict.fromkeys(notes)),
     )

@@ -78,6 +78,12 @@ def _lines(section: Mapping[str, Any]) -> list[str]:
             )
         if len(misses) > SHOWN:
             out.append(f"    … and {len(misses) - SHOWN} more")
+    never = section.get("unexercised") or []
+    if never:
+        out.append(f"  {len(never)} rule(s) no coverage flow can exercise (not in the counts):")
+        out += [f"    {n}" for n in never[:SHOWN]]
+        if len(never) > SHOWN:
+            out.append(f"    … and {len(never) - SHOWN} more (run.json, rule_set_map)")
     return out
 
 

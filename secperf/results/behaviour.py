@@ -86,6 +86,10 @@ def behaviour(meta: Mapping[str, Any]) -> dict[str, Any] | None:
         "misses": misses,
         "coverage": coverage,
     }
+    rmap = meta.get("rule_set_map")
+    if isinstance(rmap, Mapping) and rmap.get("unexercised"):
+        # rules no coverage flow can exercise, and why (secperf.rulesets.flows' notes)
+        out["unexercised"] = list(rmap["unexercised"])
     if REWRITE in variants and ORIGINAL in variants:
         both = [f for f in flows.values() if {REWRITE, ORIGINAL} <= set(f["variants"])]
         differ = [

@@ -43,6 +43,23 @@ class _Entry:
     verdict: str
     target: str | None
     base: Chain
+    path: tuple[str, ...] = ()  # the chains the walk is in, the base chain first
+
+
+def _met(earlier: Sequence[_Entry], flow: Flow) -> list[_Entry]:
+    """The earlier entries `flow` meets: a RETURN that matches it takes it out of its
+    chain, so the rest of that chain (and what it jumps to) is not met."""
+    out: list[_Entry] = []
+    skip: tuple[str, ...] | None = None
+    for prior in earlier:
+        if skip is not None and prior.path[: len(skip)] == skip:
+            continue
+        skip = None
+        if prior.verdict == "return" and covers(prior.match, flow):
+            skip = prior.path
+            continue
+        out.append(prior)
+    return out
 
 
 def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = None) -> list[Flow]:
@@ -55,6 +72,39 @@ def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = Non
     order = {r.ref.key(): i for i, r in enumerate(rs.rules())}
     d.flows.sort(key=lambda f: order.get(f.rule.key(), len(order)) if f.rule else len(order))
     return [replace(f, name=f"f{i}") for i, f in enumerate(d.flows, 1)]
+
+
+def dnat_served(rs: RuleSet, interfaces: Sequence[str], flow: Flow) -> Flow:
+    """A flow of the user's own traffic as `rs` rewrites it: when the first nat
+    prerouting rule that decides it is a DNAT, the flow is answered on the rewritten
+    address and port (`served_by`, `served_port`), behind the interface the forward
+    accept of the rewritten flow names, as a coverage flow of that DNAT rule is. The
+    flow's fields must meet the rule (a rule on `iifname "wan0"` needs the flow's
+    ingress); any other flow comes back as it was."""
+    if flow.served_by is not None or flow.to_dut:
+        return flow
+    d = _Deriver(rs, list(interfaces))
+    for c in rs.chains:
+        if (c.hook, c.type) in (("prerouting", "nat"), ("forward", "filter")):
+            entries: list[_Entry] = []
+            d._walk(c, c, None, [], entries)
+            d.walks[(c.family, c.table, c.name)] = entries
+    for c in rs.chains:
+        if (c.hook, c.type) != ("prerouting", "nat"):
+            continue
+        for e in d.walks[(c.family, c.table, c.name)]:
+            if e.verdict in ("jump", "goto", "continue") or not covers(e.match, flow):
+                continue
+            if e.verdict != "dnat" or e.target is None:
+                break  # another decision (accept, redirect, a DNAT from a map) takes it
+            addr, port = _split_target(e.target)
+            served = replace(flow, served_by=addr, served_port=port or flow.dport)
+            return (
+                served
+                if flow.egress is not None
+                else replace(served, egress=d._dnat_egress(served))
+            )
+    return flow
 
 
 class _Deriver:
@@ -125,7 +175,7 @@ class _Deriver:
         path: list[str],
         out: list[_Entry],
     ) -> None:
-        out.append(_Entry(rule, m, verdict, target, base))
+        out.append(_Entry(rule, m, verdict, target, base, tuple(path)))
         if verdict in ("jump", "goto") and target is not None:
             entered = self.rs.chain(chain.family, chain.table, target)
             if entered is None:
@@ -155,7 +205,13 @@ class _Deriver:
             flow = self._flow(e.match, hook or "forward", where)
             if flow is None:
                 return
-            for prior in earlier:
+            if not any(x is e for x in _met([*earlier, e], flow)):
+                self.notes.append(
+                    f"{where}: no flow: a RETURN before it takes every flow it matches out "
+                    "of its chain"
+                )
+                return
+            for prior in _met(earlier, flow):
                 if prior.verdict in DENYING and covers(prior.match, flow):
                     self.notes.append(
                         f"{where}: no flow: the flow made for it is denied first by "
@@ -167,7 +223,13 @@ class _Deriver:
             flow = self._flow(e.match, hook or "forward", where)
             if flow is None:
                 return
-            for prior in earlier:
+            if not any(x is e for x in _met([*earlier, e], flow)):
+                self.notes.append(
+                    f"{where}: no probe: a RETURN before it takes every flow it matches out "
+                    "of its chain (on an input chain, every flow is to the DUT's own address)"
+                )
+                return
+            for prior in _met(earlier, flow):
                 if prior.verdict in ACCEPTING and covers(prior.match, flow):
                     self.notes.append(
                         f"{where}: no probe: every flow it matches is accepted first by "
@@ -325,8 +387,24 @@ class _Deriver:
         addr, port = _split_target(e.target)
         if e.verdict == "redirect":
             return replace(flow, egress=None, to_dut=True, served_port=port or flow.dport)
-        egress = self._other([flow.ingress] if flow.ingress else [])
-        return replace(flow, egress=egress, served_by=addr, served_port=port or flow.dport)
+        served = replace(flow, served_by=addr, served_port=port or flow.dport)
+        return replace(served, egress=self._dnat_egress(served))
+
+    def _dnat_egress(self, flow: Flow) -> str | None:
+        """The interface a DNAT'd flow leaves by: the one a forward accept that names an
+        outgoing interface lets the rewritten flow out of (a router's DMZ leg), else the
+        first interface other than its ingress."""
+        others = [i for i in self.interfaces if i not in ("lo", flow.ingress)]
+        rewritten = replace(flow, dst=flow.served_by or flow.dst, dport=flow.served_port)
+        for entries in self.walks.values():
+            for f in entries:
+                if f.base.type != "filter" or f.base.hook != "forward" or f.match.oif is None:
+                    continue
+                if f.verdict not in ACCEPTING or f.match.oif not in others:
+                    continue
+                if covers(f.match, replace(rewritten, egress=f.match.oif)):
+                    return f.match.oif
+        return others[0] if others else None
 
     def _after_dnat(self, e: _Entry) -> None:
         """A forward accept of DNAT'd traffic: the flow of a DNAT rule it lets through."""
@@ -375,7 +453,8 @@ class _Deriver:
             if flow is None:
                 continue
             if not any(
-                e.verdict not in ("jump", "goto") and covers(e.match, flow) for e in entries
+                e.verdict not in ("jump", "goto", "return") and covers(e.match, flow)
+                for e in _met(entries, flow)
             ):
                 self.flows.append(replace(flow, expect="deny", rule=None, origin="coverage:policy"))
                 return
@@ -388,6 +467,8 @@ def covers(m: Match, flow: Flow) -> bool:
     if m.cannot or not m.new_connections() or (m.ct_dnat and flow.served_by is None):
         return False
     if (m.iif is not None and m.iif != flow.ingress) or flow.ingress in m.iif_not:
+        return False
+    if m.dst_local is not None and m.dst_local != flow.to_dut:
         return False
     if (m.oif is not None and m.oif != flow.egress) or flow.egress in m.oif_not:
         return False

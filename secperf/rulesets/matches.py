@@ -11,6 +11,7 @@ ICMP type other than echo-request...). Values are kept as the choices the rule a
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,6 +51,9 @@ class Match:
     dst_not: list[str] = field(default_factory=list)
     ct_states: set[str] | None = None
     ct_dnat: bool = False
+    # iptables' addrtype: whether the destination must be (True) or must not be (False)
+    # one of the DUT's own addresses; None: either
+    dst_local: bool | None = None
     icmp_types: list[str] | None = None
     cannot: list[str] = field(default_factory=list)  # why no flow can match it
     soft: list[str] = field(default_factory=list)  # matched, but not always (limit)
@@ -69,6 +73,8 @@ class Match:
             out.ct_states = self.ct_states
         if out.icmp_types is None:
             out.icmp_types = self.icmp_types
+        if out.dst_local is None:
+            out.dst_local = self.dst_local
         out.ct_dnat = self.ct_dnat or other.ct_dnat
         return out
 
@@ -298,11 +304,22 @@ def of(rule: Rule, rs: RuleSet) -> Match:
         ) from exc
 
 
-def _ipt_ports(text: str) -> list[tuple[int, int]]:
+def _ipt_port(text: str, proto: str) -> int:
+    """A port as iptables reads it: a number, or a service name looked up as iptables
+    does (getservbyname, /etc/services: `ssh`, `domain`, `auth`)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return socket.getservbyname(text, proto if proto in ("tcp", "udp") else "tcp")
+    except OSError as exc:
+        raise Unresolvable(f"port {text!r} is no service name this machine knows") from exc
+
+
+def _ipt_ports(text: str, proto: str = "tcp") -> list[tuple[int, int]]:
     out = []
     for part in text.split(","):
         lo, _, hi = part.partition(":")
-        out.append((int(lo), int(hi or lo)))
+        out.append((_ipt_port(lo, proto), _ipt_port(hi or lo, proto)))
     return out
 
 
@@ -334,10 +351,10 @@ def _iptables(args: list[str]) -> Match:
             getattr(m, f"{side}_not" if neg else side).append(network(val.split("-")[0]))
         elif a in ("--dport", "--destination-port", "--dports", "--destination-ports"):
             if not neg:
-                m.dports = _ipt_ports(val)
+                m.dports = _ipt_ports(val, m.protos[0] if m.protos else "tcp")
         elif a in ("--sport", "--source-port"):
             if not neg:
-                m.sport = _ipt_ports(val)[0][0]
+                m.sport = _ipt_ports(val, m.protos[0] if m.protos else "tcp")[0][0]
         elif a in ("--ctstate", "--state"):
             states = {s.lower() for s in val.split(",")}
             if "dnat" in states:
@@ -349,6 +366,15 @@ def _iptables(args: list[str]) -> Match:
             m.icmp_types = [val]
             if val not in ("8", "echo-request", "128"):
                 m.cannot.append(f"icmp type {val}: a probe sends echo-request")
+        elif a in ("--dst-type", "--src-type"):
+            # the flows are unicast, from the clients: LOCAL is the DUT's own addresses
+            types = {t.upper() for t in val.split(",")}
+            if a == "--dst-type" and types == {"LOCAL"}:
+                m.dst_local = not neg
+            elif a == "--dst-type" and types == {"UNICAST"}:
+                m.cannot += ["addrtype ! UNICAST: every flow is unicast"] if neg else []
+            elif not neg:
+                m.cannot.append(f"addrtype {a[2:]} {val}: no flow's address is of that type")
         elif a in ("--match-set",):
             raise Unresolvable(f"ipset {val!r}: its members are not in the file")
         elif a == "--limit" or a == "--quota":
@@ -361,7 +387,7 @@ def _iptables(args: list[str]) -> Match:
             took = 2 if i + 1 < len(args) and not args[i + 1].startswith("-") else 1
         neg = False
         i += took
-    if iptsave.option(args, "-j") in ("DNAT", "SNAT") and m.family is None:
+    if iptsave.option(args, "-j", "--jump") in ("DNAT", "SNAT") and m.family is None:
         m.family = "ip"
     return m
 

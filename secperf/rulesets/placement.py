@@ -8,7 +8,8 @@ flow picks the hosts and the testbed addresses it runs between:
 - the client is the host behind the flow's ingress interface; the server the host
   behind its egress interface, or the DUT itself for a flow to the DUT (input chain);
   a flow whose rule names no interface on a side takes the first host of the map that
-  is not on the other side;
+  is not on the other side (with no map, as for a host firewall whose rules name no
+  interface, the testbed's client, or its server for the egress side);
 - it is sent from the mapped source to the mapped destination, and answered on the
   mapped `served_by`/`served_port` after a DNAT (the DUT rewrites the destination on
   the way), else on the mapped destination and port.
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from secperf.errors import MechanismError, ScenarioError
-from secperf.rulesets.model import Flow, PlacedFlow
+from secperf.rulesets.model import Flow, PlacedFlow, RuleSet
 from secperf.rulesets.traffic import read_conntrack, read_csv, read_pcap
 from secperf.testbed.topology import IFNAME_RE, Topology
 
@@ -125,7 +126,12 @@ def merge_ends(
 
 
 def _host_behind(
-    side: str | None, interfaces: Mapping[str, str], other: str | None, f: Flow, what: str
+    side: str | None,
+    interfaces: Mapping[str, str],
+    other: str | None,
+    f: Flow,
+    what: str,
+    hosts: Sequence[str] = (),
 ) -> str:
     if side is not None:
         if side not in interfaces:
@@ -136,7 +142,7 @@ def _host_behind(
                 fix=f'add {side} = "HOST" to the ruleset mechanism\'s interfaces',
             )
         return interfaces[side]
-    for host in dict.fromkeys(interfaces.values()):
+    for host in dict.fromkeys([*interfaces.values(), *hosts]):
         if host != other:
             return host
     raise ScenarioError(
@@ -158,13 +164,20 @@ def place(
     `interfaces` maps the rule set's interface names to the hosts behind them;
     `amap` is the scenario's AddressMap (secperf.rulesets.addrmap)."""
     out: list[PlacedFlow] = []
+    # a side no interface names: the hosts of the map, else the testbed's default
+    # client and server (a host firewall's rules name no interface)
+    ends = [h for h in ("client", "server") if h in topology.names and h != dut]
     for f in flows:
         if f.egress is not None and f.ingress is None:
-            server = _host_behind(f.egress, interfaces, None, f, "leaves")
-            client = _host_behind(None, interfaces, server, f, "enters")
+            server = _host_behind(f.egress, interfaces, None, f, "leaves", ends[::-1])
+            client = _host_behind(None, interfaces, server, f, "enters", ends)
         else:
-            client = _host_behind(f.ingress, interfaces, None, f, "enters")
-            server = dut if f.to_dut else _host_behind(f.egress, interfaces, client, f, "leaves")
+            client = _host_behind(f.ingress, interfaces, None, f, "enters", ends)
+            server = (
+                dut
+                if f.to_dut
+                else _host_behind(f.egress, interfaces, client, f, "leaves", ends[::-1])
+            )
         for host in (client, server):
             if host not in topology.names:
                 raise MechanismError(f"flow {f.name}: host {host!r} is not in the testbed")
@@ -211,6 +224,41 @@ def host_addresses(
     for addr, (host, _p) in owner.items():
         out.setdefault(host, []).append(addr)
     return {h: sorted(a, key=_addr_key) for h, a in out.items()}
+
+
+def snat_sources(rs: RuleSet) -> list[str]:
+    """The single addresses the rule set's SNAT rules rewrite sources to (`snat to
+    193.43.91.203`, `-j SNAT --to-source 193.43.91.203:1024-65535`): the router's own.
+    A range is left out (conntrack may pick any of its members)."""
+    out: list[str] = []
+    for rule in rs.rules():
+        if rule.verdict != "snat" or not rule.target:
+            continue
+        addr = rule.target
+        if addr.startswith("["):
+            addr = addr[1:].partition("]")[0]
+        elif addr.count(":") == 1:
+            addr = addr.partition(":")[0]
+        if "-" in addr or "/" in addr or not addr:
+            continue
+        out.append(addr)
+    return list(dict.fromkeys(out))
+
+
+def own_nat_sources(addresses: dict[str, list[str]], host: str, mapped: Sequence[str]) -> None:
+    """Give `host` (the one the rule set runs on) the mapped SNAT sources; an address
+    another host already owns is refused (the map put two sides on one address)."""
+    for addr in mapped:
+        held = [h for h, addrs in addresses.items() if addr in addrs]
+        if held and held != [host]:
+            raise MechanismError(
+                f"address {addr}, a source NAT rewrites to, would be on {held[0]} and on {host}",
+                fix="a source NAT's address is the router's own: no flow should come from "
+                "or go to it on another host",
+            )
+        if not held:
+            addresses.setdefault(host, []).append(addr)
+            addresses[host].sort(key=_addr_key)
 
 
 def _addr_key(addr: str) -> tuple[int, str]:

@@ -1,7 +1,7 @@
 """An equivalent rewrite of an nftables rule set, where a common pattern allows one.
 
 Pure: a loaded `RuleSet` in, the rewritten libnftables document and the list of what
-changed out (`secperf.rulesets.load.nft_text` turns the document into nft text). Two
+changed out (`secperf.rulesets.load.nft_text` turns the document into nft text). Three
 patterns, each kept conservative so that the rewrite decides every packet as the
 original does:
 
@@ -15,7 +15,13 @@ original does:
   ahead of the `accept` rules before it (it would accept an established packet they
   accept); never ahead of a drop or reject (that rule may deny an established packet the
   moved rule would let through), a rule with other statements (counter, limit, quota,
-  log, a mark or ct set: moving changes what they count), or a rule matching ct or mark.
+  log, a mark or ct set: moving changes what they count), or a rule matching ct or mark;
+- **a hot accept ahead of rules it does not overlap**: given the share of the traffic
+  each rule decides (`hot`, by `RuleRef.key()`: `hot_shares` reads it off a flow list),
+  an accept rule with matches only that decides at least `HOT_SHARE` of the traffic
+  moves ahead of the consecutive rules before it that decide less of it and whose
+  matches it provably shares no packet with (`secperf.rulesets.disjoint`): its packets
+  never met those rules, every other packet meets the same rules in the same order.
 
 Everything else in the file (tables, sets, maps, other chains, NAT) is kept as nft loaded
 it. This is not a proof of equivalence: the review measures the rewrite as a variant and
@@ -25,13 +31,17 @@ compares its decision with the proposed rule set's on every flow of the traffic.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from secperf.rulesets.model import Chain, Rule, RuleSet
+from secperf.rulesets import matches
+from secperf.rulesets.disjoint import disjoint
+from secperf.rulesets.flows import covers
+from secperf.rulesets.model import Chain, Flow, Rule, RuleSet
 
 MIN_RUN = 4
+HOT_SHARE = 0.25  # the least share of the traffic a rule decides to be moved as hot
 _VERDICTS = ("accept", "drop", "jump", "goto", "return", "continue", "reject")
 _VMAP_VERDICTS = ("accept", "drop", "jump", "goto", "return", "continue")
 _ESTABLISHED = frozenset({"established", "related"})
@@ -44,7 +54,7 @@ ChainKey = tuple[str, str, str]
 class Change:
     """One rewrite: what it did, and the file:line range of the rules it replaces."""
 
-    pattern: str  # "set", "vmap" or "ct-first"
+    pattern: str  # "set", "vmap", "ct-first" or "hot-first"
     replaces: str  # "router.nft:12-17" (or the rules' places when their lines are unknown)
     rules: int  # how many rules of the original it touches
     text: str  # what it did, in a sentence
@@ -210,6 +220,56 @@ def _ct_first(chain: Chain, rules: list[Rule]) -> tuple[list[Rule], Change] | No
     return None
 
 
+def _hot_first(
+    chain: Chain, rules: list[Rule], hot: Mapping[str, float]
+) -> tuple[list[Rule], list[Change]]:
+    """Each hot accept moved ahead of the rules before it that it cannot overlap."""
+    changes: list[Change] = []
+    for rule in sorted(rules, key=lambda r: -hot.get(r.ref.key(), 0.0)):
+        share = hot.get(rule.ref.key(), 0.0)
+        if share < HOT_SHARE or rule.verdict != "accept" or not _plain(rule.expr):
+            continue
+        k = rules.index(rule)
+        to = k
+        while (
+            to > 0
+            and hot.get(rules[to - 1].ref.key(), 0.0) < share
+            and disjoint(rule.expr, rules[to - 1].expr)
+        ):
+            to -= 1
+        passed = rules[to:k]
+        if not passed:
+            continue
+        rules = [*rules[:to], rule, *passed, *rules[k + 1 :]]
+        changes.append(
+            Change(
+                "hot-first",
+                span([rule]),
+                len(passed) + 1,
+                f"{chain.family} {chain.table} {chain.name}: `{rule.text}` "
+                f"({rule.ref.where()}, {share:.0%} of the traffic) moved ahead of the "
+                f"{len(passed)} rule(s) before it ({span(passed)}) that match none of its "
+                "packets",
+            )
+        )
+    return rules, changes
+
+
+def hot_shares(rs: RuleSet, flows: Sequence[Flow]) -> dict[str, float]:
+    """The share of the flows' weight each rule decides, by `RuleRef.key()`: in each
+    chain, the first rule whose matches cover the flow (secperf.rulesets.flows.covers)."""
+    total = sum(f.weight for f in flows) or 1.0
+    out: dict[str, float] = {}
+    for chain in rs.chains:
+        read = [(r, matches.of(r, rs)) for r in chain.rules]
+        for f in flows:
+            for r, m in read:
+                if covers(m, f):
+                    out[r.ref.key()] = out.get(r.ref.key(), 0.0) + f.weight / total
+                    break
+    return out
+
+
 def _runs(chain: Chain, rules: list[Rule]) -> tuple[list[Rule | list[Any]], list[Change]]:
     """The chain with each run merged (a merged rule as its new expression list)."""
     out: list[Rule | list[Any]] = []
@@ -248,8 +308,9 @@ def _rule_item(chain: Chain, expr: list[Any], like: dict[str, Any] | None) -> di
     return {"rule": item}
 
 
-def suggest(rs: RuleSet) -> Suggestion:
-    """The rewritten rule set (nft only: an iptables file is never rewritten)."""
+def suggest(rs: RuleSet, hot: Mapping[str, float] | None = None) -> Suggestion:
+    """The rewritten rule set (nft only: an iptables file is never rewritten); `hot`,
+    each rule's share of the traffic (`hot_shares`), enables the hot-first pattern."""
     if rs.format != "nft":
         return Suggestion({"nftables": []}, ())
     raw_rules: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -265,6 +326,9 @@ def suggest(rs: RuleSet) -> Suggestion:
         if moved is not None:
             rules, change = moved
             changes.append(change)
+        if hot:
+            rules, hot_moves = _hot_first(chain, rules, hot)
+            changes += hot_moves
         merged, found = _runs(chain, rules)
         changes += found
         items: list[dict[str, Any]] = []

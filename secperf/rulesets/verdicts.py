@@ -162,13 +162,20 @@ def filter_chains(dut: Host) -> frozenset[tuple[str, str, str]]:
     )
 
 
-def trace_rules(table: str, family: int) -> str:
-    """The tracing table (nft -f text): nftrace on the probes' packets only."""
+def trace_rules(table: str, family: int, sports: Sequence[int] = ()) -> str:
+    """The tracing table (nft -f text): nftrace on the probes' packets only (their own
+    source ports, and the few a flow names: a DHCP reply from port 67)."""
     proto = "ip" if family == 4 else "ip6"
+    own = "".join(
+        f"    meta l4proto {{ tcp, udp }} th sport {p} meta nftrace set 1\n"
+        for p in sorted(set(sports))
+        if p < FIRST_PORT
+    )
     return (
         f"table inet {table} {{\n"
         f"  chain pre {{\n"
         f"    type filter hook prerouting priority {TRACE_PRIORITY};\n"
+        f"{own}"
         f"    meta l4proto {{ tcp, udp }} th sport {FIRST_PORT}-65535 meta nftrace set 1\n"
         f"    {proto} protocol icmp meta nftrace set 1\n"
         f"  }}\n"
@@ -198,7 +205,10 @@ for p in json.loads(sys.argv[1]):
     elif p["protocol"] == "icmp" and fam == socket.AF_INET:
         # an echo request whose identifier is the probe's own "port"
         body = struct.pack("!BBHHH", 8, 0, 0, p["sport"], 1) + b"secperf-probe"
-        total = sum(struct.unpack("!%dH" % (len(body) // 2), body[: len(body) // 2 * 2]))
+        # RFC 1071: an odd last byte is summed as if padded with a zero (a wrong sum
+        # makes conntrack call the echo INVALID, and a ct state invalid drop take it)
+        even = body + b"\0" * (len(body) % 2)
+        total = sum(struct.unpack("!%dH" % (len(even) // 2), even))
         total = (total >> 16) + (total & 0xFFFF)
         total += total >> 16
         body = body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
@@ -236,7 +246,8 @@ def probe(
     """One traced probe per flow; flow name -> its Decision. The DUT's rule set is left
     as it was (the tracing table is removed, the monitor stopped)."""
     filters = filter_chains(dut)
-    dut.run(["nft", "-f", "-"], input=trace_rules(table, family))
+    named = [pf.flow.sport for pf in placed if pf.flow.sport is not None]
+    dut.run(["nft", "-f", "-"], input=trace_rules(table, family, named))
     monitor = dut.spawn(
         ["nft", "-a", "monitor", "trace"],
         stdout=subprocess.PIPE,
@@ -254,7 +265,8 @@ def probe(
             if (icmp and ":" in pf.src) or (not icmp and pf.flow.dport is None):
                 skipped.add(pf.flow.name)  # no ICMPv6 echo probe yet
                 continue
-            sport = FIRST_PORT + 1 + i
+            # a flow that names its source port (a rule on --sport) is sent from it
+            sport = pf.flow.sport if pf.flow.sport is not None else FIRST_PORT + 1 + i
             by_client.setdefault(pf.client, []).append(
                 {
                     "protocol": pf.flow.protocol,

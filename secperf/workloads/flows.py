@@ -107,7 +107,8 @@ def _live(flows: Sequence[PlacedFlow]) -> tuple[list[tuple[int, PlacedFlow]], li
 
 
 def _forwarders(topology: Topology, family: int) -> list[str]:
-    """Every address of the forwarding hosts: what a server sees after a masquerade."""
+    """Every address of the forwarding hosts: what a server sees after a masquerade,
+    or after a source NAT to the router's own address (an extra address it owns)."""
     out: list[str] = []
     for h in topology.hosts:
         if h.role not in FORWARDING_ROLES:
@@ -116,6 +117,7 @@ def _forwarders(topology: Topology, family: int) -> list[str]:
             table = link.addr4 if family == 4 else link.addr6
             if h.name in table:
                 out.append(str(table[h.name].ip))
+        out += [a for a in topology.extra_addresses.get(h.name, ()) if _family(a) == family]
     return out
 
 

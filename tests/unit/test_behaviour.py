@@ -72,3 +72,18 @@ def test_a_suggested_rewrite_is_equal_on_these_flows_not_proven() -> None:
     b = behaviour({"verdicts": {"proposed": same, "suggested": other}})
     assert b is not None and b["rewrite"]["differ"] == ["f2"]
     assert any("NOT equivalent: 1 of 2 flows" in line for line in behaviour_lines(b))
+
+
+def test_the_rules_no_flow_can_exercise_are_listed_apart_from_the_counts() -> None:
+    meta = {
+        "verdicts": {"current": [row("f1", "accept", "r.nft:5")]},
+        "rule_set_map": {"unexercised": ["r.rules:20: no flow: protocol esp is not sent"]},
+    }
+    b = behaviour(meta)
+    assert b is not None
+    assert b["unexercised"] == ["r.rules:20: no flow: protocol esp is not sent"]
+    assert b["coverage"]["current"] == {"accepting_rules": 1, "hit": 1}
+    lines = behaviour_lines(b)
+    i = lines.index("  1 rule(s) no coverage flow can exercise (not in the counts):")
+    assert lines[i + 1] == "    r.rules:20: no flow: protocol esp is not sent"
+    assert "unexercised" not in (behaviour({"verdicts": meta["verdicts"]}) or {})
