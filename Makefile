@@ -18,14 +18,20 @@ setup-all:
 run: setup
 	$(VENV)/secperf run $(SCENARIO)
 
+# Test files run in parallel, each whole on one worker (its module's bed is built once);
+# a test marked `serial` (it measures a rate or a timing, or sets a machine-wide value)
+# runs while no other does (tests/conftest.py). TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 3
+PYTEST := $(VENV)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: setup-all lint engine-test
-	$(VENV)/python -m pytest -q tests
+	$(PYTEST) tests
 
 unit: setup-all
-	$(VENV)/python -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 netns: setup-all
-	$(VENV)/python -m pytest -q tests/netns
+	$(PYTEST) tests/netns
 
 engine-test:
 	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST)
