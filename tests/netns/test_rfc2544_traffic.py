@@ -134,6 +134,7 @@ DROP = """table inet drop2544 {
 """
 
 
+@pytest.mark.serial
 def test_a_run_reports_bounds_in_words_and_leaves_nothing(tmp_path: Path, state_dir: Path) -> None:
     (tmp_path / "drop.nft").write_text(DROP)
     scenario = tmp_path / "rfc2544-tiny.toml"
