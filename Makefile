@@ -18,20 +18,25 @@ setup-all:
 run: setup
 	$(VENV)/secperf run $(SCENARIO)
 
-# Test files run in parallel, each whole on one worker (its module's bed is built once);
-# a test marked `serial` (it measures a rate or a timing, or sets a machine-wide value)
-# runs while no other does (tests/conftest.py). TEST_WORKERS=0 runs them in one process.
+# Tests run in two passes: first every test not marked `serial`, in parallel workers,
+# each file whole on one worker (its module's bed is built once); then the `serial`
+# ones (they measure a rate or a timing, or set a machine-wide value) in one process,
+# while nothing else runs. Both passes always run; the target fails if either failed
+# (pytest's 5, "no test selected", is not a failure). TEST_WORKERS=0: no workers.
 TEST_WORKERS ?= 3
-PYTEST := $(VENV)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(VENV)/python -m pytest -q
+pytest-two-passes = $(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(1); \
+	parallel=$$?; $(PYTEST) -m serial $(1); serial=$$?; \
+	[ $$parallel -eq 0 -o $$parallel -eq 5 ] && [ $$serial -eq 0 -o $$serial -eq 5 ]
 
 test: setup-all lint engine-test
-	$(PYTEST) tests
+	@$(call pytest-two-passes,tests)
 
 unit: setup-all
-	$(PYTEST) tests/unit
+	@$(call pytest-two-passes,tests/unit)
 
 netns: setup-all
-	$(PYTEST) tests/netns
+	@$(call pytest-two-passes,tests/netns)
 
 engine-test:
 	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST)

@@ -1,13 +1,13 @@
 """Tests that measure a rate or a timing, or change machine-wide state, run alone.
 
-`make test` runs pytest with pytest-xdist workers (`-n`, files kept together on one
-worker: `--dist loadfile`, so a module's bed is built once). A test marked `serial`
-must not share the machine's CPUs with another test, and a test that sets a
-machine-wide value (nf_conntrack_max) must not change another test's world. So
-under xdist each test's whole run protocol (fixture set-up, call, teardown) holds a
-lock shared by all workers: shared for a plain test, exclusive for a `serial` one.
-A turnstile in front of it lets a waiting `serial` test in before further plain
-ones, so it is never starved. Without xdist (one process) there is nothing to do.
+A test marked `serial` must not share the machine's CPUs with another test, and a
+test that sets a machine-wide value (nf_conntrack_max) must not change another
+test's world. `make test` runs them in a second pass of their own, after the others
+have run in pytest-xdist workers (Makefile). Should they meet other tests in one
+xdist run anyway (`pytest -n 3 tests`), each test's whole run protocol (fixture
+set-up, call, teardown) holds a lock shared by all workers: shared for a plain test,
+exclusive for a `serial` one, behind a turnstile so a waiting `serial` test is let in
+before further plain ones. Without xdist (one process) there is nothing to do.
 """
 
 from __future__ import annotations
