@@ -18,14 +18,25 @@ setup-all:
 run: setup
 	$(VENV)/secperf run $(SCENARIO)
 
+# Tests run in two passes: first every test not marked `serial`, in parallel workers,
+# each file whole on one worker (its module's bed is built once); then the `serial`
+# ones (they measure a rate or a timing, or set a machine-wide value) in one process,
+# while nothing else runs. Both passes always run; the target fails if either failed
+# (pytest's 5, "no test selected", is not a failure). TEST_WORKERS=0: no workers.
+TEST_WORKERS ?= 3
+PYTEST := $(VENV)/python -m pytest -q
+pytest-two-passes = $(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(1); \
+	parallel=$$?; $(PYTEST) -m serial $(1); serial=$$?; \
+	[ $$parallel -eq 0 -o $$parallel -eq 5 ] && [ $$serial -eq 0 -o $$serial -eq 5 ]
+
 test: setup-all lint engine-test
-	$(VENV)/python -m pytest -q tests
+	@$(call pytest-two-passes,tests)
 
 unit: setup-all
-	$(VENV)/python -m pytest -q tests/unit
+	@$(call pytest-two-passes,tests/unit)
 
 netns: setup-all
-	$(VENV)/python -m pytest -q tests/netns
+	@$(call pytest-two-passes,tests/netns)
 
 engine-test:
 	$(CARGO) test --release --quiet --manifest-path $(ENGINE_MANIFEST)

@@ -20,8 +20,11 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from secperf.plan.inventory import plan_addresses
 from secperf.testbed.commands import run_ip_batch
@@ -227,6 +230,30 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
             sh("ip", "netns", "del", ns, check=False)
+
+
+@contextlib.contextmanager
+def built_lab(root: Path) -> Iterator[Lab]:
+    """A standard lab under `root` for a module's tests (skips where sshd or root is
+    missing); removed after, also when a test fails."""
+    why = sshd_usable()
+    if why is not None or os.geteuid() != 0:
+        pytest.skip(why or "needs root")
+    lab = Lab(root).build()
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def scenario(lab: Lab, path: Path, body: str, inventory: str | None = None) -> Path:
+    """A scenario file at `path` (named after it, two rounds) over the lab's hosts, or
+    over `inventory` when given."""
+    path.write_text(
+        f'name = "{path.stem}"\n[repeat]\nmin = 2\nmax = 2\n{body}\n'
+        + (inventory if inventory is not None else lab.inventory())
+    )
+    return path
 
 
 def _cmdline(pid: int) -> str:

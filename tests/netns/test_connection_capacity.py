@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, start_server
+from secperf.engine import CONTROL_PORT, EngineServer
 from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.connections import ConnectionsExecutor
+from tests.netns.beds import engine_bed
 from tests.netns.conntrack import TRACKING, limited_conntrack
 
 pytestmark = pytest.mark.netns
@@ -31,12 +32,9 @@ LIMIT = 50_000
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
     # One emulated host beside the client: two source addresses.
-    with Testbed.build(Topology.standard(emulated_hosts=1), state_dir=state) as tb:
-        engine = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
-        yield tb, engine
-        engine.stop()
+    with engine_bed(tmp_path_factory, Topology.standard(emulated_hosts=1)) as pair:
+        yield pair
 
 
 @pytest.fixture
@@ -64,6 +62,7 @@ def capacity_test(tb: Testbed, connections: int, sources: int) -> dict[str, Any]
     return rec
 
 
+@pytest.mark.serial
 def test_a_conntrack_limit_of_50000_is_found_within_one_percent(
     bed: tuple[Testbed, EngineServer], conntrack_max: None
 ) -> None:

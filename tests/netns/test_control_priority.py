@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.flood import flood_spec
+from tests.netns.polling import wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -56,6 +56,13 @@ def classes(host: Host, dev: str) -> dict[str, dict[str, int]]:
     return {h: {"packets": int(p), "drops": int(d)} for h, p, d in found}
 
 
+def drops_of(host: Host, dev: str, handle: str, before: dict[str, dict[str, int]]) -> int:
+    """The htb class's drops since `before`."""
+    now = classes(host, dev).get(handle, {}).get("drops", 0)
+    return now - before.get(handle, {}).get("drops", 0)
+
+
+@pytest.mark.serial
 def test_a_flood_that_fills_the_link_does_not_starve_the_control_port(tmp_path: Path) -> None:
     topo = Topology.standard(attacker=True, link_rate_bps=10_000_000)
     with Testbed.build(topo, state_dir=tmp_path / "state", priority_ports=(CONTROL_PORT,)) as tb:
@@ -71,7 +78,12 @@ def test_a_flood_that_fills_the_link_does_not_starve_the_control_port(tmp_path: 
             spec = flood_spec(ctx, flood="udp", rate_pps=60_000, duration=4.0, target="allowed")
             flood = EngineTest(tb.host("attacker"), spec)
             flood.wait_started()
-            time.sleep(0.5)  # the queue is full from here on
+            # the queue is full from the flood's first drop on
+            wait_for(
+                "the flood's class drops packets",
+                lambda: drops_of(dut, to_server, "2:20", before) > 0,
+                timeout=3.0,
+            )
             control = exchanges(client, CONTROL_PORT, 10)
             after = classes(dut, to_server)
             result = flood.collect().result

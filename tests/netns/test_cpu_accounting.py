@@ -70,6 +70,7 @@ def test_each_host_has_a_group_and_spawned_processes_join_it(
     assert Path(f"/proc/{server.process.pid}/comm").read_text().strip() == "secperf-engine"
 
 
+@pytest.mark.serial
 def test_engine_reads_every_host_over_the_measured_window(
     bed: tuple[Testbed, EngineServer],
 ) -> None:
@@ -92,6 +93,7 @@ def test_engine_reads_every_host_over_the_measured_window(
     assert machine["softirq_s"] >= 0 and machine["irq_s"] >= 0
 
 
+@pytest.mark.serial
 def test_stream_counts_bytes_inside_the_cpu_window(bed: tuple[Testbed, EngineServer]) -> None:
     tb, _ = bed
     spec = {"kind": "stream", "server": TARGET, "duration": 1.0, "warmup": 0.3, "interval": 0}

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, Record, run_test, start_server
+from secperf.engine import CONTROL_PORT, EngineServer, Record, run_test
 from secperf.scenario.sweep import one_point
 from secperf.testbed.hosts.netns import CONNECTION_SYSCTLS
 from secperf.testbed.testbed import Testbed
-from secperf.testbed.topology import Topology
 from secperf.workloads.base import engine_spec
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
@@ -43,11 +43,8 @@ RULES = f"""table inet {TABLE} {{
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
-    with Testbed.build(Topology.standard(), state_dir=state) as tb:
-        engine = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
-        yield tb, engine
-        engine.stop()
+    with engine_bed(tmp_path_factory) as pair:
+        yield pair
 
 
 def _fresh_counters(tb: Testbed) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, run_test, start_server
+from secperf.engine import CONTROL_PORT, EngineServer, run_test
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.synproxy import LOOSE_SYSCTL, Synproxy, SynproxySpec
@@ -21,6 +21,7 @@ from secperf.workloads.base import MeasureContext
 from secperf.workloads.dos import DOS_DATA_PORT, DosExecutor, half_open, unlisted_sources
 from secperf.workloads.flood import flood_spec, start_flood
 from secperf.workloads.illegal import IllegalExecutor
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
@@ -29,13 +30,8 @@ TARGET = f"198.18.2.2:{CONTROL_PORT}"
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
-    with Testbed.build(Topology.standard(attacker=True), state_dir=state) as tb:
-        server = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
-        try:
-            yield tb, server
-        finally:
-            server.stop()
+    with engine_bed(tmp_path_factory, Topology.standard(attacker=True)) as pair:
+        yield pair
 
 
 def apply(
@@ -85,6 +81,7 @@ def illegal(tb: Testbed, applied: list[tuple[Mechanism, MechanismContext]]) -> d
     return dict(IllegalExecutor().measure(context(tb, applied, []), point))
 
 
+@pytest.mark.serial
 def test_denied_flows_reach_the_server_without_acl_never_through_it(
     bed: tuple[Testbed, EngineServer], tmp_path: Path
 ) -> None:
@@ -189,6 +186,7 @@ def test_synproxy_answers_spoofed_syns_so_the_server_holds_no_half_open(
         listener.stop()  # type: ignore[attr-defined]
 
 
+@pytest.mark.serial
 def test_dos_record_has_both_rates_and_the_flood(bed: tuple[Testbed, EngineServer]) -> None:
     tb, _ = bed
     reset_dut(tb.host("dut"), {"nft"})

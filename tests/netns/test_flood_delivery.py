@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import CONTROL_PORT, DATA_PORTS, EngineServer, start_server
+from secperf.engine import CONTROL_PORT, EngineServer
 from secperf.errors import EngineError
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
@@ -22,6 +22,7 @@ from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.parts import flood as flood_mod
 from secperf.workloads.registry import WORKLOADS
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
@@ -48,15 +49,12 @@ def shaped() -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="module")
-def bed() -> Iterator[tuple[Testbed, EngineServer]]:
-    with Testbed.build(Topology.standard(attacker=True)) as tb:
-        server = start_server(tb.host("server"), f"0.0.0.0:{CONTROL_PORT}", data_ports=DATA_PORTS)
-        try:
-            yield tb, server
-        finally:
-            server.stop()
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
+    with engine_bed(tmp_path_factory, Topology.standard(attacker=True)) as pair:
+        yield pair
 
 
+@pytest.mark.serial
 def test_flood_record_says_what_reached_the_target_not_only_what_was_sent(
     shaped: Testbed,
 ) -> None:
@@ -124,6 +122,7 @@ def stream_point(**extra: object) -> WorkloadPoint:
     return one_point(params)
 
 
+@pytest.mark.serial
 def test_flood_beside_a_stream_covers_its_window_and_says_what_reached(
     bed: tuple[Testbed, EngineServer],
 ) -> None:

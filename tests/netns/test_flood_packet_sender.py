@@ -69,6 +69,7 @@ def flood(tb: Testbed, rate: int, duration: float, sender: str) -> tuple[dict[st
     return res, counted(tb) - before
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("rate", [10_000, 100_000])
 def test_packet_sender_is_used_and_exact_at_the_server(bed: Testbed, rate: int) -> None:
     duration = 2.0

@@ -90,6 +90,7 @@ def load_acl(tb: Testbed, tmp_path: Path, rules: int) -> None:
     acl.apply(tb.host("dut"), ctx)
 
 
+@pytest.mark.serial
 def test_flood_rate_within_2pct_counted_at_the_server(bed: Testbed) -> None:
     reset_dut(bed.host("dut"), {"nft"})
     before = counted(bed)
@@ -116,6 +117,7 @@ def test_denied_flood_never_reaches_the_server_allowed_does(bed: Testbed, tmp_pa
         reset_dut(bed.host("dut"), {"nft"})
 
 
+@pytest.mark.serial
 def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> None:
     # 10 Mbit/s links (document 002's slow network): a flood of 64-byte frames
     # fills the link at ~20 kpps. Shaped links never starve TCP to 1 % (it keeps a

@@ -44,6 +44,7 @@ generators = 2
 """
 
 
+@pytest.mark.serial
 def test_two_generators_report_the_summed_rate(tmp_path: Path, state_dir: Path) -> None:
     scenario = parse_scenario(SCENARIO, tmp_path / "two.toml")
     point = expand_scenario(scenario)[0]

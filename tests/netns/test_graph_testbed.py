@@ -73,6 +73,7 @@ def test_two_gateways_carry_traffic_over_both(gateways: tuple[Testbed, EchoServe
     assert probe(tb.host("client"), server, PORT) is not None
 
 
+@pytest.mark.serial
 def test_rate_on_one_link_only(gateways: tuple[Testbed, EchoServer]) -> None:
     tb, _ = gateways
     for link in tb.topology.links:
@@ -168,6 +169,9 @@ name = "graph-e2e"
 [repeat]
 min = 2
 max = 2
+# the graph is the subject: no traced or attribution round (tests/netns/test_attribution.py)
+trace_softirq = false
+attribution = false
 [timing]
 duration = "0.5s"
 warmup = "0.1s"
@@ -193,6 +197,7 @@ protocol = "tcp"
 """
 
 
+@pytest.mark.serial
 def test_scenario_with_topology_runs_end_to_end(tmp_path: Path, state_dir: Path) -> None:
     path = tmp_path / "graph.toml"
     path.write_text(SCENARIO.format())

@@ -69,6 +69,7 @@ def search(tb: Testbed, files: Path, **keys: Any) -> tuple[Record, list[Record]]
     return rec, [r for r in records if r.get("type") == "trial"]
 
 
+@pytest.mark.serial
 def test_a_conntrack_limit_is_found_for_https_connections(
     bed: tuple[Testbed, Path], conntrack_max: None
 ) -> None:
@@ -104,6 +105,7 @@ def test_without_a_limit_in_its_range_the_search_says_at_least(
 SOURCES_TABLE = "srccount"
 
 
+@pytest.mark.serial
 def test_connections_spread_over_the_clients_addresses_and_open_at_the_open_rate(
     bed: tuple[Testbed, Path],
 ) -> None:

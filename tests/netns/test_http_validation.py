@@ -70,6 +70,7 @@ requests_per_connection = 10
 """
 
 
+@pytest.mark.serial
 def test_a_test_that_misses_its_criteria_is_failed_and_one_that_meets_them_a_number(
     tmp_path: Path, state_dir: Path
 ) -> None:

@@ -242,6 +242,7 @@ def test_fastpath_without_kernel_flowtables_is_a_clear_error(bed: Testbed, tmp_p
     assert nbytes > 0
 
 
+@pytest.mark.serial
 def test_fastpath_offloads_established_flows(bed: Testbed, tmp_path: Path) -> None:
     if not _has_flowtables():
         pytest.skip("CONFIG_NF_FLOW_TABLE is not set: no flowtables on this kernel")

@@ -12,18 +12,19 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, run_test, start_server
+from secperf.engine import CONTROL_PORT, EngineServer, run_test
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.ids import Ids, IdsSpec
 from secperf.mechanisms.ips import Ips, IpsSpec
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "secperf-attacks.rules"
 SERVER = "198.18.2.2"
-CONTROL = 5201
+CONTROL = CONTROL_PORT
 # A modest rate a shared two-core machine can offer (bench/latency_load_vs_trafgen.py
 # and seed004 ask for the paper's 148,810). At load average ~20, 20,000 once came out
 # 5.8 % short (slots forfeited while the sender was descheduled): 10,000, and a
@@ -40,12 +41,9 @@ TOLERANCE_FLOOR_US = 2.0
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
     topo = Topology.standard(emulated_hosts=100, offloads="off", ids=True)
-    with Testbed.build(topo, state_dir=state) as tb:
-        srv = start_server(tb.host("server"), f"0.0.0.0:{CONTROL}", data_ports=(5300, 5399))
-        yield tb, srv
-        srv.stop()
+    with engine_bed(tmp_path_factory, topo) as pair:
+        yield pair
 
 
 def spec(tb: Testbed, rate: float, **extra: Any) -> dict[str, Any]:
@@ -64,6 +62,7 @@ def spec(tb: Testbed, rate: float, **extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.serial
 def test_the_load_is_offered_at_the_asked_rate_both_ways(
     bed: tuple[Testbed, EngineServer],
 ) -> None:
@@ -145,6 +144,7 @@ def _with_inline_ips(tb: Testbed, tmp_path: Path) -> float:
         reset_dut(dut, ips.backends())
 
 
+@pytest.mark.serial
 def test_an_ids_on_a_mirror_leaves_the_forwarded_delay_within_noise(
     bed: tuple[Testbed, EngineServer], tmp_path: Path
 ) -> None:

@@ -9,26 +9,23 @@ from typing import Any
 
 import pytest
 
-from secperf.engine import EngineServer, EngineTest, run_test, start_server
+from secperf.engine import CONTROL_PORT, EngineServer, EngineTest, run_test
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
 SERVER = "198.18.2.2"
-CONTROL = 5201
-PORTS = (5300, 5399)
+CONTROL = CONTROL_PORT
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
-    with Testbed.build(Topology.standard(emulated_hosts=4), state_dir=state) as tb:
-        srv = start_server(tb.host("server"), f"0.0.0.0:{CONTROL}", data_ports=PORTS)
-        yield tb, srv
-        srv.stop()
+    with engine_bed(tmp_path_factory, Topology.standard(emulated_hosts=4)) as pair:
+        yield pair
 
 
 def spec(tb: Testbed, **extra: Any) -> dict[str, Any]:
@@ -53,6 +50,7 @@ def load_acl(tb: Testbed, acl: Acl, tmp_path: Path) -> None:
     acl.apply(tb.host("dut"), ctx)
 
 
+@pytest.mark.serial
 def test_delay_through_the_dut_both_ways(bed: tuple[Testbed, EngineServer]) -> None:
     tb, _ = bed
     r = run_test(tb.host("client"), spec(tb)).result

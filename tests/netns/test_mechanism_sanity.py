@@ -106,50 +106,47 @@ def _through(tb: Testbed, tmp_path: Path, mech: Mechanism) -> tuple[Record, Reco
         reset_dut(dut, mech.backends())
 
 
+# A known loss: the share of connections a mechanism may lose (0 for every other
+# kind). It is not an xfail that passes either way: a synproxy that lost more, or
+# carried no connection, fails. Both synproxy losses are documented in
+# docs/methodology.md ("Why synproxy loses connections here").
+SYNPROXY_LOSS = 0.02
+
 MECHANISMS: list[Any] = [
-    pytest.param(lambda: Acl(AclSpec(rules=100)), id="acl"),
-    pytest.param(lambda: Acl(AclSpec(rules=100, stateful=True)), id="acl-stateful"),
-    pytest.param(lambda: Nat(NatSpec(mode="pat")), id="nat-pat"),
-    pytest.param(lambda: Appliance(ApplianceSpec()), id="appliance"),
+    pytest.param(lambda: Acl(AclSpec(rules=100)), 0.0, id="acl"),
+    pytest.param(lambda: Acl(AclSpec(rules=100, stateful=True)), 0.0, id="acl-stateful"),
+    pytest.param(lambda: Nat(NatSpec(mode="pat")), 0.0, id="nat-pat"),
+    pytest.param(lambda: Appliance(ApplianceSpec()), 0.0, id="appliance"),
+    # Open: in some runs a few of the 2000 connections (8 in one) open at the client
+    # and never reach the server; the cause is not found yet.
     pytest.param(
-        lambda: Synproxy(SynproxySpec(timestamp=False)),
-        id="synproxy-no-timestamp",
-        # Open: in some runs a few of the 2000 connections (8 in one) open at the
-        # client and never reach the server; the cause is not found yet
-        # (docs/methodology.md, "Why synproxy loses connections here").
-        marks=pytest.mark.xfail(reason="synproxy without timestamps: cause open", strict=False),
+        lambda: Synproxy(SynproxySpec(timestamp=False)), SYNPROXY_LOSS, id="synproxy-no-timestamp"
     ),
-    pytest.param(
-        lambda: Synproxy(SynproxySpec()),
-        id="synproxy",
-        # With timestamps this kernel rejects synproxy's handshake ACK to the server now
-        # and then (TSEcrRejected: the timestamp offset is applied twice), and the
-        # connection stalls ~1 s on the server's SYN-ACK retransmission; a full-suite run
-        # saw 8 of 1858 connections carry no transaction. A kernel finding, documented in
-        # docs/methodology.md ("Why synproxy loses connections here"), not fixed by secperf.
-        marks=pytest.mark.xfail(
-            reason="synproxy with timestamps: this kernel's TSecr rejection", strict=False
-        ),
-    ),
-    pytest.param(lambda: Ips(IpsSpec(engine="nfq", rules=RULES)), id="ips-nfq"),
-    pytest.param(lambda: Ips(IpsSpec(engine="fwsnort", rules=RULES)), id="ips-fwsnort"),
+    # With timestamps this kernel rejects synproxy's handshake ACK to the server now
+    # and then (TSEcrRejected: the timestamp offset is applied twice), and the
+    # connection stalls ~1 s on the server's SYN-ACK retransmission; a full-suite run
+    # saw 8 of 1858 connections carry no transaction. A kernel finding, not fixed by secperf.
+    pytest.param(lambda: Synproxy(SynproxySpec()), SYNPROXY_LOSS, id="synproxy"),
+    pytest.param(lambda: Ips(IpsSpec(engine="nfq", rules=RULES)), 0.0, id="ips-nfq"),
+    pytest.param(lambda: Ips(IpsSpec(engine="fwsnort", rules=RULES)), 0.0, id="ips-fwsnort"),
 ]
 
 
-@pytest.mark.parametrize("make", MECHANISMS)
+@pytest.mark.parametrize(("make", "may_lose"), MECHANISMS)
 def test_no_connection_is_lost_without_load(
-    bed: tuple[Testbed, EngineServer], tmp_path: Path, make: Any
+    bed: tuple[Testbed, EngineServer], tmp_path: Path, make: Any, may_lose: float
 ) -> None:
     tb, _ = bed
     crr, http = _through(tb, tmp_path, make())
     attempted = crr["totals"]["client"]["connections"] + crr["loss"]["lost"]
     assert attempted >= 0.95 * CONNECTIONS, crr["totals"]
-    assert crr["loss"]["lost"] == 0, crr["loss"]
+    assert crr["loss"]["lost"] <= may_lose * CONNECTIONS, crr["loss"]
     # every connection attempted carried its transaction, and the server saw each
     done = crr["totals"]["client"]["transactions"]
-    assert done == attempted, (done, attempted)
-    assert crr["totals"]["server"]["connections"] == crr["totals"]["client"]["connections"]
-    assert http["failed"] == 0, http.get("errors")
+    assert attempted - done <= may_lose * attempted, (done, attempted)
+    client, server = crr["totals"]["client"]["connections"], crr["totals"]["server"]["connections"]
+    assert abs(server - client) <= may_lose * client, (server, client)
+    assert http["failed"] <= may_lose * FETCHES, http.get("errors")
     assert http["fetches"] >= 0.95 * FETCHES, http
 
 

@@ -7,26 +7,23 @@ from collections.abc import Iterator
 
 import pytest
 
-from secperf.engine import EngineServer, run_test, start_server
+from secperf.engine import CONTROL_PORT, EngineServer, run_test
 from secperf.errors import EngineError
 from secperf.testbed.testbed import Testbed
-from secperf.testbed.topology import Topology
 from secperf.workloads.base import engine_spec
 from secperf.workloads.stream import StreamWorkload
+from tests.netns.beds import engine_bed
 
 pytestmark = pytest.mark.netns
 
 SERVER = "198.18.2.2"
-CONTROL = 5201
+CONTROL = CONTROL_PORT
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, EngineServer]]:
-    state = tmp_path_factory.mktemp("state")
-    with Testbed.build(Topology.standard(), state_dir=state) as tb:
-        srv = start_server(tb.host("server"), f"0.0.0.0:{CONTROL}", data_ports=(5300, 5399))
-        yield tb, srv
-        srv.stop()
+    with engine_bed(tmp_path_factory) as pair:
+        yield pair
 
 
 def udp_spec(message: int, socket_buffer: int) -> dict[str, object]:

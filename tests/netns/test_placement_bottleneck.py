@@ -19,7 +19,8 @@ from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from tests.netns.rundirs import only_run
 
-pytestmark = pytest.mark.netns
+# CPU quotas, pinning and bottlenecks judged from measured rates
+pytestmark = [pytest.mark.netns, pytest.mark.serial]
 
 
 def _allowed(pid: int) -> str:

@@ -61,6 +61,7 @@ def test_check_names_the_rule_that_drops_a_flow(tmp_path: Path) -> None:
     assert "router.nft:37" in drops[0]
 
 
+@pytest.mark.serial
 def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) -> None:
     out = tmp_path / "results"
     junit = tmp_path / "gate.xml"

@@ -70,6 +70,7 @@ def measure(tb: Testbed, **params: object) -> Record:
     return Rfc2544Executor().measure(ctx, point)
 
 
+@pytest.mark.serial
 def test_throughput_finds_the_links_capacity(bed: Testbed) -> None:
     rec = measure(bed, tests=["throughput"], duration=1.0, resolution_pct=2.0, max_trials=14)
     thr = rec["throughput"]
@@ -85,6 +86,7 @@ def test_throughput_finds_the_links_capacity(bed: Testbed) -> None:
     assert bed.host("server").run(["nft", "list", "tables"]).stdout.strip() == ""
 
 
+@pytest.mark.serial
 def test_loss_rate_above_the_links_capacity(bed: Testbed) -> None:
     dev = bed.ifname("client-dut", "dut")
     rps = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
@@ -132,6 +134,7 @@ DROP = """table inet drop2544 {
 """
 
 
+@pytest.mark.serial
 def test_a_run_reports_bounds_in_words_and_leaves_nothing(tmp_path: Path, state_dir: Path) -> None:
     (tmp_path / "drop.nft").write_text(DROP)
     scenario = tmp_path / "rfc2544-tiny.toml"

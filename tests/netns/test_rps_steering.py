@@ -17,6 +17,7 @@ from secperf.testbed.topology import Topology
 
 pytestmark = [
     pytest.mark.netns,
+    pytest.mark.serial,  # counts NET_RX softirqs per CPU, machine-wide (/proc/softirqs)
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs"),
 ]
 

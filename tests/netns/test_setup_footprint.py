@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "scripts" / "setup.sh"
 RECORD = Path("/var/lib/secperf/setup-disabled.txt")
@@ -43,6 +45,8 @@ def _package_files(packages: list[str]) -> list[str]:
     return listing.stdout.splitlines()
 
 
+# it compares this namespace's listening sockets before and after: no other test may open one
+@pytest.mark.serial
 def test_after_setup_no_unit_of_its_packages_is_enabled_and_nothing_new_listens() -> None:
     before = _listeners()
     env = {**os.environ, "SECPERF_SETUP_PACKAGES_ONLY": "1"}

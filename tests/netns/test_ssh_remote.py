@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from secperf.testbed.topology import Topology
-from tests.netns.sshlab import HOSTS, Lab, sh, sshd_usable
+from tests.netns.sshlab import HOSTS, Lab, built_lab, scenario, sh, sshd_usable
 
 pytestmark = pytest.mark.netns
 
@@ -28,21 +28,8 @@ _WHY = sshd_usable()
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if _WHY is not None or os.geteuid() != 0:
-        pytest.skip(_WHY or "needs root")
-    lab = Lab(tmp_path_factory.mktemp("sshlab")).build()
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
-def scenario(lab: Lab, path: Path, body: str, inventory: str | None = None) -> Path:
-    path.write_text(
-        f'name = "{path.stem}"\n[repeat]\nmin = 2\nmax = 2\n{body}\n'
-        + (inventory if inventory is not None else lab.inventory())
-    )
-    return path
+    with built_lab(tmp_path_factory.mktemp("sshlab")) as built:
+        yield built
 
 
 def left_in_workdirs(lab: Lab) -> dict[str, list[str]]:
@@ -85,6 +72,7 @@ generators = 2
 """
 
 
+@pytest.mark.serial
 def test_scenario_over_ssh_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     """Two generator hosts, the DUT and the server all reached over SSH (the lab's
     switch is a bridge): the ACL is loaded on the remote DUT, both generators drive

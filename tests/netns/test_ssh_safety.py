@@ -24,31 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns.sshlab import Lab, sh, sshd_usable
+from tests.netns.sshlab import Lab, built_lab, scenario, sh
 
 pytestmark = pytest.mark.netns
 
-_WHY = sshd_usable()
 EXE = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "secperf")
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if _WHY is not None or os.geteuid() != 0:
-        pytest.skip(_WHY or "needs root")
-    lab = Lab(tmp_path_factory.mktemp("sshsafe")).build()
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
-def scenario(lab: Lab, path: Path, body: str, inventory: str | None = None) -> Path:
-    path.write_text(
-        f'name = "{path.stem}"\n[repeat]\nmin = 2\nmax = 2\n{body}\n'
-        + (inventory if inventory is not None else lab.inventory())
-    )
-    return path
+    with built_lab(tmp_path_factory.mktemp("sshsafe")) as built:
+        yield built
 
 
 def ruleset(lab: Lab, host: str) -> str:

@@ -217,6 +217,7 @@ def test_rate_shapes_both_ends(state_dir: Path) -> None:
                 assert "tbf" in out and "rate 100Mbit" in out, (link.name, role, out)
 
 
+@pytest.mark.serial
 def test_rate_holds_on_real_traffic(state_dir: Path) -> None:
     rate = 20_000_000
     with Testbed.build(Topology.standard(link_rate_bps=rate)) as tb:

@@ -106,6 +106,7 @@ def by_test(
     return [(results[k], next(iter(tunnels[k]["device_bytes"].values()))) for k in sorted(results)]
 
 
+@pytest.mark.serial
 def test_host_to_host_tunnel_carries_the_measured_bytes(tmp_path: Path, state_dir: Path) -> None:
     meta, lines = run(tmp_path, HOST_TO_HOST)
     assert meta["placements"]["wg"] == [{"kind": "vpn", "hosts": ["client", "server"]}]
