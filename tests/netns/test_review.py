@@ -2,7 +2,7 @@
 
 `check` probes each flow of the coverage traffic through both rule sets and names the
 rule that drops one; `secperf review` lists the behaviour change first and fails the gate
-for a proposed set that makes every packet walk 500 rules before its hot accept.
+for a proposed set that makes every packet walk 1,000 rules before its hot accept.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ HOT = "\t\tct state established,related accept\n"
 
 def slow_router(tmp_path: Path) -> Path:
     """The proposed router (DNS no longer forwarded) with its forward chain's hot accept
-    moved after 500 rules that match no packet of the traffic."""
+    moved after 1,000 rules that match no packet of the traffic: a cost far past the
+    gate's 5 % even on a noisy machine."""
     text = (DATA / "router-proposed.nft").read_text()
     head, sep, tail = text.partition("policy drop;\n" + HOT)
     assert sep, "the router's forward chain starts with its ct state accept"
-    filler = "".join(f"\t\tmeta mark 0x{0x100 + i:x} drop\n" for i in range(500))
+    filler = "".join(f"\t\tmeta mark 0x{0x100 + i:x} drop\n" for i in range(1000))
     path = tmp_path / "router-slow.nft"
     path.write_text(head + "policy drop;\n" + filler + HOT + tail)
     return path
@@ -74,7 +75,7 @@ def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) 
             str(DATA / "router.nft"),
             str(slow_router(tmp_path)),
             "--rounds",
-            "3",
+            "5",
             "--out",
             str(out),
             "--expect",
@@ -110,7 +111,7 @@ def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) 
     html = (run_dir / "report.html").read_text()
     assert html.index('id="behaviour"') < html.index('id="answer"')
     assert "1 flow(s) decided differently" in html
-    # the map is kept, and the slower set walks its 500 rules
+    # the map is kept, and the slower set walks its 1,000 rules
     meta = json.loads((run_dir / "run.json").read_text())
     assert any("10.1.0.0/16 ->" in line for line in meta["rule_set_map"]["lines"])
     walks = {
@@ -121,4 +122,4 @@ def test_review_lists_the_change_first_and_gates_the_slower_set(tmp_path: Path) 
         if c.get("mean_walked") is not None
     }
     slow = [w for (v, chain), w in walks.items() if v == "proposed" and "forward" in chain]
-    assert slow and max(slow) > 400, walks
+    assert slow and max(slow) > 900, walks
