@@ -132,6 +132,9 @@ MECHANISMS: list[Any] = [
 ]
 
 
+# serial: "attempted" counts what an open-loop client offered in its time, a rate that a
+# CPU shared with other tests lowers (1,523 of 2,000 through synproxy beside them)
+@pytest.mark.serial
 @pytest.mark.parametrize(("make", "may_lose"), MECHANISMS)
 def test_no_connection_is_lost_without_load(
     bed: tuple[Testbed, EngineServer], tmp_path: Path, make: Any, may_lose: float
