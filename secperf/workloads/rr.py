@@ -28,6 +28,7 @@ from secperf.workloads.generators import lost_or_done
 from secperf.workloads.parts import flood_beside, open_loop
 from secperf.workloads.parts.flood_beside import Beside, FloodBeside
 from secperf.workloads.parts.open_loop import OpenLoop
+from secperf.workloads.parts.specs import TcpRr
 
 # Open loop: the most transactions outstanding unless `inflight` says otherwise (the
 # engine's default: a receiver drains the responses while requests go on schedule).
@@ -43,16 +44,8 @@ class RrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
         "inflight": "count",
         "flood_rate": "count",
     }
-    engine_fields: ClassVar[tuple[str, ...]] = (
-        "protocol",
-        "request",
-        "response",
-        "inflight",
-        "payload",
-        "rate",
-        "duration",
-        "warmup",
-    )
+    # one list with the rr that other kinds send beside theirs (parts/specs.py)
+    engine_fields: ClassVar[tuple[str, ...]] = TcpRr.engine_fields
 
     kind: Literal["rr"]
     protocol: Literal["tcp", "udp"] = "tcp"

@@ -44,6 +44,7 @@ from secperf.workloads.base import (
 )
 from secperf.workloads.parts import flood_beside
 from secperf.workloads.parts.flood_beside import Beside, FloodBeside
+from secperf.workloads.parts.specs import TcpStream
 
 TIME_LIMIT_S = 300.0  # the default time_limit of a fixed transfer
 
@@ -67,21 +68,10 @@ class StreamWorkload(FloodBeside, WorkloadSpec):
         "bytes": "size",
         "link_rate": "link_rate",
     }
-    engine_fields: ClassVar[tuple[str, ...]] = (
-        "protocol",
-        "direction",
-        "message",
-        "socket_buffer",
-        "parallel",
-        "payload",
-        "rate",
-        "rcvlowat",
-        "bytes",
-        "duration",
-        "warmup",
-    )
-    # the engine says rate_bps: its `rate` is a count per second (http, crr, connections)
-    engine_names: ClassVar[dict[str, str]] = {"rate": "rate_bps"}
+    # one list with the stream that other kinds send beside theirs (parts/specs.py); the
+    # engine says rate_bps: its `rate` is a count per second (http, crr, connections)
+    engine_fields: ClassVar[tuple[str, ...]] = TcpStream.engine_fields
+    engine_names: ClassVar[dict[str, str]] = TcpStream.engine_names
 
     kind: Literal["stream"]
     protocol: Literal["tcp", "udp"] = "tcp"
