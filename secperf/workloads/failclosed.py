@@ -45,13 +45,13 @@ from pydantic import Field, PlainValidator, field_validator
 from secperf.engine import Record
 from secperf.mechanisms.daemons import DaemonMechanism
 from secperf.metric import Metric, MetricRow
-from secperf.probe import EchoServer, Probe, ProbeResult, ProbeSet, start_echo
 from secperf.schema.fields import bounded
 from secperf.schema.units import parse_duration
 from secperf.testbed.hosts import Power
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import DUT, Topology
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, WorkloadSpec
+from secperf.workloads.parts.probe import EchoServer, Probe, ProbeResult, ProbeSet, start_echo
 
 ProbeTimeout = Annotated[float, PlainValidator(bounded(parse_duration, 0.05, 10, "a timeout"))]
 

@@ -11,9 +11,9 @@ from secperf.errors import ScenarioError
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.custom import Custom, CustomSpec
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = pytest.mark.netns
 

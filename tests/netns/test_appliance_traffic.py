@@ -13,12 +13,12 @@ from secperf.engine import Record
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import Mechanism, MechanismContext, reset_dut, traffic_plan
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.scenario.sweep import one_point
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.failclosed import FailclosedExecutor
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = pytest.mark.netns
 

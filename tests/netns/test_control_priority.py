@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from secperf.engine import CONTROL_PORT, EngineTest
-from secperf.probe import start_echo
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import MeasureContext
 from secperf.workloads.flood import flood_spec
+from secperf.workloads.parts.probe import start_echo
 from tests.netns.polling import wait_for
 
 pytestmark = pytest.mark.netns

@@ -14,9 +14,9 @@ import pytest
 
 from secperf.mechanisms.acl import Acl, AclSpec
 from secperf.mechanisms.base import MechanismContext, traffic_plan
-from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT, EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import GraphHost, GraphLink, Topology
+from secperf.workloads.parts.probe import SINK_SCRIPT, SOURCE_SCRIPT, EchoServer, probe, start_echo
 from tests.netns.rundirs import only_run
 
 pytestmark = pytest.mark.netns

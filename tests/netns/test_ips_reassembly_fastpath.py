@@ -30,10 +30,10 @@ from secperf.errors import MechanismError
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.fastpath import Fastpath, FastpathSpec, offloaded_flows
 from secperf.mechanisms.ips import Ips, IpsSpec
-from secperf.probe import SINK_SCRIPT
 from secperf.testbed.hosts import ManagedProcess
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import SINK_SCRIPT
 
 pytestmark = pytest.mark.netns
 

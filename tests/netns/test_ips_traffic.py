@@ -16,9 +16,9 @@ import pytest
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.ids import Ids, IdsSpec
 from secperf.mechanisms.ips import Ips, IpsSpec
-from secperf.probe import EchoServer, start_echo
 from secperf.testbed.testbed import Host, Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import EchoServer, start_echo
 
 pytestmark = pytest.mark.netns
 

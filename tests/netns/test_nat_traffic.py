@@ -9,9 +9,9 @@ import pytest
 
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
 from secperf.mechanisms.nat import Nat, NatSpec
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = pytest.mark.netns
 

@@ -20,11 +20,11 @@ import pytest
 
 from secperf.mechanisms.base import reset_dut
 from secperf.plan import Plan, review
-from secperf.probe import start_echo
 from secperf.rulesets.model import Flow, PlacedFlow
 from secperf.scenario.loader import load_scenario
 from secperf.testbed.testbed import Testbed, new_prefix
 from secperf.workloads.base import EngineExecutor, WorkloadKind, WorkloadSpec
+from secperf.workloads.parts.probe import start_echo
 from secperf.workloads.registry import WORKLOADS
 
 pytestmark = pytest.mark.netns

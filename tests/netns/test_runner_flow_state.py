@@ -10,11 +10,11 @@ from rich.console import Console
 
 from secperf.mechanisms.base import conntrack_entries
 from secperf.plan import Plan, Variant, prepare_variants
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.results.rundir import RunDir
 from secperf.run.runner import Runner
 from secperf.scenario.scenario import Scenario
 from secperf.testbed.testbed import Testbed
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = pytest.mark.netns
 

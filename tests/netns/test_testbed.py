@@ -16,9 +16,9 @@ from typing import IO, Any
 import pytest
 
 from secperf.errors import TestbedError
-from secperf.probe import SINK_SCRIPT, SOURCE_SCRIPT
 from secperf.testbed import ManagedProcess, Testbed, Topology, clean, new_prefix
 from secperf.testbed.ledger import proc_state
+from secperf.workloads.parts.probe import SINK_SCRIPT, SOURCE_SCRIPT
 
 pytestmark = pytest.mark.netns
 

@@ -18,13 +18,13 @@ import pytest
 from secperf.errors import TestbedError
 from secperf.mechanisms.appliance import Appliance, ApplianceSpec
 from secperf.mechanisms.base import MechanismContext, reset_dut, traffic_plan
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.hosts.netns import NetnsHost
 from secperf.testbed.hosts.vm import NetnsOrVmHost
 from secperf.testbed.hosts.vmconfig import VmSettings
 from secperf.testbed.hosts.vmguest import VmHost
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = [
     pytest.mark.netns,

@@ -36,11 +36,11 @@ from secperf.mechanisms.vpn import (
     tunnel_name,
 )
 from secperf.mechanisms.vpn.ipsec import kernel_has_esp
-from secperf.probe import EchoServer, probe, start_echo
 from secperf.testbed.hosts import Host, ManagedProcess
 from secperf.testbed.ledger import proc_state
 from secperf.testbed.testbed import Testbed
 from secperf.testbed.topology import Topology
+from secperf.workloads.parts.probe import EchoServer, probe, start_echo
 
 pytestmark = pytest.mark.netns
 

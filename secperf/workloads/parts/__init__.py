@@ -8,5 +8,5 @@ TCP stream or rr as its kind would send it, for a kind measuring one beside its 
 latency (timestamped probes: the latency kind's model and executor, rfc2544's latency
 test), http (fetches against nginx: the http kind's model and fetch test, http_capacity's
 trials), delivery (what of a flood arrived), open_loop, rate_search, sources (many
-emulated sources).
+emulated sources), probe (the fail-closed check's real-traffic probes and echo server).
 """
