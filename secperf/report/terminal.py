@@ -203,8 +203,9 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
         "testbed = the work of the testbed's hosts; machine = "
         + (
             "the busy time of the CPUs the testbed runs on, exact (cpuidle residency "
-            "around each test); accounted = the testbed's share of it (exact: its cgroups "
-            "and the kernel's ksoftirqd)"
+            "around each test: the testbed's CPU over its share of it, never below the "
+            "testbed); accounted = the testbed's share of it (exact: its cgroups and the "
+            "kernel's ksoftirqd)"
             if all(r.get("machine_source") == "exact" for r in rows)
             else "the whole machine's busy time from /proc/stat (tick-sampled: it "
             "undercounts softirq-heavy work on this kind of kernel); accounted = testbed / "
