@@ -155,6 +155,19 @@ def degradation(
     return Summary(s.n, s.mean, s.stddev, low, high, halfwidth_pp(s.mean, low, high), s.outliers)
 
 
+def delta_definition(ratio: bool) -> str:
+    """What a paired degradation's Δ % is (`degradation`), in one line for a table's
+    notes: on the ratio scale (rates and service demand alike) the geometric mean of
+    the paired rounds' ratios, which the ratio of two means (each over its own rounds,
+    by the arithmetic mean) need not equal."""
+    if ratio:
+        return (
+            "Δ% = the geometric mean of the paired rounds' ratios variant / baseline, − 1 "
+            "(a rate's loss: 1 − it), not the ratio of the two means, each over its own rounds"
+        )
+    return "Δ% = the mean of the paired rounds' differences, in % of the baseline's value"
+
+
 def halfwidth_pp(mean: float, low: float, high: float) -> float:
     """A degradation interval's half width against its target: the larger of its two
     sides around the estimate (an interval on the ratio scale is not symmetric)."""

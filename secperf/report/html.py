@@ -60,7 +60,7 @@ from secperf.report.terminal import (
     run_check_tables,
     run_tables,
 )
-from secperf.report.timeseries import rate_labels, round_values, series_charts, strip_charts
+from secperf.report.timeseries import rate_labels, round_values, series_parts, strip_charts
 from secperf.report.topology_svg import render_topology_svg
 from secperf.results.rundir import RunDir, write_atomic
 from secperf.results.summary import build_summary
@@ -112,6 +112,8 @@ class Parts:
 
     distributions: Sequence[Chart] = ()
     series: Sequence[Chart] = ()
+    # (point label, why its series is not drawn): too few interval records
+    series_skipped: Sequence[tuple[str, str]] = ()
     strips: Sequence[Chart] = ()
     gate: Sequence[Outcome] = ()
     gate_error: str = ""
@@ -356,7 +358,7 @@ def render_html(
 
 
 def _over_time_html(parts: Parts) -> list[str]:
-    if not parts.series and not parts.strips:
+    if not parts.series and not parts.strips and not parts.series_skipped:
         return []
     parts.charts += [*parts.series, *parts.strips]
     out = [
@@ -375,8 +377,11 @@ def _over_time_html(parts: Parts) -> list[str]:
         if beside is not None:
             out.append(_figure_html(beside))
         out.append("</div>")
-    if strips:
-        names = ", ".join(strips)
+    skipped = dict(parts.series_skipped)
+    out += [f'<p class="note">{escape(why)}.</p>' for why in skipped.values()]
+    lacking = [name for name in strips if name not in skipped]
+    if lacking:
+        names = ", ".join(lacking)
         out.append(
             f'<p class="note">No interval records for {escape(names)}: its kind writes none '
             "(a search, a latency or HTTP test), so only each round's value is shown.</p>"
@@ -447,9 +452,11 @@ def parts_of(run: RunDir, summary: Mapping[str, Any], meta: Mapping[str, Any]) -
     """What the report draws from the records: time series, rounds, distributions, and
     the scenario's gate."""
     order = variant_order(summary)
+    series, skipped = series_parts(run.iter_records(), order, rate_labels(summary))
     parts = Parts(
         distributions=delay_charts(run.iter_records(), summary.get("distributions")),
-        series=series_charts(run.iter_records(), order, rate_labels(summary)),
+        series=series,
+        series_skipped=skipped,
         strips=strip_charts(summary, round_values(run), order),
     )
     try:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from secperf import stats
 from secperf.report import paper
 from secperf.report.answer import answer_tables
 from secperf.report.attribution import attribution_tables, cost_lines
@@ -32,7 +33,7 @@ from secperf.report.limits import (
     target_note,
 )
 from secperf.report.tags import tag_notes, tag_tables, variant_tags
-from secperf.results.metrics import censored_words
+from secperf.results.metrics import censored_words, ratio_scale
 from secperf.results.summary import in_variant_order
 from secperf.tables import (
     BASELINE,
@@ -202,8 +203,9 @@ def cpu_table(workload: str, rows: Sequence[Mapping[str, Any]]) -> ReportTable:
         "testbed = the work of the testbed's hosts; machine = "
         + (
             "the busy time of the CPUs the testbed runs on, exact (cpuidle residency "
-            "around each test); accounted = the testbed's share of it (exact: its cgroups "
-            "and the kernel's ksoftirqd)"
+            "around each test: the testbed's CPU over its share of it, never below the "
+            "testbed); accounted = the testbed's share of it (exact: its cgroups and the "
+            "kernel's ksoftirqd)"
             if all(r.get("machine_source") == "exact" for r in rows)
             else "the whole machine's busy time from /proc/stat (tick-sampled: it "
             "undercounts softirq-heavy work on this kind of kernel); accounted = testbed / "
@@ -340,6 +342,8 @@ def _table(
     notes = [
         f"Δ% = cost against the baseline, positive = worse; [CI] at {pct} (paired by repetition)"
     ]
+    if variants:  # what Δ% is, so that the means above need not be divided by hand
+        notes.append(stats.delta_definition(_ratio_scale(first)))
     if any_significant:
         notes.append(f"{SIGNIFICANT} the degradation's CI excludes 0 (significant)")
     if any_missed:
@@ -359,6 +363,12 @@ def _table(
         notes.append("outliers (kept): " + "; ".join(outliers))
     notes.append("n = repetitions: " + "/".join([BASELINE, *variants]))
     return ReportTable(workload, metric, title, columns, body, notes)
+
+
+def _ratio_scale(row: Mapping[str, Any]) -> bool:
+    """The scale of a row's Δ (the summary's `degradation_scale`, else its metric's)."""
+    scale = row.get("degradation_scale")
+    return scale == "ratio" if scale is not None else ratio_scale(str(row.get("metric")))
 
 
 def _degradation_cell(row: Mapping[str, Any] | None) -> Cell:

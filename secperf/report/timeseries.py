@@ -11,6 +11,9 @@ nested as `side` records of role `flood`) is drawn on its own panel above, on th
 test's clock (both `start` records carry CLOCK_MONOTONIC, which every namespace
 shares). Several generators' intervals are summed by their index.
 
+A point is drawn when one of its tests has at least SERIES_MIN_POINTS measured
+intervals (`too_few` says why not, in one line).
+
 `strip_chart` is the per-round view of the summary's headline metrics: every round's
 value as a dot, per variant, the mean as a bar, so that noise is visible.
 """
@@ -35,6 +38,9 @@ PACKETS = ("rate", "Packets/s")
 LATENCY = {"p50": "Latency p50 (µs)", "p99": "Latency p99 (µs)", "mean": "Latency mean (µs)"}
 FLOOD = ("flood", "Flood beside it (packets/s)")
 GENERATOR_ROLE = "generator-"
+# Fewer measured intervals than this in every test: no series is drawn (two or three
+# points are a line, not a shape over time).
+SERIES_MIN_POINTS = 5
 
 
 @dataclass
@@ -89,6 +95,8 @@ def _sample(rec: Mapping[str, Any]) -> dict[str, float] | None:
     start = _num(rec.get("t_start"))
     t = (start + end) / 2 if start is not None and start <= end else end
     out: dict[str, float] = {"t": t, "warmup": 1.0 if rec.get("warmup") else 0.0}
+    if start is not None and start < end:
+        out["span"] = end - start
     bps = _num(rec.get("bits_per_second"))
     if bps is not None:
         out["throughput"] = bps / 1e6
@@ -279,13 +287,40 @@ def series_chart(
     return Chart(title, figure_bytes(fig))
 
 
-def series_charts(
+def too_few(point: PointSeries) -> str | None:
+    """Why the point's series is not drawn, in one line (None: it is): none of its
+    tests has SERIES_MIN_POINTS measured intervals (or flood intervals beside it)."""
+    most, spans = 0, []
+    for test in point.tests:
+        measured = [s for s in test.points if not s["warmup"]]
+        most = max(most, len(measured), len(test.flood))
+        spans += [s["span"] for s in measured if "span" in s]
+    if most >= SERIES_MIN_POINTS:
+        return None
+    each = f" of {max(spans):.2g} s" if spans else ""
+    return (
+        f"{point.label}: not drawn over time: its tests have at most {most} measured "
+        f"interval{'s' if most != 1 else ''}{each}, fewer than the {SERIES_MIN_POINTS} a "
+        "series needs"
+    )
+
+
+def series_parts(
     lines: Iterable[Mapping[str, Any]],
     order: Sequence[str] = (),
     rates: Mapping[str, str] | None = None,
-) -> list[Chart]:
-    """A time-series chart per workload point that has interval records."""
-    return [series_chart(p, order, rates) for p in collect(lines)]
+) -> tuple[list[Chart], list[tuple[str, str]]]:
+    """A time-series chart per workload point with enough interval records, and
+    (point label, why not) for each point with too few (`too_few`)."""
+    charts: list[Chart] = []
+    skipped: list[tuple[str, str]] = []
+    for point in collect(lines):
+        why = too_few(point)
+        if why is None:
+            charts.append(series_chart(point, order, rates))
+        else:
+            skipped.append((point.label, why))
+    return charts, skipped
 
 
 # -- every round's value -----------------------------------------------------------------

@@ -34,19 +34,28 @@ def _mean_ci(values: Sequence[float], confidence: float) -> dict[str, float | No
 
 
 def _exact(group: GroupView, rep: int) -> tuple[float, float | None] | None:
-    """The machine's busy time on the testbed's CPUs over the measured window (its share
-    of the test's span, exact: cpuidle residency) and the testbed's exact share of it,
-    from the rep's `machine` record; None without one (an older run: tick-sampled)."""
+    """The machine's busy time on the testbed's CPUs over the measured window, from the
+    exact counters around the test (the rep's `machine` record: cpuidle residency, the
+    cgroups, ksoftirqd), and the testbed's exact share of it; None without a record (an
+    older run: tick-sampled).
+
+    The record spans the whole test (start-up and teardown, quieter than the window),
+    so its busy time is not scaled down to the window: the window's is the testbed's own
+    CPU there over the testbed's exact share of the span's busy time. It is thereby never
+    below the testbed's CPU (a share above 100 %, counters that disagree, is flagged by
+    the reconciliation, not taken)."""
     rec = group.machine.get(rep)
     if rec is None or rec.get("source") in (None, "none"):
         return None
     busy, span = rec.get("busy_s"), rec.get("span_s")
     if not isinstance(busy, int | float) or not isinstance(span, int | float) or span <= 0:
         return None
-    accounted = rec.get("accounted_pct")
-    return busy / span * group.cpu[rep].window_s, (
-        float(accounted) if isinstance(accounted, int | float) else None
-    )
+    raw = rec.get("accounted_pct")
+    accounted = float(raw) if isinstance(raw, int | float) and raw > 0 else None
+    cpu = group.cpu[rep]
+    if accounted is None:  # no share: the span's busy time at its average pace
+        return max(cpu.testbed, busy / span * cpu.window_s), None
+    return cpu.testbed * 100.0 / min(100.0, accounted), accounted
 
 
 def cpu_row(group: GroupView, confidence: float, irq: bool) -> dict[str, Any]:

@@ -334,8 +334,6 @@ class Rounds:
                     break
                 if until is not None and state.rounds >= until:
                     break
-                if state.rounds >= state.point.min_rounds(rep.min):
-                    progress.grow(self._estimate(state.point, 1, len(state.variants)))
                 began = self.clock()
                 self._round(testbed, state, progress)
                 took = self.clock() - began
@@ -410,8 +408,8 @@ class Rounds:
             disturbed: list[str] = []
             for name in order:
                 at, of = self.point_no
-                least = point.min_rounds(rep.min)
-                where = f"point {at}/{of}, round {number + 1}/{max(least, number + 1)}"
+                # the rounds a point runs are known when it stops: no total that grows
+                where = f"point {at}/{of}, round {number + 1}"
                 progress.show(where, label, name, log_line=name == order[0])
                 if name not in state.by_name:
                     continue  # failed earlier in this round (a failed baseline ends the point)

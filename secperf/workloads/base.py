@@ -48,6 +48,20 @@ Spec = dict[str, Any]  # an engine spec (docs/engine-protocol.md)
 ATTACKER = "attacker"  # the host floods come from
 
 # Keys that describe the workload rather than parametrize one test: not in a point's record.
+# A test's interval records: SERIES_INTERVALS of them across its measured window, so that
+# its series over time has a shape (the report draws one with at least 5), at most one a
+# second (the records on disk) and at least MIN_INTERVAL_S apart (each is a snapshot of
+# the engine's counters beside the traffic).
+SERIES_INTERVALS = 10
+MIN_INTERVAL_S = 0.05
+
+
+def series_interval(duration: float) -> float:
+    """Seconds between a `duration`-second test's interval records: duration / 10,
+    between MIN_INTERVAL_S and 1 s."""
+    return min(1.0, max(MIN_INTERVAL_S, duration / SERIES_INTERVALS))
+
+
 NOT_PARAMS = frozenset(
     {"kind", "name", "sweep", "table", "clients", "servers", "generators", "variants", "min_rounds"}
 )
@@ -133,9 +147,10 @@ class WorkloadSpec(StrictModel):
         return {}
 
     def record_interval(self) -> float:
-        """Seconds between a test's interval records (0: none): the engine's 1 s unless
-        the kind asks otherwise (the run's records on disk are bounded by it)."""
-        return 1.0
+        """Seconds between a test's interval records (0: none): `series_interval` of its
+        duration unless the kind asks otherwise (the run's records on disk are bounded
+        by it)."""
+        return series_interval(self.duration)
 
     def path_rate(self) -> int | None:
         """The rate every link of the client-server path is shaped to for this point's
@@ -340,7 +355,8 @@ class EngineExecutor:
     """One engine test from the client to the server (or from every generator at
     once, their results merged): the point's own engine spec (`engine_spec`).
 
-    `extra`: what the kind sets beyond its fields (a fixed transfer's time limit);
+    `extra`: what the kind sets beyond its fields (a fixed transfer's time limit;
+    the interval records come every `record_interval()` unless it says otherwise);
     `tried`: what a merged record's loss ratio divides by (default the messages sent).
     A kind built on another engine kind (`engine_kind`) files its result records under
     its own kind, so that its own metrics read them."""
@@ -351,6 +367,7 @@ class EngineExecutor:
     def spec(self, model: WorkloadSpec, server: str) -> Spec:
         """The engine spec for one point, aimed at `server` (ADDR:PORT)."""
         more = dict(self.extra(model)) if self.extra is not None else {}
+        more.setdefault("interval", model.record_interval())
         return engine_spec(model, server=server, **more)
 
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[WorkloadSpec]) -> Record:

@@ -209,6 +209,18 @@ def engine_specs(
     return Specs(clients, servers)
 
 
+def require_attempted(flows: Sequence[dict[str, Any]], p: FlowsWorkload) -> None:
+    """A test that attempted no flow is not run (an EngineError with the reason): no
+    verdict on the policy, passed or failed."""
+    if not any(int(f.get("attempts") or 0) > 0 for f in flows):
+        raise EngineError(
+            f"the flows test attempted none of its {len(flows)} flows in {p.duration:g} s",
+            where=f"workload {p.name}",
+            fix="lengthen duration, or raise rate or parallel, so that every client "
+            "starts its flows",
+        )
+
+
 def policy_checks(
     flows: Sequence[dict[str, Any]],
     placed: dict[str, PlacedFlow],
@@ -222,11 +234,17 @@ def policy_checks(
     may decide the rest otherwise, which is a behaviour change, not a violation."""
     violations: list[dict[str, Any]] = []
     probes = expected = 0
+    # a flow the client never attempted was not run: it proves nothing either way, so it
+    # is named beside the checks, never scored as a pass or a failure
+    not_run: dict[str, list[str]] = {"deny": [], "accept": []}
     for f in flows:
         pf = placed.get(str(f.get("name")))
         if pf is None or pf.flow.expect is None:
             continue
         if own and pf.flow.rule is not None and pf.flow.rule_in(set(own)) is None:
+            continue
+        if int(f.get("attempts") or 0) <= 0:
+            not_run["deny" if pf.flow.expect == "deny" else "accept"].append(pf.flow.name)
             continue
         rule = pf.flow.rule.where() if pf.flow.rule is not None else None
         ok = int(f.get("ok") or 0)
@@ -257,20 +275,31 @@ def policy_checks(
                 )
     let_through = [v for v in violations if v["expect"] == "deny"]
     blocked = [v for v in violations if v["expect"] == "accept"]
+
+    def unrun(expect: str) -> str:
+        names = not_run[expect]
+        return f"; not run (0 attempts): {', '.join(names)}" if names else ""
+
     checks = [
         {
             "name": "every denied probe stayed denied",
             "passed": not let_through,
             "applicable": applicable and probes > 0,
-            "detail": "; ".join(f"{v['flow']}: {v['detail']}" for v in let_through)
-            or f"{probes} probes, none through",
+            "detail": (
+                "; ".join(f"{v['flow']}: {v['detail']}" for v in let_through)
+                or f"{probes} probes, none through"
+            )
+            + unrun("deny"),
         },
         {
             "name": "every expected flow got through",
             "passed": not blocked,
             "applicable": applicable and expected > 0,
-            "detail": "; ".join(f"{v['flow']}: {v['detail']}" for v in blocked)
-            or f"{expected} flows, each through",
+            "detail": (
+                "; ".join(f"{v['flow']}: {v['detail']}" for v in blocked)
+                or f"{expected} flows, each through"
+            )
+            + unrun("accept"),
         },
     ]
     return checks, violations
@@ -392,6 +421,7 @@ class FlowsExecutor:
                 test.stop()
             raise
         rec = merge(results, served)
+        require_attempted(rec["flows"], p)
         placed = {pf.flow.name: pf for _, pf in live}
         for f in rec["flows"]:
             pf = placed.get(str(f.get("name")))

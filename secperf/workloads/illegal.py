@@ -9,10 +9,10 @@ sources no permit lists (the upper half of the attacker's link). The server coun
 what arrives of them with an nft counter in its own namespace (prerouting, raw
 priority: before its stack sees anything). Through an ACL the count must be 0
 (`illegal_reached`); without one (baseline, PAT) the denied packets do reach the
-server, which is what the comparison shows. The record carries two pass/fail checks:
-"every denied flow was sent" (always: a denied flow that sent nothing tested nothing,
-and the round fails) and "no denied packet reached the server" (applicable to
-variants that filter).
+server, which is what the comparison shows. The record carries one pass/fail check,
+"no denied packet reached the server" (applicable to variants that filter). A round in
+which a denied flood sent nothing tested nothing: it is not run (an error with the
+reason), not a check that failed.
 """
 
 from __future__ import annotations
@@ -205,30 +205,30 @@ def denied_specs(
     }
 
 
-def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> list[dict[str, Any]]:
-    """The round's checks: through a filter, no denied packet reached the server; and
-    every denied flow was sent (always applicable: a flood that sent nothing tested
-    nothing). With a flow unsent the first check cannot pass either: "0 reached" of nothing
-    proves nothing."""
+def require_sent(denied: dict[str, dict[str, Any]], workload: str) -> None:
+    """A denied flood that sent nothing tested nothing: the round is not run (an
+    EngineError with the reason), never a check that passed or failed."""
     unsent = [proto for proto, d in denied.items() if d["sent"] <= 0]
+    if unsent:
+        raise EngineError(
+            f"the denied {' and '.join(unsent)} flood sent nothing: the round tested nothing",
+            where=f"workload {workload}",
+            fix="read the flood's records (side role denied-PROTO) for why; `secperf doctor` "
+            "checks the attacker's raw sender",
+        )
+
+
+def illegal_checks(denied: dict[str, dict[str, Any]], *, applicable: bool) -> list[dict[str, Any]]:
+    """The round's check: through a filter, no denied packet reached the server (every
+    denied flood sent something: require_sent)."""
     total = sum(d["sent"] for d in denied.values())
     reached = sum(d["reached"] for d in denied.values())
     return [
         {
             "name": "no denied packet reached the server",
-            "passed": reached == 0 and not unsent,
+            "passed": reached == 0,
             "applicable": applicable,
             "detail": f"{reached} of {total} denied packets reached the server",
-        },
-        {
-            "name": "every denied flow was sent",
-            "passed": not unsent,
-            "applicable": True,
-            "detail": (
-                f"the denied {' and '.join(unsent)} flood sent nothing: the check tested nothing"
-                if unsent
-                else f"{total} denied packets sent"
-            ),
         },
     ]
 
@@ -299,6 +299,7 @@ class IllegalExecutor:
             }
             for proto in FLOWS
         }
+        require_sent(denied, p.name)
         total_sent = sum(d["sent"] for d in denied.values())
         reached = sum(d["reached"] for d in denied.values())
         checks = illegal_checks(denied, applicable=filters(ctx))

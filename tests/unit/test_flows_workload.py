@@ -126,3 +126,25 @@ def test_policy_checks_name_each_violation() -> None:
     assert "ssh: 1 of 2 attempts got through" in checks[0]["detail"]
     checks, _ = flows.policy_checks(got, placed, applicable=False)
     assert not any(c["applicable"] for c in checks)
+
+
+def test_a_flow_never_attempted_is_not_run_and_a_test_that_attempted_nothing_is_an_error() -> None:
+    import pytest
+
+    from secperf.errors import EngineError
+
+    placed = {pf.flow.name: pf for pf in (_pf("web"), _pf("ssh", expect="deny"), _pf("db"))}
+    got = [
+        {"name": "web", "ok": 5, "attempts": 5},
+        {"name": "ssh", "ok": 0, "attempts": 0},
+        {"name": "db", "ok": 0, "attempts": 0, "failures": {}},
+    ]
+    checks, violations = flows.policy_checks(got, placed, applicable=True)
+    assert violations == []  # 0 attempts got nothing through, but it was never tried
+    denied, expected = checks
+    assert not denied["applicable"] and "not run (0 attempts): ssh" in denied["detail"]
+    assert expected["passed"] and "not run (0 attempts): db" in expected["detail"]
+    spec = flows.FlowsWorkload.model_validate({"kind": "flows", "duration": 1})
+    with pytest.raises(EngineError, match="attempted none of its 2 flows in 1 s"):
+        flows.require_attempted([{"name": "ssh", "attempts": 0}, {"name": "db"}], spec)
+    flows.require_attempted(got, spec)  # one flow tried: the test ran

@@ -171,21 +171,19 @@ def _illegal_round(
     return illegal.IllegalExecutor().measure(ctx, point)  # type: ignore[arg-type]
 
 
-def test_illegal_with_nothing_sent_fails_instead_of_passing(
+def test_illegal_with_nothing_sent_is_not_run_rather_than_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from secperf.errors import EngineError
+
     nothing = {"udp": 0, "tcp": 0}
     for kind in ("acl", ""):  # through a filter, and the baseline
-        rec = _illegal_round(monkeypatch, nothing, nothing, kind)
-        assert rec["passed"] is False, kind
-        sent_check = rec["checks"][1]
-        assert sent_check["applicable"] and not sent_check["passed"]
-        assert "sent nothing" in sent_check["detail"]
-        assert rec["illegal_reached"] is None  # no figure where nothing was measured
-        assert "illegal_reached" not in extract(rec)
-    # one flood silent: the other's 0 reached does not make the round pass
-    rec = _illegal_round(monkeypatch, {"udp": 100, "tcp": 0}, nothing, "acl")
-    assert rec["passed"] is False and "tcp flood sent nothing" in rec["checks"][1]["detail"]
+        with pytest.raises(EngineError, match="udp and tcp flood sent nothing") as err:
+            _illegal_round(monkeypatch, nothing, nothing, kind)
+        assert "tested nothing" in err.value.message and err.value.fix
+    # one flood silent: the other's 0 reached neither passes nor fails the round
+    with pytest.raises(EngineError, match="the denied tcp flood sent nothing"):
+        _illegal_round(monkeypatch, {"udp": 100, "tcp": 0}, nothing, "acl")
 
 
 def test_illegal_passes_and_fails_on_what_reached_the_server(

@@ -179,3 +179,26 @@ def test_a_rate_reads_as_its_kinds_primary_metric() -> None:
     assert rates == {"w": "Connection rate (conn/s)"}  # a bit rate is not a count rate
     svg = series_chart(point, rates=rates).image.decode()
     assert "Connection rate (conn/s)" in svg and "Transactions/s" not in svg
+
+
+def test_a_series_of_fewer_than_five_measured_intervals_is_not_drawn_and_says_why(
+    tmp_path: Path,
+) -> None:
+    run = RunDir.create(tmp_path, "x")
+    run.write_run_json({"scenario": {"name": "x"}})
+    for workload, measured in (("short", 2), ("long", 5)):
+        tags = {"workload": workload, "point_id": f"{workload}#0", "label": ""}
+        for rep in range(2):
+            at = {**tags, "variant": "baseline", "rep": rep}
+            run.append_record(at, start())
+            for i in range(1 + measured):  # the warm-up's interval, then the measured ones
+                run.append_record(at, interval(i, i + 1, rate=100.0, transactions=100))
+            run.append_record(at, {"type": "result", "kind": "rr", "transactions_per_second": 1e2})
+    html = write_html(run).read_text()
+    assert "<figcaption>long: over time (every round)</figcaption>" in html
+    assert "short: over time" not in html
+    assert (
+        "short: not drawn over time: its tests have at most 2 measured intervals of 1 s, "
+        "fewer than the 5 a series needs." in html
+    )
+    assert "No interval records for short" not in html

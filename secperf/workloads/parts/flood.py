@@ -113,6 +113,7 @@ def flood_spec(
     count: int | None = None,
     sources: str | None = None,
     sender: str | None = None,
+    interval: float | None = None,
 ) -> Spec:
     """The engine spec of a flood from the attacker towards the server (across the DUT).
 
@@ -139,6 +140,7 @@ def flood_spec(
         ("count", count),
         ("sources", sources),
         ("sender", sender),
+        ("interval", interval),
     ):
         if value is not None:
             spec[key] = value
@@ -246,6 +248,7 @@ def run_beside(
         duration=point.spec.duration + point.spec.warmup + FLOOD_MARGIN_S,
         target=target,
         payload_size=payload,
+        interval=point.spec.record_interval(),  # on the measured test's beat
     )
     count = DeliveryCount(ctx, [spec])
     count.start()
