@@ -29,7 +29,10 @@ def make(root: Path, args: list[str]) -> str:
         for r in summary.get("rows") or []
         if r.get("variant") == BASELINE
     }
-    out = ["| point | variant | metric | baseline | the answer | limited by |", "|---|---|---|---|---|---|"]
+    out = [
+        "| point | variant | metric | baseline | the answer | limited by |",
+        "|---|---|---|---|---|---|",
+    ]
     for v in verdicts(summary):
         base = bases.get((v.workload, v.point_id, v.metric))
         out.append(

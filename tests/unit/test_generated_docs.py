@@ -45,8 +45,10 @@ def test_check_mode_reports_a_stale_page(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     page = tmp_path / "docs" / "p.md"
     run = "docs/runs/seed003-vpn-quick-2026-11-29"
-    page.write_text(f"<!-- paper-table: seed003-vpn-quick {run} -->\nstale\n"
-                    "<!-- /paper-table: seed003-vpn-quick -->\n")
+    page.write_text(
+        f"<!-- paper-table: seed003-vpn-quick {run} -->\nstale\n"
+        "<!-- /paper-table: seed003-vpn-quick -->\n"
+    )
     (tmp_path / "docs" / "runs").symlink_to(ROOT / "docs" / "runs")
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
     assert pages.main(["--root", str(tmp_path), "--check"]) == 1
