@@ -7,13 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from secperf.docgen import papertables, runtables
+from secperf.docgen import benchtables, papertables, runtables
 from secperf.docgen.blocks import Maker, fill
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKERS: dict[str, Maker] = {
     papertables.KIND: papertables.make,
     runtables.KIND: runtables.make,
+    benchtables.KIND: benchtables.make,
 }
 
 

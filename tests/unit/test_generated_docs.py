@@ -4,11 +4,12 @@ the study pages' paper tables and kept runs' answers, performance.md's bench tab
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from secperf.docgen import pages
+from secperf.docgen import benchtables, pages
 from secperf.docgen.blocks import BlockError, blocks, fill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +56,43 @@ def test_check_mode_reports_a_stale_page(tmp_path: Path) -> None:
     assert pages.main(["--root", str(tmp_path)]) == 0
     assert "| Paper | Row |" in page.read_text("utf-8")
     assert pages.main(["--root", str(tmp_path), "--check"]) == 0
+
+
+def test_performance_shows_the_newest_kept_file_of_every_bench() -> None:
+    # several kept files of one bench: the newest is current, the others are listed
+    shown = {
+        args[1]
+        for kind, args, _ in blocks((ROOT / "docs" / "performance.md").read_text("utf-8"))
+        if kind == benchtables.KIND
+    }
+    runs = sorted((ROOT / "bench" / "runs").glob("*.json"))
+    for bench in {benchtables.bench_of(p) for p in runs}:
+        assert bench in benchtables.BENCHES, f"{bench}: no table for its kept files"
+        newest = max((p for p in runs if benchtables.bench_of(p) == bench), key=benchtables.started)
+        assert str(newest.relative_to(ROOT)) in shown, f"{newest.name} is not in performance.md"
+
+
+def test_a_bench_table_is_its_files_rows_and_lists_the_others(tmp_path: Path) -> None:
+    runs = tmp_path / "bench" / "runs"
+    runs.mkdir(parents=True)
+    row = {
+        "path": "plain",
+        "engine_median_bps": 14.9e9,
+        "iperf3_median_bps": 14.5e9,
+        "ratio": 1.0328,
+    }
+    older = {"started": "2026-01-01", "pairs": 3, "duration_s": 3.0, "rows": [row]}
+    (runs / "vpn_vs_iperf3-2026-01-01.json").write_text(json.dumps(older))
+    newer = {**older, "started": "2026-01-02", "pairs": 5, "rows": [row, {**row, "path": "tinc"}]}
+    (runs / "vpn_vs_iperf3-2026-01-02.json").write_text(json.dumps(newer))
+    text = benchtables.make(tmp_path, ["vpn_vs_iperf3", "bench/runs/vpn_vs_iperf3-2026-01-02.json"])
+    assert (
+        "bench/vpn_vs_iperf3.py --pairs 5 --duration 3 "
+        "--out bench/runs/vpn_vs_iperf3-2026-01-02.json" in text
+    )
+    assert "| plain | 14.90 | 14.50 | 1.033 |" in text and "| tinc |" in text
+    assert "Other kept files of this bench: vpn_vs_iperf3-2026-01-01.json." in text
+    only = benchtables.make(
+        tmp_path, ["vpn_vs_iperf3", "bench/runs/vpn_vs_iperf3-2026-01-02.json", "tin"]
+    )
+    assert "| tinc |" in only and "| plain |" not in only
