@@ -64,6 +64,7 @@ bench: setup-all
 # docs/scenarios.md from the scenario files and their kept runs (a unit test checks it)
 docs: setup
 	$(VENV)/python -m secperf.docgen.scenarios
+	$(VENV)/python -m secperf.docgen.pages
 
 clean:
 	$(VENV)/secperf clean

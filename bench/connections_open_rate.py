@@ -9,7 +9,7 @@ port range fills. Cases, in rounds that repeat them in the same order:
 
 opens/s of each (the engine's `open_rate`). secperf's `sources = "auto"` spreads a
 count over more addresses where the testbed has them (workloads/sources.py,
-AUTO_SPREAD); docs/methodology.md ("§7.5 and §7.9 at connection-table scale") quotes
+AUTO_SPREAD); docs/studies/rfc.md quotes
 the result JSON written to --out.
 """
 

@@ -249,7 +249,7 @@ def check(
     failed = 0
     for path in scenarios:
         try:
-            if path.suffix == ".rules":  # an IPS rule file (docs/methodology.md)
+            if path.suffix == ".rules":  # an IPS rule file (docs/studies/004.md)
                 rules = parse_rules(path)
                 drops = sum(r.action == "drop" for r in rules)
                 console.print(
@@ -343,7 +343,7 @@ def report(
         typer.Option(
             "--paper-markdown",
             help="Print the verdicts against the paper as a "
-            "Markdown table (docs/methodology.md) on stdout, nothing else.",
+            "Markdown table (docs/studies/) on stdout, nothing else.",
         ),
     ] = False,
     paper_file: Annotated[

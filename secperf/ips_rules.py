@@ -49,7 +49,7 @@ _HEADER = re.compile(
     r"^(?P<action>\S+)\s+(?P<proto>\S+)\s+(?P<src>\S+|\[[^\]]*\])\s+(?P<sport>\S+|\[[^\]]*\])"
     r"\s+(?P<dir>\S+)\s+(?P<dst>\S+|\[[^\]]*\])\s+(?P<dport>\S+|\[[^\]]*\])\s*\((?P<opts>.*)\)\s*$"
 )
-FIX = "write the rule in the subset docs/methodology.md 'IPS rule files' describes"
+FIX = "write the rule in the subset docs/studies/004.md 'IPS rule files' describes"
 
 
 @dataclass

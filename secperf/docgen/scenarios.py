@@ -52,10 +52,9 @@ before measuring (`[[paper_table]]`), and the report says under each table, per 
 row, whether ours agrees, differs with the cause shown by another row of the same run
 (under the cause rule: the right direction, the size of the gap, not the baseline's own
 non-DUT limit), differs unexplained, or is not resolved; `secperf report RUN
---paper-markdown --paper scenarios/FILE.toml` prints the side-by-side table that
-[methodology.md](methodology.md) quotes, judged again from the kept run, and
-methodology.md explains for each table what the paper did, what secperf does and what
-differs.
+--paper-markdown --paper scenarios/FILE.toml` prints the side-by-side table that each
+study's page in [studies/](methodology.md#the-studies) holds, judged again from the kept
+run, beside what the paper did, what secperf does and what differs.
 
 Each line: the file, what it answers (the first sentence of its `description`; the
 file has the rest), and its kept run: the run directory in docs/runs/, how long it took

@@ -10,7 +10,7 @@ answer it sends back through the filter's host) runs on the filter's CPU, inside
 the filter's CPU quota. A real target's receive runs on the target's CPU. With
 `rps` on the target, its interfaces hand every received packet to the named CPUs'
 backlog, so its work leaves the filter's time (document 002: what a SYN's answer
-costs the firewall; docs/methodology.md, "Document 002").
+costs the firewall; docs/studies/002.md.
 
 Only the testbed's own hosts (namespaces, a VM): on a lab machine the interfaces
 are real NICs whose steering is the machine's own configuration, not the run's.

@@ -96,7 +96,7 @@ def header_lines(summary: Mapping[str, Any], run_meta: Mapping[str, Any]) -> lis
             f"{vm.get('memory_mb')} MB, image {(vm.get('image') or {}).get('digest', '?')}"
             + (
                 "; TCG is qemu's emulator: the VM rows measure emulation, not hardware "
-                "virtualization (docs/methodology.md)"
+                "virtualization (docs/studies/000.md)"
                 if vm.get("accel") == "tcg"
                 else ""
             )

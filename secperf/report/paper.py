@@ -1,6 +1,6 @@
 """The verdicts against the source paper (summary.json "paper", built by
 secperf.results.paper), as lines under the report's tables, a count per figure, and a
-Markdown table for docs/methodology.md (`secperf report RUN --paper-markdown`)."""
+Markdown table for docs/studies/ (`secperf report RUN --paper-markdown`)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _cell(text: object) -> str:
 
 
 def markdown(summary: Mapping[str, Any]) -> str:
-    """The verdicts as the side-by-side table of docs/methodology.md, with the counts."""
+    """The verdicts as the side-by-side table of docs/studies/, with the counts."""
     items = verdicts(summary)
     if not items:
         return "(this run's scenario has no [[paper]] rows)\n"

@@ -575,6 +575,6 @@ def _print_paper_counts(console: Console, summary: Mapping[str, Any], rest: Sequ
     if not counts:
         return
     console.print()
-    console.print("Against the paper (docs/methodology.md):", markup=False)
+    console.print("Against the paper (docs/methodology.md, docs/studies/):", markup=False)
     for text in [*rest, *counts]:
         console.print(f"  {text}", markup=False, highlight=False)

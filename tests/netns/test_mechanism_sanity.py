@@ -109,7 +109,7 @@ def _through(tb: Testbed, tmp_path: Path, mech: Mechanism) -> tuple[Record, Reco
 # A known loss: the share of connections a mechanism may lose (0 for every other
 # kind). It is not an xfail that passes either way: a synproxy that lost more, or
 # carried no connection, fails. Both synproxy losses are documented in
-# docs/methodology.md ("Why synproxy loses connections here").
+# docs/studies/rfc.md, "RFC 3511".
 SYNPROXY_LOSS = 0.02
 
 MECHANISMS: list[Any] = [

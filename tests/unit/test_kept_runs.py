@@ -1,7 +1,7 @@
 """The figures the docs quote are the kept runs' own (issue 23: "every figure quoted in
-the docs has its kept file"): each side-by-side table in docs/methodology.md is what
+the docs has its kept file"): each side-by-side table in docs/studies/ is what
 `secperf report RUN --paper-markdown --paper scenarios/NAME.toml` prints for the kept
-run it names, judged now with today's rules from what the run holds (its summary rows:
+run its block names, judged now with today's rules from what the run holds (its summary rows:
 the kept runs carry no records.jsonl), never the verdicts stored in it (issue 42); that
 run measured what the scenario file measures now (its [[paper]] and [[paper_table]]
 rows aside: they judge, and are fixed per table); every block is closed and compared;
@@ -16,19 +16,28 @@ from pathlib import Path
 
 import pytest
 
+from secperf.docgen.blocks import blocks
 from secperf.report.kept import measured, paper_summary
 from secperf.report.paper import markdown
 from secperf.results.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
-METHODOLOGY = ROOT / "docs" / "methodology.md"
-BLOCK = re.compile(r"<!-- paper-table: ([\w-]+) -->(.*?)<!-- /paper-table: \1 -->", re.S)
-OPENING = re.compile(r"<!-- paper-table: ([\w-]+) -->")
+STUDIES = sorted((ROOT / "docs" / "studies").glob("*.md"))
+OPENING = re.compile(r"<!-- paper-table: ([\w-]+)[^>]*-->")
 KEPT = re.compile(r"docs/runs/([\w.-]+)")
 
 
+def _text() -> str:
+    return "\n".join(page.read_text("utf-8") for page in STUDIES)
+
+
 def _blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(METHODOLOGY.read_text("utf-8"))]
+    return [
+        (args[0], body)
+        for page in STUDIES
+        for kind, args, body in blocks(page.read_text("utf-8"))
+        if kind == "paper-table"
+    ]
 
 
 def _table_lines(text: str) -> list[str]:
@@ -44,14 +53,14 @@ def _kept_run(body: str) -> Path:
     return ROOT / "docs" / "runs" / m.group(1).rstrip(".")
 
 
-def test_methodology_has_a_paper_table_per_study() -> None:
+def test_the_studies_have_a_paper_table_per_study() -> None:
     names = {name for name, _ in _blocks()}
     for study in ("seed000", "seed001", "seed002", "seed003", "seed004"):
         assert any(n.startswith(study) for n in names), study
 
 
 def test_every_paper_table_block_is_closed() -> None:
-    opened = OPENING.findall(METHODOLOGY.read_text("utf-8"))
+    opened = OPENING.findall(_text())
     assert sorted(opened) == sorted(name for name, _ in _blocks()), (
         "a <!-- paper-table: NAME --> block has no <!-- /paper-table: NAME --> closing tag"
     )
@@ -68,9 +77,9 @@ def test_paper_table_is_its_kept_runs_own(name: str, body: str) -> None:
     doc = _table_lines(body)
     assert doc, f"the block for {name} holds no generated table"
     assert doc == _regenerated(name, body), (
-        f"docs/methodology.md's table for {name} is not what `secperf report "
+        f"docs/studies/'s table for {name} is not what `secperf report "
         f"{run.relative_to(ROOT)} --paper-markdown --paper scenarios/{name}.toml` prints: "
-        "paste that output again"
+        "`make docs` writes it again"
     )
 
 
@@ -103,7 +112,7 @@ def test_every_kept_file_the_docs_name_exists() -> None:
     path = re.compile(r"(?:docs|bench)/runs/[\w.*/-]*[\w/]")
     skip = re.compile(r"DATE|\.\.\.|-latest|\*")
     missing = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
         for n, line in enumerate(doc.read_text("utf-8").splitlines(), start=1):
             for p in path.findall(line):
                 if not skip.search(p) and not (ROOT / p.rstrip("/.")).exists():

@@ -10,7 +10,7 @@ behind one interface (`Vpn`).
 The scenario entry is `spec.VpnSpec`; `tunnel.Tunnel` is the mechanism the runner
 applies, which places the ends (`TunnelEnd`: host-to-host on the client and server,
 or site-to-site on a gateway pair) on the testbed graph; `tunnel.KIND` declares the
-kind. docs/methodology.md ("VPN tunnels") says what each implementation runs and
+kind. docs/studies/003.md says what each implementation runs and
 what this machine cannot.
 """
 

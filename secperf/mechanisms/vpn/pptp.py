@@ -31,5 +31,5 @@ def refuse(dev_ppp: Path = DEV_PPP) -> MechanismError:
     return MechanismError(
         f"vpn implementation 'pptp' cannot run: {REASON}; {found}",
         fix="measure another VPN (wireguard, openvpn, ipsec, tinc, vtun); "
-        "docs/methodology.md, 'VPN tunnels', says why PPTP is absent",
+        "docs/studies/003.md says why PPTP is absent",
     )

@@ -2,7 +2,7 @@
 
 What each implementation takes and what this machine cannot run is checked here,
 so that a scenario that cannot work stops at `secperf check` with the reason
-(docs/methodology.md, "VPN tunnels"); secperf.mechanisms.vpn runs the tunnels.
+(docs/studies/003.md; secperf.mechanisms.vpn runs the tunnels.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ VPN_KEYS: dict[str, tuple[str, ...]] = {
 PPTP_REASON = (
     "PPTP cannot run here: pppd needs the kernel's PPP driver (/dev/ppp, CONFIG_PPP with "
     "MPPE) and GRE, which this kind of machine's kernel lacks and cannot load as modules "
-    '(docs/methodology.md, "VPN tunnels")'
+    "(docs/studies/003.md"
 )
 
 
@@ -109,7 +109,7 @@ class VpnSpec(MechanismSpec):
     # every 100 ms at 5 %); between them, what arrives waits in its receive buffer and
     # what it sent in a burst waits in its send buffer behind the link's shaper. The
     # default buffers overflow there and lose packets that a slow, evenly running CPU
-    # would only delay (docs/methodology.md, "Document 003"). The kernel caps a value
+    # would only delay (docs/studies/003.md. The kernel caps a value
     # at net.core.rmem_max / wmem_max (4 MiB here, read-only in a namespace).
     socket_buffer: DaemonBuffer = None
 

@@ -6,7 +6,7 @@ address set by vtund's `up` block with `ip`. `encrypt` is `no` or aes128ecb
 
 Refused, with the reason: Blowfish (vtun's `encrypt yes` and the blowfish*
 ciphers: vtund 3.0.4 segfaults with them here) and aes256cbc (the tunnel dies
-under load); found on this machine (docs/methodology.md, "VPN tunnels"). Inner
+under load); found on this machine (docs/studies/003.md. Inner
 IPv6 is refused too, and so is an IPv6 underlay (vtund's parser rejects an IPv6
 `bindaddr`): vtund's TUN device only works with IPv6 off on it (with
 IPv6 on, the kernel's own router solicitations make vtund fail with EIO), so

@@ -177,7 +177,7 @@ def latency_table(workload: str, rows: _Rows) -> ReportTable | None:
         "achieved, which may be less than the throughput (then the delay is at that lower "
         "load); lost % = probes that did not arrive",
         "the RFC timestamps one tagged frame in a 120 s stream, 20 times; every probe "
-        "here is timestamped (docs/methodology.md says what else differs)",
+        "here is timestamped (docs/studies/rfc.md says what else differs)",
         "– = not measured: the run's errors (above the tables) say why",
         "n = repetitions: " + "/".join(rows.variants),
     ]
