@@ -34,6 +34,12 @@ MIN_INITIAL_S = 0.1
 DURATION_SUMS = 3.0
 
 
+# What MLRsearch spends against simulated devices (tests/unit/test_mlrsearch.py's
+# forwarder, default keys): ~3.3 duration sums of trial time in ~15 trials.
+MLR_SUMS_SPENT = 3.3
+MLR_TRIALS = 15
+
+
 class SearchKeys(StrictModel):
     """The keys of a kind that searches for a threshold (docs/scenario-format.md)."""
 
@@ -86,6 +92,15 @@ class SearchKeys(StrictModel):
             initial_duration=min(initial, final_s),
             label=label,
         )
+
+
+def search_seconds(keys: SearchKeys, duration: float, overhead_s: float, trials: float) -> float:
+    """A planned search's length (a guess for `secperf check`, not a bound): the
+    bisection's `trials` trials, or what MLRsearch spends on a device without noise."""
+    if keys.search == "bisect":
+        return trials * (duration + overhead_s)
+    total = max(keys.goal_duration_sum or duration * DURATION_SUMS, duration)
+    return MLR_SUMS_SPENT * total + MLR_TRIALS * overhead_s
 
 
 @dataclass(frozen=True)

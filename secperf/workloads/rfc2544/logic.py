@@ -36,7 +36,7 @@ from typing import Any
 
 from secperf.workloads.parts.rate_search import ACHIEVED_SHARE
 from secperf.workloads.parts.search import Bracket, Trial, bisect_rate
-from secperf.workloads.parts.search_method import Answer, SearchKeys, find
+from secperf.workloads.parts.search_method import Answer, SearchKeys, find, search_seconds
 from secperf.workloads.rfc2544.spec import FRAME_SIZES, TESTS, Rfc2544Workload
 
 __all__ = ["FRAME_SIZES", "TESTS"]
@@ -258,15 +258,17 @@ TRIAL_OVERHEAD_S = 0.5
 
 
 def estimate_seconds(spec: Rfc2544Workload, _link_bps: int | None = None) -> float:
-    """A planned measurement's length (for `secperf check` and the progress bar): a
-    third of `max_trials` per search, three loss steps, the latency test; a guess
+    """A planned measurement's length (for `secperf check` and the progress bar): the
+    throughput search's (a bisection: a third of `max_trials`), three loss steps,
+    the latency test, a third of `max_trials` bursts; a guess
     (a configuration at line rate ends each search in one trial), not a bound."""
     trial = spec.duration + spec.settle + TRIAL_OVERHEAD_S
     searches = spec.max_trials / 3
     tests = spec.tests
     total = 0.0
     if "throughput" in tests or "latency" in tests:
-        total += searches * trial
+        overhead = spec.settle + TRIAL_OVERHEAD_S
+        total += search_seconds(spec, spec.duration, overhead, searches)
     if "latency" in tests:
         total += spec.latency_duration + 0.5 + TRIAL_OVERHEAD_S
     if "loss" in tests:
