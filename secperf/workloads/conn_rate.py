@@ -19,14 +19,14 @@ from secperf.workloads.base import (
 )
 from secperf.workloads.parts.connections import Close, crr_summary, run_on_client
 from secperf.workloads.parts.rate_search import (
-    ACHIEVED_SHARE,
     RateSearchSpec,
     fresh_dut,
     kept_trial,
     legacy_search,
+    rate_trial,
     search,
 )
-from secperf.workloads.parts.search import Trial, passes
+from secperf.workloads.parts.search import Trial
 
 
 class ConnRateWorkload(RateSearchSpec):
@@ -60,19 +60,20 @@ class ConnRateExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[ConnRateWorkload]) -> Record:
         p = point.spec
 
-        def trial(rate: float) -> Trial:
+        def trial(rate: float, duration: float) -> Trial:
             fresh_dut(ctx)
-            spec = engine_spec(p, server=ctx.target, rate=rate, interval=0)
+            spec = engine_spec(p, server=ctx.target, rate=rate, interval=0, duration=duration)
             try:
                 r = run_on_client(ctx, spec, keep_all=False)
             except EngineError as exc:
                 failed = Trial(False, None, {"error": exc.message})
-                return kept_trial(p.engine_kind, ctx, rate, failed)
+                return kept_trial(p.engine_kind, ctx, rate, failed, duration)
             s = crr_summary(r)
-            done, lost, achieved = s["completed"], s["failed"], s["rate"]
-            ok = passes(lost, done + lost, p.max_ratio) and achieved >= ACHIEVED_SHARE * rate
-            detail = {"completed": done, "failed": lost}
-            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, achieved, detail))
+            done, lost = s["completed"], s["failed"]
+            t = rate_trial(
+                lost, done + lost, s["rate"], rate, p.max_ratio, completed=done, failed=lost
+            )
+            return kept_trial(p.engine_kind, ctx, rate, t, duration)
 
         return search(ctx, p, trial, p.close)
 

@@ -17,9 +17,12 @@ path would not take (a full connection table, a proxy out of descriptors) fails
 its fetch when it retries, so the failure criterion is the one that finds a limit;
 the count of open sockets includes connects under way and is a guard, not the test.
 
-The search bisects the connection count geometrically between `low` and `high`
-(secperf/workloads/parts/search.py: found with its resolution, or "at least" / "below" a bound,
-never a number standing in for one); a path that holds the top is "at least" it.
+The search looks for the connection count between `low` and `high`
+(secperf/workloads/parts/search_method.py: MLRsearch, or the bisection with `search =
+"bisect"`; found with its resolution, or "at least" / "below" a bound, never a
+number standing in for one); a path that holds the top is "at least" it. A trial's
+MLRsearch loss ratio is its failed transactions' share, or 1.0 when it missed
+another criterion. Its duration is the measured window; the warm-up stays whole.
 Beyond one client address's ports (~60,000) the connections come from `sources`
 addresses (secperf/workloads/parts/sources.py); nginx takes ~130,000. With `open_rate` the
 ramp-up opens that many connections a second, whatever the fetch period, so that a
@@ -50,7 +53,8 @@ from secperf.workloads.parts.http import (
     sustain_periods,
 )
 from secperf.workloads.parts.rate_search import ACHIEVED_SHARE, fresh_dut, kept_trial
-from secperf.workloads.parts.search import Trial, bisect_rate
+from secperf.workloads.parts.search import Trial
+from secperf.workloads.parts.search_method import SearchKeys, find
 from secperf.workloads.parts.sources import ManySources, enough_sources
 
 # The period the open connections are judged over (the engine's `interval`).
@@ -60,7 +64,7 @@ MAX_FETCH_EVERY = 60.0
 TLS_KEYS = ("tls", "tls_version", "cipher", "groups", "resumption")
 
 
-class HttpCapacityWorkload(ManySources, WorkloadSpec):
+class HttpCapacityWorkload(SearchKeys, ManySources, WorkloadSpec):
     """RFC 9411 §7.5 / §7.9: the most concurrent kept-alive HTTP(S) connections the
     path holds within the criteria, by search."""
 
@@ -125,7 +129,7 @@ class HttpCapacityWorkload(ManySources, WorkloadSpec):
             )
         return self
 
-    def trial_workload(self, n: int) -> HttpWorkload:
+    def trial_workload(self, n: int, duration: float | None = None) -> HttpWorkload:
         """The http test of one trial: n connections held, each fetching every
         `fetch_every`, judged by the RFC's criteria (the open connections' deviation
         too, SHOULD there, for its interval records)."""
@@ -142,7 +146,7 @@ class HttpCapacityWorkload(ManySources, WorkloadSpec):
             keepalive=True,
             rate=n / self.fetch_every,
             ramp_up=ramp,
-            duration=self.duration,
+            duration=self.duration if duration is None else duration,
             warmup=self.warmup + (ramp or 0.0),
             timeout=self.timeout,
             sources=self.sources,
@@ -202,7 +206,8 @@ def judge(n: int, rec: Record, intervals: list[Record], shortfall_pct: float) ->
     }
     if missed:
         detail["missed"] = missed
-    return Trial(not missed, fewest, detail)
+    failed_share = detail["failed"] / started if started else 1.0
+    return Trial(not missed, fewest, detail, loss=1.0 if missed else failed_share)
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,7 @@ class HttpCapacityExecutor:
         # the server's own limit, read once (its worker's limits do not change)
         server = nginx_for(ctx).connection_limit()
 
-        def trial(count: float) -> Trial:
+        def trial(count: float, duration: float) -> Trial:
             n = int(count)
             if n > server:
                 # not the path's limit: the search stays below it, no traffic sent
@@ -231,21 +236,25 @@ class HttpCapacityExecutor:
                 (intervals if rec.get("type") == "interval" else results).append(rec)
 
             try:
-                rec = fetch_test(ctx, p.trial_workload(n), keep)
+                rec = fetch_test(ctx, p.trial_workload(n, duration), keep)
             except EngineError as exc:
                 # a spec the engine refused (more connections than its descriptors):
                 # nothing ran, so the trial says nothing about the path
                 refused = exc.record.get("kind") == "spec"
                 failed = Trial(False, None, {"error": exc.message}, measured=not refused)
-                return kept_trial("http", ctx, n, failed)
-            return kept_trial("http", ctx, n, judge(n, rec, intervals, p.max_shortfall_pct))
+                return kept_trial("http", ctx, n, failed, duration)
+            verdict = judge(n, rec, intervals, p.max_shortfall_pct)
+            return kept_trial("http", ctx, n, verdict, duration)
 
-        found = bisect_rate(
+        found = find(
+            p,
             trial,
             low=p.low,
             high=p.high,
+            duration=p.duration,
             resolution_pct=p.resolution_pct,
             max_steps=p.max_steps,
+            loss_ratio=p.max_failure_pct / 100.0,
             measure="asked",
             reports="passed",
             integer=True,

@@ -1,23 +1,26 @@
 """Kind `min_flood_rate`: the lowest flood rate that denies a TCP stream (document 002,
 Fig. 3b).
 
-One measurement is one search (secperf/workloads/parts/search.py, the same bisection and bracket
-as every search): the stream without a flood, then with floods at `hi` and `lo`
-packets/s, then geometric bisection between the highest flood rate that left the
-stream alive and the lowest that brought it to at most `threshold_pct` % of the
-unflooded rate, until the bracket is within `resolution_pct` or `max_probes`
-floods were sent. A probe "passes" when the stream was not denied. The bracket is
-placed by the flood rate each probe really sent (the flood record's `rate_pps`),
-not the asked one: a flood that reached 149 kpps of 200 asked and did not deny the
-stream bounds the threshold at 149 kpps. Each probe's stream and flood records are
-kept nested (`{"type": "side", ...}`); the search's own record is the result.
+One measurement is one search (secperf/workloads/parts/search_method.py, the same
+search and answer as every search kind): the stream without a flood, then probes
+with floods between `lo` and `hi` packets/s for the lowest flood rate that brings
+the stream to at most `threshold_pct` % of the unflooded rate, to `resolution_pct`.
+A probe "passes" when the stream was not denied (its MLRsearch loss ratio is 0,
+else 1: with `goal_exceed_ratio` 0.5 the flood rate that denies in at most half
+of the trial seconds still passes). With `search = "bisect"` the bracket is placed
+by the flood rate each probe really sent (the flood record's `rate_pps`): a flood
+that reached 149 kpps of 200 asked and did not deny the stream bounds the threshold
+at 149 kpps. MLRsearch places it by the asked rate, so a probe whose flood fell
+short of 95 % of its ask and did not deny is one the tool could not run: the
+search stays below it. Each probe's stream and flood records are kept nested
+(`{"type": "side", ...}`); the search's own record is the result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,10 +47,12 @@ from secperf.workloads.parts.flood import (
     keep_side,
     run_beside,
 )
-from secperf.workloads.parts.search import Trial, bisect_rate
+from secperf.workloads.parts.rate_search import ACHIEVED_SHARE
+from secperf.workloads.parts.search import Trial
+from secperf.workloads.parts.search_method import SearchKeys, find
 
 
-class MinFloodRateWorkload(WorkloadSpec):
+class MinFloodRateWorkload(SearchKeys, WorkloadSpec):
     """Search for the lowest flood rate that denies a TCP stream (document 002, Fig. 3b).
 
     Each measurement bisects the flood rate within [lo, hi] packets/s for the lowest
@@ -96,30 +101,44 @@ class MinFloodRateExecutor:
             name=p.name, message=scalar(p.message), duration=p.duration, warmup=p.warmup
         )
         inner = EngineExecutor()
-        stream_point = WorkloadPoint(point.workload_index, point.index, measured)
         spec = inner.spec(measured, ctx.target)
         unflooded = run_test(
             ctx.testbed.host(ctx.client), spec, on_record=keep_side(ctx, "unflooded")
         ).result
         base_bps = float(unflooded.get("bits_per_second") or 0.0)
 
-        def probe(rate: float) -> Trial:
+        def probe(rate: float, duration: float) -> Trial:
             asked = int(rate)
             side = replace(ctx, keep=keep_side(ctx, f"probe-{asked}"))
+            stream = measured.model_copy(update={"duration": duration})
+            at = WorkloadPoint(point.workload_index, point.index, stream)
             result, flood_result = run_beside(
-                side, inner, stream_point, flood=flood, rate=asked, target=target, payload=payload
+                side, inner, at, flood=flood, rate=asked, target=target, payload=payload
             )
             bps = float(result.get("bits_per_second") or 0.0)
             denied = bps <= base_bps * threshold / 100.0
-            detail = {"bits_per_second": bps, "denied": denied}
-            return Trial(not denied, _achieved_pps(flood_result), detail)
+            sent = _achieved_pps(flood_result)
+            detail: dict[str, Any] = {
+                "bits_per_second": bps,
+                "denied": denied,
+                "duration": duration,
+            }
+            # by asked rate: a flood short of its ask that did not deny says nothing of it
+            short = p.search == "mlrsearch" and (sent or 0.0) < ACHIEVED_SHARE * asked
+            if short and not denied:
+                detail["error"] = f"the flood reached {sent or 0:,.0f} of {asked:,} packets/s"
+                return Trial(False, sent, detail, measured=False)
+            return Trial(not denied, sent, detail, loss=1.0 if denied else 0.0)
 
-        found = bisect_rate(
+        found = find(
+            p,
             probe,
             low=p.lo,
             high=p.hi,
+            duration=p.duration,
             resolution_pct=p.resolution_pct,
             max_steps=p.max_probes,
+            loss_ratio=0.0,
             measure="achieved",
             reports="failed",
             integer=True,

@@ -14,14 +14,14 @@ from secperf.metric import Metric, Search
 from secperf.workloads.base import MeasureContext, WorkloadKind, WorkloadPoint, engine_spec
 from secperf.workloads.parts.connections import FinClose, run_on_client
 from secperf.workloads.parts.rate_search import (
-    ACHIEVED_SHARE,
     RateSearchSpec,
     fresh_dut,
     kept_trial,
     legacy_search,
+    rate_trial,
     search,
 )
-from secperf.workloads.parts.search import Trial, passes
+from secperf.workloads.parts.search import Trial
 
 
 class TeardownRateWorkload(RateSearchSpec):
@@ -46,7 +46,8 @@ class TeardownRateExecutor:
     def measure(self, ctx: MeasureContext, point: WorkloadPoint[TeardownRateWorkload]) -> Record:
         p = point.spec
 
-        def trial(rate: float) -> Trial:
+        def trial(rate: float, _duration: float) -> Trial:
+            # a trial's length is its count's: `connections` closed at the rate
             fresh_dut(ctx)
             spec = engine_spec(p, server=ctx.target, hold=0.0, close_rate=float(rate))
             try:
@@ -57,15 +58,13 @@ class TeardownRateExecutor:
             tear = r.get("teardown") or {}
             closed, missing = int(tear.get("closed") or 0), int(tear.get("missing") or 0)
             seen = float(r.get("teardown_rate") or 0.0)
-            ok = (
-                int(r.get("established") or 0) == p.connections
-                and passes(missing, closed, p.max_ratio)
-                and seen >= ACHIEVED_SHARE * rate
-            )
-            detail = {"closed": closed, "missing": missing}
-            return kept_trial(p.engine_kind, ctx, rate, Trial(ok, seen, detail))
+            t = rate_trial(missing, closed, seen, rate, p.max_ratio, closed=closed, missing=missing)
+            if int(r.get("established") or 0) != p.connections:
+                t = Trial(False, seen, {**t.detail, "established_short": True}, loss=1.0)
+            return kept_trial(p.engine_kind, ctx, rate, t)
 
-        return search(ctx, p, trial, p.close)
+        # every trial closes the same count: its length is not the search's to grow
+        return search(ctx, p, trial, p.close, grows=False)
 
 
 MAX_TEARDOWN = Metric("max_teardown_rate", "Max teardown rate", "conn/s", True, True)

@@ -381,3 +381,39 @@ def test_a_latency_test_that_fails_is_kept_as_an_error_the_report_names(
     errors = [r for r in kept if r.get("type") == "error"]
     assert len(errors) == 1 and errors[0]["kind"] == "latency"
     assert errors[0]["message"].startswith("64 B: ") and "16.9 %" in errors[0]["message"]
+
+
+def test_mlrsearch_throughput_with_a_pdr_goal_and_a_short_sender() -> None:
+    # a DUT that drops beyond 50k: NDR just below, a 1 % PDR above it
+    trial = fake_dut(50_000)
+    keys = Rfc2544Workload.model_validate({"kind": "rfc2544", "line_rate": "100mbit"})
+    found = rfc2544.throughput_search(
+        lambda fps, _s: trial(fps),
+        keys,
+        line_fps=148_810,
+        low_fps=1_488,
+        duration=1.0,
+        resolution_pct=2,
+        max_trials=12,
+        pdr_loss_pct=[1.0],
+    )
+    d = found.as_dict()
+    assert (found.method, found.outcome) == ("mlrsearch", "found")
+    assert found.value is not None and 50_000 / 1.02 <= found.value <= 50_000
+    ndr, pdr = d["goals"]
+    assert pdr["relevant_lower_bound"] > 50_000 >= ndr["relevant_lower_bound"]
+    assert pdr["conditional_throughput"] <= pdr["relevant_lower_bound"]
+    assert {t["duration"] for t in d["trials"]} == {0.25, 0.5, 1.0}
+    # a sender that reaches 100k of the line rate: nothing above 100k passes by what
+    # was asked, so the answer is below 100k, never the line rate
+    short = rfc2544.throughput_search(
+        lambda fps, _s: fake_dut(1e9, sender_max=100_000)(fps),
+        keys,
+        line_fps=148_810,
+        low_fps=1_488,
+        duration=1.0,
+        resolution_pct=2,
+        max_trials=12,
+    )
+    assert short.outcome == "found" and short.value is not None
+    assert 0.95 * 100_000 / 1.02 <= short.value <= 100_000 / 0.95

@@ -10,7 +10,7 @@ it asked for instead of the one its flood reached.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -168,10 +168,11 @@ def test_identical_bisections_keep_their_resolution_and_earn_no_dagger(
     dut = FakeDut()
     monkeypatch.setattr(conn_rate, "run_on_client", fake_crr(dut))
     # a 5 % difference that a 25 % search cannot resolve; every rep bisects alike
+    bisect = replace(CONN_RATE, spec=CONN_RATE.spec.model_copy(update={"search": "bisect"}))
     run = run_searches(
         tmp_path,
         ConnRateExecutor(),
-        CONN_RATE,
+        bisect,
         {
             "baseline": [capacity(dut, 1000), capacity(dut, 1000), capacity(dut, 1000)],
             "acl": [capacity(dut, 950), capacity(dut, 950), capacity(dut, 950)],
@@ -234,13 +235,24 @@ def test_min_flood_bounds_a_fruitless_search_by_the_rate_the_flood_reached(
         "duration": 1.0,
         "warmup": 0.5,
     }
-    point = WorkloadPoint(0, 0, MinFloodRateWorkload.model_validate(params))
+    point = WorkloadPoint(0, 0, MinFloodRateWorkload.model_validate(params | {"search": "bisect"}))
     nothing = [lambda: None, lambda: None]
     run = run_searches(tmp_path, MinFloodRateExecutor(), point, {"baseline": nothing})
     assert cells_of(run)[1] == "not denied up to 149,000 achieved (200,000 asked)"
     row = rows_of(run)["baseline"]
     assert row["n"] == 0 and row["censored_n"] == 2
     assert row["search"]["at_least_bound"] == 149_000
+
+    # MLRsearch places the flood by its asked rate: one that fell short of its ask and
+    # did not deny is a probe the tool could not run, so the search stays below it and
+    # answers "at least" the highest rate the flood reached and did not deny at
+    mlr = WorkloadPoint(0, 0, MinFloodRateWorkload.model_validate(params))
+    run = run_searches(tmp_path / "mlr", MinFloodRateExecutor(), mlr, {"baseline": nothing})
+    row = rows_of(run)["baseline"]
+    assert row["n"] == 0 and row["censored_n"] == 2
+    bound = row["search"]["at_least_bound"]
+    assert 0.8 * 149_000 / 0.95 <= bound <= 149_000 / 0.95
+    assert cells_of(run)[1] == f"not denied up to {bound:,.0f}"
 
 
 # -- records written before the bracket: the published RFC 3511 synproxy row -------

@@ -1,10 +1,11 @@
 """What RFC 3511's rate searches share (kinds `conn_rate` §5.3 and `teardown_rate`
 §5.4): their keys, a fresh DUT before each trial, a trial's record, the search.
 
-Each measurement bisects the workload's [low, high] (secperf/workloads/parts/search.py) for the
-highest rate with at most `max_failure_pct` failures; its result record carries
-the bracket (`search`: found with its resolution, or below / at least a bound,
-never a number standing in for one).
+Each measurement searches the workload's [low, high] for the highest rate with at
+most `max_failure_pct` failures (secperf/workloads/parts/search_method.py: MLRsearch,
+or the bisection with `search = "bisect"`); its result record carries the answer
+(`search`: found with its resolution, or below / at least a bound, never a number
+standing in for one).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from secperf.metric import SearchReading, legacy_bracket
 from secperf.schema.fields import PerSecond, Timeout
 from secperf.testbed.topology import DUT
 from secperf.workloads.base import MeasureContext, WorkloadSpec
-from secperf.workloads.parts.search import Trial, bisect_rate
+from secperf.workloads.parts.search import Trial, passes
+from secperf.workloads.parts.search_method import SearchKeys, find
 
 # Below this share of the offered rate, the rate was not achieved: a failure too.
 ACHIEVED_SHARE = 0.95
 
 
-class RateSearchSpec(WorkloadSpec):
+class RateSearchSpec(SearchKeys, WorkloadSpec):
     """A search for the highest rate with at most `max_failure_pct` failures (RFC 3511)."""
 
     low: PerSecond = 500.0
@@ -59,7 +61,9 @@ def fresh_dut(ctx: MeasureContext) -> None:
         flush_flow_state(ctx.testbed.host(name))
 
 
-def kept_trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
+def kept_trial(
+    kind: str, ctx: MeasureContext, rate: float, t: Trial, duration: float | None = None
+) -> Trial:
     """Keep the trial as a `trial` record (not a "result": the summary reads one
     result per round, the search's) and hand it back to the search."""
     ctx.keep(
@@ -67,8 +71,10 @@ def kept_trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
             "type": "trial",
             "kind": kind,
             "asked": rate,
+            **({} if duration is None else {"duration": duration}),
             "achieved": t.achieved,
             "passed": t.passed,
+            **({} if t.loss is None else {"loss_ratio": t.loss}),
             **({} if t.measured else {"measured": False}),
             **t.detail,
         }
@@ -76,23 +82,41 @@ def kept_trial(kind: str, ctx: MeasureContext, rate: float, t: Trial) -> Trial:
     return t
 
 
+def rate_trial(
+    failures: int, attempts: int, achieved: float, rate: float, max_ratio: float, **detail: object
+) -> Trial:
+    """A rate trial's verdict: at most `max_ratio` failed and ≥ 95 % of the rate
+    achieved. Its loss ratio is the failed share, or 1.0 when the rate fell short
+    (the search then never takes a rate the path did not reach as passed)."""
+    short = achieved < ACHIEVED_SHARE * rate
+    ratio = failures / attempts if attempts else 1.0
+    ok = passes(failures, attempts, max_ratio) and not short
+    return Trial(ok, achieved, dict(detail), loss=1.0 if short else ratio)
+
+
 def search(
     ctx: MeasureContext,
     spec: RateSearchSpec,
-    trial: Callable[[float], Trial],
+    trial: Callable[[float, float], Trial],
     close: str,
+    *,
+    grows: bool = True,
 ) -> Record:
-    """Bisect with the workload's bounds; the result record carries the bracket. A
-    trial passes only with ≥ 95 % of its asked rate achieved, so the asked rates
-    place the bracket; the achieved ones are beside."""
-    found = bisect_rate(
+    """Search the workload's bounds; the result record carries the answer. A trial
+    passes only with ≥ 95 % of its asked rate achieved, so the asked rates place
+    the bracket; the achieved ones are beside."""
+    found = find(
+        spec,
         trial,
         low=spec.low,
         high=spec.high,
+        duration=spec.duration,
         resolution_pct=spec.resolution_pct,
         max_steps=spec.max_steps,
+        loss_ratio=spec.max_ratio,
         measure="asked",
         reports="passed",
+        grows=grows,
     )
     rec: Record = {
         "type": "result",

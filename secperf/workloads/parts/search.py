@@ -50,12 +50,23 @@ Reports = Literal["passed", "failed"]
 @dataclass(frozen=True)
 class Trial:
     """What one trial returns: did it pass, the rate it achieved (None: not measured);
-    `measured` false: the tool could not run it (see the module's docstring)."""
+    `measured` false: the tool could not run it (see the module's docstring).
+
+    `loss` is the trial loss ratio MLRsearch compares with each goal's loss ratio
+    (secperf/workloads/parts/mlrsearch.py): the share that failed, or 1.0 where a
+    criterion other than the failure count was missed; None: 0.0 if it passed, else 1.0."""
 
     passed: bool
     achieved: float | None
     detail: dict[str, Any] = field(default_factory=dict)
     measured: bool = True
+    loss: float | None = None
+
+    @property
+    def loss_ratio(self) -> float:
+        if self.loss is not None:
+            return self.loss
+        return 0.0 if self.passed else 1.0
 
 
 @dataclass(frozen=True)

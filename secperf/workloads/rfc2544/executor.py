@@ -39,6 +39,7 @@ from secperf.workloads.base import MeasureContext, Spec, WorkloadPoint, scalar
 from secperf.workloads.parts.flood import keep_side
 from secperf.workloads.parts.latency import LatencyExecutor, LatencyWorkload
 from secperf.workloads.parts.search import Bracket
+from secperf.workloads.parts.search_method import Answer
 from secperf.workloads.rfc2544.spec import Rfc2544Workload
 
 POLL_S = 0.05
@@ -266,9 +267,10 @@ class Trials:
             },
         )
 
-    def at_rate(self, fps: float) -> rfc2544.Offer:
+    def at_rate(self, fps: float, seconds: float | None = None) -> rfc2544.Offer:
+        """`fps` frames/s for `seconds` (None: the workload's trial duration)."""
         rate = max(round(fps), 1)
-        return self._offer(self._spec(rate, self.trial_s), fps)
+        return self._offer(self._spec(rate, seconds or self.trial_s), fps)
 
     def burst(self, frames: int) -> rfc2544.Offer:
         """`frames` frames at line rate (the sender stops at the count)."""
@@ -317,8 +319,8 @@ def _latency(
     }
 
 
-def _search_out(bracket: Bracket) -> dict[str, Any]:
-    return {"search": bracket.as_dict(), "outcome": bracket.outcome}
+def _search_out(found: Bracket | Answer) -> dict[str, Any]:
+    return {"search": found.as_dict(), "outcome": found.outcome}
 
 
 @dataclass(frozen=True)
@@ -371,13 +373,16 @@ class Rfc2544Executor:
             if "throughput" in tests or "latency" in tests:
                 low = max(p.low_pct / 100.0 * line_fps, 100.0)
                 tolerance = p.loss_tolerance_pct
-                found = rfc2544.throughput(
+                found = rfc2544.throughput_search(
                     trials.at_rate,
+                    p,
                     line_fps=line_fps,
                     low_fps=min(low, line_fps / 2),
+                    duration=trials.trial_s,
                     resolution_pct=resolution,
                     max_trials=max_trials,
                     loss_tolerance_pct=tolerance,
+                    pdr_loss_pct=p.pdr_loss_pct,
                 )
                 rate = (
                     found.value
@@ -392,6 +397,7 @@ class Rfc2544Executor:
                     "bits_per_second": None
                     if found.value is None
                     else rfc2544.frame_bits_per_second(found.value, frame),
+                    "method": found.method,
                 }
                 if "latency" in tests:
                     receiver.remove()  # the latency probes go to the engine server

@@ -137,12 +137,15 @@ def throughput_table(workload: str, rows: _Rows) -> ReportTable:
     )
     notes = [
         "throughput = the highest rate at which every offered frame arrived (RFC 2544 26.1), "
-        "found by binary search per repetition; value [interval] = mean of the searches "
-        "that found one, its interval widened by their brackets",
-        "a search whose line-rate trial lost nothing reads 'at least x'; one whose lowest "
+        "found per repetition by MLRsearch (RFC 9971's relevant lower bound: at most "
+        'goal_exceed_ratio of its trial seconds lost a frame) or, with search = "bisect", '
+        "by binary search; value [interval] = mean of the searches that found one, its "
+        "interval widened by their brackets",
+        "a search whose line rate lost nothing reads 'at least x'; one whose lowest "
         "rate already lost frames 'not found down to x': no number stands in for either",
-        "placed by the rate each trial achieved; 'x achieved (y asked)': the sender fell "
-        "short of the rate asked, so the DUT was not offered more",
+        "MLRsearch places a trial by the rate asked (one whose sender reached < 95 % of it "
+        "failed); the bisection by the rate it achieved ('x achieved (y asked)': the sender "
+        "fell short of the rate asked, so the DUT was not offered more)",
         "line rate = frames/s of this size on the link's rate, each frame with 20 B of "
         "preamble and inter-frame gap; Δ% = cost against the baseline, positive = worse",
         "n = repetitions: " + "/".join(rows.variants),

@@ -12,8 +12,11 @@ the receiver (secperf.workloads.rfc2544.executor runs them on the packet sender;
 the unit tests give a fake), so the search logic is tested without a network:
 
 - `throughput`: §26.1, the highest rate at which no offered frame is lost, by
-  binary search (secperf.workloads.parts.search.bisect_rate: the line rate, then the lowest rate,
-  then geometric halving until hi/lo − 1 is within the resolution);
+  MLRsearch (RFC 9971, secperf/workloads/parts/mlrsearch.py; `throughput_search`:
+  trials that grow from short ones, its goal loss ratio the tolerance, more goals
+  for `pdr_loss_pct`) or by binary search (`search = "bisect"`, `throughput`: the
+  line rate, then the lowest rate, then geometric halving until hi/lo − 1 is
+  within the resolution);
 - `loss_rates`: §26.3, the frame loss rate at 100 %, 90 %, ... of the line rate,
   stopping (as the RFC says) after two successive steps without loss, unless every
   step is asked for;
@@ -31,7 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from secperf.workloads.parts.rate_search import ACHIEVED_SHARE
 from secperf.workloads.parts.search import Bracket, Trial, bisect_rate
+from secperf.workloads.parts.search_method import Answer, SearchKeys, find, search_seconds
 from secperf.workloads.rfc2544.spec import FRAME_SIZES, TESTS, Rfc2544Workload
 
 __all__ = ["FRAME_SIZES", "TESTS"]
@@ -109,6 +114,7 @@ class Offer:
 
 
 RateTrial = Callable[[float], Offer]  # offer frames at this rate for one trial
+TimedTrial = Callable[[float, float], Offer]  # ... for this many seconds
 BurstTrial = Callable[[int], Offer]  # offer a burst of this many frames at line rate
 
 
@@ -126,16 +132,53 @@ def throughput(
     Placed by the rate each trial achieved (frames sent / its window), so a sender
     that fell short of its ask never lends a pass to the rate it did not reach."""
 
-    def run(rate: float) -> Trial:
-        offer = trial(rate)
-        return Trial(offer.passed(loss_tolerance_pct), offer.achieved_fps, offer.as_dict())
-
     return bisect_rate(
-        run,
+        lambda rate: offer_trial(trial(rate), loss_tolerance_pct),
         low=low_fps,
         high=line_fps,
         resolution_pct=resolution_pct,
         max_steps=max_trials,
+        measure="achieved",
+        reports="passed",
+        integer=True,
+    )
+
+
+def offer_trial(offer: Offer, tolerance_pct: float) -> Trial:
+    """A trial's verdict (no loss, or within the tolerance) and its loss ratio: the
+    frames lost of those sent, or 1.0 when the sender reached less than 95 % of the
+    asked rate (MLRsearch places a trial by the rate asked, so a rate the sender did
+    not reach never passes)."""
+    achieved = offer.achieved_fps or 0.0
+    short = not offer.sent or achieved < ACHIEVED_SHARE * offer.asked_fps
+    loss = 1.0 if short else offer.lost / offer.sent
+    return Trial(offer.passed(tolerance_pct), offer.achieved_fps, offer.as_dict(), loss=loss)
+
+
+def throughput_search(
+    trial: TimedTrial,
+    keys: SearchKeys,
+    *,
+    line_fps: float,
+    low_fps: float,
+    duration: float,
+    resolution_pct: float,
+    max_trials: int,
+    loss_tolerance_pct: float = 0.0,
+    pdr_loss_pct: Sequence[float] = (),
+) -> Answer:
+    """§26.1 by the keys' search: MLRsearch (goal loss ratio the tolerance, a goal
+    more for each `pdr_loss_pct`, final trials of `duration`), or the bisection."""
+    return find(
+        keys,
+        lambda rate, seconds: offer_trial(trial(rate, seconds), loss_tolerance_pct),
+        low=low_fps,
+        high=line_fps,
+        duration=duration,
+        resolution_pct=resolution_pct,
+        max_steps=max_trials,
+        loss_ratio=loss_tolerance_pct / 100.0,
+        more_loss_ratios=[p / 100.0 for p in pdr_loss_pct],
         measure="achieved",
         reports="passed",
         integer=True,
@@ -215,15 +258,17 @@ TRIAL_OVERHEAD_S = 0.5
 
 
 def estimate_seconds(spec: Rfc2544Workload, _link_bps: int | None = None) -> float:
-    """A planned measurement's length (for `secperf check` and the progress bar): a
-    third of `max_trials` per search, three loss steps, the latency test; a guess
+    """A planned measurement's length (for `secperf check` and the progress bar): the
+    throughput search's (a bisection: a third of `max_trials`), three loss steps,
+    the latency test, a third of `max_trials` bursts; a guess
     (a configuration at line rate ends each search in one trial), not a bound."""
     trial = spec.duration + spec.settle + TRIAL_OVERHEAD_S
     searches = spec.max_trials / 3
     tests = spec.tests
     total = 0.0
     if "throughput" in tests or "latency" in tests:
-        total += searches * trial
+        overhead = spec.settle + TRIAL_OVERHEAD_S
+        total += search_seconds(spec, spec.duration, overhead, searches)
     if "latency" in tests:
         total += spec.latency_duration + 0.5 + TRIAL_OVERHEAD_S
     if "loss" in tests:

@@ -9,6 +9,7 @@ from pydantic import Field, PlainValidator, field_validator
 from secperf.schema.fields import Rate, bounded, one_or_sweep
 from secperf.schema.units import parse_duration, parse_size, toml_repr
 from secperf.workloads.base import WorkloadSpec
+from secperf.workloads.parts.search_method import SearchKeys
 
 Rfc2544Test = Literal["throughput", "latency", "loss", "back_to_back"]
 TESTS: tuple[Rfc2544Test, ...] = ("throughput", "latency", "loss", "back_to_back")
@@ -24,7 +25,7 @@ LatencyDuration = Annotated[
 ]
 
 
-class Rfc2544Workload(WorkloadSpec):
+class Rfc2544Workload(SearchKeys, WorkloadSpec):
     """RFC 2544's throughput, latency, frame loss rate and back-to-back tests on the
     packet sender, per frame size (Ethernet bytes with FCS; `frame` is swept).
 
@@ -45,6 +46,13 @@ class Rfc2544Workload(WorkloadSpec):
     max_trials: int = Field(default=12, ge=2, le=40)
     low_pct: float = Field(default=1.0, gt=0, lt=100)
     loss_tolerance_pct: float = Field(default=0.0, ge=0, lt=100)
+    pdr_loss_pct: list[float] = Field(
+        default_factory=list,
+        max_length=4,
+        description="MLRsearch goals beside the throughput's (its NDR, `loss_tolerance_pct`): "
+        "one partial drop rate a loss ratio, in %, each answered in the record's "
+        "search.goals with its bounds and conditional throughput",
+    )
     loss_every_step: bool = False
     burst_min: int = Field(default=100, ge=1, le=10_000_000)
     burst_max: BurstDuration = 1.0
@@ -53,6 +61,13 @@ class Rfc2544Workload(WorkloadSpec):
     port: int = Field(default=5201, ge=1, le=65535)
     # CPUs the DUT's receive processing runs on (RPS on its interfaces), e.g. "1".
     dut_cpus: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+    @field_validator("pdr_loss_pct")
+    @classmethod
+    def _pdr_in_range(cls, value: list[float]) -> list[float]:
+        if any(not 0 < v < 100 for v in value):
+            raise ValueError(f"pdr_loss_pct takes percents in (0, 100), not {toml_repr(value)}")
+        return value
 
     @field_validator("tests")
     @classmethod
