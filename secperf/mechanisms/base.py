@@ -185,6 +185,7 @@ class MechanismSpec(StrictModel):
 
     kind: str
     on: Placement = "dut"
+    """Where the file is loaded (one host: its interfaces are that host's)."""
 
     @field_validator("on")
     @classmethod

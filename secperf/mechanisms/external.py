@@ -59,8 +59,15 @@ class ExternalSpec(MechanismSpec):
 
     kind: Literal["external"] = "external"
     apply: str | None = None
+    """Puts the variant on the device (run before every test of the variant); `SECPERF_VARIANT` and
+    `SECPERF_HOST` are set.
+    """
     remove: str | None = None
+    """Takes it off again (after every test); give both or neither."""
     manager: ManagementHost | None = None
+    """An SSH host that runs the commands: `ansible_host`, `ansible_port`, `ansible_user`,
+    `ansible_ssh_private_key_file`, `known_hosts`, `host_key_checking`.
+    """
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> ExternalSpec:

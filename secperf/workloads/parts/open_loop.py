@@ -11,7 +11,7 @@ with the same workload without `rate` or `load`.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -24,8 +24,17 @@ class OpenLoop(StrictModel):
     """`rate`: offered per second on a schedule, whatever the replies; `load`: that
     share (0 < load ≤ 1) of the baseline's closed-loop maximum, measured first."""
 
+    # its heading in the generated docs/scenario-format.md
+    part_title: ClassVar[str] = "Open loop: an offered rate or load"
+
     rate: PerSecond | None = None
+    """Open loop: transactions/s sent on a schedule whatever the replies (latency counts from each
+    request's scheduled time).
+    """
     load: float | None = Field(default=None, gt=0, le=1)
+    """0 < load ≤ 1: open loop at this share of the baseline's closed-loop transaction rate,
+    measured first in the same run.
+    """
 
     @model_validator(mode="after")
     def _rate_or_load(self) -> OpenLoop:
