@@ -13,6 +13,7 @@ import sys
 GENERATORS = (
     "secperf.docgen.scenarios",
     "secperf.docgen.scenario_format",
+    "secperf.docgen.engine_protocol",
 )
 
 
