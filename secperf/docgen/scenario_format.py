@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import tomllib
 import types
 import typing
 from dataclasses import dataclass
@@ -56,6 +57,11 @@ END = "<!-- END generated reference -->"
 
 # Keys the file never holds (the loader sets them).
 HIDDEN = frozenset({"source"})
+# The longest example taken from a shipped file, in characters.
+EXAMPLE_MAX = 40
+
+# (declaring class, key) -> a value from a shipped file: the examples of a page
+Examples = dict[tuple[type, str], object]
 
 
 @dataclass(frozen=True)
@@ -199,9 +205,13 @@ def _default(field: FieldInfo, doc: ValueDoc | None) -> str:
     return f"`{toml(value)}`"
 
 
-def _example(field: FieldInfo, doc: ValueDoc | None, default: object) -> str:
+def _example(
+    field: FieldInfo, doc: ValueDoc | None, default: object, shipped: object = None
+) -> str:
     if field.examples:
         return " ".join(f"`{toml(e) if not isinstance(e, str) else e}`" for e in field.examples)
+    if shipped is not None:
+        return f"`{toml(shipped)}`"
     if doc is not None and doc.example:
         return f"`{doc.example}`"
     annotation, _ = _strip_none(field.annotation)
@@ -217,7 +227,7 @@ def _example(field: FieldInfo, doc: ValueDoc | None, default: object) -> str:
     return ""
 
 
-def key_of(name: str, field: FieldInfo) -> Key:
+def key_of(name: str, field: FieldInfo, shipped: object = None) -> Key:
     doc = _doc_of(field)
     if doc is not None:
         kind = doc.type + (", or a list (a sweep)" if doc.sweep else "")
@@ -235,7 +245,7 @@ def key_of(name: str, field: FieldInfo) -> Key:
         type=text,
         unit=unit,
         default=_default(field, doc),
-        example=_example(field, doc, default_value),
+        example=_example(field, doc, default_value, shipped),
         meaning=field.description or "",
     )
 
@@ -264,14 +274,15 @@ def first_paragraph(model: type[BaseModel]) -> str:
 
 
 def model_section(
+    found: Examples,
     title: str,
     model: type[BaseModel],
     keys: list[str] | None = None,
     level: str = "###",
     intro: str | None = None,
 ) -> list[str]:
-    """A heading, the model's first docstring paragraph, one table, then a table per
-    model a key holds (a key's own table)."""
+    """A heading, the model's first docstring paragraph, and one table of `keys` (all of
+    the model's when None), each key's example from `found` where a shipped file has one."""
     names = [
         k
         for k in (keys if keys is not None else list(model.model_fields))
@@ -283,11 +294,14 @@ def model_section(
         out += [said, ""]
     if not names:
         return out
-    out += [*table([key_of(k, model.model_fields[k]) for k in names]), ""]
+    rows = [key_of(k, model.model_fields[k], found.get((owner(model, k), k))) for k in names]
+    out += [*table(rows), ""]
     return out
 
 
-def nested(model: type[BaseModel], keys: list[str], path: str, seen: set[type]) -> list[str]:
+def nested(
+    found: Examples, model: type[BaseModel], keys: list[str], path: str, seen: set[type]
+) -> list[str]:
     """A table for each model one of `keys` holds (the `[[paper]]` of a scenario is its
     own section; a kind's nested table is listed under the kind)."""
     out: list[str] = []
@@ -296,8 +310,8 @@ def nested(model: type[BaseModel], keys: list[str], path: str, seen: set[type]) 
         if inner is None or inner in seen or inner in SECTIONS_BY_MODEL:
             continue
         seen.add(inner)
-        out += model_section(f"`{path}.{k}`", inner, level="#####")
-        out += nested(inner, list(inner.model_fields), f"{path}.{k}", seen)
+        out += model_section(found, f"`{path}.{k}`", inner, level="#####")
+        out += nested(found, inner, list(inner.model_fields), f"{path}.{k}", seen)
     return out
 
 
@@ -322,7 +336,7 @@ SECTIONS_BY_MODEL = {model for _, model in SECTIONS} | {MechanismSpec, WorkloadS
 
 
 def family_sections(
-    registry: KindRegistry[Any], base: type[BaseModel], entry: str, heading: str
+    found: Examples, registry: KindRegistry[Any], base: type[BaseModel], entry: str, heading: str
 ) -> list[str]:
     """One family of kinds: the keys every kind has, a table per shared part (with the
     kinds it applies to), then each kind's own keys."""
@@ -361,15 +375,15 @@ def family_sections(
         parts = ", ".join(_part_title(cls) for cls in parts_of[k.name])
         out.append(f"| `{k.name}` | {_cell(first_sentence(k.model))} | {listed} | {parts} |")
     out.append("")
-    out += model_section(f"Keys of every {entry}", base, level="####")
+    out += model_section(found, f"Keys of every {entry}", base, level="####")
     for cls, names in shared.items():
         keys = [key for key in cls.model_fields if owner(cls, key) is cls]
         kinds_line = f"Keys of the kinds {', '.join(f'`{n}`' for n in names)}."
-        out += model_section(_part_title(cls), cls, keys, level="####", intro=kinds_line)
+        out += model_section(found, _part_title(cls), cls, keys, level="####", intro=kinds_line)
     seen: set[type] = set()
     for k in kinds:
-        out += model_section(f'`kind = "{k.name}"`', k.model, own[k.name], level="####")
-        out += nested(k.model, own[k.name], k.name, seen)
+        out += model_section(found, f'`kind = "{k.name}"`', k.model, own[k.name], level="####")
+        out += nested(found, k.model, own[k.name], k.name, seen)
     return out
 
 
@@ -383,8 +397,59 @@ def first_sentence(model: type[BaseModel]) -> str:
     return para if end < 0 else para[: end + 1]
 
 
-def render_reference() -> str:
+def _tables(data: dict[str, Any]) -> list[tuple[type[BaseModel], dict[str, Any]]]:
+    """Each table of a scenario file with the model that reads it."""
+    out: list[tuple[type[BaseModel], dict[str, Any]]] = [(Scenario, data)]
+    testbed = data.get("testbed") or {}
+    out.append((Testbed, testbed))
+    out.append((VmSection, testbed.get("vm") or {}))
+    out += [(InventoryHost, h) for h in (testbed.get("hosts") or {}).values()]
+    topology = data.get("topology") or {}
+    out.append((TopologySection, topology))
+    out += [(TopologyHost, h) for h in topology.get("hosts") or []]
+    out += [(TopologyLink, h) for h in topology.get("links") or []]
+    out += [(TopologyZone, z) for z in (topology.get("zones") or {}).values()]
+    out += [(Repeat, data.get("repeat") or {}), (Timing, data.get("timing") or {})]
+    for variant in (data.get("variants") or {}).values():
+        out.append((Variant, variant))
+        for m in variant.get("mechanisms") or []:
+            if m.get("kind") in MECHANISMS:
+                out.append((MECHANISMS.get(m["kind"]).model, m))
+    for w in data.get("workloads") or []:
+        if w.get("kind") in WORKLOADS:
+            out.append((WORKLOADS.get(w["kind"]).model, w))
+    out += [(Expect, e) for e in data.get("expect") or []]
+    out += [(PaperRow, e) for e in data.get("paper") or []]
+    out += [(PaperTable, e) for e in data.get("paper_table") or []]
+    return out
+
+
+def shipped_examples(root: Path) -> Examples:
+    """(declaring class, key) -> a value a shipped scenario file gives it (one that
+    differs from its default, short enough for a cell), the files in name order."""
+    found: Examples = {}
+    files = sorted((root / "scenarios").glob("*.toml")) + sorted(
+        (root / "docs" / "examples").glob("*.toml")
+    )
+    for path in files:
+        data = tomllib.loads(path.read_text("utf-8"))
+        for model, values in _tables(data):
+            for key, value in values.items():
+                info = model.model_fields.get(key)
+                if info is None or isinstance(value, dict) or key in ("kind", "name"):
+                    continue
+                doc = _doc_of(info)
+                shown = doc.show(info.default) if doc and doc.show and info.default else None
+                same = toml(value) in (toml(info.default), shown)
+                if same or len(toml(value)) > EXAMPLE_MAX:
+                    continue
+                found.setdefault((owner(model, key), key), value)
+    return found
+
+
+def render_reference(root: Path = ROOT) -> str:
     """The generated part of docs/scenario-format.md (between the markers)."""
+    found = shipped_examples(root)
     out = [
         "## Reference",
         "",
@@ -395,23 +460,23 @@ def render_reference() -> str:
         "",
     ]
     for title, model in SECTIONS[:11]:
-        out += model_section(title, model)
+        out += model_section(found, title, model)
     out += family_sections(
-        MECHANISMS, MechanismSpec, "mechanism", "Mechanisms (`mechanisms = [...]`)"
+        found, MECHANISMS, MechanismSpec, "mechanism", "Mechanisms (`mechanisms = [...]`)"
     )
-    out += family_sections(WORKLOADS, WorkloadSpec, "workload", "`[[workloads]]`")
+    out += family_sections(found, WORKLOADS, WorkloadSpec, "workload", "`[[workloads]]`")
     for title, model in SECTIONS[11:]:
-        out += model_section(title, model)
+        out += model_section(found, title, model)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def render(page_text: str) -> str:
+def render(page_text: str, root: Path = ROOT) -> str:
     """`page_text` with its generated part replaced by this module's output."""
     head, begin, rest = page_text.partition(BEGIN)
     _, end, tail = rest.partition(END)
     if not begin or not end:
         raise ValueError(f"{PAGE} lacks its markers {BEGIN!r} … {END!r}")
-    return f"{head}{BEGIN}\n\n{render_reference()}\n{END}{tail}"
+    return f"{head}{BEGIN}\n\n{render_reference(root)}\n{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     page = args.root / PAGE
     current = page.read_text("utf-8")
-    text = render(current)
+    text = render(current, args.root)
     if args.check:
         if current != text:
             print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)

@@ -35,11 +35,19 @@ class ManagementHost(StrictModel):
     """An SSH destination that runs an external device's commands (Ansible's names)."""
 
     ansible_host: str
+    """The management address or DNS name the device's sshd answers on (never a test address)."""
     ansible_port: int = Field(default=22, ge=1, le=65535)
+    """Sshd's port."""
     ansible_user: str = "root"
+    """The login."""
     ansible_ssh_private_key_file: str | None = None
+    """The private key; relative to the scenario file; absent: the ssh-agent's keys."""
     known_hosts: str | None = None
+    """Host keys to trust (OpenSSH format); absent: ~/.ssh/known_hosts."""
     host_key_checking: bool = True
+    """false: the host's key is trusted on first use and saved; a key that differs from the saved
+    one is refused.
+    """
 
     def ssh_spec(self) -> SshSpec:
         return SshSpec(

@@ -6,12 +6,14 @@ the models' keys."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from secperf.docgen import scenario_format as gen
 from secperf.mechanisms.registry import MECHANISMS
+from secperf.schema.units import parse_size
 from secperf.workloads.registry import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +49,8 @@ def test_a_row_says_type_unit_default_and_example() -> None:
     assert cells[1] == "size, or a list (a sweep), 1 B … 64 MiB"
     assert cells[2] == "bytes"
     assert cells[3] == '`"128KiB"`'
-    assert cells[4] == '`"16KiB"`'
+    # the example: a value a shipped scenario gives the key, else one the type allows
+    assert 1 <= parse_size(tomllib.loads(f"v = {cells[4].strip('`')}")["v"]) <= 64 * 1024**2
     link_rate = next(ln for ln in stream.splitlines() if ln.startswith("| `link_rate` |"))
     assert "| bits/s | unset |" in link_rate  # unset: the links as the testbed made them
     repeat = ref.partition("### `[repeat]`")[2].split("\n### ")[0]
@@ -62,6 +65,18 @@ def test_shared_keys_name_the_kinds_they_apply_to() -> None:
     with_part = {k.name for k in WORKLOADS if "flood_rate" in k.model.model_fields}
     assert {"stream", "rr", "crr"} <= kinds
     assert kinds <= with_part
+
+
+def test_examples_come_from_the_shipped_files(tmp_path: Path) -> None:
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "a.toml").write_text(
+        'name = "a"\n[variants.v]\nmechanisms = []\n'
+        '[[workloads]]\nkind = "stream"\nmessage = "4KiB"\nparallel = 1\n'
+    )
+    found = gen.shipped_examples(tmp_path)
+    stream = WORKLOADS.get("stream").model
+    assert found[(stream, "message")] == "4KiB"
+    assert (stream, "parallel") not in found  # its default is no example
 
 
 def test_check_mode_reports_a_stale_page(tmp_path: Path) -> None:

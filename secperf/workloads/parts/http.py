@@ -77,25 +77,30 @@ class Validation(StrictModel):
     that misses one is FAILED with that criterion, not a number (docs/methodology.md,
     "Validation criteria"). Each key left out is not checked."""
 
-    # failed transactions (any error, a status other than 2xx) in % of those attempted
     max_failed_pct: Pct | None = None
-    # connections ended by a TCP RST (refused or reset) in % of those initiated
+    """Failed transactions (any error, a status other than 2xx) in % of those attempted."""
     max_reset_pct: Pct | None = None
-    # open loop: the fetch rate achieved in % of the rate offered (the target objective)
+    """Connections ended by a TCP RST (refused or reset) in % of those initiated."""
     min_rate_pct: Pct | None = None
-    # mean time to first byte / to last byte (TTFB, TTLB) in µs
+    """Open loop: the fetch rate achieved in % of the rate offered (the target objective)."""
     max_ttfb_us: Micros | None = None
+    """Mean time to first byte (TTFB), at most this many µs."""
     max_ttlb_us: Micros | None = None
-    # RFC 9411's "constant rate" and "constant concurrent connections" through the
-    # sustain phase: the largest deviation of one period's traffic rate (body bits/s)
-    # or mean open connections from the window's mean, in % of that mean
+    """Mean time to last byte (TTLB), at most this many µs."""
     max_rate_deviation_pct: Pct | None = None
+    """The largest deviation of one period's traffic rate (body bits/s) from the window's mean,
+    in % of that mean (RFC 9411's constant rate through the sustain phase).
+    """
     max_open_deviation_pct: Pct | None = None
-    # the period those deviations are taken over, in seconds (the engine's `interval`)
+    """The largest deviation of one period's mean open connections from the window's mean, in % of
+    that mean (RFC 9411's constant concurrent connections).
+    """
     deviation_interval: Annotated[float, Field(ge=0.05, le=60)] = 1.0
-    # RFC 9411 says SHOULD for both deviations: missed, they are noted beside the
-    # number (false), or they fail the test like the others (true)
+    """The period those deviations are taken over, in seconds (the engine's `interval`)."""
     deviations_fail: bool = False
+    """RFC 9411 says SHOULD for both deviations: missed, they are noted beside the number (false),
+    or they fail the test like the others (true).
+    """
 
     def deviations(self) -> bool:
         """Whether a criterion needs the engine's interval records."""
