@@ -121,11 +121,11 @@ def _bounds(field: FieldInfo) -> str:
             hi = f"< {toml(meta.lt)}"
         elif isinstance(meta, annotated_types.MinLen | annotated_types.MaxLen):
             continue
-    if lo and hi:
-        return (
-            f"{lo} … {hi}" if not lo.startswith(">") and not hi.startswith("<") else f"{lo}, {hi}"
-        )
-    return f"≥ {lo}" if lo and not lo.startswith(">") else lo or (f"≤ {hi}" if hi else "")
+    if lo and hi and not lo.startswith(">") and not hi.startswith("<"):
+        return f"{lo} … {hi}"
+    lows = lo if lo.startswith(">") else f"≥ {lo}" if lo else ""
+    highs = hi if hi.startswith("<") else f"≤ {hi}" if hi else ""
+    return ", ".join(x for x in (lows, highs) if x)
 
 
 def _strip_none(annotation: Any) -> tuple[Any, bool]:
@@ -227,6 +227,10 @@ def _example(
     return ""
 
 
+# A plain number's unit, by the key's suffix (the schema names such keys by their unit).
+UNIT_SUFFIXES = {"_pct": "%", "_pp": "percentage points", "_us": "µs", "_mb": "MB"}
+
+
 def key_of(name: str, field: FieldInfo, shipped: object = None) -> Key:
     doc = _doc_of(field)
     if doc is not None:
@@ -238,6 +242,7 @@ def key_of(name: str, field: FieldInfo, shipped: object = None) -> Key:
         bounds = _bounds(field)
         extra = field.json_schema_extra
         unit = str(extra.get("unit", "")) if isinstance(extra, dict) else ""
+        unit = unit or next((u for sfx, u in UNIT_SUFFIXES.items() if name.endswith(sfx)), "")
     text = f"{kind}, {bounds}" if bounds else kind
     default_value = field.default if field.default_factory is None else None
     return Key(
@@ -375,7 +380,13 @@ def family_sections(
         parts = ", ".join(_part_title(cls) for cls in parts_of[k.name])
         out.append(f"| `{k.name}` | {_cell(first_sentence(k.model))} | {listed} | {parts} |")
     out.append("")
-    out += model_section(found, f"Keys of every {entry}", base, level="####")
+    out += model_section(
+        found,
+        f"Keys of every {entry}",
+        base,
+        level="####",
+        intro=f"Whatever its kind, each {entry} takes these keys.",
+    )
     for cls, names in shared.items():
         keys = [key for key in cls.model_fields if owner(cls, key) is cls]
         kinds_line = f"Keys of the kinds {', '.join(f'`{n}`' for n in names)}."

@@ -185,7 +185,10 @@ class MechanismSpec(StrictModel):
 
     kind: str
     on: Placement = "dut"
-    """Where the file is loaded (one host: its interfaces are that host's)."""
+    """Where it runs: a host of the graph (`"server"` puts a host firewall on the target
+    itself), a list of hosts (the same mechanism on each), `"ends"` (the workload's client and
+    server hosts) or `"gateways"` (every host with role gateway).
+    """
 
     @field_validator("on")
     @classmethod

@@ -118,20 +118,22 @@ def bounded(
     hi: float | None,
     what: str,
     show: Callable[[float], str] | None = None,
+    unit: str | None = None,
 ) -> Callable[[object], T]:
-    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit)."""
+    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit);
+    `unit` is what the value counts, for the reference (the parser's own by default)."""
     if show is None and parse is parse_size:
         show = human_size
     elif show is None and parse is parse_duration:
         show = human_duration
     shown: Callable[[float], str] = show or plain_number
-    kind, unit, choices, show_value = _PARSED.get(parse, ("number", "", (1,), None))
+    kind, own_unit, choices, show_value = _PARSED.get(parse, ("number", "", (1,), None))
     example = _first_within(choices, lo, hi)
     low = "" if lo is None else shown(lo)
     high = "" if hi is None else shown(hi)
     doc = ValueDoc(
         kind,
-        unit,
+        own_unit if unit is None else unit,
         show_value(int(example) if kind == "size" else example)
         if show_value
         else plain_number(example),

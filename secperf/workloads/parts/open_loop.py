@@ -28,12 +28,13 @@ class OpenLoop(StrictModel):
     part_title: ClassVar[str] = "Open loop: an offered rate or load"
 
     rate: PerSecond | None = None
-    """Open loop: transactions/s sent on a schedule whatever the replies (latency counts from each
-    request's scheduled time).
+    """Open loop: what the kind does per second (rr: transactions, crr: connections, http:
+    fetches), offered on a schedule whatever the replies (latency counts from each scheduled
+    time); unset: closed loop, the next one when the last is answered.
     """
     load: float | None = Field(default=None, gt=0, le=1)
-    """0 < load ≤ 1: open loop at this share of the baseline's closed-loop transaction rate,
-    measured first in the same run.
+    """Open loop at this share of the baseline's closed-loop rate, measured first in the same
+    run (give `rate` or `load`, not both).
     """
 
     @model_validator(mode="after")
