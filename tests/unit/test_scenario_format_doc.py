@@ -89,3 +89,12 @@ def test_check_mode_reports_a_stale_page(tmp_path: Path) -> None:
     page.write_text("no markers\n")
     with pytest.raises(ValueError):
         gen.main(["--root", str(tmp_path)])
+
+
+def test_every_key_says_what_it_means() -> None:
+    """A key added without its description (the string below the field) fails here."""
+    rows = [ln for ln in reference().splitlines() if ln.startswith("| `")]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", ln.strip().strip("|"))] for ln in rows]
+    keys = [c for c in cells if len(c) == 6]
+    assert len(keys) > 300
+    assert [c[0] for c in keys if not c[5]] == []
