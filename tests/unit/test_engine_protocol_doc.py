@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import typing
 from pathlib import Path
 
 import pytest
 
 from secperf.docgen import engine_protocol as gen
 from secperf.tools import engine_path
+from secperf.workloads.registry import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,3 +65,15 @@ def test_a_field_comment_splits_into_meaning_and_value() -> None:
     assert (f.name, f.aliases, gen.json_type(f.type)) == ("message", ["message_size"], "integer")
     assert f.meaning == "Bytes of each write."
     assert f.value == "bytes ≥ 1, default 131072 (tcp), 1024 (udp)"
+
+
+def test_every_field_a_workload_sends_is_one_its_engine_kind_takes() -> None:
+    """The control plane's side of the protocol: each engine-driven workload kind's
+    `engine_fields` (under the engine's names) are fields of the engine kind it runs."""
+    taken = {k.name: {f.name for f in k.fields} for k in gen.read_kinds()}
+    driven = [k.model for k in WORKLOADS if k.model.engine_fields]
+    assert len(driven) >= 5
+    for model in driven:
+        kind = model.engine_kind or typing.get_args(model.model_fields["kind"].annotation)[0]
+        sent = {model.engine_names.get(f, f) for f in model.engine_fields}
+        assert sent <= taken[kind], (model.__name__, sorted(sent - taken[kind]))
