@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from secperf.docgen import scenarios
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.expect import Expect
@@ -403,9 +404,9 @@ def _part_title(cls: type[BaseModel]) -> str:
 
 
 def first_sentence(model: type[BaseModel]) -> str:
-    para = first_paragraph(model)
-    end = para.find(". ")
-    return para if end < 0 else para[: end + 1]
+    """The docstring's first sentence, cut (with " …") past a table cell's length."""
+    text = scenarios.first_sentence(first_paragraph(model))
+    return text if text.endswith(("?", "!", "…")) else text + "."
 
 
 def _tables(data: dict[str, Any]) -> list[tuple[type[BaseModel], dict[str, Any]]]:
