@@ -60,12 +60,12 @@ pub struct MixSpec {
     /// Value: seconds, default 0
     #[serde(default)]
     pub think: f64,
-    /// Nginx's and vsftpd's ports.
-    /// Value: 5380, 5321
+    /// Nginx's port on every server host.
+    /// Value: integer, default 5380
     #[serde(default = "http_port")]
     pub http_port: u16,
-    /// Nginx's and vsftpd's ports.
-    /// Value: 5380, 5321
+    /// Vsftpd's port on every server host.
+    /// Value: integer, default 5321
     #[serde(default = "ftp_port")]
     pub ftp_port: u16,
     /// PASV (EPSV over IPv6) and a connection to the control connection's peer on the port the
