@@ -68,16 +68,31 @@ class AclSpec(MechanismSpec):
 
     kind: Literal["acl"] = "acl"
     rules: RuleCount
+    """Generated entries that never match the measured traffic."""
     layout: Layout = "linear"
+    """One rule per entry in a chain, or one set lookup."""
     entries: Entries = "extended"
+    """Standard: match the source address only; extended: source, destination, protocol and port."""
     match: Match = "last"
+    """Whether the permits for the measured traffic come before or after the generated entries."""
     backend: Backend = "nft"
+    """Which tool installs the rules."""
     stateful: bool = False
+    """Accept established/related traffic first (conntrack), so only a flow's first packet walks
+    the list.
+    """
     # Deny the last client-side emulated host just before the permits (document
     # 004's rejected stream: a latency workload's `rejected_stream` sends from it).
     exclude_one: bool = False
+    """With emulated hosts: deny the last client-side emulated host just before the permits (the
+    source of a latency workload's `rejected_stream`, document 004's "50 % rejected").
+    """
     # With an attacker in the testbed: permit its "allowed" flood port (9), never port 19.
     flood_permit: bool = True
+    """When the testbed has an attacker (a flood workload): permit attacker → server port 9
+    (udp/tcp) and ICMP echo, and the server's answers, as extended entries after the generated
+    ones (`match = "last"`); port 19 ("denied" floods) is never permitted.
+    """
 
     @property
     def rule_count(self) -> int:

@@ -56,8 +56,13 @@ class ApplianceSpec(MechanismSpec):
 
     kind: Literal["appliance"] = "appliance"
     queue: int = Field(default=0, ge=0, le=65535)
+    """The NFQUEUE number the connection-logging daemon binds."""
     nat: bool = True
+    """PAT (masquerade) towards the server side: the server sees the DUT's outside address."""
     fail_open: bool = False
+    """Add `--queue-bypass` to the NFQUEUE rule: without its daemon new connections then pass (to
+    show what fail-open looks like).
+    """
 
 
 def render_nft(appl: ApplianceSpec, plan: TrafficPlan, table: str) -> str:

@@ -185,6 +185,10 @@ class MechanismSpec(StrictModel):
 
     kind: str
     on: Placement = "dut"
+    """Where it runs: a host of the graph (`"server"` puts a host firewall on the target
+    itself), a list of hosts (the same mechanism on each), `"ends"` (the workload's client and
+    server hosts) or `"gateways"` (every host with role gateway).
+    """
 
     @field_validator("on")
     @classmethod

@@ -39,12 +39,21 @@ class CustomSpec(MechanismSpec):
 
     kind: Literal["custom"] = "custom"
     file: Path = Field(strict=False)
+    """Relative to the scenario file's directory, or absolute."""
     format: Literal["nft", "iptables"]
+    """`nft -f` syntax or `iptables-restore` syntax."""
     backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
+    """For `format = "iptables"`: which iptables loads it."""
     # After each test, a `mechanism` record of what the DUT counted over it: the
     # file's named nft counters and the DUT's IP forwarding, fragmentation and
     # reassembly counters (secperf.mechanisms.dut_counters; RFC 3511 §5.9).
     counters: bool = False
+    """After each test, a `mechanism` record of what the DUT counted over it: the file's named nft
+    counters (`counter NAME { }`, used as `counter name NAME`) and the DUT's /proc/net/snmp IP
+    counters (forwarded, reassembled, fragmented); the summary shows `dut_ip_forwarded`,
+    `dut_ip_reasm_ok`, `dut_ip_reasm_fails`, `dut_ip_frag_creates` beside the workload's figures
+    (docs/data-format.md). RFC 3511 §5.9 uses it (`scenarios/rfc3511-frag-*.nft`).
+    """
 
     @field_validator("file")
     @classmethod

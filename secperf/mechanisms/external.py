@@ -35,11 +35,19 @@ class ManagementHost(StrictModel):
     """An SSH destination that runs an external device's commands (Ansible's names)."""
 
     ansible_host: str
+    """The management address or DNS name the device's sshd answers on (never a test address)."""
     ansible_port: int = Field(default=22, ge=1, le=65535)
+    """Sshd's port."""
     ansible_user: str = "root"
+    """The login."""
     ansible_ssh_private_key_file: str | None = None
+    """The private key; relative to the scenario file; absent: the ssh-agent's keys."""
     known_hosts: str | None = None
+    """Host keys to trust (OpenSSH format); absent: ~/.ssh/known_hosts."""
     host_key_checking: bool = True
+    """false: the host's key is trusted on first use and saved; a key that differs from the saved
+    one is refused.
+    """
 
     def ssh_spec(self) -> SshSpec:
         return SshSpec(
@@ -59,8 +67,15 @@ class ExternalSpec(MechanismSpec):
 
     kind: Literal["external"] = "external"
     apply: str | None = None
+    """Puts the variant on the device (run before every test of the variant); `SECPERF_VARIANT` and
+    `SECPERF_HOST` are set.
+    """
     remove: str | None = None
+    """Takes it off again (after every test); give both or neither."""
     manager: ManagementHost | None = None
+    """An SSH host that runs the commands: `ansible_host`, `ansible_port`, `ansible_user`,
+    `ansible_ssh_private_key_file`, `known_hosts`, `host_key_checking`.
+    """
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> ExternalSpec:

@@ -48,14 +48,19 @@ class IdsSpec(MechanismSpec):
     `on`, where secperf-nfq reads a packet socket and only alerts."""
 
     on: Placement = Field(default_factory=lambda: ["dut", SENSOR_ROLE])
+    """The routers that mirror, and the sensor: the one host with role `ids`."""
     kind: Literal["ids"] = "ids"
     rules: Annotated[Path | int, PlainValidator(rule_file_or_count)] = Path(
         "rules/secperf-attacks.rules"
     )
+    """The same rule file."""
     # False: the mirror alone, nobody listening on the sensor (its kernel drops the
     # copies): what the copy costs the router, apart from what the sensor's matching
     # costs a machine whose CPUs it shares.
     sensor: bool = True
+    """`false`: the mirror alone, nobody reads the copies (the sensor host's kernel drops them):
+    what the copy costs the router, apart from the sensor's matching.
+    """
 
 
 def _addresses(host: Host) -> list[tuple[str, str]]:

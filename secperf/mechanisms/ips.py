@@ -92,20 +92,49 @@ class IpsSpec(MechanismSpec):
 
     kind: Literal["ips"] = "ips"
     engine: Literal["nfq", "fwsnort"] = "nfq"
+    """`nfq`: every packet through the host goes to `secperf-nfq` on NFQUEUE, which matches its
+    payload with Hyperscan (user space); `fwsnort`: Debian's fwsnort turns the same rules into
+    iptables string-match rules (kernel).
+    """
     rules: RulesSweep = Path("rules/secperf-attacks.rules")
+    """A rule file in the Snort/Suricata subset of docs/studies/004.md "IPS rule files" (relative
+    to the scenario, or to the checkout for the shipped file), or a number of rules to generate
+    (`secperf.ips_rules.generate_rules`); a list of numbers is a rule-count sweep (one variant
+    per count, `name[rules=N]`, as the ACL's `rules`).
+    """
     mode: Literal["inline"] = "inline"
+    """The IPS sits in the path (the mirror is `kind = "ids"`)."""
     queue: int = Field(default=0, ge=0, le=65535)
+    """The NFQUEUE number (`engine = "nfq"`), the first of `queues`."""
     # engine nfq: queues queue .. queue+queues-1 (--queue-balance), a daemon thread each
     queues: int = Field(default=1, ge=1, le=64)
+    """`engine = "nfq"`: queues `queue` … `queue + queues − 1` (`--queue-balance`: the kernel
+    spreads flows over them by a hash of their addresses, a flow stays on one), one secperf-nfq
+    thread each, sharing the compiled rules.
+    """
     # engine nfq: --queue-bypass (no daemon: accept) and a full queue accepts uninspected
     fail_open: bool = False
+    """`engine = "nfq"`: `--queue-bypass` on the rule (no daemon bound: packets pass uninspected)
+    and a full queue accepts new packets uninspected (NFQA_CFG_F_FAIL_OPEN) instead of dropping
+    them; the default fails closed.
+    """
     # Bounded per-flow TCP reassembly (engine nfq): a pattern split across segments
     # matches; `reassembly_bytes` of each flow direction, `reassembly_flows` at once,
     # and `reassembly_pending` bytes of each held out of order until their gap fills.
     reassembly: bool = False
+    """Bounded per-flow TCP reassembly in secperf-nfq (`engine = "nfq"` only): a pattern split
+    across segments of one flow direction matches.
+    """
     reassembly_bytes: ReassemblyBytes = 1024**2
+    """Bytes of each flow direction matched as one stream; later bytes are matched packet by
+    packet.
+    """
     reassembly_flows: int = Field(default=4096, ge=1, le=1_000_000)
+    """Flow directions reassembled at once; a flow beyond it is matched packet by packet."""
     reassembly_pending: PendingBytes = 64 * 1024
+    """Bytes of each flow direction held out of order (segments that arrived ahead of a gap) until
+    the gap fills; 0: nothing held, a gap restarts the flow's stream.
+    """
 
     @model_validator(mode="after")
     def _reassembly_needs_nfq(self) -> IpsSpec:

@@ -46,8 +46,13 @@ class NatSpec(MechanismSpec):
 
     kind: Literal["nat"] = "nat"
     mode: Mode
+    """Static: each inside host gets its own public address both ways (snat + dnat); pool: sources
+    translated into a range; pat: masquerade to the DUT's outside address.
+    """
     backend: Backend = "nft"
+    """Which tool installs the rules."""
     pool_size: int = Field(default=16, ge=1, le=200)
+    """Addresses in the pool (`mode = "pool"`)."""
 
 
 def public_address(offset: int, family: int) -> str:

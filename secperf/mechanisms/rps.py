@@ -52,6 +52,7 @@ class RpsSpec(MechanismSpec):
 
     kind: Literal["rps"] = "rps"
     cpus: str
+    """The CPUs that process them: `"0"`, `"0,2"`, `"1-3"`."""
 
     @field_validator("cpus")
     @classmethod

@@ -59,14 +59,24 @@ class RuleSetSpec(MechanismSpec):
 
     kind: Literal["ruleset"] = "ruleset"
     file: Path = Field(strict=False)
+    """The nftables file (includes resolved as nft does) or the iptables-save output; relative to
+    the scenario file's directory, or absolute.
+    """
     # nft, nft-json (libnftables JSON: `nft -j list ruleset`) or iptables (iptables-save
     # output); default from the suffix: .nft -> nft, .json -> nft-json.
     format: Literal["nft", "nft-json", "iptables"] | None = None
+    """The file's syntax (`nft-json`: libnftables JSON, below)."""
     backend: Literal["iptables-legacy", "iptables-nft"] = "iptables-nft"
+    """For `format = "iptables"`: which iptables loads it."""
     # The rule set's interface name -> the testbed host behind it.
     interfaces: dict[str, str] = Field(default_factory=dict)
+    """The host behind each interface the file names: `{ lan0 = "client", wan0 = "server" }` names
+    the DUT's end of its link to the client `lan0` (inside the DUT's namespace), so `iifname
+    "lan0"` matches as written.
+    """
     # After each test, a `mechanism` record of what the DUT counted (as `custom`'s).
     counters: bool = False
+    """As `custom`'s: a `mechanism` record of the DUT's counters after each test."""
 
     @field_validator("file")
     @classmethod

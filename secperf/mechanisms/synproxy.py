@@ -62,9 +62,15 @@ class SynproxySpec(MechanismSpec):
 
     kind: Literal["synproxy"] = "synproxy"
     mss: int | None = Field(default=None, ge=536, le=65495)
+    """The MSS the proxy announces to clients."""
     wscale: int | None = Field(default=None, ge=0, le=14)
+    """The window scale it announces."""
     timestamp: bool | None = None
+    """Announce timestamps (they also carry the cookie's window scale and SACK: without them
+    synproxy announces neither).
+    """
     sack_perm: bool | None = None
+    """Announce SACK."""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ class TlsInspectSpec(MechanismSpec):
 
     kind: Literal["tls_inspect"] = "tls_inspect"
     mode: Mode = "bump"
+    """`bump`: decrypt every HTTPS connection, see each request, re-encrypt toward the server;
+    `splice`: read the client's SNI only and pass the connection through.
+    """
 
 
 def service_name(ctx: MechanismContext) -> str:

@@ -87,13 +87,32 @@ class Expect(StrictModel):
     """One threshold: see the module's docstring."""
 
     variant: str
+    """A variant's name; a variant sweep's family name (`linear`) matches each of its variants
+    (`linear[rules=10]`, …); `baseline` only with `value`.
+    """
     against: str | None = None
+    """Another variant: bound `variant`'s degradation against it instead of against the baseline,
+    paired by round (needs `degradation`).
+    """
     workload: str | None = None
+    """A workload's name, or one point of it by id (`tcp-stream#1`)."""
     point: str | None = None  # a point's label, "message=16KiB"
+    """A point by its label (`"message=16KiB"`)."""
     metric: str | None = None
+    """A metric name (docs/data-format.md, "Metrics"): `tps`, `cps`, `throughput`,
+    `latency_p99_us`, `sd_cpu_us_per_tx`, …; without it a degradation bound applies to the
+    workload's primary metrics and its service demand.
+    """
     degradation: BoundField | None = None
+    """A bound on the degradation: `"< 10%"`, `"<= 5"` (the `%` is optional: degradations are in
+    %).
+    """
     value: BoundField | None = None
+    """A bound on the metric's value in its unit: `"> 5000"`, `">= 1e6"`; needs `metric`."""
     rule: Rule | None = None
+    """Interval: fail only when the whole interval is past the bound (inconclusive otherwise, which
+    passes and is listed); mean: fail when the mean is past it.
+    """
 
     @model_validator(mode="after")
     def _one_bound(self) -> Expect:

@@ -264,25 +264,39 @@ class PaperRow(StrictModel):
     """One row of a paper's table or one point of its figure: see the module's docstring."""
 
     figure: str
+    """The paper's table or figure this row belongs to (the `figure` of a [[paper_table]])."""
     row: str
+    """The paper's row (or point) this answers, as the paper labels it."""
     variant: str
+    """The variant of this run whose change answers the row."""
     against: str | None = None
+    """The variant the change is taken against; unset: the baseline."""
     workload: str | None = None
+    """The workload (or one point of it, `NAME#i`), as in [[expect]]; unset: the only one."""
     point: str | None = None
+    """One point of the workload by its label; unset: the workload's only point."""
     metric: str
+    """The metric whose change answers the row."""
     change: Change | None = None
+    """The paper's change, in % (`"+920%"`); give one of change, ratio, value or direction."""
     ratio: float | None = None
+    """The paper's ratio of the variant to what it is against (10.2 = ten times)."""
     value: float | None = None
-    # the paper states a direction only ("up" or "down"), no number: judged by the sign
+    """The paper's value of the metric, in the metric's unit."""
     direction: Literal["up", "down"] | None = None
+    """The paper states a direction only ("up" or "down"), no number: judged by the sign."""
     because: str = ""
+    """Why ours is expected to differ (with `shown_by`, the row that shows the cause)."""
     shown_by: str | None = None
-    # how shown_by's change reads (secperf.results.cause): "paper", the move the paper's
-    # regime makes from ours; "ours", the effect of a cause ours has and the paper lacked
+    """The row of the same run that shows the cause: `VARIANT [WORKLOAD[#i]] [METRIC]`."""
     cause_in: Literal["paper", "ours"] = "paper"
-    # the share of the gap between ours and the paper's that the cause's row must cover
+    """How shown_by's change reads (secperf.results.cause): "paper", the move the paper's regime
+    makes from ours; "ours", the effect of a cause ours has and the paper lacked.
+    """
     explains: float = 1.0
+    """The share of the gap between ours and the paper's that the cause's row must cover."""
     note: str = ""
+    """A remark printed beside the row."""
 
     @model_validator(mode="before")
     @classmethod
@@ -360,9 +374,15 @@ class PaperTable(StrictModel):
     fixed before measuring, and why (the paper's own spread, its printed precision)."""
 
     figure: str
-    tolerance: ToleranceField  # its rows that give a change (or a ratio)
-    values: ToleranceField | None = None  # its rows that give a value, where it has any
+    """The paper's table or figure, as the [[paper]] rows name it."""
+    tolerance: ToleranceField
+    """How close a row that gives a change (or a ratio) must be to agree: `"xF"`, `"Npp"`, `"xF or
+    Npp"` or `"direction"`.
+    """
+    values: ToleranceField | None = None
+    """How close a row that gives a value must be: `"xF"` or `"N%"`; unset: the table has none."""
     reason: str
+    """Why this tolerance: the paper's own spread, its printed precision."""
 
     @model_validator(mode="after")
     def _fits(self) -> PaperTable:

@@ -2,7 +2,8 @@
 
 A scenario is data only. These models validate it strictly (an unknown key is
 an error, `"3"` is not an int) so that a typo stops the run before any traffic.
-`docs/scenario-format.md` documents every key; keep the two in step.
+Each key's description is the string below it: docs/scenario-format.md's reference is
+generated from these models (secperf/docgen/scenario_format.py).
 
 Each mechanism and workload kind's model is in its own module, listed in
 secperf.mechanisms.registry and secperf.workloads.registry; the registries validate
@@ -67,38 +68,89 @@ class Repeat(StrictModel):
     `budget` is spent or `max` rounds ran (docs/methodology.md)."""
 
     min: int = Field(default=3, ge=2)
+    """Rounds always run, whatever the budget; the interval may stop a point only from round max(3,
+    `min`) on, so `min = 2` differs from 3 only when `max = 2`. A workload's own `min_rounds`
+    overrides it for its points.
+    """
     # A hard cap on rounds per point; the budget usually ends a point first.
     max: int = Field(default=50, le=1000)
+    """Rounds at most (a hard cap; the budget usually ends a point first)."""
     confidence: float = Field(default=0.95, ge=0.5, le=0.999)
+    """Confidence level of every interval."""
     # Each paired degradation's half width, in percentage points: the target the rounds
     # stop on when a point has variants.
     degradation_pp: float = Field(default=2.0, gt=0)
+    """Target: half width of each variant's paired degradation interval, in percentage points; the
+    rounds of a point with variants stop on it.
+    """
     # Each value's own half width, in % of its mean: the target of a point without
     # variants (and reported for every value).
     halfwidth_pct: float = Field(default=2.0, gt=0)
+    """Target: half width of each value's own interval, as % of its mean; the rounds of a point
+    with the baseline alone stop on it, and the report marks every value wider than it (older
+    scenarios used this key for both targets; a run.json without `degradation_pp` is read that
+    way).
+    """
     # The run's measuring time, shared by its points (each runs `min` rounds whatever).
     budget: Budget = 600.0
+    """The run's measuring time (tests and their set-up, rounds measured again, the traced and
+    attribution rounds; not the testbed's build nor the noise calibration), shared by the
+    points: each runs its `min` rounds, then each next round goes to the point whose widest
+    interval is furthest from its target per second of a round (docs/methodology.md, "Precision
+    by budget"). Every point's `min` rounds run even past it (`secperf check` says when they
+    alone exceed it). `secperf run --budget 10min` or `--until-target` (no budget) override it.
+    """
     # Seed of each round's shuffled order; absent: a fresh one per run (run.json keeps it).
     seed: int | None = Field(default=None, ge=0, lt=2**63)
+    """Seed of the rounds' shuffled order and of a `mix` workload's requests (every variant of a
+    round makes the same ones; docs/methodology.md); absent: a fresh random seed each run.
+    Either way `run.json` records it (`order_seed`) and the order of every round.
+    """
     # A round is disturbed when, during one of its tests, other processes used more
     # than this % of one of the testbed's CPUs; it is measured again (up to `remeasure`
     # times), then kept and flagged.
     disturbed_pct: float = Field(default=10.0, gt=0, le=100)
+    """A test is disturbed when other processes used more than this % of one of the testbed's CPUs
+    while it ran (exact counters: docs/methodology.md, "The machine's own noise").
+    """
     remeasure: int = Field(default=2, ge=0, le=10)
+    """Times a disturbed round is measured again (its values replace the disturbed ones); once a
+    round stays disturbed through all its attempts, later disturbed rounds are kept and flagged
+    at once until a round comes out clean. `0`: keep and flag.
+    """
     # One extra round per point with the kernel's softirq time traced (bpftrace), for
     # the mechanism's kernel cost per unit of work; its rates are not used.
     trace_softirq: bool = True
+    """One more round per point after its measured ones, with the kernel's softirq time traced
+    exactly (BPF, bpftrace): the mechanism's kernel cost per unit of work; that round's rates
+    are not used. Where bpftrace is missing or cannot attach, the report says "not measured".
+    """
     # One more round per point for where the cost goes: each configuration profiled
     # (perf cpu-clock sampling) and its packet filters' rules counted on a copy of the
     # live rule set (hot rules, rules walked per chain); its rates are not used. Not
     # given: as trace_softirq (a file that leaves one extra round out leaves both).
     attribution: bool | None = None
+    """One more round per point (after the traced one) for where the cost goes: each configuration
+    once profiled (`perf record -e cpu-clock`, the functions whose share of the CPU grew against
+    the baseline) and, where it loads nftables or iptables rules, once with every rule counted
+    on a copy of the live rule set (the hot rules, the mean rules a packet walks per chain; the
+    original restored and checked after); that round's rates are not used. Without perf the
+    report says "not profiled: perf missing (install linux-perf)"; only points whose kind has a
+    unit of work get it; `false` leaves the round out (docs/methodology.md, "Where the cost
+    goes").
+    """
     # The noise calibration before the first round (secperf.run.calibrate): "off" (none),
     # "cached" (this machine's and testbed shape's last one, measured when there is none
     # younger than a week) or "fresh" (measured again). It plans each calibrated
     # workload's test duration (unless the workload gives `duration` itself) and says
     # before the run what the budget resolves.
     calibrate: Literal["off", "cached", "fresh"] = "off"
+    """The noise calibration before the first round (docs/methodology.md, "Planned precision"):
+    `cached` reuses this machine's calibration of the same testbed shape (younger than a week)
+    or measures one, `fresh` measures again; it plans each stream, rr and crr workload's test
+    duration (unless its own table gives `duration`) and says before the run what the budget
+    resolves. `secperf run --calibrate …` overrides it.
+    """
 
     @property
     def attributes(self) -> bool:
@@ -126,7 +178,9 @@ class Repeat(StrictModel):
 
 class Timing(StrictModel):
     duration: PositiveDuration = 5.0
+    """Measured time of each test, unless a workload says otherwise."""
     warmup: NonNegativeDuration = 1.0
+    """Time run before measuring, excluded from the result."""
 
 
 # ---------------------------------------------------------------- mechanisms
@@ -145,12 +199,21 @@ MAX_WORKLOADS = 64
 
 class Variant(StrictModel):
     description: str = ""
+    """Shown in the report."""
     # Empty = a plain forwarding DUT: the cost of the hop itself (against
     # baseline = "direct"), or an A/A check of the noise (against "forward").
     mechanisms: list[Mechanism] = Field(default_factory=list)
+    """What the DUT does, applied in order; each has a `kind`, and an optional `on` that places it
+    on other hosts (see `[topology]`).
+    """
     # What the DUT host is in this variant: its namespace, or a VM ([testbed.vm]) on
     # the same links with the same addresses. The mechanisms run wherever it is.
     backend: str = BACKENDS.default.name
+    """What the DUT host is in this variant: its network namespace, or a qemu VM (`[testbed.vm]`)
+    on the same links with the same addresses; the mechanisms run wherever it is. Variants of
+    both kinds are measured interleaved on one testbed (the VM boots once, before the first
+    test); with no mechanism a `vm` variant measures virtualization alone.
+    """
 
     @field_validator("backend")
     @classmethod
@@ -225,19 +288,37 @@ Workload = Annotated[WorkloadSpec, WORKLOADS]
 
 class Scenario(StrictModel):
     name: Name
+    """Names the run directory."""
     description: str = ""
+    """Shown at the top of the report."""
     testbed: Testbed = Field(default_factory=Testbed)
+    """Where the hosts run and how they are joined ([testbed] below)."""
     topology: TopologySection | None = None
+    """The testbed as a graph ([topology] below); absent: the standard client – dut – server plan.
+    """
     repeat: Repeat = Field(default_factory=Repeat)
+    """How many rounds, and when to stop ([repeat] below)."""
     timing: Timing = Field(default_factory=Timing)
+    """Each test's duration and warm-up when a workload gives none ([timing] below)."""
     variants: dict[VariantName, Variant]
+    """What the DUT does, one table per variant ([variants.NAME] below); each is measured against
+    the baseline, the same path without it.
+    """
     workloads: list[Workload]
+    """The traffic, one table per workload ([[workloads]] below), each measured against every
+    variant it names.
+    """
     # Thresholds for a change review (secperf.report.gate): checked after the run.
     expect: list[Expect] = Field(default_factory=list)
+    """Thresholds for a change review, checked after the run ([[expect]] below)."""
     # The source paper's numbers beside the run's (secperf.report.paper gives verdicts).
     paper: list[PaperRow] = Field(default_factory=list)
+    """The source paper's numbers beside the run's ([[paper]] below)."""
     # Each paper table's tolerance, fixed before measuring, with its reason.
     paper_table: list[PaperTable] = Field(default_factory=list)
+    """Each paper table's tolerance, fixed before measuring, with its reason ([[paper_table]]
+    below).
+    """
     # Where the scenario came from; set by the loader, never read from the file.
     source: Path | None = Field(default=None, exclude=True, strict=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -25,6 +26,9 @@ from pydantic import (
 from secperf import ips_rules
 from secperf.errors import MechanismError
 from secperf.schema.units import (
+    fmt_duration,
+    fmt_rate,
+    fmt_size,
     human_duration,
     human_size,
     parse_duration,
@@ -55,6 +59,57 @@ Name = Annotated[str, AfterValidator(check_name)]
 # ---------------------------------------------------------------- value types
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclass(frozen=True)
+class ValueDoc:
+    """How a value type reads, for the generated reference (secperf/docgen): its type
+    in words, its unit, an example as TOML writes it, its bounds, whether a list of
+    values (a sweep) is allowed, and how a default prints."""
+
+    type: str
+    unit: str = ""
+    example: str = ""
+    bounds: str = ""
+    sweep: bool = False
+    show: Callable[[object], str] | None = None
+    none: str = "unset"  # what an absent value (None) means
+
+
+def documented(func: F, doc: ValueDoc) -> F:
+    """`func` (a validator) carrying the ValueDoc of the values it reads."""
+    func.__value_doc__ = doc  # type: ignore[attr-defined]
+    return func
+
+
+def value_doc(func: object) -> ValueDoc | None:
+    """The ValueDoc a validator carries, if any."""
+    doc = getattr(func, "__value_doc__", None)
+    return doc if isinstance(doc, ValueDoc) else None
+
+
+def _show_size(v: object) -> str:
+    return f'"{fmt_size(v)}"' if isinstance(v, int) else toml_repr(v)
+
+
+def _show_duration(v: object) -> str:
+    return f'"{fmt_duration(v)}"' if isinstance(v, int | float) else toml_repr(v)
+
+
+def _show_rate(v: object) -> str:
+    return f'"{fmt_rate(v)}"' if isinstance(v, int) or v is None else toml_repr(v)
+
+
+# What each parser reads, and examples to choose from (the first within the bounds).
+_PARSED: dict[object, tuple[str, str, tuple[float, ...], Callable[[object], str] | None]] = {}
+
+
+def _first_within(choices: tuple[float, ...], lo: float | None, hi: float | None) -> float:
+    for c in choices:
+        if (lo is None or c >= lo) and (hi is None or c <= hi):
+            return c
+    return lo if lo is not None else (hi or 0)
 
 
 def bounded(
@@ -63,13 +118,28 @@ def bounded(
     hi: float | None,
     what: str,
     show: Callable[[float], str] | None = None,
+    unit: str | None = None,
 ) -> Callable[[object], T]:
-    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit)."""
+    """`parse`, then lo <= value <= hi; `show` writes a bound in the error (with its unit);
+    `unit` is what the value counts, for the reference (the parser's own by default)."""
     if show is None and parse is parse_size:
         show = human_size
     elif show is None and parse is parse_duration:
         show = human_duration
     shown: Callable[[float], str] = show or plain_number
+    kind, own_unit, choices, show_value = _PARSED.get(parse, ("number", "", (1,), None))
+    example = _first_within(choices, lo, hi)
+    low = "" if lo is None else shown(lo)
+    high = "" if hi is None else shown(hi)
+    doc = ValueDoc(
+        kind,
+        own_unit if unit is None else unit,
+        show_value(int(example) if kind == "size" else example)
+        if show_value
+        else plain_number(example),
+        f"{low} … {high}" if low and high else f"≥ {low}" if low else f"≤ {high}" if high else "",
+        show=show_value,
+    )
 
     def check(value: object) -> T:
         parsed = parse(value)
@@ -82,7 +152,7 @@ def bounded(
             raise ValueError(f"{what} must be at most {shown(hi)} (got {toml_repr(value)})")
         return parsed
 
-    return check
+    return documented(check, doc)
 
 
 def parse_count(value: object) -> int:
@@ -120,10 +190,18 @@ def one_or_sweep(
             raise ValueError(f"a sweep list repeats a value: {toml_repr(list(value))}")
         return items
 
-    return parse
+    one = value_doc(parse_one)
+    return documented(parse, replace(one, sweep=True)) if one else parse
 
 
-Rate = Annotated[int | None, PlainValidator(parse_rate)]
+_PARSED[parse_size] = ("size", "bytes", (16384, 1500, 64, 1), _show_size)
+_PARSED[parse_duration] = ("duration", "s", (5, 30, 0.5, 1, 0.01, 0), _show_duration)
+_PARSED[parse_count] = ("integer", "", (4, 10, 100, 1000, 1), None)
+
+RATE_DOC = ValueDoc(
+    "rate", "bits/s", '"100mbit"', '> 0, or "unlimited"', show=_show_rate, none='`"unlimited"`'
+)
+Rate = Annotated[int | None, PlainValidator(documented(parse_rate, RATE_DOC))]
 
 MessageSize = Annotated[
     int | list[int], PlainValidator(one_or_sweep(bounded(parse_size, 1, 64 * 1024**2, "a size")))
@@ -145,9 +223,31 @@ def _receive_lowat(value: object) -> int | None:
     return bounded(parse_size, 1, 64 * 1024**2, "a receive low-water mark")(value)
 
 
-ReceiveLowat = Annotated[int | None, PlainValidator(_receive_lowat)]
+ReceiveLowat = Annotated[
+    int | None,
+    PlainValidator(
+        documented(
+            _receive_lowat, ValueDoc("size", "bytes", '"256KiB"', "1 B … 64 MiB", show=_show_size)
+        )
+    ),
+]
 SocketBuffer = Annotated[
-    int | list[int | None] | None, PlainValidator(one_or_sweep(_socket_buffer))
+    int | list[int | None] | None,
+    PlainValidator(
+        one_or_sweep(
+            documented(
+                _socket_buffer,
+                ValueDoc(
+                    'size or "default"',
+                    "bytes",
+                    '"64KiB"',
+                    "1 B … 2 GiB − 1",
+                    show=_show_size,
+                    none='`"default"` (the system\'s)',
+                ),
+            )
+        )
+    ),
 ]
 SweepRate = Annotated[int | list[int | None] | None, PlainValidator(one_or_sweep(parse_rate))]
 Parallel = Annotated[
@@ -162,7 +262,10 @@ class StrictModel(BaseModel):
     """Unknown keys are errors; no silent coercion of "3" to 3."""
 
     # nan and inf are no value of any key (pydantic's floats accept them by default).
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    # A string below a field is its description (the generated docs/scenario-format.md).
+    model_config = ConfigDict(
+        extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
 
 NonNegativeDuration = Annotated[float, PlainValidator(bounded(parse_duration, 0, 600, "a warm-up"))]
@@ -208,9 +311,38 @@ def _transfer_bytes(value: object) -> int | None:
     return bounded(parse_size, 1, TRANSFER_MAX, "a transfer size")(value)
 
 
-SweepPayload = Annotated[str | list[str], PlainValidator(one_or_sweep(_payload))]
-LinkRate = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_link_rate))]
-TransferBytes = Annotated[int | list[int] | None, PlainValidator(one_or_sweep(_transfer_bytes))]
+SweepPayload = Annotated[
+    str | list[str],
+    PlainValidator(
+        one_or_sweep(
+            documented(_payload, ValueDoc('`"random"`, `"zeros"` or `"text"`', example='"text"'))
+        )
+    ),
+]
+LinkRate = Annotated[
+    int | list[int] | None,
+    PlainValidator(
+        one_or_sweep(
+            documented(
+                _link_rate,
+                replace(
+                    RATE_DOC, example='"10mbit"', show=lambda v: _show_rate(v or None), none="unset"
+                ),
+            )
+        )
+    ),
+]
+TransferBytes = Annotated[
+    int | list[int] | None,
+    PlainValidator(
+        one_or_sweep(
+            documented(
+                _transfer_bytes,
+                ValueDoc("size", "bytes", '"16MiB"', "1 B … 1 TiB", show=_show_size),
+            )
+        )
+    ),
+]
 
 
 def rule_file_or_count(value: object, info: ValidationInfo) -> Path | int:
@@ -244,7 +376,13 @@ def rule_file_or_count(value: object, info: ValidationInfo) -> Path | int:
     return path
 
 
-RuleFileOrCount = Annotated[Path | int, PlainValidator(rule_file_or_count)]
+RULES_DOC = ValueDoc(
+    "rule file (path) or integer 1 … 100000",
+    "",
+    '"rules/web.rules"',
+    show=lambda v: toml_repr(str(v)),
+)
+RuleFileOrCount = Annotated[Path | int, PlainValidator(documented(rule_file_or_count, RULES_DOC))]
 
 
 def _variant_name(value: str) -> str:
@@ -296,7 +434,25 @@ def _file_sizes(value: object) -> list[int]:
     return sizes
 
 
-FileSizes = Annotated[list[int], PlainValidator(_file_sizes)]
+FileSizes = Annotated[
+    list[int],
+    PlainValidator(
+        documented(
+            _file_sizes,
+            ValueDoc(
+                "list of sizes",
+                "bytes",
+                '["1KiB", "80KiB"]',
+                "each 1 B … 1 GiB",
+                show=lambda v: (
+                    "[" + ", ".join(_show_size(x) for x in v) + "]"
+                    if isinstance(v, list)
+                    else toml_repr(v)
+                ),
+            ),
+        )
+    ),
+]
 
 # Every file of one workload's file sets together: each is built in memory and written
 # to the server host (nginx's and vsftpd's folders), so a scenario may not ask for

@@ -90,29 +90,57 @@ class WorkloadSpec(StrictModel):
     engine_names: ClassVar[dict[str, str]] = {}
 
     kind: str  # each kind's model narrows it to its Literal; declared here to come first
+    """See below; one example of each in "One example of each kind"."""
     name: Name = ""
+    """Names the workload in reports; two workloads may not share an explicit name; derived names
+    that collide get `-2`, `-3`, … in file order.
+    """
     duration: PositiveDuration = 5.0
+    """Measured time of each test."""
     warmup: NonNegativeDuration = 1.0
+    """Excluded from the result."""
     sweep: Literal["product", "zip"] = "product"
+    """How list-valued keys combine (see Sweeps)."""
     # Where the workload runs from and to: a host name or a zone of [topology]
     # (a zone means its first client / server host). Empty: the testbed's
     # "client" and "server" (or its first host of that role).
     clients: list[HostName] = Field(default_factory=list)
+    """Where the workload runs from and to, on a `[topology]` graph (see there)."""
     servers: list[HostName] = Field(default_factory=list)
+    """Where the workload runs from and to, on a `[topology]` graph (see there)."""
     # How many client hosts drive the workload at once: the first N client hosts of
     # `clients` (a zone; empty: the testbed's client hosts), started together, their
     # records merged (rates summed; docs/scenario-format.md "Several generators").
     generators: int = Field(default=1, ge=1, le=16)
+    """Stream, rr and crr only: run from the first N client hosts of the `clients` zone (no
+    `clients`: of the testbed) at once, against the same server, and merge their records (see
+    "Several generators").
+    """
     # A title such as "Table 1: TCP_STREAM": the report then prints this workload as
     # the source paper does, workload points as columns and variants as rows.
     table: str = ""
+    """A title such as `"Table 1: TCP_STREAM"`: the report prints this workload as the source paper
+    does, workload points as columns and baseline, variants and degradations as rows; points
+    labelled `key=value` get their values as column heads (`56KiB / 4KiB`) and the keys in the
+    corner (`socket buffer / message`).
+    """
     # The variants this workload measures beside the baseline (names of [variants];
     # a swept variant by its own name, all its values); empty = every variant.
     variants: list[MeasuredVariant] = Field(default_factory=list)
+    """The variants this workload measures beside the baseline (a swept variant by its own name
+    covers all its values; one value by its expanded name, `openvpn[cipher=aes-256-gcm]`); the
+    others are skipped for its points and their cells stay empty (`–`). An `[[expect]]` or
+    `[[paper]]` row that names this workload and a variant it skips is refused.
+    """
     # At least this many rounds at each of this workload's points ([repeat] min
     # otherwise; [repeat] max rises to it): the points whose small effects a study's
     # [[paper]] rows ask about need more rounds than a sweep beside them.
     min_rounds: int | None = Field(default=None, ge=2, le=1000)
+    """Rounds each of this workload's points always runs, past the budget (and past `[repeat].max`,
+    which rises to it): for the points whose small effects a study's `[[paper]]` rows ask about,
+    beside a sweep that needs fewer. `secperf check` and the run's first line print it (`at
+    least 3 rounds (delay: 9)`).
+    """
     _derived_name: bool = PrivateAttr(default=False)
 
     @property

@@ -45,9 +45,15 @@ class ConnRateWorkload(RateSearchSpec):
 
     kind: Literal["conn_rate"]
     parallel: int = Field(default=16, ge=1, le=128)
+    """`conn_rate` only: connect loops and sizes."""
     request: int = Field(default=1, ge=1, le=65536)
+    """`conn_rate` only: connect loops and sizes."""
     response: int = Field(default=1, ge=1, le=65536)
+    """`conn_rate` only: connect loops and sizes."""
     close: Close = "server-first"
+    """As crr's `close` (`conn_rate`: `"server-first"`, `"client-first"`, `"reset"`) and
+    connections' (`teardown_rate`: `"fin"`, `"reset"`).
+    """
 
     def default_name(self) -> str:
         return "conn-rate"

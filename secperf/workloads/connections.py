@@ -53,11 +53,17 @@ class ConnectionsWorkload(ManySources, WorkloadSpec):
 
     kind: Literal["connections"]
     connections: int = Field(default=10_000, ge=1, le=1_000_000)
+    """1 … 1 000 000 connections to open and hold."""
     rate: PerSecond | None = None  # opens/s; None = as fast as possible
+    """Opens/s."""
     hold: HoldTime = 1.0
+    """How long the connections are held open, all established, before the teardown."""
     close_rate: PerSecond | None = None
+    """FINs/s when tearing down."""
     timeout: Timeout = 5.0
+    """Per connect and per validation, 1 ms … 120 s."""
     close: FinClose = "fin"  # how the server answers each FIN: its own FIN, or an RST
+    """How the server answers each FIN: `"fin"` its own (orderly), `"reset"` an RST."""
 
     def default_name(self) -> str:
         return "connections"

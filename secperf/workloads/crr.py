@@ -56,13 +56,24 @@ class CrrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
 
     kind: Literal["crr"]
     protocol: Literal["tcp"] = "tcp"
+    """`"tcp"` only."""
     request: TransactionSize = 1
+    """Bytes of each request."""
     response: TransactionSize = 1
+    """Bytes of each response."""
     parallel: Parallel = 1
+    """1 … 128 concurrent connect loops."""
     payload: Payload = "random"
+    """What the bytes are: random (incompressible), zeros, or English-like text (compressible)."""
     close: Close = "server-first"
+    """`"server-first"`, `"client-first"` (`"fin"` reads as it), `"reset"`."""
     # µs the engine's loop spins before it sleeps (None: the engine's default, 0).
     busy_poll_us: BusyPoll | None = None
+    """0 … 10000: µs the engine's event loop spins (epoll without waiting) before it sleeps; fewer
+    wake-ups, more CPU. Only where the client host has CPUs of its own (a lab host, a map
+    placement): under `cpus = "one"` it takes the CPU from the server and the DUT
+    (docs/performance.md, "The busy poll").
+    """
 
     def unrecorded(self) -> frozenset[str]:
         """Without a flood its keys, closed loop `rate` and `load`: not in the record."""

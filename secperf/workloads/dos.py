@@ -97,16 +97,31 @@ class DosWorkload(WorkloadSpec):
 
     kind: Literal["dos"]
     rate: PerSecond = 2000.0
+    """New connections/s the client opens on a schedule while the flood runs."""
     parallel: int = Field(default=16, ge=1, le=128)
+    """Connections under way at once at most."""
     timeout: Timeout = 1.0
+    """Each connection's deadline; one past it counts as failed."""
     request: int = Field(default=1, ge=1, le=65536)
+    """Bytes of each connection's request."""
     response: int = Field(default=1, ge=1, le=65536)
+    """Bytes of each connection's response."""
     close: Close = "client-first"
+    """`"server-first"`, `"client-first"` (`"fin"` reads as it), `"reset"` (as crr's)."""
     flood: FloodKind = "syn"
+    """`"syn"`, `"udp"`, `"icmp"` (icmp needs `"allowed"`)."""
     flood_rate: SweptFloodPps = 20_000
+    """The SYN flood's packets/s, 1000 … 10 000 000."""
     flood_target: Literal["measured", "allowed", "denied"] = "measured"
+    """`measured`: the measured service's port; `allowed`: server port 9, which the ACLs permit;
+    `denied`: port 19, which they drop (icmp needs `allowed`).
+    """
     spoof: bool = True
+    """Send the flood from random source addresses (as RFC 3511 §5.5), not the attacker's own."""
     reference: bool = True
+    """Measure the connection rate without the flood too, in the same round, as the reference of
+    the loss.
+    """
 
     @model_validator(mode="after")
     def _icmp_has_no_port(self) -> DosWorkload:

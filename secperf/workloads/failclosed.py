@@ -65,7 +65,11 @@ class FailclosedWorkload(WorkloadSpec):
     kind: Literal["failclosed"]
     # The engine's last data port: an ACL that permits the measured traffic permits it too.
     port: int = Field(default=5399, ge=1, le=65535)
+    """The probes' TCP/UDP port (the engine's last data port, so an ACL that permits the measured
+    traffic permits the probes too).
+    """
     timeout: ProbeTimeout = 0.5
+    """How long a probe waits for an answer."""
 
     @field_validator("port")
     @classmethod

@@ -46,14 +46,22 @@ class FloodWorkload(WorkloadSpec):
 
     kind: Literal["flood"]
     flood: FloodKind = "udp"
+    """The flood's packets: UDP datagrams, TCP SYNs or ICMP echo requests."""
     rate: SweptFloodPps = 10_000
+    """Packets/s the attacker sends, 1000 … 10 000 000."""
     count: int | None = Field(default=None, ge=1)
+    """Packets to send in all; unset: rate × duration."""
     payload_size: Annotated[
         int | list[int] | None,
         PlainValidator(one_or_sweep(parse_flood_payload)),
     ] = None
+    """Payload bytes of each packet, 0 … 1472; unset: 18 B (udp, icmp), 0 (syn)."""
     flood_target: FloodTarget = "allowed"
+    """`allowed`: server port 9, which the ACLs permit; `denied`: port 19, which they drop (udp and
+    syn only).
+    """
     sources: str | None = None  # an IPv4 CIDR in 198.18.0.0/15; default the attacker's address
+    """Inside 198.18.0.0/15."""
 
     @field_validator("sources")
     @classmethod

@@ -71,10 +71,21 @@ class FlowsWorkload(WorkloadSpec):
     # "coverage" (derived from the rule set) or the path of the user's own traffic;
     # the placement reads it, the executor sends what was placed.
     traffic: str = "coverage"
+    """`"coverage"`, or a path to a CSV, conntrack dump (`conntrack -L -o extended`) or pcap."""
     parallel: Annotated[int, Field(ge=1, le=1024)] = 4
+    """1 … 1024: attempts under way at once (closed loop), all client hosts together, split by
+    their flows' weights.
+    """
     rate: PerSecond | None = None
+    """Attempts/s on one absolute schedule (open loop), split as `parallel`."""
     timeout: Timeout = 1.0
+    """Each attempt's deadline, connect to close: a drop is a timeout, a reject a refusal, counted,
+    never fatal.
+    """
     probes: Literal["check", "off"] = "check"
+    """`"check"`: a probe that got through, or an expected flow that never did, is a policy
+    violation; `"off"`.
+    """
 
     def default_name(self) -> str:
         return "flows" if self.traffic == "coverage" else "flows-own"

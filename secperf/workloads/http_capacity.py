@@ -73,31 +73,56 @@ class HttpCapacityWorkload(SearchKeys, ManySources, WorkloadSpec):
 
     kind: Literal["http_capacity"]
     files: FileSizes = Field(default_factory=lambda: [1024])
+    """The sizes of the files fetched (as `http`'s)."""
     # the bracket searched, in connections
     low: int = Field(default=100, ge=1, le=MAX_PARALLEL)
+    """Connections, 1 … 120,000, low < high."""
     high: int = Field(default=10_000, ge=2, le=MAX_PARALLEL)
+    """Connections, 1 … 120,000, low < high."""
     resolution_pct: float = Field(default=10.0, gt=0, le=50)
+    """The search stops when hi/lo − 1 is this narrow, in %."""
     max_steps: int = Field(default=8, ge=1, le=30)
+    """The most trials the search runs."""
     # each connection's fetch period: n / fetch_every fetches a second in all, and as
     # many connections opened a second in the ramp-up (keep it below the path's
     # connection rate, or the handshakes, not the connections held, are tested)
     fetch_every: PositiveDuration = 10.0
+    """At most 60 s (nginx closes a connection idle for 75 s); each connection's fetch period;
+    without `open_rate` the ramp-up opens n / `fetch_every` connections a second, which must
+    stay below the path's connection rate (with TLS, its handshake rate: `http` with `tls`, a
+    new connection per fetch, measures it), or the trial tests the handshakes, not the
+    connections held.
+    """
     # connections opened a second in the ramp-up, each with its first fetch (the
     # RFC's ramp-up at a rate below the path's connection rate); the trial's warm-up
     # is then n / open_rate plus `warmup`. None: the first fetches are due within the
     # first `fetch_every`, n / fetch_every opens a second, and `warmup` is the ramp-up.
     open_rate: PerSecond | None = None
+    """Connections opened a second in the ramp-up (below the path's connection rate; with TLS its
+    handshake rate); none: n / `fetch_every`.
+    """
     # RFC 9411: fewer than 0.001 % failed transactions (and as few RSTs)
     max_failure_pct: float = Field(default=0.001, ge=0, le=100)
+    """RFC 9411's 0.001 % failed transactions (and RSTs)."""
     # the open connections each period may fall short of n by this much
     max_shortfall_pct: float = Field(default=1.0, ge=0, le=50)
+    """0 … 50: how far below n a period's mean of open connections may fall."""
     timeout: Timeout = 5.0
+    """Per fetch."""
     warmup: PositiveDuration = 15.0
+    """Without `open_rate`, at least `fetch_every`: every connection opens with its first fetch,
+    due within the first `fetch_every`; with it, the settling time after the ramp-up.
+    """
     tls: bool = False
+    """HTTPS: a TLS handshake per connection opened."""
     tls_version: TlsVersion | None = None
+    """HTTPS: a TLS handshake per connection opened."""
     cipher: str | None = None
+    """HTTPS: a TLS handshake per connection opened."""
     groups: list[str] | None = None
+    """HTTPS: a TLS handshake per connection opened."""
     resumption: bool = True
+    """HTTPS: a TLS handshake per connection opened."""
 
     def file_sets(self) -> dict[str, list[int]]:
         return {"files": self.files}

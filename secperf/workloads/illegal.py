@@ -98,10 +98,15 @@ class IllegalWorkload(WorkloadSpec):
 
     kind: Literal["illegal"]
     measure: Literal["stream", "rr"] = "stream"
+    """The allowed flow measured beside the denied traffic: a TCP stream or a TCP rr."""
     rate: Rate = None
+    """Stream only."""
     message: Annotated[int, PlainValidator(bounded(parse_size, 1, 64 * 1024**2, "a size"))] = 131072
+    """Bytes of each write of the measured stream."""
     denied_rate: FloodPps = 5000
+    """Packets/s of denied traffic the attacker sends."""
     denied_ports: Annotated[str, PlainValidator(_denied_ports)] = DEFAULT_DENIED_PORTS
+    """Must not include 9, 5201, 5300–5399 (ports an ACL permits)."""
 
     @model_validator(mode="after")
     def _rate_for_stream(self) -> IllegalWorkload:

@@ -61,14 +61,25 @@ class MinFloodRateWorkload(SearchKeys, WorkloadSpec):
 
     kind: Literal["min_flood_rate"]
     flood: FloodKind = "udp"
+    """The flood's packets: UDP datagrams, TCP SYNs or ICMP echo requests."""
     flood_target: FloodTarget = "allowed"
+    """`allowed`: server port 9, which the ACLs permit; `denied`: port 19, which they drop (udp and
+    syn only).
+    """
     flood_payload: FloodPayload = None
+    """Payload bytes of each flood packet; unset: the engine's 18 B."""
     lo: FloodPps = 1000
+    """The search's lowest flood rate, packets/s (lo < hi)."""
     hi: FloodPps = 200_000
+    """The search's highest flood rate, packets/s."""
     threshold_pct: float = Field(default=1.0, gt=0, lt=100)
+    """The stream is denied when its throughput falls below this % of its rate without the flood."""
     max_probes: int = Field(default=8, ge=2, le=30)
+    """The most flood rates the search tries."""
     resolution_pct: float = Field(default=10.0, gt=0, le=100)
+    """The search stops when hi/lo − 1 is this narrow, in %."""
     message: MessageSize = 131072
+    """Bytes of each write of the measured TCP stream."""
 
     @model_validator(mode="after")
     def _lo_below_hi(self) -> MinFloodRateWorkload:

@@ -88,22 +88,36 @@ class MixWorkload(WorkloadSpec):
 
     kind: Literal["mix"]
     virtual_clients: VirtualClients = 1
+    """NSTL virtual clients fetching at once, each from every server host in turn."""
     requests: int = Field(default=100, ge=1, le=100_000)
+    """1 … 100000 fetches per virtual client."""
     # One weight per server host (graph order) for every client, or a list per client
     # zone (the paper's Table 2); empty: even odds over the servers of other zones.
     hits: list[Weight] | dict[str, list[Weight]] = Field(default_factory=list)
+    """One weight ≥ 0 per server host (graph order), or one for all."""
     http_share: list[Share] = Field(default_factory=list)
+    """0 … 1 per server host, or one for all."""
     # The paper's file sets (KiB): HTML 1-80, GIF 0.5-208, FTP (ZIP) 32-256.
     html_files: FileSizes = Field(
         default_factory=lambda: [k * 1024 for k in (1, 2, 4, 8, 10, 20, 40, 80)]
     )
+    """The HTML files' sizes (the paper's HTML set, 1 … 80 KiB)."""
     gif_files: FileSizes = Field(
         default_factory=lambda: [512] + [k * 1024 for k in (1, 2, 4, 10, 26, 52, 104, 208)]
     )
+    """The GIF files' sizes (the paper's GIF set, 0.5 … 208 KiB)."""
     ftp_files: FileSizes = Field(default_factory=lambda: [k * 1024 for k in (32, 64, 128, 256)])
+    """The three sets: 1 B … 1 GiB each file, distinct in a set, at most 1 GiB in all."""
     timeout: Timeout = 10.0  # idle timeout of every step of a fetch (connect, each read)
+    """> 0 … 120: the longest any one step of a fetch may wait (connect, a reply, each read), as a
+    socket timeout.
+    """
     think: float = Field(default=0.0, ge=0, le=3600)  # seconds between a client's requests
+    """0 … 3600: pause between a virtual client's requests."""
     ftp_mode: Literal["passive", "active"] = "passive"  # who opens FTP's data connection
+    """`"passive"` (the client opens the data connection), `"active"` (PORT: the server, or the
+    proxy, connects back).
+    """
 
     @model_validator(mode="after")
     def _files_total(self) -> MixWorkload:

@@ -49,12 +49,17 @@ class RrWorkload(OpenLoop, FloodBeside, WorkloadSpec):
 
     kind: Literal["rr"]
     protocol: Literal["tcp", "udp"] = "tcp"
+    """The transport of the transactions."""
     request: TransactionSize = 1
+    """Bytes of each request; UDP: at most 65507 B."""
     response: TransactionSize = 1
+    """Bytes of each response; UDP: at most 65507 B."""
     # Transactions outstanding at once: pipelined closed loop; open loop, the most the
     # schedule may have outstanding (default 64 there).
     inflight: Inflight = 1
+    """1 … 64 transactions outstanding; open loop, the most the schedule may have outstanding."""
     payload: Payload = "random"
+    """What the bytes are: random (incompressible), zeros, or English-like text (compressible)."""
 
     @model_validator(mode="after")
     def _open_loop_outstanding(self) -> RrWorkload:

@@ -75,20 +75,44 @@ class StreamWorkload(FloodBeside, WorkloadSpec):
 
     kind: Literal["stream"]
     protocol: Literal["tcp", "udp"] = "tcp"
+    """The transport of the stream."""
     direction: Literal["send", "receive", "both"] = "send"
+    """`"send"` (client → server), `"receive"`, `"both"`."""
     message: MessageSize = 131072  # the engine's default; udp: 1024 (set below)
+    """Bytes of each write; UDP: of each datagram (then at most 65507 B), and the default is 1 KiB.
+    """
     socket_buffer: SocketBuffer = None
+    """1 B … 2 GiB − 1 (and below `net.core.{r,w}mem_max`)."""
     parallel: Parallel = 1
+    """1 … 128 streams."""
     payload: SweepPayload = "random"
+    """`"random"` (incompressible), `"zeros"`, `"text"` (English-like, compressible)."""
     rate: SweepRate = None
+    """Pace the senders to this total."""
     rcvlowat: ReceiveLowat = None  # the engine's default (see docs/scenario-format.md)
+    """1 B … 64 MiB; tcp only; bytes queued before a blocked receiver wakes (SO_RCVLOWAT; see
+    docs/engine-protocol.md); `1` wakes on every packet.
+    """
     # A ttcp-style fixed transfer: move exactly this many bytes and time it (then
     # `duration` and `warmup` do not apply; `time_limit` bounds the transfer).
     bytes: TransferBytes = None
+    """1 B … 1 TiB; tcp, one direction (`send` or `receive`), `parallel = 1`; a **fixed transfer**,
+    as ttcp (document 003): exactly this many bytes on one connection, timed from before it
+    opens to the last byte's arrival at the receiver; `duration` and `warmup` do not apply (the
+    whole transfer is measured). Adds the metrics `transfer_kib_s` (kB/s as ttcp prints it, 1 kB
+    = 1024 B) and `transfer_s` (the time) beside the throughput.
+    """
     time_limit: PositiveDuration = TIME_LIMIT_S
+    """The longest a fixed transfer may take; past it the test is an error, never a partial figure.
+    """
     # Every link on the client-server path shaped to this rate for this workload's
     # tests ("unlimited" = no shaping); unset = the links as [testbed]/[topology] made them.
     link_rate: LinkRate = None
+    """Every link on the client–server path reshaped to this rate (tbf as `[testbed] link_rate`, a
+    500 ms queue below 1 Mbit/s or the link's own `queue`; `"unlimited"` removes the shaping)
+    for this point's tests, baseline and variants alike, and restored after: document 003's
+    table of the tunnels' overhead at 100 Mbit/s, 10 Mbit/s and 33.6 kbit/s is one workload.
+    """
 
     def path_rate(self) -> int | None:
         return scalar(self.link_rate)

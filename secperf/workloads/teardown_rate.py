@@ -33,7 +33,11 @@ class TeardownRateWorkload(RateSearchSpec):
 
     kind: Literal["teardown_rate"]
     connections: int = Field(default=2000, ge=2, le=1_000_000)
+    """`teardown_rate` only: connections opened, then closed at the trial's rate."""
     close: FinClose = "fin"
+    """As crr's `close` (`conn_rate`: `"server-first"`, `"client-first"`, `"reset"`) and
+    connections' (`teardown_rate`: `"fin"`, `"reset"`).
+    """
 
     def default_name(self) -> str:
         return "teardown-rate"

@@ -1,19 +1,30 @@
-"""The docs' generated blocks (secperf/docgen/blocks.py) equal their generators' output:
-the study pages' paper tables and kept runs' answers, performance.md's bench tables.
-`make docs` writes them again."""
+"""Every generated page and block in README.md and docs/ equals its generator's output:
+`make docs` (python -m secperf.docgen) writes them all again, and this fails when one is
+stale: whole pages (scenarios.md, scenario-format.md's reference, engine-protocol.md's
+fields) and the blocks inside hand-written pages (the study pages' paper tables and kept
+runs' answers, performance.md's bench tables)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
 from secperf.docgen import benchtables, pages
+from secperf.docgen.__main__ import GENERATORS
 from secperf.docgen.blocks import BlockError, blocks, fill
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [p for p in pages.pages(ROOT) if p.exists()]
+
+
+@pytest.mark.parametrize("name", GENERATORS)
+def test_generated_page_is_current(name: str) -> None:
+    module = importlib.import_module(name)
+    page = getattr(module, "PAGE", "a page with generated blocks")
+    assert module.main(["--check"]) == 0, f"{page} is stale: run `make docs`"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])

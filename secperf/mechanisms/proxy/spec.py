@@ -58,18 +58,45 @@ class ProxySpec(MechanismSpec):
 
     kind: Literal["proxy"] = "proxy"
     rules: int = Field(default=4, ge=1, le=10_000)
+    """The rule base: N−1 rules that never match (198.19.0.0/17 sources and destinations) and the
+    one admitting the testbed; squid's `http_access` list (or the `rule_cache` helper's rule
+    file) for HTTP, and an nft chain on the DUT's input path that every packet to ftp-proxy's
+    ports walks for FTP.
+    """
     match: Match = "last"
+    """Where the rule that admits the testbed (198.18.0.0/16) sits."""
     dns_lookups: bool = True
+    """Reverse look-ups of clients against the testbed's DNS server (dnsmasq on the DUT's
+    loopback): the admitting rule also needs the client's name (`srcdomain .testbed.secperf`)
+    and squid's name cache is off; `false`: squid resolves from its own hosts table of the
+    testbed and asks no server.
+    """
     cache: bool = True
+    """Squid's memory object cache (64 MB); `false`: `cache deny all`."""
     logging: Logging = "file"
+    """Squid's access log (verbose: with request and reply headers and debug level 2); ftp-proxy's
+    log level ERR / INF / DBG.
+    """
     cpus: int | None = Field(default=None, ge=1, le=2)
+    """A cpuset of the first N CPUs for the proxies (v1 cpuset)."""
     memory: ProxyMemory = None  # bytes
+    """A v1 cgroup memory limit for the proxies (`memory.limit_in_bytes`)."""
     deny: list[str] = Field(default_factory=list)
+    """Destinations refused before every other rule (the proxy answers 403)."""
     # "circuit": dante (SOCKS5) instead of squid + ftp-proxy; clients name it.
     level: Level = "application"
+    """`circuit`: dante (`danted`, SOCKS5 on port 1080 of every DUT address) instead of squid and
+    ftp-proxy; needs `dns_lookups = false` and no `cache` key (below).
+    """
     # Raptor's HTTP rule cache: the rule base in an external ACL helper whose verdicts
     # squid caches for RULE_CACHE_TTL_S (true) or not at all (false); None: http_access.
     rule_cache: bool | None = None
+    """Raptor's HTTP rule cache: set, squid asks an external ACL helper (`rule_helper.py`, which
+    walks the rule base in order) for each request's verdict and keeps its answers 60 s (`true`:
+    the rule base consulted about once a minute per client and server) or not at all (`false`:
+    `cache=0`, every request walks the rule base); unset, the rules are squid's own
+    `http_access` list. Not with `level = "circuit"`.
+    """
 
     @model_validator(mode="after")
     def _circuit_switches(self) -> ProxySpec:

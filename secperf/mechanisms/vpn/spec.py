@@ -94,16 +94,32 @@ class VpnSpec(MechanismSpec):
     sweepable: ClassVar[tuple[str, ...]] = ("cipher", "compression")
 
     on: Placement = "ends"
+    """The tunnel's two ends: the workload's client and server themselves (host-to-host, the
+    paper's setup) or a gateway pair with the path between them (site-to-site); a single host
+    (`"dut"`) is an error.
+    """
     kind: Literal["vpn"] = "vpn"
     implementation: Literal["wireguard", "openvpn", "ipsec", "tinc", "vtun", "pptp"]
+    """Which VPN daemon runs at each end."""
     # None: the implementation's default (VPN_CIPHERS); a list is a sweep
     cipher: str | list[str] | None = None
+    """The data cipher; `none` = encryption off. OpenVPN with `auth = "static"` defaults to
+    `aes-256-cbc`. vtun's `blowfish` and `aes-256-cbc` are refused (they crash here).
+    """
     compression: VpnCompression | list[VpnCompression] = "none"
+    """Compression in the tunnel."""
     compression_level: int | None = Field(default=None, ge=1, le=9)
+    """The compressor's level."""
     digest: Literal["sha256", "sha1", "none"] | None = None
+    """The packet MAC: tinc's, OpenVPN's data-channel HMAC (`auth`); `cipher = "none"` with `digest
+    = "sha256"` measures the MAC alone.
+    """
     mode: Literal["tunnel", "transport"] | None = None
+    """ESP mode; transport needs the kernel's ESP transform (refused with kernel-libipsec)."""
     transport: Literal["udp", "tcp"] | None = None
+    """What carries the tunnel."""
     auth: Literal["tls", "static"] | None = None
+    """Certificates made per run, or one static key; static with an AEAD cipher is an error."""
     # Both UDP socket buffers of each end's daemon, in bytes (None: the system's
     # default, 208 KiB here). A daemon held to a CPU quota runs in bursts (5 ms of
     # every 100 ms at 5 %); between them, what arrives waits in its receive buffer and
@@ -112,6 +128,13 @@ class VpnSpec(MechanismSpec):
     # would only delay (docs/studies/003.md. The kernel caps a value
     # at net.core.rmem_max / wmem_max (4 MiB here, read-only in a namespace).
     socket_buffer: DaemonBuffer = None
+    """Both UDP socket buffers of each end's daemon. A daemon held to a CPU quota runs in bursts;
+    between them its receive buffer fills, and in a burst its send buffer fills behind a shaped
+    link: with the default buffers the kernel drops there what a slow, evenly running CPU would
+    only delay. The kernel caps it at `net.core.rmem_max`/`wmem_max` (read-only in a namespace:
+    the machine's, 4 MiB here); `ss -m` in the end's host shows twice the value (the kernel's
+    bookkeeping).
+    """
 
     @model_validator(mode="after")
     def _fits_the_implementation(self) -> VpnSpec:

@@ -102,16 +102,28 @@ class AttackMixWorkload(WorkloadSpec):
 
     kind: Literal["attack_mix"]
     protocol: Literal["udp", "tcp"] = "udp"
+    """`"udp"` (one attack is one datagram), `"tcp"` (below)."""
     # tcp: each attack's data in this many pieces, cut inside the attack string ...
     segments: int = Field(default=1, ge=1, le=16)
+    """1 … 16; `protocol = "tcp"` only: each attack's data in this many TCP segments, cut evenly
+    inside the attack string.
+    """
     # ... sent in order, or last piece first (every piece ahead of its predecessor)
     order: Literal["in-order", "reverse"] = "in-order"
+    """`"in-order"`, `"reverse"` (the last piece first: each piece arrives ahead of the one before
+    it in the stream); `protocol = "tcp"` only.
+    """
     rate: AttackRate = 1000
+    """10 … 200000 (a list sweeps)."""
     attack_share: float = Field(default=0.01, gt=0.0, le=1.0)
+    """0 < share ≤ 1."""
     size: int = Field(default=512, ge=64, le=1400)
+    """Bytes of each message."""
     port: int = Field(default=DEFAULT_PORT, ge=1024, le=65535)
+    """The messages' destination port."""
     # A string (the resolved path), so that the point's record stays plain JSON.
     rules: AttackRules = "rules/secperf-attacks.rules"
+    """A rule file."""
 
     @model_validator(mode="after")
     def _pieces_need_tcp(self) -> AttackMixWorkload:

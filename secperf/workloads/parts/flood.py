@@ -27,7 +27,7 @@ from pydantic import PlainValidator
 from secperf.engine import EngineRun, EngineTest, Record
 from secperf.errors import EngineError
 from secperf.mechanisms.base import FLOOD_ALLOWED_PORT
-from secperf.schema.fields import bounded, one_or_sweep, parse_count
+from secperf.schema.fields import ValueDoc, bounded, documented, one_or_sweep, parse_count
 from secperf.schema.units import parse_size, toml_repr
 from secperf.testbed.topology import Topology
 from secperf.workloads.base import (
@@ -80,20 +80,21 @@ def _flood_rate(value: object) -> int:
     return rate
 
 
+FLOOD_RATE_DOC = ValueDoc(
+    "integer", "packets/s", "20000", f"0 (no flood) or {FLOOD_RATE_MIN} … {FLOOD_RATE_MAX}"
+)
 # A flood rate beside a measured test: 0 (no flood) or a rate; a list sweeps it.
-FloodRate = Annotated[int | list[int], PlainValidator(one_or_sweep(_flood_rate))]
-FloodPps = Annotated[
-    int, PlainValidator(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
+FloodRate = Annotated[
+    int | list[int], PlainValidator(one_or_sweep(documented(_flood_rate, FLOOD_RATE_DOC)))
 ]
-SweptFloodPps = Annotated[
-    int | list[int],
-    PlainValidator(
-        one_or_sweep(bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate"))
-    ),
-]
+_pps = bounded(parse_count, FLOOD_RATE_MIN, FLOOD_RATE_MAX, "a flood rate", unit="packets/s")
+FloodPps = Annotated[int, PlainValidator(_pps)]
+SweptFloodPps = Annotated[int | list[int], PlainValidator(one_or_sweep(_pps))]
 FloodPayload = Annotated[
     int | None,
-    PlainValidator(parse_flood_payload),
+    PlainValidator(
+        documented(parse_flood_payload, ValueDoc("size", "bytes", "100", "0 B … 1472 B"))
+    ),
 ]
 
 

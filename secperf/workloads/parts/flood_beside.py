@@ -11,7 +11,7 @@ runs as the inner executor alone, and its record leaves the flood keys out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import model_validator
 
@@ -42,10 +42,19 @@ class FloodBeside(StrictModel):
 
     `flood_target = "denied"` aims it at a port the DUT's ACL drops."""
 
+    # its heading in the generated docs/scenario-format.md
+    part_title: ClassVar[str] = "A flood beside the measured flow (document 002)"
+
     flood: FloodKind | None = None
+    """The flood sent from the attacker during each test of the measured flow; unset: none."""
     flood_rate: FloodRate = 0
+    """The flood's packets/s; 0 = no flood."""
     flood_target: FloodTarget = "allowed"
+    """`"allowed"` (server port 9, which the ACL permits), `"denied"` (port 19, which it drops;
+    udp/syn only).
+    """
     flood_payload: FloodPayload = None
+    """Payload bytes of each flood packet; unset: the engine's 18 B (64-byte frames)."""
 
     def unrecorded(self) -> frozenset[str]:
         """Without a flood, a point's record has no flood keys."""

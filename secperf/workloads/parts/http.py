@@ -74,28 +74,33 @@ Micros = Annotated[float, Field(gt=0)]
 
 class Validation(StrictModel):
     """A test's validation criteria (RFC 9411 §7's, and limits of one's own): a test
-    that misses one is FAILED with that criterion, not a number (docs/methodology.md,
-    "Validation criteria"). Each key left out is not checked."""
+    that misses one is FAILED with that criterion, not a number (docs/studies/rfc.md,
+    "RFC 9411 §7"). Each key left out is not checked."""
 
-    # failed transactions (any error, a status other than 2xx) in % of those attempted
     max_failed_pct: Pct | None = None
-    # connections ended by a TCP RST (refused or reset) in % of those initiated
+    """Failed transactions (any error, a status other than 2xx) in % of those attempted."""
     max_reset_pct: Pct | None = None
-    # open loop: the fetch rate achieved in % of the rate offered (the target objective)
+    """Connections ended by a TCP RST (refused or reset) in % of those initiated."""
     min_rate_pct: Pct | None = None
-    # mean time to first byte / to last byte (TTFB, TTLB) in µs
+    """Open loop: the fetch rate achieved in % of the rate offered (the target objective)."""
     max_ttfb_us: Micros | None = None
+    """Mean time to first byte (TTFB), at most this many µs."""
     max_ttlb_us: Micros | None = None
-    # RFC 9411's "constant rate" and "constant concurrent connections" through the
-    # sustain phase: the largest deviation of one period's traffic rate (body bits/s)
-    # or mean open connections from the window's mean, in % of that mean
+    """Mean time to last byte (TTLB), at most this many µs."""
     max_rate_deviation_pct: Pct | None = None
+    """The largest deviation of one period's traffic rate (body bits/s) from the window's mean,
+    in % of that mean (RFC 9411's constant rate through the sustain phase).
+    """
     max_open_deviation_pct: Pct | None = None
-    # the period those deviations are taken over, in seconds (the engine's `interval`)
+    """The largest deviation of one period's mean open connections from the window's mean, in % of
+    that mean (RFC 9411's constant concurrent connections).
+    """
     deviation_interval: Annotated[float, Field(ge=0.05, le=60)] = 1.0
-    # RFC 9411 says SHOULD for both deviations: missed, they are noted beside the
-    # number (false), or they fail the test like the others (true)
+    """The period those deviations are taken over, in seconds (the engine's `interval`)."""
     deviations_fail: bool = False
+    """RFC 9411 says SHOULD for both deviations: missed, they are noted beside the number (false),
+    or they fail the test like the others (true).
+    """
 
     def deviations(self) -> bool:
         """Whether a criterion needs the engine's interval records."""
@@ -245,26 +250,53 @@ class HttpWorkload(OpenLoop, ManySources, WorkloadSpec):
 
     kind: Literal["http"]
     files: FileSizes = Field(default_factory=lambda: [10240])
+    """1 B … 1 GiB each, distinct, at most 1 GiB in all."""
     parallel: HttpParallel = 1
+    """1 … 120,000 fetches in flight (nginx takes 131,072 connections); beyond 60,000 the
+    connections come from more client addresses (`sources`).
+    """
     keepalive: bool = False
+    """False: one fetch per connection, as http_load does."""
     # Transactions a connection carries before the server closes it (nginx's
     # keepalive_requests; keepalive implied); None: as `keepalive` says.
     requests_per_connection: int | None = Field(default=None, ge=1, le=MAX_PER_CONNECTION)
+    """Fetches a connection carries: nginx closes it after that many responses (RFC 9411 §7.3's
+    10); implies `keepalive`.
+    """
     timeout: Timeout = 5.0
+    """How long one fetch may take; past it the fetch fails."""
     # With `rate`: the first `parallel` fetches (each opens its connection) spread
     # over these seconds of the warm-up, the rest at `rate` after them (RFC 9411's
     # ramp-up at an open rate of its own); None: every fetch at `rate`.
     ramp_up: PositiveDuration | None = None
+    """Needs `rate`; at most `warmup`; the first `parallel` fetches (each opens its connection)
+    spread evenly over these seconds, the rest at `rate` after them: RFC 9411's ramp-up at an
+    open rate of its own.
+    """
     # µs the engine's loop spins before it sleeps (None: the engine's default, 0).
     busy_poll_us: BusyPoll | None = None
+    """0 … 10000: µs the engine's event loop spins (epoll without waiting) before it sleeps; fewer
+    wake-ups, more CPU. Only where the client host has CPUs of its own (a lab host, a map
+    placement): under `cpus = "one"` it takes the CPU from the server and the DUT
+    (docs/performance.md, "The busy poll").
+    """
     # HTTPS (the engine's rustls client); the other TLS keys need tls = true.
     tls: bool = False
+    """HTTPS to nginx's port 5381 (the engine's rustls client)."""
     tls_version: TlsVersion | None = None
+    """The only TLS version offered."""
     cipher: str | None = None
+    """The only cipher suite offered; it must be of `tls_version` (the server's key is RSA)."""
     groups: list[str] | None = None
+    """Key-exchange groups, in order of preference."""
     resumption: bool = True
+    """Session resumption (TLS 1.3 tickets, TLS 1.2 session ids and tickets)."""
     # RFC 9411 §7's validation criteria: a test that misses one is FAILED, not a number.
     validation: Validation | None = None
+    """The keys below; criteria each test must meet; a test that misses one is reported as FAILED
+    with the criterion, not as a number (the deviations, SHOULD in RFC 9411, are noted beside
+    the number unless `deviations_fail`).
+    """
 
     @model_validator(mode="after")
     def _tls_keys(self) -> HttpWorkload:

@@ -78,13 +78,29 @@ class LatencyWorkload(WorkloadSpec):
 
     kind: Literal["latency"]
     frame: FrameSize = 64
+    """64 … 1518 B, the Ethernet frame on the wire."""
     load: float | None = Field(default=None, gt=0, le=1)
+    """0 < load ≤ 1 of `testbed.link_rate` (needs a link rate), counting 20 B of preamble and gap
+    per frame.
+    """
     rate_pps: RatePps | None = None
+    """Probes/s per direction (with `sender = "packet"`, frames/s), instead of `load`;  (a sweep of
+    the offered load).
+    """
     duplex: Literal["full", "half"] = "full"
+    """`"full"` (both directions at once), `"half"` (the server answers each probe)."""
     hosts: Literal["all"] | Annotated[int, Field(ge=1, le=200)] = "all"
+    """The emulated hosts to spread over (1 … 200), paired client-side i ↔ server-side i."""
     rejected_stream: bool = False
+    """A second stream at the same rate from the ACL's excluded host (`exclude_one = true`) runs
+    beside; its received count is reported and must be 0.
+    """
     sender: Literal["socket", "packet"] = "socket"
+    """`"socket"`: every frame is a probe sent on a UDP socket; `"packet"`: latency under load,
+    below.
+    """
     probe_every: int | None = Field(default=None, ge=1, le=1_000_000)
+    """One frame in this many is a timestamped probe (`sender = "packet"` only)."""
 
     @model_validator(mode="after")
     def _one_rate(self) -> LatencyWorkload:

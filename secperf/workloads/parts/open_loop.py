@@ -11,7 +11,7 @@ with the same workload without `rate` or `load`.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -24,8 +24,18 @@ class OpenLoop(StrictModel):
     """`rate`: offered per second on a schedule, whatever the replies; `load`: that
     share (0 < load ≤ 1) of the baseline's closed-loop maximum, measured first."""
 
+    # its heading in the generated docs/scenario-format.md
+    part_title: ClassVar[str] = "Open loop: an offered rate or load"
+
     rate: PerSecond | None = None
+    """Open loop: what the kind does per second (rr: transactions, crr: connections, http:
+    fetches), offered on a schedule whatever the replies (latency counts from each scheduled
+    time); unset: closed loop, the next one when the last is answered.
+    """
     load: float | None = Field(default=None, gt=0, le=1)
+    """Open loop at this share of the baseline's closed-loop rate, measured first in the same
+    run (give `rate` or `load`, not both).
+    """
 
     @model_validator(mode="after")
     def _rate_or_load(self) -> OpenLoop:

@@ -11,6 +11,7 @@ standing in for one).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -31,12 +32,21 @@ ACHIEVED_SHARE = 0.95
 class RateSearchSpec(SearchKeys, WorkloadSpec):
     """A search for the highest rate with at most `max_failure_pct` failures (RFC 3511)."""
 
+    # its heading in the generated docs/scenario-format.md
+    part_title: ClassVar[str] = "A rate search (RFC 3511)"
+
     low: PerSecond = 500.0
+    """Per second, low < high."""
     high: PerSecond = 20_000.0
+    """Per second, low < high."""
     resolution_pct: float = Field(default=10.0, gt=0, le=50)
+    """Stop when hi/lo − 1 is this narrow (in %)."""
     max_failure_pct: float = Field(default=0.1, ge=0, le=100)
+    """A trial passes when at most this % of its connections fail (RFC 3511's 0.1 %)."""
     max_steps: int = Field(default=8, ge=1, le=30)
+    """1 … 30 trials."""
     timeout: Timeout = 1.0
+    """Per connection, 1 ms … 120 s."""
 
     @model_validator(mode="after")
     def _low_below_high(self) -> RateSearchSpec:

@@ -38,12 +38,20 @@ class ManySources(StrictModel):
     """A workload that may hold more connections than one client address can: its
     `held()` most at once, the key that asks for them `held_key`."""
 
+    # its heading in the generated docs/scenario-format.md
+    part_title: ClassVar[str] = "Connections from many client addresses"
+
     held_key: ClassVar[str]
 
     # Client addresses the connections come from, round-robin: "auto" as many as the
     # count needs (one per PER_SOURCE), or a number; each beyond the first is an
     # emulated host of the client ([testbed] emulated_hosts).
     sources: Literal["auto"] | int = Field(default="auto")
+    """1 … 4096 client addresses the connections come from, round-robin: the client's own, then its
+    emulated hosts' (`[testbed] emulated_hosts`); `"auto"`: as `connections`' (at least one per
+    60,000 connections of the largest `parallel`, up to one per 20,000 where the client has
+    them); asking more than the testbed gives is refused by `secperf check`.
+    """
 
     @field_validator("sources")
     @classmethod

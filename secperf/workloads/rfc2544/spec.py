@@ -39,13 +39,25 @@ class Rfc2544Workload(SearchKeys, WorkloadSpec):
 
     kind: Literal["rfc2544"]
     frame: FrameSize = Field(default_factory=lambda: list(FRAME_SIZES))
+    """64 … 1518 bytes, FCS included (the sender writes frame − 4 bytes)."""
     tests: list[Rfc2544Test] = Field(default_factory=lambda: list(TESTS), min_length=1)
+    """Which of RFC 2544's tests to run."""
     line_rate: Rate = None
+    """Bits/s; required when the link has no rate."""
     settle: SettleDuration = 0.5
+    """Wait after each trial before the receiver's count is read (RFC: 2 s); the count must then be
+    still.
+    """
     resolution_pct: float = Field(default=2.0, gt=0, le=50)
+    """The searches stop when hi/lo − 1 is this narrow (in %)."""
     max_trials: int = Field(default=12, ge=2, le=40)
+    """Trials per search (2 … 40), the line rate and the lowest rate included."""
     low_pct: float = Field(default=1.0, gt=0, lt=100)
+    """The lowest rate the throughput search tries, % of line rate (at least 100 frames/s)."""
     loss_tolerance_pct: float = Field(default=0.0, ge=0, lt=100)
+    """A trial passes with at most this % lost; 0 is RFC 2544's throughput, anything else is not
+    (the record says which).
+    """
     pdr_loss_pct: list[float] = Field(
         default_factory=list,
         max_length=4,
@@ -54,13 +66,25 @@ class Rfc2544Workload(SearchKeys, WorkloadSpec):
         "search.goals with its bounds and conditional throughput",
     )
     loss_every_step: bool = False
+    """Run all ten loss steps."""
     burst_min: int = Field(default=100, ge=1, le=10_000_000)
+    """The back-to-back search's range: frames, and seconds of line rate."""
     burst_max: BurstDuration = 1.0
+    """The back-to-back search's range: frames, and seconds of line rate."""
     latency_duration: LatencyDuration = 2.0
+    """The latency test's length and the latency kind's `duplex`."""
     latency_duplex: Literal["full", "half"] = "half"
+    """The latency test's length and the latency kind's `duplex`."""
     port: int = Field(default=5201, ge=1, le=65535)
+    """The test frames' UDP destination port (5201/udp: the engine's control port number, which
+    only TCP uses; every secperf ACL permits it).
+    """
     # CPUs the DUT's receive processing runs on (RPS on its interfaces), e.g. "1".
     dut_cpus: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+    """The DUT's receive processing on these CPUs (RPS on its interfaces, restored after): a DUT
+    that cannot keep up then loses frames instead of slowing the sender, whose CPU would
+    otherwise run its forwarding.
+    """
 
     @field_validator("pdr_loss_pct")
     @classmethod

@@ -156,9 +156,23 @@ macro_rules! server_kind_raw {
         #[derive(Debug, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         pub(crate) struct $name {
+            /// The server's control address; `[v6]:port` for IPv6; an IP literal, not a name.
+            /// Value: `"ADDR:PORT"` (required)
             pub server: Option<String>,
+            /// `crr` is TCP only.
+            /// Value: `"tcp"` | `"udp"`, default `"tcp"`
             pub protocol: Option<$crate::spec::common::Protocol>,
+            /// Measured time, after warm-up.
+            /// Value: float, default 10, 0 < d ≤ 3600
             pub duration: Option<f64>,
+            /// Testbed hosts whose CPU the result reports (`host_cpu`), read at the measured
+            /// window's edges. `path` is the host's cgroup counter,
+            /// `/sys/fs/cgroup/…/cpuacct.usage` (v1, ns) or `…/cpu.stat` (v2, `usage_usec`);
+            /// anything else is a spec error. `fd` (optional) is that file opened by the caller
+            /// and inherited: `ip netns exec` remounts /sys for the namespace, so the engine
+            /// reads `/proc/self/fd/N` instead of the path. secperf fills it in for every test
+            /// it starts.
+            /// Value: list of `{"host": NAME, "path": FILE, "fd": N}`, default `[]`
             pub cpu_groups: Option<Vec<$crate::spec::common::CpuGroup>>,
             $($(#[$fm])* pub $field: $ty,)*
         }

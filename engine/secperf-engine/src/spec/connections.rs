@@ -20,19 +20,58 @@ pub const MAX_CONNECTIONS: u64 = 1_000_000;
 server_kind_raw! {
     /// A connections spec as given.
     struct Raw {
+        /// Client-side source address for data connections.
+        /// Value: address, optional, same family as `server`
         bind: Option<IpAddr>,
+        /// Fixed server data port (for ACLs that match ports); default: the server picks one
+        /// (from its `--data-ports` range if given, else ephemeral)
+        /// Value: u16, optional
         data_port: Option<u16>,
+        /// SO_SNDBUF and SO_RCVBUF on both sides; above `net.core.{w,r}mem_max` (on either
+        /// host: the server checks its own) is an error; the granted sizes are reported.
+        /// Value: bytes ≥ 1024, optional
         socket_buffer: Option<u64>,
+        /// TCP_NODELAY.
+        /// Value: bool, default true for rr/crr, false for stream
         nodelay: Option<bool>,
+        /// Accepted for a common spec shape; the connections do not use it.
+        /// Value: `"random"` | `"zeros"` | `"text"`, default random
         payload: Option<Payload>,
+        /// Http: new fetches/s; crr: new connections/s shared by the `parallel` loops;
+        /// connections: opens/s. An absolute schedule (item *k* due at *k*/rate), so no drift.
+        /// Value: float/s, optional
         rate: Option<f64>,
+        /// Deadline per connect and per response; a miss is counted, never fatal. crr with
+        /// `rate` or `timeout` counts failures in `loss` instead of failing after 50 in a row.
+        /// Value: seconds, default 5 (http, connections), none (crr)
         timeout: Option<f64>,
+        /// How many to open.
+        /// Value: 1..=1e6, default 1000
         connections: Option<u64>,
+        /// Held before validation.
+        /// Value: seconds 0..600, default 1
         hold: Option<f64>,
+        /// FINs sent per second at teardown (default: as fast as possible)
+        /// Value: float/s, optional
         close_rate: Option<f64>,
+        /// How the server answers each client FIN, with its own FIN (orderly) or an RST
+        /// (SO_LINGER 0). The result records it as `close`.
+        /// Value: `"fin"` | `"reset"`, default `"fin"`
         close: Option<Close>,
+        /// The client's source addresses, round-robin by connection: each gives the kernel's
+        /// port range again (~64 k connections to the server's one port)
+        /// Value: list of addresses of the server's family, at most 4096, none twice; default
+        /// `[bind]`, or the kernel's choice (http: not with `bind`)
         sources: Option<Vec<IpAddr>>,
+        /// Most connections one engine process holds; default its RLIMIT_NOFILE (raised to the
+        /// hard limit) less 256. Beyond it both sides start helper processes (the same binary)
+        /// that share the connections: the server's share its data listener, the client's open,
+        /// validate and close their shares when told; the result sums them (`processes`)
+        /// Value: 100..=1e6, optional
         per_process: Option<u64>,
+        /// What the server may also see the connections come from (the `sources` behind a NAT);
+        /// see "What a server accepts".
+        /// Value: list of addresses or prefixes, at most 4096, default []
         peers: Option<Vec<Prefix>>,
     }
 }

@@ -19,22 +19,63 @@ use crate::spec::serving::{self, need, Declared, Need};
 server_kind_raw! {
     /// A crr spec as given.
     struct Raw {
+        /// Run but excluded from the result.
+        /// Value: float, default 1, 0 ≤ w ≤ 600
         warmup: Option<f64>,
+        /// Interval record period.
+        /// Value: float, default 1; 0 = no interval records; else ≥ 0.01
         interval: Option<f64>,
+        /// Client-side source address for data connections.
+        /// Value: address, optional, same family as `server`
         bind: Option<IpAddr>,
+        /// Fixed server data port (for ACLs that match ports); default: the server picks one
+        /// (from its `--data-ports` range if given, else ephemeral)
+        /// Value: u16, optional
         data_port: Option<u16>,
+        /// SO_SNDBUF and SO_RCVBUF on both sides; above `net.core.{w,r}mem_max` (on either
+        /// host: the server checks its own) is an error; the granted sizes are reported.
+        /// Value: bytes ≥ 1024, optional
         socket_buffer: Option<u64>,
+        /// TCP_NODELAY.
+        /// Value: bool, default true for rr/crr, false for stream
         nodelay: Option<bool>,
+        /// Text is compressible English-like text.
+        /// Value: `"random"` | `"zeros"` | `"text"`, default random
         payload: Option<Payload>,
+        /// Stream: streams (threads); crr: connections under way at once (each a loop: connect,
+        /// request, response, close, again), machines of the event loop.
+        /// Value: int 1..=128 (stream), 1..=1024 (crr), default 1
         parallel: Option<u64>,
+        /// Value: bytes ≥ 1, default 1; UDP ≤ 65507
         #[serde(alias = "request_size")]
         request: Option<u64>,
+        /// Value: bytes ≥ 1, default 1; UDP ≤ 65507
         #[serde(alias = "response_size")]
         response: Option<u64>,
+        /// Http: new fetches/s; crr: new connections/s shared by the `parallel` loops;
+        /// connections: opens/s. An absolute schedule (item *k* due at *k*/rate), so no drift.
+        /// Value: float/s, optional
         rate: Option<f64>,
+        /// Deadline per connect and per response; a miss is counted, never fatal. crr with
+        /// `rate` or `timeout` counts failures in `loss` instead of failing after 50 in a row.
+        /// Value: seconds, default 5 (http, connections), none (crr)
         timeout: Option<f64>,
+        /// How each connection ends (see "Data connections"). The result records it as `close`.
+        /// Value: `"server-first"` | `"client-first"` | `"reset"`, default `"server-first"`;
+        /// `"fin"` reads as `"client-first"`
         close: Option<CloseOrder>,
+        /// The event-loop threads that share the connections (an epoll set each, mio; a thread
+        /// with one connection blocks on its socket instead)
+        /// Value: int 1..=64, default one per CPU the process may use, never more than
+        /// `parallel` (mix: its virtual clients)
         threads: Option<u64>,
+        /// How long an event-loop thread that finds nothing ready keeps asking (epoll_wait with
+        /// no wait) before it sleeps; with it even one connection runs on the epoll set. It
+        /// trades CPU for wake-ups: on a virtual machine a thread that sleeps between answers
+        /// makes whoever delivers the next answer (the server, the DUT) pay for waking an idle
+        /// CPU. Leave it 0 where the generator shares a CPU with what it measures (it would
+        /// take that CPU); docs/performance.md shows both.
+        /// Value: int 0..=10000, default 0
         busy_poll_us: Option<u64>,
     }
 }

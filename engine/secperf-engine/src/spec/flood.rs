@@ -25,17 +25,44 @@ pub const DEFAULT_PORT: u16 = 9;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Raw {
+    /// How long the flood runs (with `count`: it stops at whichever comes first).
+    /// Value: float, default 10, 0 < d ≤ 3600
     duration: Option<f64>,
+    /// Interval record period; 0 = no interval records.
+    /// Value: float, default 1; 0 = none; else ≥ 0.01
     interval: Option<f64>,
+    /// UDP datagrams; TCP SYNs (random source port and sequence); ICMP echo requests.
+    /// Value: `"udp"` | `"syn"` | `"icmp"` (required)
     flood: Option<FloodProto>,
+    /// Where the flood goes.
+    /// Value: IPv4 address, no port (required)
     target: Option<String>,
+    /// Packets/s.
+    /// Value: int 100..=10 000 000 (required)
     rate_pps: Option<f64>,
+    /// Packet bound; the flood stops at `count` or `duration`, whichever comes first.
+    /// Value: int ≥ 1, default ceil(rate × duration)
     count: Option<u64>,
+    /// Bytes after the UDP/TCP/ICMP header; 18 makes 46-byte IP packets, 64-byte Ethernet
+    /// frames.
+    /// Value: bytes, default 18 (udp, icmp) / 0 (syn); packets ≤ 1500 bytes
     payload_size: Option<u64>,
     /// One IPv4 CIDR.
+    /// Value: IPv4 CIDR, default null = the address the route to `target` uses
     sources: Option<Sources>,
+    /// Destination port(s), round-robin.
+    /// Value: `"9"` or `"5000-5099"`, default `"9"`; not for icmp
     ports: Option<String>,
+    /// How packets leave (above); `auto` = packet when possible, else raw.
+    /// Value: `"auto"` | `"packet"` | `"raw"`, default `"auto"`
     sender: Option<FloodSender>,
+    /// Testbed hosts whose CPU the result reports (`host_cpu`), read at the measured window's
+    /// edges. `path` is the host's cgroup counter, `/sys/fs/cgroup/…/cpuacct.usage` (v1, ns) or
+    /// `…/cpu.stat` (v2, `usage_usec`); anything else is a spec error. `fd` (optional) is that
+    /// file opened by the caller and inherited: `ip netns exec` remounts /sys for the
+    /// namespace, so the engine reads `/proc/self/fd/N` instead of the path. secperf fills it
+    /// in for every test it starts.
+    /// Value: list of `{"host": NAME, "path": FILE, "fd": N}`, default `[]`
     cpu_groups: Option<Vec<CpuGroup>>,
 }
 

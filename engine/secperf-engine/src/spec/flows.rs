@@ -87,15 +87,42 @@ pub(crate) struct RawFlow {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Raw {
+    /// Value: `"client"` | `"server"`, default client
     role: Option<Role>,
+    /// The client's window and interval records; a server ends by itself at warmup + duration +
+    /// 2 × timeout + 30 s at the latest.
+    /// Value: as for every kind
     duration: Option<f64>,
+    /// The client's window and interval records; a server ends by itself at warmup + duration +
+    /// 2 × timeout + 30 s at the latest.
+    /// Value: as for every kind
     warmup: Option<f64>,
+    /// The client's window and interval records; a server ends by itself at warmup + duration +
+    /// 2 × timeout + 30 s at the latest.
+    /// Value: as for every kind
     interval: Option<f64>,
+    /// Client: loops of the weighted schedule (attempts under way at once); server: the most
+    /// connections served at once (the listeners wait beyond it; the kernel's queue holds the
+    /// rest)
+    /// Value: 1..=1024, default 1
     parallel: Option<u64>,
+    /// Weighted attempts on one absolute schedule (attempt *k* due at *k*/rate: open loop);
+    /// absent: each loop starts its next attempt when the last ends.
+    /// Value: float/s, optional, client only
     rate: Option<f64>,
+    /// Each attempt's deadline, connect to close (UDP: datagram to answer); a server gives a
+    /// connection twice this.
+    /// Value: seconds, default 1, ≤ 120
     timeout: Option<f64>,
+    /// Below.
+    /// Value: list, 1..=4096
     flows: Option<Vec<RawFlow>>,
+    /// The sources the server answers: every other source's connection is reset at once and its
+    /// datagram dropped, never answered (counted in `refused_sources`)
+    /// Value: list of addresses, server only, required
     allow: Option<Vec<IpAddr>>,
+    /// Client: hosts whose CPU the result reports.
+    /// Value: as for every kind
     cpu_groups: Option<Vec<CpuGroup>>,
 }
 

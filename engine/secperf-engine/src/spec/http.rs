@@ -20,26 +20,90 @@ pub const MAX_PARALLEL: u64 = 1_000_000;
 server_kind_raw! {
     /// An http spec as given.
     struct Raw {
+        /// Run but excluded from the result.
+        /// Value: float, default 1, 0 ≤ w ≤ 600
         warmup: Option<f64>,
+        /// Interval record period.
+        /// Value: float, default 1; 0 = no interval records; else ≥ 0.01
         interval: Option<f64>,
+        /// Client-side source address for data connections.
+        /// Value: address, optional, same family as `server`
         bind: Option<IpAddr>,
+        /// TCP_NODELAY.
+        /// Value: bool, default true for rr/crr, false for stream
         nodelay: Option<bool>,
+        /// Accepted for a common spec shape; the fetches do not use it.
+        /// Value: `"random"` | `"zeros"` | `"text"`, default random
         payload: Option<Payload>,
+        /// Fetches in flight, each on its own connection (without `rate`: as fast as they go);
+        /// machines of `threads` event-loop threads (above), not a thread each.
+        /// Value: 1..=1000000, at most 60,000 per source address, default 1
         parallel: Option<u64>,
+        /// Fetched round-robin (fetch *k* gets `urls[k mod n]`)
+        /// Value: list of paths, default `["/"]`
         urls: Option<Vec<String>>,
+        /// Reuse a connection (HTTP/1.1 keep-alive); default one fetch per connection, like
+        /// http_load.
+        /// Value: bool, default false
         keepalive: Option<bool>,
+        /// Http: new fetches/s; crr: new connections/s shared by the `parallel` loops;
+        /// connections: opens/s. An absolute schedule (item *k* due at *k*/rate), so no drift.
+        /// Value: float/s, optional
         rate: Option<f64>,
+        /// The longest any one step may wait (connect, a reply, each read): an idle timeout, so
+        /// a slow transfer that keeps moving is not cut.
+        /// Value: seconds, default 10
         timeout: Option<f64>,
+        /// The event-loop threads that share the connections (an epoll set each, mio; a thread
+        /// with one connection blocks on its socket instead)
+        /// Value: int 1..=64, default one per CPU the process may use, never more than
+        /// `parallel` (mix: its virtual clients)
         threads: Option<u64>,
+        /// How long an event-loop thread that finds nothing ready keeps asking (epoll_wait with
+        /// no wait) before it sleeps; with it even one connection runs on the epoll set. It
+        /// trades CPU for wake-ups: on a virtual machine a thread that sleeps between answers
+        /// makes whoever delivers the next answer (the server, the DUT) pay for waking an idle
+        /// CPU. Leave it 0 where the generator shares a CPU with what it measures (it would
+        /// take that CPU); docs/performance.md shows both.
+        /// Value: int 0..=10000, default 0
         busy_poll_us: Option<u64>,
+        /// HTTPS: each connection does a TLS handshake (rustls, `ring` provider) before its
+        /// first request.
+        /// Value: bool, default false
         tls: Option<bool>,
+        /// The only version offered.
+        /// Value: `"1.2"` | `"1.3"`, default both
         tls_version: Option<String>,
+        /// The only cipher suite offered: `TLS13_AES_128_GCM_SHA256`,
+        /// `TLS13_AES_256_GCM_SHA384`, `TLS13_CHACHA20_POLY1305_SHA256`,
+        /// `TLS_ECDHE_{ECDSA,RSA}_WITH_{AES_128_GCM_SHA256,AES_256_GCM_SHA384,CHACHA20_POLY1305_SHA256}`;
+        /// it must belong to `tls_version`.
+        /// Value: IANA name, default all
         cipher: Option<String>,
+        /// Key-exchange groups in order of preference: `X25519`, `secp256r1`, `secp384r1`.
+        /// Value: list, default all
         groups: Option<Vec<String>>,
+        /// Session resumption (TLS 1.3 tickets, TLS 1.2 session ids/tickets), from a cache
+        /// shared by the test's connections.
+        /// Value: bool, default true
         resumption: Option<bool>,
+        /// PEM file of the CA(s) the client trusts; nothing else is trusted.
+        /// Value: path, required with `tls`
         ca_file: Option<String>,
+        /// The name the certificate must carry, sent as SNI; default the server's address (no
+        /// SNI)
+        /// Value: host name, optional
         server_name: Option<String>,
+        /// The client's source addresses, round-robin by connection: each gives the kernel's
+        /// port range again (~64 k connections to the server's one port)
+        /// Value: list of addresses of the server's family, at most 4096, none twice; default
+        /// `[bind]`, or the kernel's choice (http: not with `bind`)
         sources: Option<Vec<IpAddr>>,
+        /// The first `parallel` fetches (each opens its connection) due evenly over these
+        /// seconds, fetch *k* ≥ `parallel` at `ramp_up` + (*k* − `parallel`)/`rate`:
+        /// connections opened at an open rate of their own (RFC 9411's ramp-up), then held at a
+        /// modest fetch rate.
+        /// Value: seconds, optional, needs `rate`, at most `warmup`
         ramp_up: Option<f64>,
     }
 }

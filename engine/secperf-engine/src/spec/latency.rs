@@ -42,17 +42,51 @@ pub enum Timestamps {
 server_kind_raw! {
     /// A latency spec as given.
     struct Raw {
+        /// Run but excluded from the result.
+        /// Value: float, default 1, 0 ≤ w ≤ 600
         warmup: Option<f64>,
+        /// Interval record period.
+        /// Value: float, default 1; 0 = no interval records; else ≥ 0.01
         interval: Option<f64>,
+        /// Fixed server data port (for ACLs that match ports); default: the server picks one
+        /// (from its `--data-ports` range if given, else ephemeral)
+        /// Value: u16, optional
         data_port: Option<u16>,
+        /// On-wire Ethernet frame incl. 14 B header and 4 B FCS; UDP payload = frame − 18 − IP
+        /// header (20/40) − 8, at least 18 B (IPv6 needs ≥ 84)
+        /// Value: 64..=1518, default 64
         frame_size: Option<u64>,
+        /// Probes/s per direction, on an absolute schedule; a probe due within 20 µs leaves at
+        /// once; a sender more than 1 ms behind skips ahead (a shortfall shows in
+        /// `achieved_pps`, never hidden)
+        /// Value: float, 0 < r ≤ 1e7, default 1000
         rate_pps: Option<f64>,
+        /// Full: the server sends its own paced probes at the same time (to every (local
+        /// address, client address) pair it has heard from, round robin); half: the server
+        /// answers each probe with one probe of its own.
+        /// Value: `"full"` | `"half"`, default full
         duplex: Option<Duplex>,
         /// A list of addresses.
+        /// Value: list of addresses, default [] (the kernel's choice)
         sources: Option<Sources>,
+        /// Server-side addresses, paired i↔i with `sources` (equal lengths, or one of them a
+        /// single address)
+        /// Value: list of addresses, default [] (the server's control address)
         destinations: Option<Vec<IpAddr>>,
+        /// User: clock reads around sendmsg/recvmsg, no SO_TIMESTAMPING (to measure what kernel
+        /// stamping costs)
+        /// Value: `"kernel"` | `"user"`, default kernel
         timestamps: Option<Timestamps>,
+        /// Latency under load: `rate_pps` is the whole stream of frames a direction, sent on an
+        /// AF_PACKET socket, one frame in `probe_every` a probe (IPv4, full duplex, kernel
+        /// stamps only); below.
+        /// Value: 1..=1000000, default none
         probe_every: Option<u64>,
+        /// What the server may also see the probes come from: the `sources` as a NAT between
+        /// the hosts translates them (secperf fills it from the variant's NAT); the server
+        /// answers these too (see "What a server accepts")
+        /// Value: list of addresses or prefixes (`"198.18.5.0/24"`) of the server's family, at
+        /// most 4096, default []
         peers: Option<Vec<Prefix>>,
     }
 }

@@ -37,37 +37,73 @@ fn one() -> f64 {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MixSpec {
+    /// The server hosts (testbed addresses unless `--allow-any-target`); `hit`: relative weight
+    /// of the server in each draw; `http_share`: its share of HTTP (else FTP)
+    /// Value: list of `{address, hit = 1, http_share = 1}`
     pub servers: Vec<MixServer>,
     /// The ids of the virtual clients this process runs (each seeds its own draws).
+    /// Value: list of integers
     pub clients: Vec<u64>,
+    /// Fetches per virtual client, one after another.
+    /// Value: integer, default 100
     #[serde(default = "hundred")]
     pub requests: u64,
+    /// With the id, seeds the draws (the same seed and id draw the same sequence)
+    /// Value: string, default `""`
     #[serde(default)]
     pub seed: String,
     /// Idle timeout of every step of a fetch, seconds.
+    /// Value: seconds, default 10
     #[serde(default = "ten")]
     pub timeout: f64,
+    /// Pause between a client's fetches.
+    /// Value: seconds, default 0
     #[serde(default)]
     pub think: f64,
+    /// Nginx's port on every server host.
+    /// Value: integer, default 5380
     #[serde(default = "http_port")]
     pub http_port: u16,
+    /// Vsftpd's port on every server host.
+    /// Value: integer, default 5321
     #[serde(default = "ftp_port")]
     pub ftp_port: u16,
+    /// PASV (EPSV over IPv6) and a connection to the control connection's peer on the port the
+    /// reply names (not the reply's address, as curl and ftplib by default); or PORT (EPRT)
+    /// with a listener on the control connection's local address.
+    /// Value: `"passive"` | `"active"`
     #[serde(default)]
     pub ftp_mode: Mode,
+    /// An HTTP fetch takes HTML or GIF at even odds (the other when one list is empty), then a
+    /// size from the list; the path is `/files/SIZE.bin` (HTTP) and `files/SIZE.bin` (FTP), the
+    /// layout secperf's nginx and vsftpd serve.
+    /// Value: lists of sizes in bytes
     #[serde(default)]
     pub html_files: Vec<u64>,
+    /// An HTTP fetch takes HTML or GIF at even odds (the other when one list is empty), then a
+    /// size from the list; the path is `/files/SIZE.bin` (HTTP) and `files/SIZE.bin` (FTP), the
+    /// layout secperf's nginx and vsftpd serve.
+    /// Value: lists of sizes in bytes
     #[serde(default)]
     pub gif_files: Vec<u64>,
+    /// An HTTP fetch takes HTML or GIF at even odds (the other when one list is empty), then a
+    /// size from the list; the path is `/files/SIZE.bin` (HTTP) and `files/SIZE.bin` (FTP), the
+    /// layout secperf's nginx and vsftpd serve.
+    /// Value: lists of sizes in bytes
     #[serde(default)]
     pub ftp_files: Vec<u64>,
     /// A SOCKS5 proxy (the circuit-level kind) every connection goes through.
+    /// Value: `"ADDR:PORT"`, optional
     #[serde(default)]
     pub socks: Option<SocketAddr>,
+    /// Hosts whose CPU is read at the run's start and end.
+    /// Value: as for every kind
     #[serde(default)]
     pub cpu_groups: Vec<CpuGroup>,
     /// Event-loop threads that share the virtual clients (default one per
     /// CPU this process may use).
+    /// Value: int 1..=64, default one per CPU the process may use, never more than `parallel`
+    /// (mix: its virtual clients)
     #[serde(default)]
     pub threads: Option<u64>,
     /// The spec as given (the `start` record echoes it).

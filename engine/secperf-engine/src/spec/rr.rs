@@ -27,20 +27,57 @@ pub const PACED_INFLIGHT_MAX: usize = 4096;
 server_kind_raw! {
     /// An rr spec as given.
     struct Raw {
+        /// Run but excluded from the result.
+        /// Value: float, default 1, 0 ≤ w ≤ 600
         warmup: Option<f64>,
+        /// Interval record period.
+        /// Value: float, default 1; 0 = no interval records; else ≥ 0.01
         interval: Option<f64>,
+        /// Client-side source address for data connections.
+        /// Value: address, optional, same family as `server`
         bind: Option<IpAddr>,
+        /// Fixed server data port (for ACLs that match ports); default: the server picks one
+        /// (from its `--data-ports` range if given, else ephemeral)
+        /// Value: u16, optional
         data_port: Option<u16>,
+        /// Fixed client source port; stream connection *i* (0-based, senders first) uses
+        /// `client_port + i`.
+        /// Value: u16, optional
         client_port: Option<u16>,
+        /// SO_SNDBUF and SO_RCVBUF on both sides; above `net.core.{w,r}mem_max` (on either
+        /// host: the server checks its own) is an error; the granted sizes are reported.
+        /// Value: bytes ≥ 1024, optional
         socket_buffer: Option<u64>,
+        /// TCP_NODELAY.
+        /// Value: bool, default true for rr/crr, false for stream
         nodelay: Option<bool>,
+        /// Text is compressible English-like text.
+        /// Value: `"random"` | `"zeros"` | `"text"`, default random
         payload: Option<Payload>,
+        /// Value: bytes ≥ 1, default 1; UDP ≤ 65507
         #[serde(alias = "request_size")]
         request: Option<u64>,
+        /// Value: bytes ≥ 1, default 1; UDP ≤ 65507
         #[serde(alias = "response_size")]
         response: Option<u64>,
+        /// Closed loop: transactions outstanding at once on the one connection/socket
+        /// (pipelined); the bound keeps both ends from blocking on full buffers. Open loop: the
+        /// most the schedule may have outstanding; a request due beyond it waits (and its
+        /// latency shows the wait)
+        /// Value: int 1..=64, default 1; with inflight > 1, inflight × (request + response) ≤
+        /// 65536. With `rate`: 1..=4096, default 64, no byte bound (a receiver drains the
+        /// responses); UDP: at most the sequence numbers the requests carry (256 for 1-byte
+        /// requests or responses)
         inflight: Option<u64>,
+        /// A request with no response after this is counted lost and a new one sent.
+        /// Value: float, 0 < t ≤ 60, default 0.1
         udp_timeout: Option<f64>,
+        /// Open loop: requests per second on an absolute schedule (request i due at i / rate; a
+        /// sender that wakes late sends what is due at once) whatever the replies, a sender and
+        /// a receiver thread on the one connection/socket; each transaction's latency counts
+        /// from its request's scheduled time, so queueing in the path shows instead of slowing
+        /// the schedule. Absent: closed loop.
+        /// Value: float > 0, ≤ 1e7, default absent
         rate: Option<f64>,
     }
 }

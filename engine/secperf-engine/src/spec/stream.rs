@@ -26,20 +26,69 @@ pub const TRANSFER_MAX: u64 = 1 << 40;
 server_kind_raw! {
     /// A stream spec as given.
     struct Raw {
+        /// Run but excluded from the result.
+        /// Value: float, default 1, 0 ≤ w ≤ 600
         warmup: Option<f64>,
+        /// Interval record period.
+        /// Value: float, default 1; 0 = no interval records; else ≥ 0.01
         interval: Option<f64>,
+        /// Client-side source address for data connections.
+        /// Value: address, optional, same family as `server`
         bind: Option<IpAddr>,
+        /// Fixed server data port (for ACLs that match ports); default: the server picks one
+        /// (from its `--data-ports` range if given, else ephemeral)
+        /// Value: u16, optional
         data_port: Option<u16>,
+        /// Fixed client source port; stream connection *i* (0-based, senders first) uses
+        /// `client_port + i`.
+        /// Value: u16, optional
         client_port: Option<u16>,
+        /// SO_SNDBUF and SO_RCVBUF on both sides; above `net.core.{w,r}mem_max` (on either
+        /// host: the server checks its own) is an error; the granted sizes are reported.
+        /// Value: bytes ≥ 1024, optional
         socket_buffer: Option<u64>,
+        /// TCP_NODELAY.
+        /// Value: bool, default true for rr/crr, false for stream
         nodelay: Option<bool>,
+        /// Value: `"send"` (client→server) | `"receive"` | `"both"`, default send
         direction: Option<Direction>,
+        /// Size of each write (TCP receivers read max(message, 128 KiB, `rcvlowat`) at a time)
+        /// Value: bytes ≥ 1, default 131072 (tcp), 1024 (udp); UDP ≤ 65507, TCP ≤ 64 MiB
         #[serde(alias = "message_size")]
         message: Option<u64>,
+        /// SO_RCVLOWAT of every receiving data socket (both sides): a blocked read wakes once
+        /// this much is queued (or at EOF, or after its 250 ms timeout) instead of at every
+        /// arriving packet. Each wake-up of a sleeping reader costs the sending CPU an
+        /// inter-processor interrupt; for large messages that, not copying, limits the rate
+        /// (docs/performance.md, "The receiver's wake-ups"). 1 = the kernel's default. A given
+        /// value above `socket_buffer`, or above half of `net.ipv4.tcp_rmem`'s maximum (where
+        /// the kernel would cap it), is an error; paced streams default to 1 so that interval
+        /// figures are not lumped into message-sized steps.
+        /// Value: bytes 1 ..= 64 MiB; default `message` (at most 2 MiB, and at most
+        /// `socket_buffer` if given) when `message` ≥ 128 KiB and `rate_bps` is absent, else 1
         rcvlowat: Option<u64>,
+        /// Stream: streams (threads); crr: connections under way at once (each a loop: connect,
+        /// request, response, close, again), machines of the event loop.
+        /// Value: int 1..=128 (stream), 1..=1024 (crr), default 1
         parallel: Option<u64>,
+        /// Text is compressible English-like text.
+        /// Value: `"random"` | `"zeros"` | `"text"`, default random
         payload: Option<Payload>,
+        /// Pace the sender(s) to this total rate (token bucket against an absolute schedule, so
+        /// it does not drift; bucket = max(10 ms, 2 messages)); the total is split evenly over
+        /// all sending streams (`both`: 2 × `parallel`); absent = as fast as possible (for UDP
+        /// an unpaced blast)
+        /// Value: u64 ≥ 1, optional
         rate_bps: Option<u64>,
+        /// A **fixed transfer** (ttcp's): exactly this many bytes on one connection in one
+        /// direction (`direction` `send` or `receive`, `parallel` 1; the last message is cut to
+        /// fit), timed from before the connection opens to the last byte's arrival at the
+        /// receiver. `warmup` is then 0 (any other value is an error: the whole transfer is
+        /// measured) and `duration` is the time limit: a transfer not done by then is a
+        /// `measurement` error, never a partial figure. The sender's thread ends once the peer
+        /// has acknowledged every byte (SIOCOUTQ = 0), so the end needs no polling of the
+        /// server; the result has `transfer`.
+        /// Value: u64 1 ..= 2^40, optional
         bytes: Option<u64>,
     }
 }
