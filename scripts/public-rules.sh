@@ -44,3 +44,62 @@ ufw_rules() { # NAME, then ufw commands
 ufw_rules ufw-host "allow 22/tcp"
 ufw_rules ufw-host-web "allow 22/tcp" "allow 80,443/tcp" \
 	"allow from 10.8.0.0/16 to any port 5432 proto tcp" "insert 1 deny from 10.8.66.0/24"
+
+# firewalld (Debian firewalld 1.3.3-1~deb12u2, nftables backend): the rule set firewalld
+# itself writes for the permanent configuration in firewalld/NAME/ (zones, policies, an
+# ipset), as `nft list ruleset` lists it. firewalld and the Python libraries it needs run
+# from the packages' files (dpkg-deb -x, nothing installed) in a throwaway network and mount
+# namespace (unshare -n -m: a tmpfs on /run for its runtime files), on a private D-Bus
+# system bus (a dbus-daemon with its own config and socket in the temp dir); both are
+# stopped by the PIDs recorded when they started. The machine's own firewall, /etc and bus
+# are not touched.
+firewalld_rules() { # NAME (the config in firewalld/NAME)
+	local name=$1 root
+	root=$(mktemp -d)
+	(cd "$root" && apt-get download firewalld python3-firewall python3-nftables python3-dbus \
+		python3-gi >/dev/null 2>&1 && for d in ./*.deb; do dpkg-deb -x "$d" x; done)
+	mkdir "$root/etc"
+	cp "$root/x/etc/firewalld/firewalld.conf" "$root/etc/"
+	cp -r "firewalld/$name"/* "$root/etc/"
+	cat >"$root/bus.conf" <<BUS
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=$root/bus</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="root"/>
+    <allow own="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+BUS
+	cat >"$root/run.sh" <<RUN
+set -eu
+bus= fw=
+trap 'kill \$fw \$bus 2>/dev/null || true' EXIT
+mount -t tmpfs none /run
+ip link set lo up
+dbus-daemon --config-file=$root/bus.conf --nofork --nopidfile 2>/dev/null & bus=\$!
+export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$root/bus PYTHONPATH=$root/x/usr/lib/python3/dist-packages
+n=0; until [ -S $root/bus ]; do n=\$((n + 1)); [ \$n -lt 100 ] || exit 1; sleep 0.1; done
+python3 $root/x/usr/sbin/firewalld --nofork --nopid --system-config $root/etc \
+	--default-config $root/x/usr/lib/firewalld --log-target file --log-file $root/firewalld.log & fw=\$!
+n=0; until timeout 10 python3 $root/x/usr/bin/firewall-cmd --state >/dev/null 2>&1; do
+	kill -0 \$fw; n=\$((n + 1)); [ \$n -lt 150 ] || exit 1; sleep 0.2; done
+nft list ruleset >$root/ruleset.nft
+kill \$fw; wait \$fw || true
+kill \$bus; wait \$bus || true
+bus= fw=
+RUN
+	unshare -n -m sh "$root/run.sh" || { cat "$root/firewalld.log" >&2; rm -rf "$root"; return 1; }
+	{
+		echo "# firewalld-$name.nft: nft list ruleset after firewalld 1.3.3 (nftables backend) started on firewalld/$name/ (scripts/public-rules.sh)"
+		cat "$root/ruleset.nft"
+	} >"firewalld-$name.nft"
+	rm -rf "$root"
+}
+firewalld_rules router
+firewalld_rules router-changed

@@ -26,6 +26,7 @@ The plan keeps the result (`Plan.rule_sets`); executors get the placed flows as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 from pathlib import Path
@@ -139,12 +140,15 @@ def load_rule_set(use: Use) -> RuleSet:
         raise bad_input(exc, use) from None
 
 
-def coverage(rs: RuleSet, use: Use, notes: list[str] | None = None) -> list[Flow]:
-    """The rule set's coverage flows (why a rule got none goes to `notes`); a rule set
-    they cannot be derived from (a loop of jumps, a jump to a chain it lacks) is bad
+def coverage(
+    rs: RuleSet, use: Use, notes: list[str] | None = None, before: Sequence[Flow] = ()
+) -> list[Flow]:
+    """The rule set's coverage flows (why a rule got none goes to `notes`), each address
+    on the side `before` (the flows of the rule sets derived before it) has it on; a rule
+    set they cannot be derived from (a loop of jumps, a jump to a chain it lacks) is bad
     input too."""
     try:
-        return derive_flows.derive(rs, list(use.use.interfaces), notes)
+        return derive_flows.derive(rs, list(use.use.interfaces), notes, derive_flows.sides(before))
     except MechanismError as exc:
         raise bad_input(exc, use) from None
 
@@ -256,7 +260,8 @@ def plan_rule_sets(scenario: Scenario, topology: Topology) -> RuleSetPlan | None
     for key, source in asked:
         if source == COVERAGE:
             for u in uses:
-                derived = coverage(loaded[(u.use.path, u.use.format)], u, notes)
+                before = [f for f, _i, _h in wanted]
+                derived = coverage(loaded[(u.use.path, u.use.format)], u, notes, before)
                 wanted += [(f, u.use.interfaces, u.use.host) for f in derived]
         else:
             own = [

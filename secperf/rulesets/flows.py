@@ -18,7 +18,7 @@ that side, else an address outside every named prefix ("the internet").
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from secperf.errors import MechanismError
@@ -27,11 +27,12 @@ from secperf.rulesets.matches import Match
 from secperf.rulesets.model import ACCEPTING, DENYING, Chain, Flow, Named, Protocol, Rule, RuleSet
 from secperf.rulesets.traffic import check_weights, read_conntrack, read_csv, read_pcap
 
-__all__ = ["check_weights", "derive", "read_conntrack", "read_csv", "read_pcap"]
+__all__ = ["check_weights", "derive", "read_conntrack", "read_csv", "read_pcap", "sides"]
 
 MAX_DEPTH = 16  # jumps deep; nft itself refuses more than 16
 _HOOKS = ("input", "forward", "prerouting", "postrouting")
 _FREE_PORT = 9999  # where a port no rule names is looked for
+_RETRIES = 4  # flows made again outside the prefixes of an earlier rule that took them
 
 
 @dataclass
@@ -62,16 +63,37 @@ def _met(earlier: Sequence[_Entry], flow: Flow) -> list[_Entry]:
     return out
 
 
-def derive(rs: RuleSet, interfaces: Sequence[str], notes: list[str] | None = None) -> list[Flow]:
+def derive(
+    rs: RuleSet,
+    interfaces: Sequence[str],
+    notes: list[str] | None = None,
+    taken: Mapping[str, str] | None = None,
+) -> list[Flow]:
     """The coverage flows of `rs`, named f1, f2, ... in rule order (policy probes last).
-    Why a rule got no flow goes to `notes` when it is given."""
+    Why a rule got no flow goes to `notes` when it is given. `taken` (address -> side,
+    as `sides` gives for another rule set's flows of the same run) keeps each address on
+    the side it already has: one testbed host owns each."""
     d = _Deriver(rs, list(interfaces))
+    d.side_of.update(taken or {})
     d.run()
     if notes is not None:
-        notes.extend(d.notes)
+        # a rule reached on several paths has a flow when one path gives it one: what
+        # took the flow on another path is no reason it has none
+        covered = {f.rule.where() for f in d.flows if f.rule is not None}
+        elsewhere = [n for n in d.taken if n.split(": no ", 1)[0] not in covered]
+        notes.extend(dict.fromkeys([*d.notes, *elsewhere]))
     order = {r.ref.key(): i for i, r in enumerate(rs.rules())}
     d.flows.sort(key=lambda f: order.get(f.rule.key(), len(order)) if f.rule else len(order))
     return [replace(f, name=f"f{i}") for i, f in enumerate(d.flows, 1)]
+
+
+def sides(flows: Sequence[Flow]) -> dict[str, str]:
+    """The side each address of `flows` lies on: its interface, or "dut" for the DUT's."""
+    out: dict[str, str] = {}
+    for f in flows:
+        out.setdefault(f.src, f.ingress or "?")
+        out.setdefault(f.dst, "dut" if f.to_dut else (f.egress or "?"))
+    return out
 
 
 def dnat_served(rs: RuleSet, interfaces: Sequence[str], flow: Flow) -> Flow:
@@ -113,6 +135,7 @@ class _Deriver:
         self.named: list[Named] = prefixes.named_prefixes(rs)
         self.flows: list[Flow] = []
         self.notes: list[str] = []
+        self.taken: list[str] = []  # a flow taken by an earlier rule on one path
         self.walks: dict[tuple[str, str, str], list[_Entry]] = {}
         self.zones: dict[str, list[str]] = {}  # interface -> networks behind it
         self.used_ports: list[tuple[int, int]] = []
@@ -195,56 +218,113 @@ class _Deriver:
     # -- one flow ---------------------------------------------------------------
     def _derive(self, e: _Entry, earlier: list[_Entry]) -> None:
         hook, ctype = e.base.hook, e.base.type
-        where = e.rule.ref.where()
         if ctype == "filter" and e.verdict in ("jump", "goto", "return", "continue", "queue"):
             return
         if ctype == "filter" and e.verdict in ACCEPTING:
             if e.match.ct_dnat:
                 self._after_dnat(e)
                 return
-            flow = self._flow(e.match, hook or "forward", where)
-            if flow is None:
-                return
-            if not any(x is e for x in _met([*earlier, e], flow)):
-                self.notes.append(
-                    f"{where}: no flow: a RETURN before it takes every flow it matches out "
-                    "of its chain"
-                )
-                return
-            for prior in _met(earlier, flow):
-                if prior.verdict in DENYING and covers(prior.match, flow):
-                    self.notes.append(
-                        f"{where}: no flow: the flow made for it is denied first by "
-                        f"{prior.rule.ref.where()} (the rule may be unreachable)"
-                    )
-                    return
-            self._add(flow, e, "accept")
+            flow = self._reaching(e, earlier, e.match, hook or "forward", "accept")
+            if flow is not None:
+                self._add(flow, e, "accept")
         elif ctype == "filter" and e.verdict in DENYING:
-            flow = self._flow(e.match, hook or "forward", where)
-            if flow is None:
-                return
-            if not any(x is e for x in _met([*earlier, e], flow)):
-                self.notes.append(
-                    f"{where}: no probe: a RETURN before it takes every flow it matches out "
-                    "of its chain (on an input chain, every flow is to the DUT's own address)"
-                )
-                return
-            for prior in _met(earlier, flow):
-                if prior.verdict in ACCEPTING and covers(prior.match, flow):
-                    self.notes.append(
-                        f"{where}: no probe: every flow it matches is accepted first by "
-                        f"{prior.rule.ref.where()}"
-                    )
-                    return
-            self._add(flow, e, "deny")
+            flow = self._reaching(e, earlier, e.match, hook or "forward", "deny")
+            if flow is not None:
+                self._add(flow, e, "deny")
         elif ctype == "nat" and e.verdict in ("dnat", "redirect") and hook == "prerouting":
-            flow = self._dnat_flow(e)
+            flow = self._dnat_flow(e, earlier)
             if flow is not None:
                 self._add(flow, e, "accept")
         elif ctype == "nat" and e.verdict in ("snat", "masquerade") and hook == "postrouting":
-            flow = self._snat_flow(e)
+            flow = self._snat_flow(e, earlier)
             if flow is not None:
                 self._add(flow, e, "accept")
+
+    def _reaching(
+        self, e: _Entry, earlier: list[_Entry], m: Match, hook: str, expect: str
+    ) -> Flow | None:
+        """A flow for `e` made from `m` that reaches `e`. While an earlier rule takes the
+        flow first (a deciding rule, a goto to another chain), the flow is made again
+        outside the prefixes that rule names: a zone dispatch `ip saddr @blocklist goto
+        drop_zone` sends a blocklisted source elsewhere, so the flow for a rule after it
+        comes from outside the blocklist. When the earlier rule names no prefix to leave,
+        the rule gets no flow and a note says which rule took it."""
+        where = e.rule.ref.where()
+        why = ""
+        for _ in range(_RETRIES):
+            state = (set(self.sources), dict(self.side_of), dict(self.dut_addrs))
+            flow = self._flow(m, hook, where)
+            if flow is None:
+                return None
+            blocker, why = self._blocker(e, earlier, flow, expect)
+            if blocker is None:
+                return flow
+            self.sources, self.side_of, self.dut_addrs = state
+            outside = self._outside(m, blocker.match) if blocker is not e else None
+            if outside is None:
+                break
+            m = outside
+        self.taken.append(why)
+        return None
+
+    def _blocker(
+        self, e: _Entry, earlier: list[_Entry], flow: Flow, expect: str
+    ) -> tuple[_Entry | None, str]:
+        """The earlier entry that keeps `flow` from `e` (e itself when a RETURN takes it
+        out of its chain), and the note that says so."""
+        where = e.rule.ref.where()
+        noun = "probe" if expect == "deny" else "flow"
+        if not any(x is e for x in _met([*earlier, e], flow)):
+            tail = " (on an input chain, every flow is to the DUT's own address)"
+            return e, (
+                f"{where}: no {noun}: a RETURN before it takes every flow it matches out of "
+                f"its chain{tail if expect == 'deny' else ''}"
+            )
+        for prior in _met(earlier, flow):
+            if not covers(prior.match, flow):
+                continue
+            if expect == "accept" and prior.verdict in DENYING:
+                return prior, (
+                    f"{where}: no flow: the flow made for it is denied first by "
+                    f"{prior.rule.ref.where()} (the rule may be unreachable)"
+                )
+            if expect == "deny" and prior.verdict in ACCEPTING:
+                return prior, (
+                    f"{where}: no probe: every flow it matches is accepted first by "
+                    f"{prior.rule.ref.where()}"
+                )
+            if expect == "deny" and prior.verdict in DENYING:
+                return prior, (
+                    f"{where}: no probe: every flow it matches is denied first by "
+                    f"{prior.rule.ref.where()}"
+                )
+            if prior.verdict == "goto" and _diverts(prior, e):
+                return prior, (
+                    f"{where}: no {noun}: every flow it matches is sent to chain "
+                    f"{prior.target} first by {prior.rule.ref.where()}, and does not come back"
+                )
+        if e.base.type == "filter" and not e.match.ct_dnat:
+            dnat = self._dnat_of(flow)
+            if dnat is not None:
+                return dnat, (
+                    f"{where}: no {noun}: every flow it matches is rewritten first by "
+                    f"{dnat.rule.ref.where()} ({dnat.verdict} in prerouting)"
+                )
+        return None, ""
+
+    def _dnat_of(self, flow: Flow) -> _Entry | None:
+        """The nat prerouting rule that rewrites `flow`'s destination before any filter
+        rule sees it, if one does."""
+        for c in self.rs.chains:
+            if (c.hook, c.type) != ("prerouting", "nat"):
+                continue
+            walk = self.walks.get((c.family, c.table, c.name), [])
+            for i, d in enumerate(walk):
+                if d.verdict not in ("dnat", "redirect") or not covers(d.match, flow):
+                    continue
+                if self._blocker(d, walk[:i], flow, "nat")[0] is None:
+                    return d
+        return None
 
     def _add(self, flow: Flow, e: _Entry, expect: str) -> None:
         for soft in e.match.soft:
@@ -265,6 +345,12 @@ class _Deriver:
         if m.iif == "lo" or m.oif == "lo":
             self.notes.append(f"{where}: no flow: loopback traffic stays inside the DUT")
             return None
+        if hook == "forward" and m.iif is not None and m.iif == m.oif:
+            self.notes.append(
+                f"{where}: no flow: it forwards between hosts behind one interface "
+                f"({m.iif}), and the testbed has one host behind each"
+            )
+            return None
         proto = self._protocol(m)
         if proto is None:
             self.notes.append(f"{where}: no flow: protocol {', '.join(m.protos)} is not sent")
@@ -284,7 +370,11 @@ class _Deriver:
         self.side_of.setdefault(src, src_side)
         if m.dst:
             dst = self._address(m.dst, m.dst_not, None, family, [src])
-        elif to_dut and (ingress, family) in self.dut_addrs:
+        elif (
+            to_dut
+            and (ingress, family) in self.dut_addrs
+            and not _inside(self.dut_addrs[(ingress, family)], m.dst_not)
+        ):
             dst = self.dut_addrs[(ingress, family)]
         else:
             zone = ingress if to_dut else egress
@@ -358,7 +448,9 @@ class _Deriver:
         behind = [
             n
             for n in self.zones.get(zone or "", [])
-            if ipaddress.ip_network(n).version == version and ipaddress.ip_network(n).prefixlen
+            if ipaddress.ip_network(n).version == version
+            and ipaddress.ip_network(n).prefixlen
+            and not any(_subnet(n, x) for x in exclude)
         ]
         if behind:
             widest = min(behind, key=lambda n: ipaddress.ip_network(n).prefixlen)
@@ -375,13 +467,14 @@ class _Deriver:
         return port
 
     # -- NAT ----------------------------------------------------------------------
-    def _dnat_flow(self, e: _Entry) -> Flow | None:
+    def _dnat_flow(self, e: _Entry, earlier: list[_Entry] | None = None) -> Flow | None:
         where = e.rule.ref.where()
         m = e.match
         if e.verdict == "dnat" and e.target is None:
             self.notes.append(f"{where}: no flow: the DNAT target comes from a map")
             return None
-        flow = self._flow(m, "input" if not m.dst or e.verdict == "redirect" else "forward", where)
+        hook = "input" if not m.dst or e.verdict == "redirect" else "forward"
+        flow = self._reaching(e, self._before(e) if earlier is None else earlier, m, hook, "nat")
         if flow is None:
             return None
         addr, port = _split_target(e.target)
@@ -389,6 +482,48 @@ class _Deriver:
             return replace(flow, egress=None, to_dut=True, served_port=port or flow.dport)
         served = replace(flow, served_by=addr, served_port=port or flow.dport)
         return replace(served, egress=self._dnat_egress(served))
+
+    def _outside(self, m: Match, taker: Match) -> Match | None:
+        """`m` with what `taker` names and `m` leaves open excluded (its prefixes, and
+        the interface it names while another is left), or None when nothing new is left
+        to exclude (`m` lies inside them, or already excludes them)."""
+
+        def new(own: list[str], own_not: list[str], theirs: list[str]) -> list[str]:
+            if own and all(any(_subnet(o, t) for t in theirs) for o in own):
+                return []  # all `m` allows lies in them: no way round
+            return [
+                n
+                for n in theirs
+                if n not in own_not
+                and not (own and all(_subnet(o, n) for o in own))
+                and ipaddress.ip_network(n).prefixlen
+            ]
+
+        def leave(own: str | None, own_not: list[str], theirs: str | None) -> list[str]:
+            if own is not None or theirs is None or theirs in own_not:
+                return []
+            left = [i for i in self.interfaces if i != "lo" and i not in (*own_not, theirs)]
+            return [theirs] if left else []
+
+        src, dst = new(m.src, m.src_not, taker.src), new(m.dst, m.dst_not, taker.dst)
+        iif, oif = leave(m.iif, m.iif_not, taker.iif), leave(m.oif, m.oif_not, taker.oif)
+        if not (src or dst or iif or oif):
+            return None
+        return replace(
+            m,
+            src_not=[*m.src_not, *src],
+            dst_not=[*m.dst_not, *dst],
+            iif_not=[*m.iif_not, *iif],
+            oif_not=[*m.oif_not, *oif],
+        )
+
+    def _before(self, e: _Entry) -> list[_Entry]:
+        """The entries of e's walk before it."""
+        for entries in self.walks.values():
+            for i, x in enumerate(entries):
+                if x is e:
+                    return entries[:i]
+        return []
 
     def _dnat_egress(self, flow: Flow) -> str | None:
         """The interface a DNAT'd flow leaves by: the one a forward accept that names an
@@ -407,7 +542,22 @@ class _Deriver:
         return others[0] if others else None
 
     def _after_dnat(self, e: _Entry) -> None:
-        """A forward accept of DNAT'd traffic: the flow of a DNAT rule it lets through."""
+        """A forward accept of DNAT'd traffic: the flow of a DNAT rule it lets through.
+        On an input chain it meets only traffic rewritten to the DUT itself (a redirect):
+        a flow a DNAT sends to another host never reaches it."""
+        if e.base.hook == "input":
+            for entries in self.walks.values():
+                for d in entries:
+                    if d.base.type == "nat" and d.verdict == "redirect":
+                        flow = self._dnat_flow(d)
+                        if flow is not None and covers(replace(e.match, ct_dnat=False), flow):
+                            self._add(flow, e, "accept")
+                            return
+            self.notes.append(
+                f"{e.rule.ref.where()}: no flow: it accepts traffic DNAT'd to the DUT itself, "
+                "and no rule of the rule set redirects to the DUT"
+            )
+            return
         for entries in self.walks.values():
             for d in entries:
                 if d.base.type != "nat" or d.verdict != "dnat" or d.target is None:
@@ -424,7 +574,7 @@ class _Deriver:
             "of the rule set rewrites to what it matches"
         )
 
-    def _snat_flow(self, e: _Entry) -> Flow | None:
+    def _snat_flow(self, e: _Entry, earlier: list[_Entry]) -> Flow | None:
         """A flow the source NAT rule rewrites that the filter rules let through: the
         first forward accept that can meet it lends its protocol, port and far side."""
         for entries in self.walks.values():
@@ -436,10 +586,10 @@ class _Deriver:
                 if not f.match.new_connections() or f.match.oif not in (None, e.match.oif):
                     continue
                 combined = f.match.then(e.match)
-                flow = self._flow(combined, "forward", e.rule.ref.where())
+                flow = self._reaching(e, earlier, combined, "forward", "nat")
                 if flow is not None and covers(f.match, flow):
                     return flow
-        return self._flow(e.match, "forward", e.rule.ref.where())
+        return self._reaching(e, earlier, e.match, "forward", "nat")
 
     # -- the policy -----------------------------------------------------------------
     def _policy_probe(self, c: Chain) -> None:
@@ -481,6 +631,21 @@ def covers(m: Match, flow: Flow) -> bool:
     if (m.dst and not _inside(flow.dst, m.dst)) or _inside(flow.dst, m.dst_not):
         return False
     return not (m.icmp_types is not None and "echo-request" not in m.icmp_types)
+
+
+def _diverts(goto: _Entry, e: _Entry) -> bool:
+    """Whether a flow `goto` takes never reaches `e`: `e` lies in goto's chain or below a
+    later rule of it (a goto does not come back), and not in the chain it goes to."""
+    depth = len(goto.path)
+    if e.path[:depth] != goto.path:
+        return False
+    here = goto.path[-1].rsplit(" ", 1)[0]
+    return not (len(e.path) > depth and e.path[depth] == f"{here} {goto.target}")
+
+
+def _subnet(a: str, b: str) -> bool:
+    na, nb = ipaddress.ip_network(a), ipaddress.ip_network(b)
+    return na.version == nb.version and na.subnet_of(nb)  # type: ignore[arg-type]
 
 
 def _inside(addr: str, nets: Sequence[str]) -> bool:

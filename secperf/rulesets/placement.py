@@ -173,9 +173,10 @@ def place(
             client = _host_behind(None, interfaces, server, f, "enters", ends)
         else:
             client = _host_behind(f.ingress, interfaces, None, f, "enters", ends)
+            # a flow DNAT'd from the DUT's own address is answered where the DNAT sends it
             server = (
                 dut
-                if f.to_dut
+                if f.to_dut and f.served_by is None
                 else _host_behind(f.egress, interfaces, client, f, "leaves", ends[::-1])
             )
         for host in (client, server):

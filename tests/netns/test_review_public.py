@@ -2,7 +2,9 @@
 compiled by ferm, and the rule set ufw loads), with the command docs/ruleset-review.md
 gives: a three-legged router (LAN, internet, DMZ; SNAT, DNAT, IPsec) before and after a
 change, a workstation against a web server, and ufw's user chains before and after three
-`ufw allow`s. Each review reaches every accepting rule it has a flow for, says
+`ufw allow`s, and the nftables rule set firewalld writes for a router (zones on three
+interfaces, a blocklist ipset as a named set, masquerade, port forwards, policies)
+before and after a change. Each review reaches every accepting rule it has a flow for, says
 which rules no flow can exercise and why, lists the behaviour changes, names the hot
 rules and functions, and gives a verdict per metric. Not about rates: two short rounds.
 """
@@ -26,6 +28,8 @@ ROUTER = ("dmz-router.rules", "dmz-router-https.rules")
 ROUTER_IFACES = ("--interfaces", "eth0=client,eth1=server,eth2=dmz")
 HOST = ("workstation.rules", "webserver.rules")
 UFW = ("ufw-host.rules", "ufw-host-web.rules")
+FIREWALLD = ("firewalld-router.nft", "firewalld-router-changed.nft")
+FIREWALLD_IFACES = ("--interfaces", "lan0=client,wan0=server,dmz0=dmz")
 SHORT = ("--rounds", "2")
 
 
@@ -57,11 +61,12 @@ def changed(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
     }
 
 
-def assert_reviewed(text: str, summary: dict[str, Any], accepting: int) -> None:
+def assert_reviewed(text: str, summary: dict[str, Any], accepting: int | tuple[int, int]) -> None:
     b = summary["behaviour"]
-    for variant in ("current", "proposed"):
+    each = accepting if isinstance(accepting, tuple) else (accepting, accepting)
+    for variant, n in zip(("current", "proposed"), each, strict=True):
         cover = b["coverage"][variant]
-        assert cover == {"accepting_rules": accepting, "hit": accepting}, b["coverage"]
+        assert cover == {"accepting_rules": n, "hit": n}, b["coverage"]
         assert variant not in b["misses"], b["misses"]
         # a probe for a denying rule stays denied in both
         for f in b["flows"]:
@@ -128,3 +133,46 @@ def test_ufws_own_rule_set_before_and_after_three_ufw_commands(tmp_path: Path) -
     assert got["tcp 198.51.100.1 -> 198.51.100.2:80"] == ("deny", "accept")
     assert got["tcp 10.8.0.1 -> 198.51.100.2:5432"] == ("deny", "accept")
     assert "addrtype dst-type BROADCAST" in text and "Where the cost goes" in text
+
+
+def test_firewalld_s_router_before_and_after_its_change(tmp_path: Path) -> None:
+    text, summary = review(tmp_path, FIREWALLD, *FIREWALLD_IFACES)
+    # every zone's services, the policies, both port forwards and masquerade are hit;
+    # the proposed set lost DNS (two rules) and gained a port forward
+    assert_reviewed(text, summary, accepting=(16, 15))
+    assert changed(summary) == {
+        # DNS removed from the internal zone
+        "tcp 198.51.100.3 -> 192.0.2.1:53": ("accept", "deny"),
+        "udp 198.51.100.3 -> 192.0.2.1:53": ("accept", "deny"),
+        # the new port forward 8080 -> 10.0.10.81:80
+        "tcp 198.51.100.2 -> 192.0.2.1:8080": ("deny", "accept"),
+        # 198.51.100.1 added to the blocklist: its ping, SSH and forwarded web now dropped
+        "icmp 198.51.100.1 -> 192.0.2.1": ("accept", "deny"),
+        "tcp 198.51.100.1 -> 192.0.2.1:22": ("accept", "deny"),
+        "tcp 198.51.100.1 -> 192.0.2.1:80": ("accept", "deny"),
+        "tcp 198.51.100.1 -> 192.0.2.1:443": ("accept", "deny"),
+    }
+    # the named set's zone dispatch (`ip saddr @blocklist goto ...`) met real traffic
+    for variant, name in zip(("current", "proposed"), FIREWALLD, strict=True):
+        lines = (PUBLIC / name).read_text().splitlines()
+        by_set = {f":{n}" for n, t in enumerate(lines, 1) if "ip saddr @blocklist goto" in t}
+        met = [
+            f["describe"]
+            for f in summary["behaviour"]["flows"]
+            if any(
+                m.endswith(f"{name}{line}")
+                for m in f["variants"].get(variant, {}).get("matched", [])
+                for line in by_set
+            )
+        ]
+        assert met, (variant, by_set)
+    never = summary["behaviour"]["unexercised"]
+    flat = " ".join(" ".join(never).split())
+    # the reverse-path check, intra-zone forwarding, the INPUT accept of DNAT to itself
+    assert "fib saddr . mark . iif oif missing drop" in flat, never
+    assert "it forwards between hosts behind one interface (lan0)" in flat, never
+    assert "DNAT'd to the DUT itself" in flat, never
+    # the forwarded web flows were answered in the DMZ
+    meta = json.loads((only_run(tmp_path / "results") / "run.json").read_text())
+    dnat = [f for f in meta["rule_set_map"]["flows"] if f.get("served_by")]
+    assert dnat and all(f["server"] == "dmz" for f in dnat), dnat

@@ -108,7 +108,9 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
     def named(rs: RuleSet) -> list[Named]:
         return [Named(n, f"{rs.source.name}:{line}") for n, line in PREFIXES]
 
-    def derive(rs: RuleSet, interfaces: Any, notes: list[str] | None = None) -> list[Flow]:
+    def derive(
+        rs: RuleSet, interfaces: Any, notes: list[str] | None = None, taken: Any = None
+    ) -> list[Flow]:
         assert list(interfaces) == ["lan0", "wan0"]
         dns = flow("dns", protocol="udp", src="10.1.2.4", dst="9.9.9.9", dport=53)
         extra = [] if rs.source.name == PROPOSED.name else [dns]

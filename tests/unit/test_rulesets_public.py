@@ -12,10 +12,13 @@ import pytest
 
 from secperf.errors import MechanismError, ScenarioError
 from secperf.review import review_scenario
+from secperf.rulesets.addrmap import AddressMap
 from secperf.rulesets.flows import derive, dnat_served
 from secperf.rulesets.load import load
 from secperf.rulesets.model import Flow
-from secperf.rulesets.placement import own_nat_sources, snat_sources
+from secperf.rulesets.placement import own_nat_sources, place, snat_sources
+from secperf.rulesets.prefixes import named_prefixes
+from secperf.testbed.topology import Topology
 
 PUBLIC = Path(__file__).parent.parent.parent / "rules" / "public"
 ROUTER = PUBLIC / "dmz-router.rules"
@@ -103,3 +106,20 @@ def test_ufws_chains_return_local_flows_and_name_the_dhcp_source_port() -> None:
     assert not [f for f in flows if f.rule == drop.ref]
     assert any(n.startswith(f"{drop.ref.where()}: no probe: a RETURN before it") for n in notes)
     assert any("addrtype dst-type BROADCAST" in n for n in notes)
+
+
+def test_firewalld_s_forward_port_is_answered_behind_the_dmz_not_by_the_dut() -> None:
+    """firewalld's forward-port names no destination: its flow is to the DUT's own
+    address on wan0, rewritten to the DMZ server, which answers it (not the DUT)."""
+    rs = load(PUBLIC / "firewalld-router.nft", "nft")
+    ifaces = {"lan0": "client", "wan0": "server", "dmz0": "attacker"}  # a third host
+    flows = [f for f in derive(rs, list(ifaces)) if f.served_by is not None]
+    assert {(f.served_by, f.served_port) for f in flows} == {
+        ("10.0.10.80", 80),
+        ("10.0.10.80", 443),
+    }
+    assert all(f.to_dut and f.ingress == "wan0" and f.egress == "dmz0" for f in flows)
+    amap = AddressMap.build(named_prefixes(rs))
+    placed = place(flows, amap, ifaces, Topology.standard(attacker=True), "dut")
+    target = amap.address("10.0.10.80")
+    assert all(p.server == "attacker" and p.listen == target for p in placed), placed
