@@ -130,6 +130,7 @@ def test_a_new_workload_kind_is_typed_end_to_end(
         "server": "198.18.2.2:5201",
         "request": 1024,
         "response": 1024,
+        "interval": 0.2,  # a tenth of the test, so its series has ten points
     }
     # its records yield its metric, and only while it is registered
     record = {"type": "result", "kind": "pingpong", "transactions_per_second": 1234.0}
