@@ -625,3 +625,111 @@ def engine_model(record: Mapping[str, Any]) -> type[Model]:
 def parse_engine_record(record: Mapping[str, Any]) -> EngineRecord:
     """One engine record as its model (pydantic's ValidationError if it does not fit)."""
     return engine_model(record).model_validate(record)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------ records.jsonl
+
+
+class RecordLine(BaseModel):
+    """One line of records.jsonl: a record (the engine's, or one secperf made: `side`,
+    `trial`, `machine`, `links`, `softirq`, `profile`, …) and what it was measured as.
+    Further tags a secperf wrote are kept (the record's readers ignore them)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    variant: str = Field("baseline", description="`baseline`, or a name in scenario.variants")
+    workload: str = Field("", description="the workload's name (scenario.workloads[].name)")
+    point_id: str = Field(
+        "", description="`<workload>#<index>`: one point of the workload's sweep, in order"
+    )
+    point: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the point's parameters, resolved to numbers (bytes, seconds, bit/s)",
+    )
+    label: str = Field(
+        "",
+        description="a short label of the point (`message=16KiB`), the row name in tables; "
+        '`""` when nothing is swept (the report shows the workload name)',
+    )
+    rep: int | None = Field(
+        None,
+        description="the round, from 0; the baseline and every variant of a point share "
+        "round numbers, which is what pairs them; a round measured again repeats its "
+        "number and its last attempt counts",
+    )
+    phase: str | None = Field(
+        None,
+        description="absent for the measured rounds; `calibration` (an open-loop point's "
+        "closed-loop tests), `traced` (rep -1), `attribution` (rep -1), `noise` (the "
+        "noise calibration): records in no figure but their own tables",
+    )
+    seq: int | None = Field(None, description="the line's sequence number within the run")
+    record: dict[str, Any] = Field(description="the record, as its writer wrote it")
+
+
+# ------------------------------------------------------------ summary.json rows
+
+
+class SummaryRow(Model):
+    """One row of summary.json's `rows`: one workload point, variant and metric."""
+
+    workload: str
+    point_id: str
+    label: str
+    point: dict[str, Any]
+    kind: str = Field(description="the engine kind (or secperf's) the point ran")
+    variant: str
+    metric: str
+    metric_label: str
+    unit: str
+    higher_is_better: bool
+    primary: bool = Field(description="a metric the stopping rule and the verdict read")
+    n: int = Field(description="rounds with a value")
+    mean: float | None
+    stddev: float | None
+    ci_low: float | None
+    ci_high: float | None
+    halfwidth_pct: float | None = Field(description="the interval's half width, % of the mean")
+    ci_target_met: bool
+    outliers: list[int] = Field(description="rounds (their numbers) flagged as outliers")
+    stop_reason: str | None
+    stop_reps: int | None
+    stop_rounds_s: float | None = Field(None, description="the point's rounds' measuring time")
+    errors: int = Field(description="error records of the point and variant")
+    censored_n: int = Field(description="rounds whose search found no value: in no mean")
+    search: dict[str, Any] | None = Field(description="a search kind's brackets, else null")
+    validation: dict[str, Any] | None = Field(None, description="the workload's criteria")
+    baseline_mean: float | None
+    degradation_pct: float | None = Field(description="paired, against the baseline's rounds")
+    degradation_ci_low: float | None
+    degradation_ci_high: float | None
+    degradation_n: int | None = Field(description="rounds measured under both")
+    degradation_scale: Literal["ratio", "difference"] | None = Field(
+        None,
+        description="`ratio`: the log of the paired ratio, back-transformed; `difference`: "
+        "arithmetic; null in format 1 runs that did not say",
+    )
+    significant: bool | None
+    degradation_halfwidth_pp: float | None = Field(
+        None, description="the degradation's half width, percentage points"
+    )
+    degradation_target_met: bool | None = None
+    degradation_bound: dict[str, Any] | None = Field(
+        None, description="a found value against a censored one: a bound, not a figure"
+    )
+    degradation_shortfall: dict[str, Any] | None = Field(
+        None, description="the target it missed, and by how much"
+    )
+    bottleneck: dict[str, Any] | None = Field(None, description="what limited the point")
+    comparison: str | None = Field(
+        None, description="why the variant cannot be compared with the baseline, if so"
+    )
+
+
+class PrintedRow(SummaryRow):
+    """A row as `secperf report --json` and `--csv` print it: a judged row (a variant's
+    headline metric) carries its verdict; the baseline's and the other metrics' carry
+    neither."""
+
+    verdict: Literal["cost", "better", "none", "unresolved", "unmeasured"] | None = None
+    verdict_text: str | None = Field(None, description="the answer's words for the verdict")

@@ -34,8 +34,8 @@ from secperf.results.metrics import (
 from secperf.results.paper import paper_verdicts
 from secperf.results.rundir import RunDir
 from secperf.results.shortfall import planned_precision, shortfall
+from secperf.results.upgrade import FORMAT
 
-FORMAT = 1
 BASELINE = "baseline"
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_HALFWIDTH_PCT = 2.0
@@ -284,11 +284,9 @@ def scenario_settings(meta: Mapping[str, Any]) -> tuple[float, float, str]:
 
 
 def degradation_target(meta: Mapping[str, Any]) -> float:
-    """A degradation's halfwidth target in percentage points (older scenarios had one
-    target, `halfwidth_pct`, for both)."""
+    """A degradation's halfwidth target in percentage points."""
     repeat: Mapping[str, Any] = (meta.get("scenario") or {}).get("repeat") or {}
-    pp = repeat.get("degradation_pp", repeat.get("halfwidth_pct", DEFAULT_HALFWIDTH_PCT))
-    return float(pp)
+    return float(repeat.get("degradation_pp", DEFAULT_HALFWIDTH_PCT))
 
 
 def _stops(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
