@@ -61,9 +61,11 @@ bench: setup-all
 	$(VENV)/python bench/vpn_vs_iperf3.py
 	$(VENV)/python bench/placement.py
 
-# docs/scenarios.md from the scenario files and their kept runs (a unit test checks it)
+# docs/scenarios.md from the scenario files and their kept runs, docs/data-format.md's
+# tables from the record models (a unit test checks each)
 docs: setup
 	$(VENV)/python -m secperf.docgen.scenarios
+	$(VENV)/python -m secperf.docgen.data_format
 
 clean:
 	$(VENV)/secperf clean

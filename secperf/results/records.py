@@ -670,59 +670,155 @@ class RecordLine(BaseModel):
 # ------------------------------------------------------------ summary.json rows
 
 
+_LINE_TAG = "as the records.jsonl lines of the group say it"
+_METRIC = (
+    "the metric's declaration (secperf/results/metrics.py): its name, label, unit and direction"
+)
+_N = (
+    "over the group's repetitions; with one repetition only `mean` is set, the interval fields are"
+    " null and `ci_target_met` is false"
+)
+_STOP_REASON = (
+    "from `run.json` `stops` for this point (`rounds_s`: the seconds its rounds took), null if "
+    "absent"
+)
+_DEGRADATION_PCT = (
+    "paired degradation, in % of the baseline, positive = worse; null for the baseline; with fewer"
+    " than 3 pairs only the point estimate"
+)
+_DEGRADATION_HALFWIDTH_PP = (
+    "the degradation interval's half width in percentage points, the larger of its two sides "
+    "around the estimate, and whether it is within `degradation_target_pp` (false with fewer than "
+    "3 pairs; null for the baseline)"
+)
+
+
 class SummaryRow(Model):
     """One row of summary.json's `rows`: one workload point, variant and metric."""
 
-    workload: str
-    point_id: str
-    label: str
-    point: dict[str, Any]
+    workload: str = Field(description=_LINE_TAG)
+    point_id: str = Field(description=_LINE_TAG)
+    label: str = Field(description=_LINE_TAG)
+    point: dict[str, Any] = Field(description=_LINE_TAG)
     kind: str = Field(description="the engine kind (or secperf's) the point ran")
-    variant: str
-    metric: str
-    metric_label: str
-    unit: str
-    higher_is_better: bool
+    variant: str = Field(description=_LINE_TAG)
+    metric: str = Field(description=_METRIC)
+    metric_label: str = Field(description=_METRIC)
+    unit: str = Field(description=_METRIC)
+    higher_is_better: bool = Field(description=_METRIC)
     primary: bool = Field(description="a metric the stopping rule and the verdict read")
-    n: int = Field(description="rounds with a value")
-    mean: float | None
-    stddev: float | None
-    ci_low: float | None
-    ci_high: float | None
-    halfwidth_pct: float | None = Field(description="the interval's half width, % of the mean")
-    ci_target_met: bool
-    outliers: list[int] = Field(description="rounds (their numbers) flagged as outliers")
-    stop_reason: str | None
-    stop_reps: int | None
-    stop_rounds_s: float | None = Field(None, description="the point's rounds' measuring time")
-    errors: int = Field(description="error records of the point and variant")
-    censored_n: int = Field(description="rounds whose search found no value: in no mean")
-    search: dict[str, Any] | None = Field(description="a search kind's brackets, else null")
-    validation: dict[str, Any] | None = Field(None, description="the workload's criteria")
-    baseline_mean: float | None
-    degradation_pct: float | None = Field(description="paired, against the baseline's rounds")
-    degradation_ci_low: float | None
-    degradation_ci_high: float | None
-    degradation_n: int | None = Field(description="rounds measured under both")
+    n: int = Field(description=_N)
+    mean: float | None = Field(description=_N)
+    stddev: float | None = Field(description=_N)
+    ci_low: float | None = Field(description=_N)
+    ci_high: float | None = Field(description=_N)
+    halfwidth_pct: float | None = Field(description="the interval's half width in % of the mean")
+    ci_target_met: bool = Field(description="`halfwidth_pct` ≤ `scenario.repeat.halfwidth_pct`")
+    outliers: list[int] = Field(
+        description="**rep numbers** of values outside Tukey's fences (1.5 × IQR)"
+    )
+    stop_reason: str | None = Field(description=_STOP_REASON)
+    stop_reps: int | None = Field(description=_STOP_REASON)
+    stop_rounds_s: float | None = Field(None, description=_STOP_REASON)
+    errors: int = Field(description="how many error records the group has")
+    censored_n: int = Field(
+        description=(
+            "repetitions whose search found no value (`below` or `at_least`); `n`, `mean` and the "
+            "interval cover only the repetitions that found one, so a row may have `n` 0 and "
+            "`mean` null"
+        )
+    )
+    search: dict[str, Any] | None = Field(
+        description=(
+            'null for a metric that is not a search\'s; else `{"measure", "found_n", "bracket_low",'
+            ' "bracket_high", "resolution_pct", "below_n", "below_bound", "below_asked", '
+            '"at_least_n", "at_least_bound", "at_least_asked"}`: `bracket_low`/`bracket_high` the '
+            "means of the found searches' interval ends (with one repetition: its bracket), "
+            "`resolution_pct` the widest of their resolutions; `below_bound` the highest bound of "
+            "the `below` repetitions and `at_least_bound` the lowest of the `at_least` ones (what "
+            "holds for all of them), each with the asked rate of that trial (`*_asked`, which "
+            "differs from the bound when the bracket is placed by the achieved rate). The tables "
+            "print `< 500`, `≥ 20,000` or `not denied up to 149,000 achieved (200,000 asked)` when"
+            " every repetition was censored, `1,250 [1,100–1,400]` (mean [ci_low–ci_high]) when "
+            "they were found, and the mean followed by `(k of n: < 500)` when some were censored; "
+            "the charts draw a censored bound as a hatched bar marked ≥ or <, or an open triangle "
+            "pointing where the value lies"
+        )
+    )
+    validation: dict[str, Any] | None = Field(
+        None,
+        description=(
+            'null when no repetition had validation criteria; else `{"checked_n", "failed_n", '
+            '"failed", "noted_n", "noted"}`: repetitions checked, those that missed a criterion, '
+            'and each criterion missed (the detail of its first failure, e.g. `"failed '
+            'transactions 0.05 % > 0.001 %"`); `noted_n` and `noted` the same for the SHOULD '
+            "criteria missed by repetitions that count (their numbers stand; the tables append "
+            "`(SHOULD missed 1 of 3: …)`). A repetition that missed one is FAILED: it is in no "
+            "`n`, mean, interval or degradation, so a row may have `n` 0 and `mean` null; the "
+            "tables print `FAILED ×2: …` (or the mean followed by `(and FAILED 1 of 2: …)`) and "
+            "the answer says `not measured: FAILED …`"
+        ),
+    )
+    baseline_mean: float | None = Field(
+        description="mean of the baseline's values for this point and metric (all its reps)"
+    )
+    degradation_pct: float | None = Field(description=_DEGRADATION_PCT)
+    degradation_ci_low: float | None = Field(description=_DEGRADATION_PCT)
+    degradation_ci_high: float | None = Field(description=_DEGRADATION_PCT)
+    degradation_n: int | None = Field(description="how many reps were paired")
     degradation_scale: Literal["ratio", "difference"] | None = Field(
         None,
-        description="`ratio`: the log of the paired ratio, back-transformed; `difference`: "
-        "arithmetic; null in format 1 runs that did not say",
+        description=(
+            '`"ratio"` (a rate or a service demand: the log of the paired ratio, back-transformed;'
+            ' the estimate the geometric mean of the ratios) or `"difference"` (the arithmetic '
+            "paired difference)"
+        ),
     )
-    significant: bool | None
-    degradation_halfwidth_pp: float | None = Field(
-        None, description="the degradation's half width, percentage points"
+    significant: bool | None = Field(
+        description="the degradation interval excludes 0 (null for the baseline)"
     )
-    degradation_target_met: bool | None = None
+    degradation_halfwidth_pp: float | None = Field(None, description=_DEGRADATION_HALFWIDTH_PP)
+    degradation_target_met: bool | None = Field(None, description=_DEGRADATION_HALFWIDTH_PP)
     degradation_bound: dict[str, Any] | None = Field(
-        None, description="a found value against a censored one: a bound, not a figure"
+        None,
+        description=(
+            "for a variant's search row that no round paired with the baseline because one side "
+            'found no value: null, or what is known, `{"ratio_low", "ratio_high", "low", "high"}`:'
+            " the range of the ratio variant / baseline (`ratio_high` null: unbounded) and of the "
+            "degradation in % (null where the ratio's end is 0 or unbounded, so that end says "
+            "nothing)"
+        ),
     )
     degradation_shortfall: dict[str, Any] | None = Field(
-        None, description="the target it missed, and by how much"
+        None,
+        description=(
+            "for a variant's row of a primary metric (a stopping target) whose degradation "
+            'interval is wider than `degradation_target_pp`: `{"target_pp", "halfwidth_pp", '
+            '"rounds", "reason", "more_rounds", "more_s", "text"}`: the target, the half width '
+            '(larger side), the paired rounds, why the point stopped in words ("budget spent", '
+            '"round cap reached"), about how many more rounds and seconds would reach it (half '
+            "width ∝ 1/√n; `more_s` null when the rounds' time is unknown), and the answer's line "
+            '("target ±2 not met: ±5.3 after 12 rounds (budget spent); about 9 min more would '
+            'reach it"); null otherwise'
+        ),
     )
-    bottleneck: dict[str, Any] | None = Field(None, description="what limited the point")
+    bottleneck: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "what limited this point under this configuration, the same on every metric row of the"
+            ' group: `{"kind", "short", "text", "host"}`, `kind` one of `search_bound`, `offered`,'
+            " `link`, `one_cpu`, `dut`, `dut_cpus`, `generator`, `server`, `host`, `machine_cpus`,"
+            " `round_trips`, `not_measured`; `short` what the tables print, `text` the full "
+            "sentence with the shares behind it"
+        ),
+    )
     comparison: str | None = Field(
-        None, description="why the variant cannot be compared with the baseline, if so"
+        None,
+        description=(
+            "for a variant: null, or what this comparison cannot show and what to change, when the"
+            " variant and the baseline are limited by the same thing and it is not the mechanism "
+            "(a shaped link, the generator, the server, a search's range, the offered rate)"
+        ),
     )
 
 
