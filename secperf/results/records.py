@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Model(BaseModel):
@@ -665,6 +665,36 @@ class RecordLine(BaseModel):
     )
     seq: int | None = Field(None, description="the line's sequence number within the run")
     record: dict[str, Any] = Field(description="the record, as its writer wrote it")
+
+    @field_validator("variant", "workload", "point_id", "label", mode="before")
+    @classmethod
+    def _named(cls, value: Any, info: Any) -> Any:
+        """An empty or null tag is the default (a line of a hand-made or older run)."""
+        if value is None or value == "":
+            return "baseline" if info.field_name == "variant" else ""
+        return value
+
+    @field_validator("point", mode="before")
+    @classmethod
+    def _point(cls, value: Any) -> Any:
+        return value if isinstance(value, Mapping) else {}
+
+    @field_validator("rep", mode="before")
+    @classmethod
+    def _rep(cls, value: Any) -> Any:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def rtype(self) -> str | None:
+        """The record's `type`."""
+        value = self.record.get("type")
+        return value if isinstance(value, str) else None
+
+
+def as_line(line: Mapping[str, Any] | RecordLine) -> RecordLine:
+    """One records.jsonl line as its model (a line given as a dict, by a test or a
+    caller that holds the lines, is read the same way)."""
+    return line if isinstance(line, RecordLine) else RecordLine.model_validate(line)
 
 
 # ------------------------------------------------------------ summary.json rows

@@ -28,6 +28,7 @@ from typing import Any
 
 from secperf import __version__
 from secperf.errors import SecperfError
+from secperf.results.records import RecordLine
 from secperf.results.upgrade import FORMAT, readable, upgrade
 
 RUN_JSON = "run.json"
@@ -310,6 +311,11 @@ class RunDir:
                     fix="remove or repair that line",
                 )
             yield upgrade(fmt, line, "records.jsonl")
+
+    def iter_lines(self) -> Iterator[RecordLine]:
+        """Every line as its model (iter_records, read through RecordLine)."""
+        for line in self.iter_records():
+            yield RecordLine.model_validate(line)
 
     # -- summary.json -------------------------------------------------------
 

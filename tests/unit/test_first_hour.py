@@ -533,8 +533,9 @@ def test_run_out_in_an_unwritable_place_is_a_clear_error(where: str) -> None:
 def test_which_engine_errors_fail_again() -> None:
     from secperf.run.validity import fails_again
 
-    assert fails_again({"type": "error", "kind": "spec", "message": "socket_buffer …"})
-    assert fails_again({"type": "error", "kind": "measurement", "message": "moved no traffic"})
-    assert not fails_again({"type": "error", "kind": "measurement", "message": "unstamped"})
-    assert not fails_again({"type": "error", "kind": "connect", "message": "reset"})
+    error = {"type": "error", "t": 0.0, "field": None}
+    assert fails_again({**error, "kind": "spec", "message": "socket_buffer …"})
+    assert fails_again({**error, "kind": "measurement", "message": "moved no traffic"})
+    assert not fails_again({**error, "kind": "measurement", "message": "unstamped"})
+    assert not fails_again({**error, "kind": "connect", "message": "reset"})
     assert not fails_again(None)
