@@ -136,7 +136,10 @@ NO_VM = SimpleNamespace(switchable={})
 def test_deterministic_engine_error_is_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    err = EngineError("socket_buffer too big", record={"type": "error", "kind": "spec"})
+    err = EngineError(
+        "socket_buffer too big",
+        record={"type": "error", "t": 0.0, "kind": "spec", "field": None, "message": "x"},
+    )
     ex = _Executor(err)
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError):
@@ -147,7 +150,12 @@ def test_deterministic_engine_error_is_not_retried(
 def test_transient_engine_error_is_retried_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ex = _Executor(EngineError("reset", record={"type": "error", "kind": "connect"}))
+    ex = _Executor(
+        EngineError(
+            "reset",
+            record={"type": "error", "t": 0.0, "kind": "connect", "field": None, "message": "x"},
+        )
+    )
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError, match="failed twice"):
         r._one_test(NO_VM, v, point, 0)
