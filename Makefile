@@ -62,7 +62,8 @@ bench: setup-all
 	$(VENV)/python bench/placement.py
 
 # every generated page of docs/ (secperf/docgen; tests/unit/test_generated_docs.py fails
-# when one is stale): scenarios.md, scenario-format.md's reference, ...
+# when one is stale): scenarios.md, scenario-format.md's reference,
+# data-format.md's tables from the record models, ...
 docs: setup
 	$(VENV)/python -m secperf.docgen
 

@@ -14,6 +14,7 @@ GENERATORS = (
     "secperf.docgen.scenarios",
     "secperf.docgen.scenario_format",
     "secperf.docgen.engine_protocol",
+    "secperf.docgen.data_format",
     "secperf.docgen.pages",
 )
 

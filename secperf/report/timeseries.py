@@ -27,6 +27,7 @@ from typing import Any
 
 from secperf.report.answer import headline
 from secperf.report.plots import PlainTicks, figure_bytes, new_figure, outside_legend
+from secperf.results.records import RecordLine, as_line
 from secperf.results.rundir import RunDir
 from secperf.results.summary import collect as collect_groups
 from secperf.tables import BASELINE, Chart, point_name
@@ -120,25 +121,24 @@ def _clock(rec: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def collect(lines: Iterable[Mapping[str, Any]]) -> list[PointSeries]:
+def collect(lines: Iterable[Mapping[str, Any] | RecordLine]) -> list[PointSeries]:
     """The run's interval records by point, variant and round, in record order."""
     points: dict[tuple[str, str], PointSeries] = {}
     tests: dict[tuple[str, str, str, int], Test] = {}
-    for line in lines:
-        record = line.get("record")
-        rep = line.get("rep")
-        if not isinstance(record, Mapping) or not isinstance(rep, int):
+    for given in lines:
+        line = as_line(given)
+        record, rep = line.record, line.rep
+        if rep is None:
             continue
-        workload, pid = str(line.get("workload", "")), str(line.get("point_id", ""))
-        variant = str(line.get("variant") or BASELINE)
-        rtype = record.get("type")
+        workload, pid, variant = line.workload, line.point_id, line.variant
+        rtype = line.rtype
         role = str(record.get("role", "")) if rtype == "side" else ""
         inner = record.get("record") if rtype == "side" else record
         if not isinstance(inner, Mapping) or inner.get("type") not in ("start", "interval"):
             continue
         if rtype == "side" and role != "flood" and not role.startswith(GENERATOR_ROLE):
             continue  # a search's probes, a reference run: not the measured test
-        where = point_name(workload, str(line.get("label") or ""))
+        where = point_name(workload, line.label)
         point = points.setdefault((workload, pid), PointSeries(workload, pid, where))
         key = (workload, pid, variant, rep)
         test = tests.get(key)

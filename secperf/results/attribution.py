@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from secperf.plan import BASELINE
+from secperf.results.records import RecordLine, as_line
 
 # The verdicts that send a packet out of the chain it is in (a jump is not one: the
 # packet comes back unless the chain it jumped to decided it).
@@ -181,33 +182,28 @@ def differential(
     ]
 
 
-def _profile_by(
-    lines: Sequence[Mapping[str, Any]],
-) -> dict[tuple[str, str], Mapping[str, Any]]:
-    return {
-        (str(line.get("point_id")), str(line.get("variant"))): line["record"]
-        for line in lines
-        if line["record"].get("type") == "profile"
-    }
+def _profile_by(lines: Sequence[RecordLine]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(ln.point_id, ln.variant): ln.record for ln in lines if ln.rtype == "profile"}
 
 
-def summarise(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summarise(given: Sequence[Mapping[str, Any] | RecordLine]) -> list[dict[str, Any]]:
     """The summary's `attribution` rows, one per (point, configuration) the attribution
     round measured: its hot rules and chain walks (`rules`, by host), its profile or
     why there is none, and the functions that grew against the point's baseline."""
+    lines = [as_line(ln) for ln in given]
     profiles = _profile_by(lines)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for line in lines:
-        rec = line["record"]
-        if rec.get("type") not in ATTRIBUTED:
+        rec = line.record
+        if line.rtype not in ATTRIBUTED:
             continue
-        key = (str(line.get("point_id")), str(line.get("variant")))
+        key = (line.point_id, line.variant)
         row = rows.setdefault(
             key,
             {
-                "workload": line.get("workload"),
+                "workload": line.workload,
                 "point_id": key[0],
-                "label": line.get("label"),
+                "label": line.label,
                 "variant": key[1],
                 "rules": [],
                 "profile": None,

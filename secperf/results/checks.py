@@ -26,11 +26,11 @@ def is_check_record(record: Mapping[str, Any]) -> bool:
 def collect_checks(run: RunDir) -> list[dict[str, Any]]:
     """One entry per (workload, point, variant) with check records, in record order."""
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for line in run.iter_records():
-        record = line.get("record")
-        if not isinstance(record, Mapping) or not is_check_record(record):
+    for line in run.iter_lines():
+        record = line.record
+        if not is_check_record(record):
             continue
-        key = (str(line.get("workload", "")), str(line.get("point_id", "")), str(line["variant"]))
+        key = (line.workload, line.point_id, line.variant)
         entry = entries.setdefault(
             key,
             {

@@ -17,10 +17,6 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _variant(line: dict[str, Any]) -> str:
-    return str(line.get("variant") or "baseline")
-
-
 # A testbed whose parts miss more (or claim more) of the machine's busy time than this
 # is flagged: other processes ran, or the accounting does not add up.
 RECONCILIATION_GAP_PCT = 5.0
@@ -119,11 +115,11 @@ def collect_guest_cpu(run: RunDir, confidence: float) -> list[dict[str, Any]]:
     """Per point and variant: a VM host's own /proc/stat over each test (`guest_cpu`
     records, warm-up included), as % of the guest's CPUs busy and in softirq."""
     acc: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    for line in run.iter_records():
-        record = line["record"]
-        if record.get("type") != "guest_cpu":
+    for line in run.iter_lines():
+        record = line.record
+        if line.rtype != "guest_cpu":
             continue
-        key = (str(line.get("point_id", "")), _variant(line), str(record.get("host", "")))
+        key = (line.point_id, line.variant, str(record.get("host", "")))
         into = acc.setdefault(key, {"busy": [], "softirq": []})
         for part, key_ in (("busy", "busy_fraction"), ("softirq", "softirq_fraction")):
             value = record.get(key_)

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from secperf.results.records import RecordLine, as_line
 from secperf.tables import BASELINE
 
 DIRECTIONS = (("c2s", "client → server"), ("s2c", "server → client"))
@@ -129,21 +130,20 @@ class PointDelays:
     directions: dict[str, dict[str, Distribution]]
 
 
-def collect(lines: Iterable[Mapping[str, object]]) -> list[PointDelays]:
+def collect(lines: Iterable[Mapping[str, Any] | RecordLine]) -> list[PointDelays]:
     """Result records with delay histograms grouped by point and variant, repetitions
     merged."""
     # (workload, point_id) -> label, and (point, variant, direction) -> rep -> record part
     labels: dict[tuple[str, str], str] = {}
     parts: dict[tuple[str, str, str, str], dict[object, Mapping[str, object]]] = {}
-    for n, line in enumerate(lines):
-        record = line.get("record")
-        if not isinstance(record, Mapping) or record.get("type") != "result":
+    for n, raw in enumerate(lines):
+        line = as_line(raw)
+        record = line.record
+        if line.rtype != "result":
             continue
-        workload, pid = str(line.get("workload", "")), str(line.get("point_id", ""))
-        variant = str(line.get("variant") or BASELINE)
-        labels.setdefault((workload, pid), str(line.get("label") or workload or pid))
-        rep = line.get("rep")
-        key_rep: object = rep if isinstance(rep, int) else f"line{n}"
+        workload, pid, variant = line.workload, line.point_id, line.variant
+        labels.setdefault((workload, pid), line.label or workload or pid)
+        key_rep: object = line.rep if line.rep is not None else f"line{n}"
         for direction, _ in DIRECTIONS:
             part = record.get(direction)
             if isinstance(part, Mapping) and parse(part.get("histogram")) is not None:

@@ -1,6 +1,7 @@
 """The run directory: everything one run produced, enough to rebuild its report.
 
-Layout (format 1, documented in docs/data-format.md):
+Layout (format 2, documented in docs/data-format.md; older formats are read through
+secperf/results/upgrade.py):
 
     results/<UTC timestamp>-<scenario name>/
         run.json        scenario, host, times, status
@@ -27,8 +28,9 @@ from typing import Any
 
 from secperf import __version__
 from secperf.errors import SecperfError
+from secperf.results.records import RecordLine
+from secperf.results.upgrade import FORMAT, readable, upgrade
 
-FORMAT = 1
 RUN_JSON = "run.json"
 RECORDS = "records.jsonl"
 RECORDS_GZ = "records.jsonl.gz"
@@ -97,6 +99,8 @@ class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seq: int | None = None
+        # the format run.json was written in (its records'): FORMAT for a new run
+        self._format: int | None = None
         # Lines `iter_records` skipped on its last pass: {"line": N, "reason": ..., "text": ...}
         self.dropped: list[dict[str, Any]] = []
 
@@ -123,6 +127,7 @@ class RunDir:
             (path / FILES).mkdir()
             run = cls(path)
             run._seq = 0
+            run._format = FORMAT
             return run
         raise RunDirError(
             f"cannot find a free run directory name for {base!r}",
@@ -142,14 +147,15 @@ class RunDir:
                 fix="give a directory made by `secperf run`, e.g. results/20261122T010203Z-quick",
             )
         run = cls(path)
-        meta = run.read_run_json()
-        fmt = meta.get("format")
-        if fmt != FORMAT:
+        fmt = run._read_json(meta_path).get("format")
+        if not isinstance(fmt, int) or not readable(fmt):
             raise RunDirError(
-                f"run directory format {fmt!r} is not supported (this secperf reads {FORMAT})",
+                f"run directory format {fmt!r} is not supported (this secperf reads {FORMAT} "
+                "and every older one)",
                 where=str(meta_path),
                 fix="use the secperf version that wrote this run to report it",
             )
+        run._format = fmt
         return run
 
     # -- paths --------------------------------------------------------------
@@ -214,7 +220,18 @@ class RunDir:
         _write_json_atomic(self.run_json_path, data)
 
     def read_run_json(self) -> dict[str, Any]:
-        return self._read_json(self.run_json_path)
+        """run.json as the current format holds it (an older run's upgraded)."""
+        data = self._read_json(self.run_json_path)
+        fmt = data.get("format")
+        return upgrade(fmt, data, "run.json") if isinstance(fmt, int) and readable(fmt) else data
+
+    @property
+    def format(self) -> int:
+        """The format the run was written in (run.json's `format`)."""
+        if self._format is None:
+            fmt = self._read_json(self.run_json_path).get("format")
+            self._format = fmt if isinstance(fmt, int) and readable(fmt) else FORMAT
+        return self._format
 
     def update_run_json(self, **changes: Any) -> dict[str, Any]:
         """Rewrite run.json with some keys changed (e.g. status, finished, stops)."""
@@ -259,6 +276,7 @@ class RunDir:
         source = self.records_source
         if not source.exists():
             return
+        fmt = self.format if self.run_json_path.is_file() else FORMAT
         if source.name.endswith(".gz"):
             with gzip.open(source, "rt", encoding="utf-8") as z:
                 lines = z.readlines()
@@ -292,7 +310,12 @@ class RunDir:
                     where=f"{source}:{number}",
                     fix="remove or repair that line",
                 )
-            yield line
+            yield upgrade(fmt, line, "records.jsonl")
+
+    def iter_lines(self) -> Iterator[RecordLine]:
+        """Every line as its model (iter_records, read through RecordLine)."""
+        for line in self.iter_records():
+            yield RecordLine.model_validate(line)
 
     # -- summary.json -------------------------------------------------------
 
@@ -300,7 +323,13 @@ class RunDir:
         _write_json_atomic(self.summary_path, summary)
 
     def read_summary(self) -> dict[str, Any]:
-        return self._read_json(self.summary_path)
+        """summary.json as the current format holds it (by its own `format`: a report
+        rebuilt since the run was made is newer than the run's run.json)."""
+        data = self._read_json(self.summary_path)
+        fmt = data.get("format")
+        if isinstance(fmt, int) and readable(fmt):
+            return upgrade(fmt, data, "summary.json")
+        return data
 
     def has_summary(self) -> bool:
         return self.summary_path.is_file()

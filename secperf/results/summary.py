@@ -32,10 +32,11 @@ from secperf.results.metrics import (
     searches,
 )
 from secperf.results.paper import paper_verdicts
+from secperf.results.records import RecordLine, as_line
 from secperf.results.rundir import RunDir
 from secperf.results.shortfall import planned_precision, shortfall
+from secperf.results.upgrade import FORMAT
 
-FORMAT = 1
 BASELINE = "baseline"
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_HALFWIDTH_PCT = 2.0
@@ -96,7 +97,9 @@ def _point_index(point_id: str) -> float:
         return math.inf
 
 
-def collect(run: RunDir, lines: Iterable[Mapping[str, Any]] | None = None) -> dict[GroupKey, Group]:
+def collect(
+    run: RunDir, lines: Iterable[Mapping[str, Any] | RecordLine] | None = None
+) -> dict[GroupKey, Group]:
     """Group the run's result records (`lines`: the run's, read here when None),
     ordered: workloads in scenario order, points in sweep order, baseline first then
     variants in scenario order."""
@@ -105,45 +108,42 @@ def collect(run: RunDir, lines: Iterable[Mapping[str, Any]] | None = None) -> di
     irq = irq_time_accounting(meta)
     groups: dict[GroupKey, Group] = {}
     seen_reps: dict[GroupKey, int] = {}
-    for line in run.iter_records() if lines is None else lines:
-        record = line["record"]
-        rtype = record.get("type")
-        key = (str(line.get("workload", "")), str(line.get("point_id", "")), _variant(line))
-        phase = line.get("phase")
+    for given in run.iter_lines() if lines is None else lines:
+        line = as_line(given)
+        record, rtype, phase = line.record, line.rtype, line.phase
+        key = (line.workload, line.point_id, line.variant)
         if phase is not None:
             # outside the measured rounds: the closed-loop calibration of an open-loop
             # point, the traced round (its softirq time, not its rates)
             if phase == "traced" and key in groups and rtype in ("result", "softirq"):
                 groups[key].traced[str(rtype)] = record
             continue
-        if rtype in ("machine", "links") and key in groups and isinstance(line.get("rep"), int):
+        if rtype in ("machine", "links") and key in groups and line.rep is not None:
             into = groups[key].machine if rtype == "machine" else groups[key].links
-            into[line["rep"]] = record
+            into[line.rep] = record
             continue
-        if rtype == "mechanism" and key in groups and isinstance(line.get("rep"), int):
+        if rtype == "mechanism" and key in groups and line.rep is not None:
             # what a mechanism reported after the test (a tunnel's daemon memory)
             for name, value in extract(record).items():
-                groups[key].values.setdefault(name, {})[line["rep"]] = value
+                groups[key].values.setdefault(name, {})[line.rep] = value
             continue
         if rtype not in ("result", "error"):
             continue
         group = groups.get(key)
         if group is None:
-            point = line.get("point")
             group = Group(
                 workload=key[0],
                 point_id=key[1],
                 variant=key[2],
                 # nothing swept: the runner's label is "", the workload names the row
-                label=str(line.get("label") or key[0] or key[1]),
-                point=dict(point) if isinstance(point, Mapping) else {},
+                label=line.label or key[0] or key[1],
+                point=dict(line.point),
             )
             groups[key] = group
-        rep_tag = line.get("rep")
-        rep = rep_tag if isinstance(rep_tag, int) else seen_reps.get(key, 0)
+        rep = line.rep if line.rep is not None else seen_reps.get(key, 0)
         seen_reps[key] = max(seen_reps.get(key, 0), rep + 1)
         if rtype == "error":
-            group.errors.append({"rep": rep, "seq": line.get("seq"), "error": record})
+            group.errors.append({"rep": rep, "seq": line.seq, "error": record})
             continue
         group.kind = group.kind or str(record.get("kind", ""))
         if not group.validation.see(rep, record):  # FAILED: the criteria, not a number
@@ -168,10 +168,6 @@ def irq_time_accounting(meta: Mapping[str, Any]) -> bool:
     interrupt work to the interrupted process, the common case without the option)."""
     host: Mapping[str, Any] = meta.get("host") or {}
     return host.get("irq_time_accounting") is True
-
-
-def _variant(line: Mapping[str, Any]) -> str:
-    return str(line.get("variant") or BASELINE)
 
 
 def variant_order(
@@ -284,11 +280,9 @@ def scenario_settings(meta: Mapping[str, Any]) -> tuple[float, float, str]:
 
 
 def degradation_target(meta: Mapping[str, Any]) -> float:
-    """A degradation's halfwidth target in percentage points (older scenarios had one
-    target, `halfwidth_pct`, for both)."""
+    """A degradation's halfwidth target in percentage points."""
     repeat: Mapping[str, Any] = (meta.get("scenario") or {}).get("repeat") or {}
-    pp = repeat.get("degradation_pp", repeat.get("halfwidth_pct", DEFAULT_HALFWIDTH_PCT))
-    return float(pp)
+    return float(repeat.get("degradation_pp", DEFAULT_HALFWIDTH_PCT))
 
 
 def _stops(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -451,16 +445,15 @@ def _row(
 
 
 def _noting_delays(
-    lines: Iterable[Mapping[str, Any]], into: list[Any], attributed: list[Any]
-) -> Iterator[Mapping[str, Any]]:
+    lines: Iterable[RecordLine], into: list[Any], attributed: list[Any]
+) -> Iterator[RecordLine]:
     """The lines, as they are, keeping aside the measured results with delay histograms
     and the attribution round's `profile` and `rule_counts` records."""
     for line in lines:
-        record, phase = line.get("record"), line.get("phase")
-        if isinstance(record, Mapping) and phase is None:
-            if any(d in record for d, _ in DIRECTIONS):
+        if line.phase is None:
+            if any(d in line.record for d, _ in DIRECTIONS):
                 into.append(line)
-        elif isinstance(record, Mapping) and record.get("type") in attribution.ATTRIBUTED:
+        elif line.rtype in attribution.ATTRIBUTED:
             attributed.append(line)
         yield line
 
@@ -476,9 +469,9 @@ def build_summary(
     conf = scen_conf if confidence is None else confidence
     stops = _stops(meta)
     # one pass over records.jsonl: the groups, and the delay histograms beside them
-    delay_lines: list[Mapping[str, Any]] = []
-    attributed: list[Mapping[str, Any]] = []
-    groups = collect(run, _noting_delays(run.iter_records(), delay_lines, attributed))
+    delay_lines: list[RecordLine] = []
+    attributed: list[RecordLine] = []
+    groups = collect(run, _noting_delays(run.iter_lines(), delay_lines, attributed))
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     limits = {

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from secperf.engine import Record
+from secperf.results.records import ErrorRecord
 from secperf.workloads.registry import WORKLOADS
 
 # Engine error kinds that fail the same way every time: retrying only wastes a round.
@@ -15,9 +18,12 @@ def fails_again(record: Record | None) -> bool:
     send). Connection resets, a lost server report or unstamped probes may pass."""
     if not record:
         return False
-    kind = str(record.get("kind"))
-    return kind in DETERMINISTIC_ERRORS or (
-        kind == "measurement" and "moved no traffic" in str(record.get("message", ""))
+    try:
+        error = ErrorRecord.model_validate(record)
+    except ValidationError:  # not the engine's error record (secperf's own, or none)
+        return False
+    return error.kind in DETERMINISTIC_ERRORS or (
+        error.kind == "measurement" and "moved no traffic" in error.message
     )
 
 

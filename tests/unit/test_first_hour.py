@@ -136,7 +136,10 @@ NO_VM = SimpleNamespace(switchable={})
 def test_deterministic_engine_error_is_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    err = EngineError("socket_buffer too big", record={"type": "error", "kind": "spec"})
+    err = EngineError(
+        "socket_buffer too big",
+        record={"type": "error", "t": 0.0, "kind": "spec", "field": None, "message": "x"},
+    )
     ex = _Executor(err)
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError):
@@ -147,7 +150,12 @@ def test_deterministic_engine_error_is_not_retried(
 def test_transient_engine_error_is_retried_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ex = _Executor(EngineError("reset", record={"type": "error", "kind": "connect"}))
+    ex = _Executor(
+        EngineError(
+            "reset",
+            record={"type": "error", "t": 0.0, "kind": "connect", "field": None, "message": "x"},
+        )
+    )
     r, v, point = _bare_runner(tmp_path, monkeypatch, ex)
     with pytest.raises(EngineError, match="failed twice"):
         r._one_test(NO_VM, v, point, 0)
@@ -533,8 +541,9 @@ def test_run_out_in_an_unwritable_place_is_a_clear_error(where: str) -> None:
 def test_which_engine_errors_fail_again() -> None:
     from secperf.run.validity import fails_again
 
-    assert fails_again({"type": "error", "kind": "spec", "message": "socket_buffer …"})
-    assert fails_again({"type": "error", "kind": "measurement", "message": "moved no traffic"})
-    assert not fails_again({"type": "error", "kind": "measurement", "message": "unstamped"})
-    assert not fails_again({"type": "error", "kind": "connect", "message": "reset"})
+    error = {"type": "error", "t": 0.0, "field": None}
+    assert fails_again({**error, "kind": "spec", "message": "socket_buffer …"})
+    assert fails_again({**error, "kind": "measurement", "message": "moved no traffic"})
+    assert not fails_again({**error, "kind": "measurement", "message": "unstamped"})
+    assert not fails_again({**error, "kind": "connect", "message": "reset"})
     assert not fails_again(None)

@@ -15,11 +15,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from secperf.cli import app
 from secperf.docgen.blocks import blocks
 from secperf.report.kept import measured, paper_summary
 from secperf.report.paper import markdown
+from secperf.results.records import PrintedRow, SummaryRow
 from secperf.results.rundir import RunDir
+from secperf.results.upgrade import FORMAT, readable, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = sorted((ROOT / "docs" / "studies").glob("*.md"))
@@ -118,3 +122,27 @@ def test_every_kept_file_the_docs_name_exists() -> None:
                 if not skip.search(p) and not (ROOT / p.rstrip("/.")).exists():
                     missing.append(f"{doc.relative_to(ROOT)}:{n}: {p}")
     assert missing == []
+
+
+KEPT_RUNS = sorted(p for p in (ROOT / "docs" / "runs").iterdir() if (p / "summary.json").is_file())
+
+
+@pytest.mark.parametrize("kept", KEPT_RUNS, ids=[p.name for p in KEPT_RUNS])
+def test_every_kept_run_reports_through_the_upgrade(kept: Path) -> None:
+    """Each kept run, of whatever format it was written in, reads as the current format
+    (secperf/results/upgrade.py): every summary row fits the current row's model, and
+    `secperf report RUN --json` prints it."""
+    stored = json.loads((kept / "summary.json").read_text("utf-8"))
+    assert readable(stored["format"]), f"{kept.name}: no upgrade from format {stored['format']}"
+    rows = upgrade(stored["format"], stored, "summary.json")["rows"]
+    assert rows, kept.name
+    for row in rows:
+        SummaryRow.model_validate(row)
+    if not (kept / "run.json").is_file():
+        return  # a summary kept alone (before run.json): its rows are what reports
+    run = RunDir.open(kept)
+    assert run.read_run_json()["format"] == run.read_summary()["format"] == FORMAT
+    printed = CliRunner().invoke(app, ["report", str(kept), "--json"])
+    assert printed.exit_code in (0, 1), (kept.name, printed.output[-2000:])
+    out = json.loads(printed.output)
+    assert [PrintedRow.model_validate(r).metric for r in out["rows"]] == [r["metric"] for r in rows]

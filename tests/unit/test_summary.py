@@ -15,6 +15,7 @@ import pytest
 from secperf.errors import SecperfError
 from secperf.results.rundir import RunDir
 from secperf.results.summary import build_summary
+from secperf.results.upgrade import FORMAT
 
 DATA_RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "20261122T010203Z-quick"
 
@@ -106,12 +107,12 @@ def test_open_refuses_a_non_run_dir_and_a_wrong_format(tmp_path: Path) -> None:
         RunDir.open(tmp_path)
 
 
-def test_run_json_is_format_1_and_rewritable(tmp_path: Path) -> None:
+def test_run_json_is_the_current_format_and_rewritable(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "x")
     run.write_run_json({"status": "running", "scenario": {"name": "x"}})
     run.update_run_json(status="interrupted")
     meta = RunDir.open(run.path).read_run_json()
-    assert meta["format"] == 1 and meta["status"] == "interrupted"
+    assert meta["format"] == FORMAT and meta["status"] == "interrupted"
     assert meta["secperf_version"]
 
 
@@ -164,7 +165,7 @@ def test_means_and_paired_degradation(tmp_path: Path) -> None:
     )
     summary = build_summary(run, 0.95)
     json.dumps(summary, allow_nan=False)  # JSON-ready, no NaN
-    assert summary["format"] == 1 and summary["baseline"] == "direct"
+    assert summary["format"] == FORMAT and summary["baseline"] == "direct"
     base, acl = rows_of(summary)
     assert (base["variant"], acl["variant"]) == ("baseline", "acl")
     assert base["mean"] == pytest.approx(100.0) and base["n"] == 4
