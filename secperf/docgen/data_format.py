@@ -143,12 +143,19 @@ def render(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--root", type=Path, default=ROOT)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository")
     args = parser.parse_args(argv)
     page = args.root / PAGE
-    text = render(page.read_text("utf-8"))
+    old = page.read_text("utf-8")
+    text = render(old)
+    if text == old:
+        return 0
+    if args.check:
+        print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)
+        return 1
     page.write_text(text, encoding="utf-8")
-    print(f"wrote {page}", file=sys.stderr)
+    print(f"wrote {PAGE}")
     return 0
 
 
