@@ -109,7 +109,7 @@ def bed(
         '[[workloads]]\nkind = "rsnetns"\n'
     )
     with pytest.MonkeyPatch.context() as mp, WORKLOADS.registered(KIND):
-        mp.setattr(review.derive_flows, "derive", lambda _rs, _i, _n=None: list(FLOWS))
+        mp.setattr(review.derive_flows, "derive", lambda _rs, _i, _n=None, _t=None: list(FLOWS))
         plan = Plan.of(load_scenario(tmp / "s.toml"))
     prefix = new_prefix()
     plan.render(tmp / "files", prefix)
