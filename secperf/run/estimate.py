@@ -13,6 +13,7 @@ from secperf.run.budget import estimate_rounds
 from secperf.run.noise import CALIBRATION_DURATIONS, CALIBRATION_TESTS
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.workloads.registry import WORKLOADS
 
 # Seconds a test costs beyond its duration and warm-up: connect, setup, teardown.
@@ -36,6 +37,13 @@ def point_seconds(
     `setup_s` a round for loading its variants (round_setup_seconds)."""
     per_test = WORKLOADS.get(point.kind).test_seconds(point.spec, link_bps)
     return rounds * (tests_per_round * (per_test + TEST_OVERHEAD_S) + setup_s)
+
+
+def backends_start_seconds(scenario: Scenario) -> float:
+    """Starting the hosts of the backends the scenario names (a VM's boot), once."""
+    names = {v.backend for v in scenario.variants.values()}
+    names |= {h.backend for h in scenario.testbed.hosts.values()}
+    return sum(BACKENDS.get(name).start_s for name in names)
 
 
 def round_setup_seconds(scenario: Scenario, point: WorkloadPoint) -> float:
@@ -99,7 +107,7 @@ def estimate(scenario: Scenario) -> Estimate:
         else 0.0
     )
     setup = {p.point_id: round_setup_seconds(scenario, p) for p, _t in pairs}
-    fixed = TESTBED_S + calibration
+    fixed = TESTBED_S + calibration + backends_start_seconds(scenario)
     minimum = fixed + sum(
         point_seconds(p, p.min_rounds(least) + traced(p), t, bps, setup[p.point_id])
         for p, t in pairs

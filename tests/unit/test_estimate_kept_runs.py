@@ -26,8 +26,6 @@ RUNS = kept_runs(ROOT / "docs" / "runs")
 MISSES = {
     "rfc2544": "each search is planned at a third of max_trials, but at a shaped link's line "
     "rate the DUT forwards everything and a search ends in one trial",
-    "seed000-virtual-appliance-quick": "the appliance VM's boot before the first test is "
-    "not in the estimate",
 }
 
 
