@@ -329,6 +329,10 @@ class MechanismKind(Generic[S]):
     # them), and those one entry needs (None: all of them; see tools_for).
     known_tools: tuple[Tool, ...] = ()
     tools: Callable[[S], Sequence[Tool]] | None = None
+    # About how long loading one entry takes (seconds): the runner loads the variant
+    # afresh before every test, so each test of it costs this beyond its own length (a
+    # tunnel's daemons and handshake); `secperf check`'s estimate adds it.
+    apply_s: float = 0.0
     # It drops what its policy does not permit: the `illegal` kind judges "no denied
     # packet reached the server" only through a variant with such a mechanism.
     filters: bool = False

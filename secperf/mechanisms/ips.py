@@ -380,6 +380,9 @@ KIND = MechanismKind(
     name="ips",
     model=IpsSpec,
     runtime=Ips,
+    # its NFQUEUE daemon started and its rules loaded before each test (the kept
+    # seed004-ips-sweep run: about 1.2 s a test beyond its own length)
+    apply_s=1.0,
     tools=tools,
     known_tools=(*backend_tools("iptables-nft"), FWSNORT_TOOL),
     run_check=nfq.built,

@@ -7,24 +7,54 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from secperf.mechanisms.registry import MECHANISMS
 from secperf.plan import expanded_variants
 from secperf.run.budget import estimate_rounds
 from secperf.run.noise import CALIBRATION_DURATIONS, CALIBRATION_TESTS
 from secperf.scenario.scenario import Scenario
 from secperf.scenario.sweep import WorkloadPoint, expand_scenario
+from secperf.testbed.hosts.registry import BACKENDS
 from secperf.workloads.registry import WORKLOADS
 
 # Seconds a test costs beyond its duration and warm-up: connect, setup, teardown.
 TEST_OVERHEAD_S = 0.3
 
 
+# Seconds a run costs beyond its tests: the testbed built and torn down (the kept quick
+# run: about 5 s beside its tests).
+TESTBED_S = 5.0
+
+
 def point_seconds(
-    point: WorkloadPoint, rounds: int, tests_per_round: int, link_bps: int | None = None
+    point: WorkloadPoint,
+    rounds: int,
+    tests_per_round: int,
+    link_bps: int | None = None,
+    setup_s: float = 0.0,
 ) -> float:
     """The time `rounds` rounds of `tests_per_round` tests of this point take, planned:
-    one test as its kind plans it (`link_bps`: the scenario's slowest link rate)."""
+    one test as its kind plans it (`link_bps`: the scenario's slowest link rate), and
+    `setup_s` a round for loading its variants (round_setup_seconds)."""
     per_test = WORKLOADS.get(point.kind).test_seconds(point.spec, link_bps)
-    return rounds * tests_per_round * (per_test + TEST_OVERHEAD_S)
+    return rounds * (tests_per_round * (per_test + TEST_OVERHEAD_S) + setup_s)
+
+
+def backends_start_seconds(scenario: Scenario) -> float:
+    """Starting the hosts of the backends the scenario names (a VM's boot), once."""
+    names = {v.backend for v in scenario.variants.values()}
+    names |= {h.backend for h in scenario.testbed.hosts.values()}
+    return sum(BACKENDS.get(name).start_s for name in names)
+
+
+def round_setup_seconds(scenario: Scenario, point: WorkloadPoint) -> float:
+    """Loading the variants of one round at `point` (each before its test): their
+    mechanisms' `apply_s`."""
+    return sum(
+        MECHANISMS.of(m).apply_s
+        for name, mechanisms, _s in expanded_variants(scenario)
+        if point.measures(name)
+        for m in mechanisms
+    )
 
 
 def planned_rounds(scenario: Scenario, points: Sequence[tuple[WorkloadPoint, int]]) -> list[int]:
@@ -39,8 +69,8 @@ def planned_rounds(scenario: Scenario, points: Sequence[tuple[WorkloadPoint, int
 
 @dataclass(frozen=True)
 class Estimate:
-    """The run's planned measuring time (testbed build, teardown and searches' extra
-    probes are not in it)."""
+    """The run's planned time: its tests as their kinds plan them (a search's probes
+    included), loading each test's variant, the testbed's build and teardown."""
 
     minimum: float  # every point at its minimum rounds: the least the run takes
     planned: float  # the rounds the budget allows each point (at most `max`)
@@ -76,11 +106,15 @@ def estimate(scenario: Scenario) -> Estimate:
         if scenario.repeat.calibrate != "off"
         else 0.0
     )
-    minimum = calibration + sum(
-        point_seconds(p, p.min_rounds(least) + traced(p), t, bps) for p, t in pairs
+    setup = {p.point_id: round_setup_seconds(scenario, p) for p, _t in pairs}
+    fixed = TESTBED_S + calibration + backends_start_seconds(scenario)
+    minimum = fixed + sum(
+        point_seconds(p, p.min_rounds(least) + traced(p), t, bps, setup[p.point_id])
+        for p, t in pairs
     )
-    planned = calibration + sum(
-        point_seconds(p, n + traced(p), t, bps) for (p, t), n in zip(pairs, rounds, strict=True)
+    planned = fixed + sum(
+        point_seconds(p, n + traced(p), t, bps, setup[p.point_id])
+        for (p, t), n in zip(pairs, rounds, strict=True)
     )
     some = any(traced(p) for p, _t in pairs)
     return Estimate(minimum, max(planned, minimum), scenario.repeat.budget, rounds, some)

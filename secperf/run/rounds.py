@@ -161,6 +161,8 @@ class Rounds:
 
     # tests that gave a result (a run where none did has failed)
     measured: int
+    # point id -> the rounds the plan gives it before the first test (the progress's)
+    planned_rounds: dict[str, int]
 
     # -- the rounds --------------------------------------------------------------------
     def _measure_all(self, testbed: Testbed) -> None:
@@ -168,6 +170,7 @@ class Rounds:
         states = [self._state(p) for p in self.plan.points]
         self._plan_precision(testbed, states)
         rounds = planned_rounds(self.scenario, [(s.point, len(s.variants)) for s in states])
+        self.planned_rounds = {s.point.point_id: n for s, n in zip(states, rounds, strict=True)}
         total = sum(
             self._estimate(s.point, n, len(s.variants)) for s, n in zip(states, rounds, strict=True)
         )
@@ -408,8 +411,12 @@ class Rounds:
             disturbed: list[str] = []
             for name in order:
                 at, of = self.point_no
-                # the rounds a point runs are known when it stops: no total that grows
-                where = f"point {at}/{of}, round {number + 1}"
+                # against the plan's rounds, fixed before the first test (never a total
+                # that grows with the count)
+                planned = self.planned_rounds.get(point.point_id, point.min_rounds(rep.min))
+                where = f"point {at}/{of}, round {number + 1}/{planned}"
+                if number + 1 > planned:
+                    where = f"point {at}/{of}, round {number + 1} (past the {planned} planned)"
                 progress.show(where, label, name, log_line=name == order[0])
                 if name not in state.by_name:
                     continue  # failed earlier in this round (a failed baseline ends the point)

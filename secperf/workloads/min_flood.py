@@ -191,10 +191,21 @@ MIN_FLOOD = Metric(
 # the lowest flood rate (achieved) probed that denied the stream
 SEARCH = Search(MIN_FLOOD, legacy=legacy_search)
 
+# What a probe costs beyond its stream: the flood started and stopped, its delivery
+# counted on the DUT.
+PROBE_OVERHEAD_S = 1.0
+
+
+def planned_seconds(spec: MinFloodRateWorkload, _link_bps: int | None) -> float:
+    """One search: the unflooded stream, then at most `max_probes` flooded ones."""
+    return (1 + spec.max_probes) * (spec.duration + spec.warmup + PROBE_OVERHEAD_S)
+
+
 KIND = WorkloadKind(
     name="min_flood_rate",
     model=MinFloodRateWorkload,
     executor=MinFloodRateExecutor(),
+    test_seconds=planned_seconds,
     metrics=(SEARCH.row(),),
     searches=(SEARCH,),
     hosts=attacker,

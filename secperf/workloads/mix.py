@@ -473,10 +473,26 @@ METRICS: tuple[MetricRow, ...] = (
     (SD_TRANSACTION, service_demand(field("transactions"))),
 )
 
+# What a fetch costs beyond its bytes (connect, request, a proxy's look-up), seconds.
+FETCH_S = 0.02
+
+
+def planned_seconds(spec: MixWorkload, link_bps: int | None) -> float:
+    """A point lasts until every request is answered: every client's fetches (the
+    files' mean size at the scenario's slowest link rate, else 1 Gbit/s, shared by the
+    clients at once) and each client's own fetches one after another."""
+    sizes = [*spec.html_files, *spec.gif_files, *spec.ftp_files]
+    mean_bytes = sum(sizes) / len(sizes)
+    fetches = spec.requests * int(scalar(spec.virtual_clients))
+    rate = link_bps or 1_000_000_000
+    return fetches * mean_bytes * 8 / rate + spec.requests * (FETCH_S + spec.think)
+
+
 KIND = WorkloadKind(
     name="mix",
     model=MixWorkload,
     executor=MixExecutor(),
+    test_seconds=planned_seconds,
     metrics=METRICS,
     work_unit=("trans", field("transactions")),
     preflight=check_hits,

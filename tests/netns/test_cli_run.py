@@ -137,6 +137,14 @@ def test_run_writes_a_complete_run_directory_and_leaves_nothing(
     rows = [r for r in summary["rows"] if r["variant"] == "acl" and r["metric"] == "tps"]
     assert rows and rows[0]["degradation_pct"] is not None and rows[0]["n"] == 2
     assert (run_dir / "report.html").is_file()
+    # a 0.4 s test reports every 0.05 s: each has a series over time, and the report draws it
+    measured: dict[tuple[str, str, int], int] = {}
+    for r in records:
+        if r["record"]["type"] == "interval" and not r["record"].get("warmup"):
+            key = (r["point_id"], r["variant"], r["rep"])
+            measured[key] = measured.get(key, 0) + 1
+    assert len(measured) == 16 and min(measured.values()) >= 5, measured
+    assert "tcp-rr: over time (every round)" in (run_dir / "report.html").read_text()
     assert (run_dir / "files" / "acl.0.nft").is_file()
     # the compressed copy a kept run carries (issue 42) holds the same records
     kept = gzip.decompress((run_dir / "records.jsonl.gz").read_bytes())

@@ -299,5 +299,8 @@ KIND = MechanismKind(
     name="proxy",
     model=ProxySpec,
     runtime=Proxy,
+    # squid and ftp-proxy started before each test (the kept seed001 runs: 2-4 s a test
+    # beyond the mix's fetches)
+    apply_s=2.0,
     forwarding_only=True,
 )

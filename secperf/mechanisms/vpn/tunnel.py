@@ -304,6 +304,9 @@ KIND = MechanismKind(
     name="vpn",
     model=VpnSpec,
     runtime=Tunnel,
+    # both ends' daemons started and the tunnel up before each test (the kept seed003
+    # runs: about 3 s a test beyond its transfer)
+    apply_s=3.0,
     tools=tools,
     known_tools=tuple(t for impl in IMPLEMENTATIONS.values() for t in impl.TOOLS),
     check=check,

@@ -413,5 +413,8 @@ class BackendKind:
     runs_nothing: bool = False
     # A variant that selects it boots a VM (the preflight asks for qemu).
     virtual: bool = False
+    # About how long its host takes to start, once a run (a VM's boot; `secperf check`'s
+    # estimate adds it), in seconds.
+    start_s: float = 0.0
     # Other words a scenario may use for it (documented in docs/scenario-format.md).
     aliases: tuple[str, ...] = ()
