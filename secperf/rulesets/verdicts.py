@@ -36,6 +36,7 @@ from secperf.testbed.hosts import Host
 
 FIRST_PORT = 40000  # probes' source ports: FIRST_PORT + the flow's index
 TRACE_PRIORITY = -350  # before conntrack (-200) and every filter a user writes
+QUIET_S = 0.5  # the trace is read whole once the monitor has printed nothing for this long
 
 _LINE = re.compile(
     r"^trace id (?P<id>[0-9a-f]+) (?P<family>\S+) (?P<table>\S+) (?P<chain>\S+) (?P<rest>.*)$"
@@ -281,12 +282,22 @@ def probe(
             hosts[client].run([sys.executable, "-c", _SENDER, json.dumps(probes)], timeout=30)
         found: dict[str, Decision] = {}
         end = time.monotonic() + deadline_s
+        seen, quiet_since = -1, time.monotonic()
         while time.monotonic() < end:
+            if len(lines) != seen:
+                seen, quiet_since = len(lines), time.monotonic()
             traces = parse_trace(lines, table)
             found = _decisions(traces, keys, filters)
-            if len(found) == len(keys) and _settled(traces):
+            # a policy's accept ends one base chain, not the packet: a later hook's events
+            # may still be on their way (on a loaded machine, later), so every probe must
+            # be seen settled and the monitor then print nothing new for QUIET_S
+            if (
+                len(found) == len(keys)
+                and _settled(traces)
+                and time.monotonic() - quiet_since >= QUIET_S
+            ):
                 break
-            reader.read(lines, 0.2)
+            reader.read(lines, 0.1)
         return {
             pf.flow.name: Decision("not probed")
             if pf.flow.name in skipped

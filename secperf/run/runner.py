@@ -85,6 +85,8 @@ class Runner(Rounds):
         self.applied: Variant | None = None
         self.removed = False  # the run directory was removed: it held no measurement
         self.mechanism_hosts: list[str] = []
+        # variant -> the review's flows its rule set was traced to deny before any traffic
+        self.denied: dict[str, frozenset[str]] = {}
         # (point, variant) pairs that could not be measured, with why (run.json "failed")
         self.failed: list[dict[str, Any]] = []
         self.measured = 0  # tests that gave a result
@@ -285,6 +287,9 @@ class Runner(Rounds):
             found = self._probe_verdicts(testbed, v)
             if found is not None:
                 verdicts[v.name] = found
+                self.denied[v.name] = frozenset(
+                    str(row["flow"]) for row in found if row["verdict"] == "deny"
+                )
         if verdicts:
             self._write_meta(verdicts=verdicts)
         self._apply(testbed, variants[0])
@@ -513,6 +518,7 @@ class Runner(Rounds):
             direct=variant.direct,
             target=self.plan.target(variant, server),
             mechanisms=variant.mechanisms,
+            denied=self.denied.get(variant.name, frozenset()),
             keep=keep,
             extra={"files_dir": self.run.files_dir},  # where services (nginx) keep their files
             client=client,

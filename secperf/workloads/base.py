@@ -319,6 +319,9 @@ class MeasureContext:
     direct: bool  # this variant bypasses the DUT (a `direct` baseline)
     target: str  # the engine server's control address (ADDR:PORT) for this variant
     mechanisms: list[tuple[Mechanism, MechanismContext]] = field(default_factory=list)
+    # A rule-set review's placed flows this variant's rule set was traced to deny before
+    # any traffic (secperf.run.verdict_probe): a workload sends them as it sends probes.
+    denied: frozenset[str] = frozenset()
     # The hosts the workload runs from and to (names in the testbed graph).
     client: str = "client"
     server: str = "server"

@@ -18,8 +18,10 @@ for the same duration, and their results merge into one record.
 The weighted flows (the ones expected through, and the user's own) share the
 attempts by their weights (the engine's stride schedule: within 1 %); `parallel` and
 `rate` are the totals, split over the client hosts by their flows' weights. A probe
-(a flow that must stay denied) is attempted `PROBE_RATE` times a second on its own
-schedule, so its timeouts do not take the loops' time. With `probes = "check"` a
+(a flow that must stay denied, or one the variant's rule set was traced to deny
+before any traffic: in a review, a flow the other rule set accepts) is attempted
+`PROBE_RATE` times a second on its own schedule, so its timeouts do not take the loops'
+time. With `probes = "check"` a
 probe that got through, or an expected flow that never did, is a policy violation:
 the record's checks say so (applicable to the variants, where the rule set is
 loaded; the baseline forwards everything)."""
@@ -91,9 +93,15 @@ class FlowsWorkload(WorkloadSpec):
         return "flows" if self.traffic == "coverage" else "flows-own"
 
 
-def _weight_of(pf: PlacedFlow) -> float | None:
-    """A weighted flow's weight; None for a probe (on its own rate)."""
-    return None if pf.flow.expect == "deny" else float(pf.flow.weight)
+def _weight_of(pf: PlacedFlow, denied: frozenset[str] = frozenset()) -> float | None:
+    """A weighted flow's weight; None for a probe (on its own rate): a flow expected
+    denied, or one this variant's rule set was traced to deny (`denied`: in a review, a
+    flow the other rule set accepts). Weighted, a denied flow would hold a loop's
+    connection for its whole timeout on every attempt, and starve its host's other
+    flows of their share."""
+    if pf.flow.expect == "deny" or pf.flow.name in denied:
+        return None
+    return float(pf.flow.weight)
 
 
 def _live(flows: Sequence[PlacedFlow]) -> tuple[list[tuple[int, PlacedFlow]], list[dict[str, Any]]]:
@@ -164,7 +172,7 @@ def engine_specs(
         if pf.flow.protocol != "icmp":  # the destination's kernel answers an echo
             by_server[pf.server].append((i, pf))
     weights = {
-        host: sum(w for _, pf in fl if (w := _weight_of(pf)) is not None)
+        host: sum(w for _, pf in fl if (w := _weight_of(pf, ctx.denied)) is not None)
         for host, fl in by_client.items()
     }
     parallel = {h: max(1, round(v)) for h, v in _split(p.parallel, weights).items()}
@@ -184,7 +192,7 @@ def engine_specs(
             }
             if f.protocol != "icmp":  # an echo has no port, and its reply is its size
                 e.update(dport=f.dport, response=f.response)
-            w = _weight_of(pf)
+            w = _weight_of(pf, ctx.denied)
             e.update({"weight": w} if w is not None else {"rate": PROBE_RATE})
             entries.append(e)
         spec = {**common, "parallel": parallel[host], "flows": entries}
@@ -198,7 +206,7 @@ def engine_specs(
         for fam in sorted(families):
             allow += [a for a in _forwarders(ctx.topology, fam) if a not in allow]
         senders = {pf.client for _, pf in fl}
-        probes = sum(1 for _, pf in fl if _weight_of(pf) is None)
+        probes = sum(1 for _, pf in fl if _weight_of(pf, ctx.denied) is None)
         servers[host] = {
             **common,
             "role": "server",

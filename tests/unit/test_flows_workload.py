@@ -33,11 +33,27 @@ def _pf(name: str, proto: str = "tcp", **kw: Any) -> PlacedFlow:
     return PlacedFlow(flow, client, server, src, "198.18.2.2", "198.18.2.2", listen_port)
 
 
-def _specs(placed: list[PlacedFlow], **keys: Any) -> flows.Specs:
+def _specs(
+    placed: list[PlacedFlow], denied: frozenset[str] = frozenset(), **keys: Any
+) -> flows.Specs:
     p = one_point({"kind": "flows", **keys}).spec
     live, _ = flows._live(placed)
-    ctx = SimpleNamespace(topology=Topology.standard())
+    ctx = SimpleNamespace(topology=Topology.standard(), denied=denied)
     return flows.engine_specs(ctx, p, live)  # type: ignore[arg-type]
+
+
+def test_a_flow_the_variant_denies_goes_on_the_probes_schedule() -> None:
+    # in a review, a flow the current set accepts and the proposed one drops: weighted,
+    # each attempt would hold a loop for its timeout and starve the host's other flows
+    placed = [_pf("web", weight=3.0), _pf("smtp", dport=25, listen_port=25, weight=1.0)]
+    by = {f["name"]: f for f in _specs(placed, parallel=8, rate=100).clients["client"]["flows"]}
+    assert by["smtp"]["weight"] == 1.0
+    denied = _specs(placed, frozenset({"smtp"}), parallel=8, rate=100)
+    by = {f["name"]: f for f in denied.clients["client"]["flows"]}
+    assert by["smtp"]["rate"] == flows.PROBE_RATE and "weight" not in by["smtp"]
+    assert by["web"]["weight"] == 3.0
+    # the server still listens for it (a denied flow that got through is answered)
+    assert 25 in {f["port"] for f in denied.servers["server"]["flows"]}
 
 
 def test_specs_per_host_with_probes_on_their_own_rate() -> None:
