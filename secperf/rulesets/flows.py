@@ -322,6 +322,11 @@ class _Deriver:
             for i, d in enumerate(walk):
                 if d.verdict not in ("dnat", "redirect") or not covers(d.match, flow):
                     continue
+                if d.verdict == "dnat" and d.target is None:
+                    # its target comes from a map keyed by what the packet carries (`dnat
+                    # to tcp dport map @ports`): which flows it rewrites is the map's keys,
+                    # which the match does not say, so it is not known to take this one
+                    continue
                 if self._blocker(d, walk[:i], flow, "nat")[0] is None:
                     return d
         return None

@@ -20,6 +20,8 @@ MAX_LINES = 600
 ONE_CONCEPT = {
     "secperf/testbed/topology.py",  # the testbed graph: hosts, links, addresses, routes
     "secperf/testbed/hosts/vmimage.py",  # the VM image: its recipe, build and cache
+    "secperf/results/records.py",  # the record models: field declarations
+    "secperf/rulesets/flows.py",  # the coverage traffic: one walk, a flow per rule
 }
 
 

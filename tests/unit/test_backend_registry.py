@@ -22,6 +22,7 @@ OTHER_MEANING = {
     ("mechanisms/external.py", "external"),  # the mechanism kind's own name
     ("mechanisms/ids.py", "local"),  # `ip -j addr`'s key for an address
     ("plan/inventory.py", "local"),  # the same key
+    ("docgen/scenario_format.py", "vm"),  # the [testbed.vm] section's key
     ("report/header.py", "vm"),  # run.json's `vm` section ([testbed.vm])
     ("report/tags.py", "vm"),  # the same section
     ("testbed/ledger.py", "ssh"),  # a ledger entry type (an SSH host's session)
