@@ -130,6 +130,7 @@ def test_min_flood_rate_search_ends_with_a_probed_bracket(tmp_path: Path) -> Non
         try:
             kept: list[dict[str, object]] = []
             params: dict[str, object] = {
+                "search": "bisect",  # placed by what each flood sent: the bisection's
                 "flood": "udp",
                 "flood_target": "allowed",
                 "flood_payload": None,

@@ -58,6 +58,7 @@ def search(tb: Testbed, files: Path, **keys: Any) -> tuple[Record, list[Record]]
     ctx.extra["files_dir"] = files
     table = {
         "kind": "http_capacity",
+        "search": "bisect",  # these check the bisection's trials (MLRsearch's: unit tests)
         "fetch_every": 0.5,
         "warmup": 1.5,
         "duration": 2.0,

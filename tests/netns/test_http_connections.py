@@ -106,6 +106,7 @@ def test_setup_rate_search_ends_with_a_bracket(bed: tuple[Testbed, Nginx, Engine
     ctx = MeasureContext.on(tb, f"{SERVER}:{CONTROL_PORT}", variant="baseline", keep=kept.append)
     # high is far above what two cores do, so the search must bisect down to a bracket.
     params: dict[str, object] = {
+        "search": "bisect",  # its steps are checked (MLRsearch's: tests/unit)
         "low": 200.0,
         "high": 1_000_000.0,
         "resolution_pct": 50.0,
@@ -133,7 +134,13 @@ def test_setup_rate_search_ends_with_a_bracket(bed: tuple[Testbed, Nginx, Engine
 def search_once(bed: tuple[Testbed, Nginx, EngineServer], **params: object) -> dict[str, Any]:
     tb, _, _ = bed
     ctx = MeasureContext.on(tb, f"{SERVER}:{CONTROL_PORT}", variant="baseline")
-    base: dict[str, object] = {"max_steps": 4, "duration": 0.5, "warmup": 0.1, "timeout": 1.0}
+    base: dict[str, object] = {
+        "search": "bisect",
+        "max_steps": 4,
+        "duration": 0.5,
+        "warmup": 0.1,
+        "timeout": 1.0,
+    }
     point = one_point({"kind": "conn_rate", **base, **params})
     search: dict[str, Any] = ConnRateExecutor().measure(ctx, point)["search"]
     return search
