@@ -112,6 +112,7 @@ def _bare_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: _Exe
     r.run = RunDir.create(tmp_path, "t")
     r.seq = 0
     r.seed = 7  # the run's seed (a mix draws from it)
+    r.denied = {}  # no rule-set review: no flow traced denied
     # a plan with just what one test reads: the point's hosts and the server's address
     r.plan = SimpleNamespace(
         topology=None,
