@@ -143,9 +143,11 @@ def test_no_connection_is_lost_without_load(
     crr, http = _through(tb, tmp_path, make())
     attempted = crr["totals"]["client"]["connections"] + crr["loss"]["lost"]
     # synproxy answers each SYN itself and then opens to the server: its slower handshakes
-    # hold the open-loop client's slots longer, so it offers fewer in its time (1,871 of
-    # 2,000 alone on the machine); a mechanism that loses nothing must offer them all
-    least = 0.95 if may_lose == 0 else 0.85
+    # hold the open-loop client's slots longer, so it offers fewer in its time, by how
+    # fast the CPU is (alone on the machine: 1,871 of 2,000 on an Intel Xeon, 1,691 on an
+    # AMD EPYC); what this test claims is the loss among those offered, below. A
+    # mechanism that loses nothing must offer them all.
+    least = 0.95 if may_lose == 0 else 0.75
     assert attempted >= least * CONNECTIONS, crr["totals"]
     assert crr["loss"]["lost"] <= may_lose * CONNECTIONS, crr["loss"]
     # every connection attempted carried its transaction, and the server saw each
