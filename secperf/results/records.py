@@ -589,13 +589,23 @@ ENGINE_MODELS: tuple[type[Model], ...] = (
     ErrorRecord,
 )
 
-_OWN_JSON = ("http", "connections", "mix", "flows")
+# Which model reads an engine record: by its type, then by the engine kind that wrote it
+# (a kind not listed writes the common shape). The kinds that build their own JSON
+# (http, connections, mix, flows) share one `start` shape; a flows server's result is
+# told apart by its role.
+_STARTS: dict[str, type[Model]] = {
+    "flood": FloodStart,
+    **dict.fromkeys(("http", "connections", "mix", "flows"), KindStart),
+}
+_INTERVALS: dict[str, type[Model]] = {"http": HttpInterval, "flows": FlowsInterval}
 _RESULTS: dict[str, type[Model]] = {
     "flood": FloodResult,
     "http": HttpResult,
     "connections": ConnectionsResult,
     "mix": MixResult,
+    "flows": FlowsResult,
 }
+_SERVER_RESULTS: dict[str, type[Model]] = {"flows": FlowsServerResult}
 
 
 def engine_model(record: Mapping[str, Any]) -> type[Model]:
@@ -608,16 +618,15 @@ def engine_model(record: Mapping[str, Any]) -> type[Model]:
     if rtype == "start":
         spec = record.get("spec")
         kind = spec.get("kind") if isinstance(spec, Mapping) else None
-        return FloodStart if kind == "flood" else KindStart if kind in _OWN_JSON else Start
+        return _STARTS.get(str(kind), Start)
     if rtype == "interval":
-        by_kind: dict[str, type[Model]] = {"http": HttpInterval, "flows": FlowsInterval}
-        return by_kind.get(
-            str(record.get("kind")), FloodInterval if "packets" in record else Interval
-        )
+        # a flood's intervals carry no kind: its packet counts tell them apart
+        default = FloodInterval if "packets" in record else Interval
+        return _INTERVALS.get(str(record.get("kind")), default)
     if rtype == "result":
         kind = str(record.get("kind"))
-        if kind == "flows":
-            return FlowsServerResult if record.get("role") == "server" else FlowsResult
+        if record.get("role") == "server" and kind in _SERVER_RESULTS:
+            return _SERVER_RESULTS[kind]
         return _RESULTS.get(kind, Result)
     raise ValueError(f"not an engine record type: {rtype!r}")
 
