@@ -10,9 +10,7 @@ when a block and its generator's output differ.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -21,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from secperf.docgen.page import write_or_check
 from secperf.results import records, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,21 +141,7 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository")
-    args = parser.parse_args(argv)
-    page = args.root / PAGE
-    old = page.read_text("utf-8")
-    text = render(old)
-    if text == old:
-        return 0
-    if args.check:
-        print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)
-        return 1
-    page.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return write_or_check(argv, PAGE, lambda text, _root: render(text), f"{PAGE}'s tables")
 
 
 if __name__ == "__main__":

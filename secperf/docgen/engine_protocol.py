@@ -13,11 +13,11 @@ fails when the page differs, and checks the field lists against the built engine
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from secperf.docgen.page import between, write_or_check
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = Path("docs") / "engine-protocol.md"
@@ -223,28 +223,11 @@ def render_fields(root: Path = ROOT) -> str:
 
 
 def render(page_text: str, root: Path = ROOT) -> str:
-    head, begin, rest = page_text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"{PAGE} lacks its markers {BEGIN!r} … {END!r}")
-    return f"{head}{BEGIN}\n\n{render_fields(root)}\n{END}{tail}"
+    return between(page_text, BEGIN, END, render_fields(root), PAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Write (or --check) {PAGE}'s spec fields.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository")
-    args = parser.parse_args(argv)
-    page = args.root / PAGE
-    current = page.read_text("utf-8")
-    text = render(current, args.root)
-    if args.check:
-        if current != text:
-            print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)
-        return 0 if current == text else 1
-    page.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return write_or_check(argv, PAGE, render, f"{PAGE}'s spec fields")
 
 
 if __name__ == "__main__":

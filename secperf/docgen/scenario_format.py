@@ -15,9 +15,7 @@ the page and this output differ.
 
 from __future__ import annotations
 
-import argparse
 import inspect
-import sys
 import tomllib
 import types
 import typing
@@ -32,6 +30,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from secperf.docgen import scenarios
+from secperf.docgen.page import between, write_or_check
 from secperf.mechanisms.base import MechanismSpec
 from secperf.mechanisms.registry import MECHANISMS
 from secperf.scenario.expect import Expect
@@ -484,28 +483,11 @@ def render_reference(root: Path = ROOT) -> str:
 
 def render(page_text: str, root: Path = ROOT) -> str:
     """`page_text` with its generated part replaced by this module's output."""
-    head, begin, rest = page_text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"{PAGE} lacks its markers {BEGIN!r} … {END!r}")
-    return f"{head}{BEGIN}\n\n{render_reference(root)}\n{END}{tail}"
+    return between(page_text, BEGIN, END, render_reference(root), PAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Write (or --check) {PAGE}'s reference.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository")
-    args = parser.parse_args(argv)
-    page = args.root / PAGE
-    current = page.read_text("utf-8")
-    text = render(current, args.root)
-    if args.check:
-        if current != text:
-            print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)
-        return 0 if current == text else 1
-    page.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return write_or_check(argv, PAGE, render, f"{PAGE}'s reference")
 
 
 if __name__ == "__main__":

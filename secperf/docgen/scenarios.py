@@ -10,15 +10,14 @@ tests/unit/test_scenarios_doc.py fails when the page and this output differ.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from secperf.docgen.page import write_or_check
 from secperf.report.kept import measured
 from secperf.scenario.loader import load_scenario
 
@@ -162,20 +161,7 @@ def render(root: Path = ROOT) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write (or --check) docs/scenarios.md.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository")
-    args = parser.parse_args(argv)
-    page = args.root / PAGE
-    text = render(args.root)
-    if args.check:
-        same = page.exists() and page.read_text("utf-8") == text
-        if not same:
-            print(f"{PAGE} differs from its generator: run `make docs`", file=sys.stderr)
-        return 0 if same else 1
-    page.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return write_or_check(argv, PAGE, lambda _text, root: render(root), str(PAGE))
 
 
 if __name__ == "__main__":
