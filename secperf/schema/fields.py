@@ -90,6 +90,9 @@ def value_doc(func: object) -> ValueDoc | None:
 
 
 def _show_size(v: object) -> str:
+    """A size as a scenario writes it; a whole float (a bound, an example) is its bytes."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     return f'"{fmt_size(v)}"' if isinstance(v, int) else toml_repr(v)
 
 
@@ -134,9 +137,7 @@ def bounded(
     doc = ValueDoc(
         kind,
         own_unit if unit is None else unit,
-        show_value(int(example) if kind == "size" else example)
-        if show_value
-        else plain_number(example),
+        show_value(example) if show_value else plain_number(example),
         f"{low} … {high}" if low and high else f"≥ {low}" if low else f"≤ {high}" if high else "",
         show=show_value,
     )
